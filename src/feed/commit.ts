@@ -1,0 +1,79 @@
+import type { ClassicLevel } from 'classic-level';
+import { StorageError } from './errors.ts';
+
+export type Op = { type: 'put'; key: Buffer; value: Buffer } | { type: 'del'; key: Buffer };
+
+interface Waiter {
+  resolve: () => void;
+  reject: (e: Error) => void;
+  /** Runs once the batch holding this change is written, before the next batch's. */
+  committed?: () => void;
+}
+
+/**
+ * Group commit: every change is one atomic set of operations; changes that arrive while a
+ * batch is being written go together into the next batch. A batch is atomic, so each change
+ * in it is too, and changes commit (and are announced) in the order they were added.
+ */
+export class Committer {
+  private ops: Op[] = [];
+  private waiters: Waiter[] = [];
+  private flushing = false;
+  private failure: StorageError | undefined;
+
+  constructor(
+    private readonly db: ClassicLevel<Buffer, Buffer>,
+    private readonly sync: boolean,
+  ) {}
+
+  /** Queues one change; resolves after it is written. */
+  add(ops: Op[], committed?: () => void): Promise<void> {
+    if (this.failure) return Promise.reject(this.failure);
+    return new Promise<void>((resolve, reject) => {
+      for (const op of ops) this.ops.push(op);
+      this.waiters.push({ resolve, reject, committed });
+      if (!this.flushing) {
+        this.flushing = true;
+        setImmediate(() => void this.flush());
+      }
+    });
+  }
+
+  /** Throws the error that stopped writes, if one did. */
+  check(): void {
+    if (this.failure) throw this.failure;
+  }
+
+  /** Resolves once everything queued so far is written. */
+  async drain(): Promise<void> {
+    if (this.waiters.length > 0 || this.flushing) await this.add([]);
+  }
+
+  private async flush(): Promise<void> {
+    while (this.waiters.length > 0) {
+      const ops = this.ops;
+      const waiters = this.waiters;
+      this.ops = [];
+      this.waiters = [];
+      try {
+        if (ops.length > 0) await this.db.batch(ops, { sync: this.sync });
+      } catch (e) {
+        // In-memory state has moved past what was written: refuse writes until the engine reopens.
+        this.failure = new StorageError(`database write failed: ${(e as Error).message}`, { cause: e });
+        for (const w of [...waiters, ...this.waiters]) w.reject(this.failure);
+        this.waiters = [];
+        this.ops = [];
+        break;
+      }
+      for (const w of waiters) {
+        try {
+          w.committed?.();
+        } catch {
+          // A listener's failure is its own; the write is durable and is acknowledged.
+        }
+        w.resolve();
+      }
+    }
+    this.flushing = false;
+  }
+}

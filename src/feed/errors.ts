@@ -1,0 +1,91 @@
+/** Domain errors of the feed engine. Each binding maps `code` to its wire error in one table. */
+export type FeedErrorCode =
+  | 'bad-request'
+  | 'invalid-position'
+  | 'item-not-found'
+  | 'node-not-found'
+  | 'node-exists'
+  | 'invalid-payload'
+  | 'payload-too-big'
+  | 'not-subscribed'
+  | 'invalid-subid'
+  | 'node-not-empty'
+  | 'storage';
+
+export class FeedError extends Error {
+  readonly code: FeedErrorCode;
+  constructor(code: FeedErrorCode, message: string) {
+    super(message);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** Malformed input: a node name, parameter, item id or `max` the contract does not accept. */
+export class BadRequest extends FeedError {
+  constructor(message: string) {
+    super('bad-request', message);
+  }
+}
+
+export class InvalidPosition extends FeedError {
+  constructor(message: string) {
+    super('invalid-position', message);
+  }
+}
+
+export class ItemNotFound extends FeedError {
+  constructor(message: string) {
+    super('item-not-found', message);
+  }
+}
+
+export class NodeNotFound extends FeedError {
+  constructor(node: string) {
+    super('node-not-found', `no node named ${JSON.stringify(node)}`);
+  }
+}
+
+export class NodeExists extends FeedError {
+  constructor(node: string) {
+    super('node-exists', `node ${JSON.stringify(node)} exists already`);
+  }
+}
+
+export class InvalidPayload extends FeedError {
+  constructor(message: string) {
+    super('invalid-payload', message);
+  }
+}
+
+export class PayloadTooBig extends FeedError {
+  constructor(bytes: number, limit: number) {
+    super('payload-too-big', `payload is ${bytes} bytes, the limit is ${limit}`);
+  }
+}
+
+export class NotSubscribed extends FeedError {
+  constructor(message: string) {
+    super('not-subscribed', message);
+  }
+}
+
+export class InvalidSubid extends FeedError {
+  constructor(message: string) {
+    super('invalid-subid', message);
+  }
+}
+
+export class NodeNotEmpty extends FeedError {
+  constructor(node: string) {
+    super('node-not-empty', `node ${JSON.stringify(node)} is not empty`);
+  }
+}
+
+/** The database failed under a write; the engine refuses further writes until reopened. */
+export class StorageError extends FeedError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('storage', message);
+    if (options?.cause !== undefined) this.cause = options.cause;
+  }
+}

@@ -1,0 +1,112 @@
+import type { Order } from './feedName.ts';
+
+/**
+ * The LevelDB key layout. Every read is a bounded range scan over one of these prefixes:
+ *   n NAME                      -> node registry entry {nid}
+ *   m NID                       -> node counters {total, stamp, seq}
+ *   i NID ID                    -> item record (latest version)
+ *   x NID ORDER STAMP SEQ       -> item id: the index of one feed, in feed order
+ *   s NID ORDER JID             -> subscription
+ *   u BAREJID 0 NID ORDER JID   -> (empty): subscriptions by user
+ *   g                           -> service counters {nextNid}
+ * NID is a 4-byte node number, so a deleted node's name can be reused with fresh keys;
+ * STAMP and SEQ are 8-byte big-endian so that byte order is feed order.
+ */
+
+const ORDER_BYTE: Record<Order, number> = { modified: 0x6d, created: 0x63 };
+const TWO32 = 2 ** 32;
+
+function u64(buf: Buffer, offset: number, value: number): void {
+  buf.writeUInt32BE(Math.floor(value / TWO32), offset);
+  buf.writeUInt32BE(value >>> 0, offset + 4);
+}
+
+function readU64(buf: Buffer, offset: number): number {
+  return buf.readUInt32BE(offset) * TWO32 + buf.readUInt32BE(offset + 4);
+}
+
+function withNid(tag: string, nid: number, extra: number): Buffer {
+  const buf = Buffer.allocUnsafe(5 + extra);
+  buf[0] = tag.charCodeAt(0);
+  buf.writeUInt32BE(nid, 1);
+  return buf;
+}
+
+export const SERVICE_KEY = Buffer.from('g');
+
+export function nodeKey(name: string): Buffer {
+  return Buffer.concat([Buffer.from('n'), Buffer.from(name, 'utf8')]);
+}
+
+export const NODE_PREFIX = Buffer.from('n');
+
+export function nameOfNodeKey(key: Buffer): string {
+  return key.subarray(1).toString('utf8');
+}
+
+export function metaKey(nid: number): Buffer {
+  return withNid('m', nid, 0);
+}
+
+export function itemKey(nid: number, id: string): Buffer {
+  return Buffer.concat([withNid('i', nid, 0), Buffer.from(id, 'utf8')]);
+}
+
+export function itemPrefix(nid: number): Buffer {
+  return withNid('i', nid, 0);
+}
+
+export function indexKey(nid: number, order: Order, stamp: number, seq: number): Buffer {
+  const buf = withNid('x', nid, 17);
+  buf[5] = ORDER_BYTE[order];
+  u64(buf, 6, stamp);
+  u64(buf, 14, seq);
+  return buf;
+}
+
+/** The first key of the feed's index (inclusive) and the first key after it (exclusive). */
+export function indexRange(nid: number, order: Order): { start: Buffer; end: Buffer } {
+  const start = withNid('x', nid, 1);
+  start[5] = ORDER_BYTE[order];
+  const end = Buffer.from(start);
+  end[5] = ORDER_BYTE[order] + 1;
+  return { start, end };
+}
+
+export function stampOfIndexKey(key: Buffer): number {
+  return readU64(key, 6);
+}
+
+export function seqOfIndexKey(key: Buffer): number {
+  return readU64(key, 14);
+}
+
+export function subscriptionKey(nid: number, order: Order, jid: string): Buffer {
+  const head = withNid('s', nid, 1);
+  head[5] = ORDER_BYTE[order];
+  return Buffer.concat([head, Buffer.from(jid, 'utf8')]);
+}
+
+export function subscriptionPrefix(nid: number): Buffer {
+  return withNid('s', nid, 0);
+}
+
+export function userSubscriptionKey(bareJid: string, nid: number, order: Order, jid: string): Buffer {
+  return Buffer.concat([userPrefix(bareJid), subscriptionKey(nid, order, jid).subarray(1)]);
+}
+
+export function userPrefix(bareJid: string): Buffer {
+  return Buffer.concat([Buffer.from('u'), Buffer.from(bareJid, 'utf8'), Buffer.from([0])]);
+}
+
+/** The smallest key greater than every key starting with `prefix`. */
+export function prefixEnd(prefix: Buffer): Buffer {
+  const end = Buffer.from(prefix);
+  for (let i = end.length - 1; i >= 0; i--) {
+    if (end[i] !== 0xff) {
+      end[i] = (end[i] ?? 0) + 1;
+      return end.subarray(0, i + 1);
+    }
+  }
+  return Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff]);
+}

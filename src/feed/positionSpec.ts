@@ -1,0 +1,72 @@
+import { type Cursor, parseCursor } from './cursor.ts';
+import { InvalidPosition } from './errors.ts';
+import { checkItemId } from './feedName.ts';
+
+export type PositionSpec =
+  | { type: 'cursor'; cursor: Cursor }
+  | { type: 'id'; id: string }
+  /** `floor` is the instant in whole ms; `fraction` says a sub-millisecond part was cut off. */
+  | { type: 'time'; floor: number; fraction: boolean };
+
+// XEP-0082 date-time: seconds optional here, fraction of any length, Z or an offset.
+const TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(Z|[+-]\d{2}:\d{2})$/;
+
+function parseTime(value: string): PositionSpec {
+  const m = TIME.exec(value);
+  if (!m) throw new InvalidPosition(`not an ISO-8601 time: ${JSON.stringify(value)}`);
+  const [, y, mo, d, h, mi, s = '00', frac = '', zone = 'Z'] = m;
+  const month = Number(mo);
+  const day = Number(d);
+  if (month < 1 || month > 12 || day < 1 || day > 31 || Number(h) > 23 || Number(mi) > 59 || Number(s) > 59) {
+    throw new InvalidPosition(`time out of range: ${JSON.stringify(value)}`);
+  }
+  const base = Date.UTC(Number(y), month - 1, day, Number(h), Number(mi), Number(s));
+  // Date.UTC rolls 31 February over into March; a real date reads back the same day.
+  if (new Date(base).getUTCDate() !== day)
+    throw new InvalidPosition(`no such date: ${JSON.stringify(value)}`);
+  let offset = 0;
+  if (zone !== 'Z') {
+    const sign = zone.startsWith('-') ? -1 : 1;
+    const oh = Number(zone.slice(1, 3));
+    const om = Number(zone.slice(4, 6));
+    if (oh > 23 || om > 59) throw new InvalidPosition(`bad time zone offset: ${JSON.stringify(value)}`);
+    offset = sign * (oh * 60 + om) * 60_000;
+  }
+  const ms = Number(frac.padEnd(3, '0').slice(0, 3));
+  const fraction = /[1-9]/.test(frac.slice(3));
+  const floor = base + ms - offset;
+  if (floor < 0) throw new InvalidPosition(`time before 1970: ${JSON.stringify(value)}`);
+  return { type: 'time', floor, fraction };
+}
+
+/** Parses `cursor:T_O_C`, `id:X`, `time:ISO` or a bare `T_O_C`. */
+export function parsePositionSpec(text: string): PositionSpec {
+  const bare = parseCursor(text);
+  if (bare) return { type: 'cursor', cursor: bare };
+  const colon = text.indexOf(':');
+  if (colon < 0) throw new InvalidPosition(`not a position spec: ${JSON.stringify(text)}`);
+  const type = text.slice(0, colon);
+  const value = text.slice(colon + 1);
+  switch (type) {
+    case 'cursor': {
+      const cursor = parseCursor(value);
+      if (!cursor) throw new InvalidPosition(`not a T_O_C cursor: ${JSON.stringify(value)}`);
+      return { type: 'cursor', cursor };
+    }
+    case 'id':
+      try {
+        checkItemId(value);
+      } catch (e) {
+        throw new InvalidPosition((e as Error).message);
+      }
+      return { type: 'id', id: value };
+    case 'time':
+      return parseTime(value);
+    default:
+      throw new InvalidPosition(`unknown position spec type ${JSON.stringify(type)}`);
+  }
+}
+
+export function formatTime(ms: number): string {
+  return new Date(ms).toISOString();
+}
