@@ -6,7 +6,7 @@ declare module 'ltx' {
     name: string;
     parent: Element | null;
     children: Node[];
-    attrs: Record<string, string | undefined>;
+    attrs: Record<string, string>;
     is(name: string, xmlns?: string): boolean;
     getName(): string;
     getNS(): string | undefined;
@@ -17,12 +17,17 @@ declare module 'ltx' {
     getText(): string;
     getChildText(name: string, xmlns?: string): string | null;
     c(name: string, attrs?: Record<string, unknown>): Element;
-    t(text: string): Element;
+    t(text: string): this;
     cnode(child: Node): Node;
-    append(...nodes: Node[]): Element;
+    append(...nodes: Node[]): this;
     up(): Element;
     root(): Element;
-    attr(name: string, value?: string): string | undefined;
+    attr(name: string): string | undefined;
+    attr(name: string, value: string | number | null): this;
+    text(): string;
+    text(value: string): this;
+    remove(el: Element | string, xmlns?: string): this;
+    clone(): Element;
     toString(): string;
   }
   export function parse(xml: string): Element;

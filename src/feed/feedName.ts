@@ -30,6 +30,8 @@ function checkText(kind: string, text: string): void {
   if (/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/.test(text)) {
     throw new BadRequest(`${kind} contains a character XML cannot carry`);
   }
+  // A lone surrogate becomes U+FFFD in UTF-8, so two such ids would share one key.
+  if (/\p{Cs}/u.test(text)) throw new BadRequest(`${kind} contains a lone surrogate`);
 }
 
 export function checkNodeName(node: string): void {

@@ -9,12 +9,14 @@ export type PositionSpec =
   | { type: 'time'; floor: number; fraction: boolean };
 
 // XEP-0082 date-time: seconds optional here, fraction of any length, Z or an offset.
-const TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?(Z|[+-]\d{2}:\d{2})$/;
+const TIME = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?(Z|[+-]\d{2}:\d{2})$/;
 
 function parseTime(value: string): PositionSpec {
   const m = TIME.exec(value);
   if (!m) throw new InvalidPosition(`not an ISO-8601 time: ${JSON.stringify(value)}`);
   const [, y, mo, d, h, mi, s = '00', frac = '', zone = 'Z'] = m;
+  // Date.UTC reads years 0-99 as 1900-1999; a year before 1969 is before 1970 whatever the offset.
+  if (Number(y) < 1969) throw new InvalidPosition(`time before 1970: ${JSON.stringify(value)}`);
   const month = Number(mo);
   const day = Number(d);
   if (month < 1 || month > 12 || day < 1 || day > 31 || Number(h) > 23 || Number(mi) > 59 || Number(s) > 59) {

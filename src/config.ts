@@ -1,0 +1,141 @@
+import { readFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
+import { isLevel, type Level } from './log.ts';
+
+/** Everything `smartfeeds serve` runs with. */
+export interface Config {
+  /** `xmpp://HOST:PORT` of the XMPP server's component port. */
+  service: string;
+  /** The component's domain (the pubsub service JID). */
+  domain: string;
+  /** The component's shared secret. Never logged. */
+  secret: string;
+  /** The LevelDB directory. */
+  data: string;
+  /** Bare JIDs with every right. */
+  admins: string[];
+  logLevel: Level;
+  limits: Limits;
+  /** fsync each write batch (survives power loss, not only a killed process). */
+  sync: boolean;
+}
+
+export class ConfigError extends Error {}
+
+const DEFAULTS: Omit<Config, 'secret'> = {
+  service: 'xmpp://127.0.0.1:5347',
+  domain: 'feeds.localhost',
+  data: './data',
+  admins: [],
+  logLevel: 'info',
+  limits: DEFAULT_LIMITS,
+  sync: false,
+};
+
+/** Flags of `serve`, for its help text and parseArgs. */
+export const SERVE_OPTIONS = {
+  config: { type: 'string' },
+  service: { type: 'string' },
+  domain: { type: 'string' },
+  secret: { type: 'string' },
+  data: { type: 'string' },
+  admin: { type: 'string', multiple: true },
+  'log-level': { type: 'string' },
+  'max-payload-bytes': { type: 'string' },
+  'page-items': { type: 'string' },
+  'default-page-items': { type: 'string' },
+  'page-bytes': { type: 'string' },
+  sync: { type: 'boolean' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
+export const SERVE_USAGE = `smartfeeds serve [options]
+
+Runs the XMPP pubsub component. Each option can also come from an environment variable
+or from the JSON file given with --config (keys as the long option names, "admins" a list);
+flags win over the environment, which wins over the file.
+
+  --config FILE              JSON configuration file
+  --service xmpp://HOST:PORT XMPP server's component port   SMARTFEEDS_SERVICE  (xmpp://127.0.0.1:5347)
+  --domain DOMAIN            the component's domain           SMARTFEEDS_DOMAIN   (feeds.localhost)
+  --secret SECRET            the component's shared secret    SMARTFEEDS_SECRET   (required)
+  --data DIR                 LevelDB directory                SMARTFEEDS_DATA     (./data)
+  --admin JID                an administrator (repeatable)    SMARTFEEDS_ADMINS   (comma-separated)
+  --log-level LEVEL          debug | info | warn | error      SMARTFEEDS_LOG_LEVEL (info)
+  --max-payload-bytes N      largest Atom entry               SMARTFEEDS_MAX_PAYLOAD_BYTES (65536)
+  --page-items N             most items in a page             SMARTFEEDS_PAGE_ITEMS (250)
+  --default-page-items N     items when no max is asked       SMARTFEEDS_DEFAULT_PAGE_ITEMS (50)
+  --page-bytes N             a page's byte budget             SMARTFEEDS_PAGE_BYTES (262144)
+  --sync                     fsync every write                SMARTFEEDS_SYNC=1
+`;
+
+type Raw = Partial<Record<string, unknown>>;
+
+function positive(name: string, value: unknown): number {
+  const n = typeof value === 'number' ? value : Number(String(value));
+  if (!Number.isSafeInteger(n) || n < 1) throw new ConfigError(`${name} must be a positive whole number, not ${JSON.stringify(value)}`);
+  return n;
+}
+
+function text(name: string, value: unknown): string {
+  if (typeof value !== 'string' || value === '') throw new ConfigError(`${name} must be a non-empty string`);
+  return value;
+}
+
+/** Builds the configuration from flags (argv after `serve`), the environment and the config file. */
+export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env): Config {
+  let parsed: ReturnType<typeof parseArgs<{ options: typeof SERVE_OPTIONS; allowPositionals: false }>>;
+  try {
+    parsed = parseArgs({ args: argv, options: SERVE_OPTIONS, allowPositionals: false, strict: true });
+  } catch (e) {
+    throw new ConfigError((e as Error).message);
+  }
+  const flags = parsed.values;
+  let file: Raw = {};
+  const configPath = flags.config ?? env.SMARTFEEDS_CONFIG;
+  if (configPath) {
+    try {
+      file = JSON.parse(readFileSync(configPath, 'utf8')) as Raw;
+    } catch (e) {
+      throw new ConfigError(`cannot read the configuration file ${configPath}: ${(e as Error).message}`);
+    }
+    if (typeof file !== 'object' || file === null || Array.isArray(file)) throw new ConfigError(`${configPath} must hold a JSON object`);
+  }
+  const pick = (flag: unknown, envName: string, key: string): unknown => flag ?? env[envName] ?? file[key];
+
+  const secret = pick(flags.secret, 'SMARTFEEDS_SECRET', 'secret');
+  if (secret === undefined) throw new ConfigError('a component secret is required: --secret or SMARTFEEDS_SECRET');
+  let admins: string[] = DEFAULTS.admins;
+  if (flags.admin) admins = [...flags.admin];
+  else if (env.SMARTFEEDS_ADMINS) admins = env.SMARTFEEDS_ADMINS.split(',').map((a) => a.trim()).filter(Boolean);
+  else if (file.admins !== undefined) {
+    if (!Array.isArray(file.admins) || !file.admins.every((a) => typeof a === 'string')) throw new ConfigError('admins must be a list of JIDs');
+    admins = file.admins as string[];
+  }
+  const service = text('service', pick(flags.service, 'SMARTFEEDS_SERVICE', 'service') ?? DEFAULTS.service);
+  if (!/^xmpp:\/\/[^/:]+:\d+$/.test(service)) throw new ConfigError(`service must look like xmpp://HOST:PORT, not ${service}`);
+  const logLevel = String(pick(flags['log-level'], 'SMARTFEEDS_LOG_LEVEL', 'log-level') ?? DEFAULTS.logLevel);
+  if (!isLevel(logLevel)) throw new ConfigError(`log level must be debug, info, warn or error, not ${logLevel}`);
+  const limit = (flag: unknown, envName: string, key: string, fallback: number) => {
+    const v = pick(flag, envName, key);
+    return v === undefined ? fallback : positive(key, v);
+  };
+  const limits: Limits = {
+    maxPayloadBytes: limit(flags['max-payload-bytes'], 'SMARTFEEDS_MAX_PAYLOAD_BYTES', 'max-payload-bytes', DEFAULT_LIMITS.maxPayloadBytes),
+    maxPageItems: limit(flags['page-items'], 'SMARTFEEDS_PAGE_ITEMS', 'page-items', DEFAULT_LIMITS.maxPageItems),
+    defaultPageItems: limit(flags['default-page-items'], 'SMARTFEEDS_DEFAULT_PAGE_ITEMS', 'default-page-items', DEFAULT_LIMITS.defaultPageItems),
+    maxPageBytes: limit(flags['page-bytes'], 'SMARTFEEDS_PAGE_BYTES', 'page-bytes', DEFAULT_LIMITS.maxPageBytes),
+  };
+  const syncRaw = pick(flags.sync, 'SMARTFEEDS_SYNC', 'sync');
+  return {
+    service,
+    domain: text('domain', pick(flags.domain, 'SMARTFEEDS_DOMAIN', 'domain') ?? DEFAULTS.domain),
+    secret: text('secret', secret),
+    data: text('data', pick(flags.data, 'SMARTFEEDS_DATA', 'data') ?? DEFAULTS.data),
+    admins,
+    logLevel,
+    limits,
+    sync: syncRaw === true || syncRaw === '1' || syncRaw === 'true',
+  };
+}

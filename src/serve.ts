@@ -1,0 +1,26 @@
+import { FeedEngine } from './feed/engine.ts';
+import type { Config } from './config.ts';
+import { createLog } from './log.ts';
+import { PubsubComponent } from './xmpp/service.ts';
+
+/** Runs the component until SIGTERM/SIGINT; resolves with the exit code. */
+export async function serve(config: Config): Promise<number> {
+  const log = createLog(config.logLevel);
+  const engine = await FeedEngine.open(config.data, { limits: config.limits, sync: config.sync });
+  const pubsub = new PubsubComponent(
+    engine,
+    { service: config.service, domain: config.domain, secret: config.secret, admins: config.admins },
+    log,
+  );
+  log.info('starting', { service: config.service, domain: config.domain, data: config.data, admins: config.admins });
+  await pubsub.start();
+  const signal = await new Promise<NodeJS.Signals>((resolve) => {
+    process.once('SIGTERM', () => resolve('SIGTERM'));
+    process.once('SIGINT', () => resolve('SIGINT'));
+  });
+  log.info('stopping', { signal });
+  await pubsub.stop();
+  await engine.close();
+  log.info('stopped');
+  return 0;
+}

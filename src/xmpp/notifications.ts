@@ -1,0 +1,125 @@
+import { escapeXML } from 'ltx';
+import type { FeedEngine } from '../feed/engine.ts';
+import type { Order } from '../feed/feedName.ts';
+import type { Change, Subscription } from '../feed/model.ts';
+import type { Log } from '../log.ts';
+import { NS } from './namespaces.ts';
+import { shimHeaders } from './shim.ts';
+
+/** Where notifications are written: the component stream, with its backpressure. */
+export interface Outlet {
+  /** Writes one stanza's XML; false when the connection is down (the stanza is dropped). */
+  write(xml: string): boolean;
+  /** Resolves when the connection can take more (or is gone). */
+  drained(): Promise<void>;
+  /** The service JID notifications come from. */
+  from: string;
+}
+
+/** The id of a notification names the feed it was for, so that a bounce can end that subscription. */
+export function notificationId(sub: Pick<Subscription, 'node' | 'order'>, serial: number): string {
+  return `sf.${sub.order === 'created' ? 'c' : 'm'}.${serial.toString(36)}.${Buffer.from(sub.node, 'utf8').toString('base64url')}`;
+}
+
+export function parseNotificationId(id: string): { node: string; order: Order } | undefined {
+  const m = /^sf\.([cm])\.[0-9a-z]+\.([A-Za-z0-9_-]+)$/.exec(id);
+  if (!m) return undefined;
+  return { order: m[1] === 'c' ? 'created' : 'modified', node: Buffer.from(m[2] as string, 'base64url').toString('utf8') };
+}
+
+/** The inner part of a notification for one feed name (everything but the message wrapper). */
+function body(change: Change, feedName: string, order: Order): string {
+  const { item } = change;
+  const pos = change.feeds[order];
+  const node = escapeXML(feedName);
+  let items: string;
+  if (change.kind === 'retract') {
+    items = `<retract id='${escapeXML(item.id)}'/>`;
+  } else {
+    const publisher = item.publisher === undefined ? '' : ` publisher='${escapeXML(item.publisher)}'`;
+    items = `<item id='${escapeXML(item.id)}'${publisher}>${item.entry}</item>`;
+  }
+  return (
+    `<event xmlns='${NS.pubsubEvent}'><items node='${node}'>${items}</items></event>` +
+    shimHeaders({ TotalItems: change.total, PreviousCursor: pos.previous, LastCursor: pos.cursor })
+  );
+}
+
+/**
+ * Turns committed changes into headline messages, one per subscription that must hear of it,
+ * in commit order. The queue of changes is bounded: `ready()` lets writers wait while the
+ * connection is slow, so memory stays bounded whatever the number of subscribers.
+ */
+export class Notifier {
+  private readonly queue: Change[] = [];
+  private running = false;
+  private serial = 0;
+  private waiters: (() => void)[] = [];
+  private idle: (() => void)[] = [];
+
+  constructor(
+    private readonly engine: FeedEngine,
+    private readonly outlet: Outlet,
+    private readonly log: Log,
+    private readonly maxQueued = 64,
+  ) {}
+
+  /** Takes a committed change (called by the engine's change stream). */
+  enqueue(change: Change): void {
+    if (!change.changed) return;
+    this.queue.push(change);
+    if (!this.running) void this.run();
+  }
+
+  /** Resolves when the queue has room: writers wait here before writing more. */
+  ready(): Promise<void> {
+    if (this.queue.length < this.maxQueued) return Promise.resolve();
+    return new Promise((resolve) => this.waiters.push(resolve));
+  }
+
+  /** Resolves when every queued change has been handed to the connection. */
+  flushed(): Promise<void> {
+    if (!this.running && this.queue.length === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idle.push(resolve));
+  }
+
+  private async run(): Promise<void> {
+    this.running = true;
+    try {
+      while (this.queue.length > 0) {
+        const change = this.queue[0] as Change;
+        try {
+          await this.deliver(change);
+        } catch (e) {
+          this.log.error('notification failed', { node: change.node, item: change.item.id, error: String(e) });
+        }
+        this.queue.shift();
+        if (this.queue.length < this.maxQueued) {
+          for (const w of this.waiters.splice(0)) w();
+        }
+      }
+    } finally {
+      this.running = false;
+      for (const w of this.idle.splice(0)) w();
+      for (const w of this.waiters.splice(0)) w();
+    }
+  }
+
+  private async deliver(change: Change): Promise<void> {
+    const subs = await this.engine.subscriptionsOf(change.node);
+    const bodies = new Map<string, string>();
+    const from = escapeXML(this.outlet.from);
+    for (const sub of subs) {
+      if (!change.feeds[sub.order].notify) continue;
+      let inner = bodies.get(sub.feed + '\u0000' + sub.order);
+      if (inner === undefined) {
+        inner = body(change, sub.feed, sub.order);
+        bodies.set(sub.feed + '\u0000' + sub.order, inner);
+      }
+      const id = notificationId(sub, this.serial++);
+      const stanza = `<message type='headline' from='${from}' to='${escapeXML(sub.jid)}' id='${id}'>${inner}</message>`;
+      if (!this.outlet.write(stanza)) return;
+      await this.outlet.drained();
+    }
+  }
+}

@@ -1,0 +1,151 @@
+import { once } from 'node:events';
+import { component, type Component } from '@xmpp/component';
+import jid from '@xmpp/jid';
+import type { IqContext } from '@xmpp/connection';
+import type { Element } from 'ltx';
+import type { FeedEngine } from '../feed/engine.ts';
+import type { Log } from '../log.ts';
+import { type BackoffOptions, DEFAULT_BACKOFF, Reconnector } from './connection.ts';
+import { discoInfo, discoItems } from './disco.ts';
+import { errorElement, errors, toStanzaError } from './errors.ts';
+import { NS } from './namespaces.ts';
+import { Notifier, type Outlet, parseNotificationId } from './notifications.ts';
+import { ownerHandler, pubsubHandler } from './pubsub.ts';
+import type { Handler, Service } from './request.ts';
+
+export interface ComponentOptions {
+  /** `xmpp://HOST:PORT` of the server's component port. */
+  service: string;
+  domain: string;
+  secret: string;
+  admins: readonly string[];
+  backoff?: BackoffOptions;
+}
+
+/** The IQ routes: (type, namespace, element) → handler. */
+const IQ_ROUTES: [type: 'get' | 'set', ns: string, name: string, handler: Handler][] = [
+  ['get', NS.discoInfo, 'query', discoInfo],
+  ['get', NS.discoItems, 'query', discoItems],
+  ['get', NS.pubsub, 'pubsub', pubsubHandler('get')],
+  ['set', NS.pubsub, 'pubsub', pubsubHandler('set')],
+  ['get', NS.pubsubOwner, 'pubsub', ownerHandler],
+  ['set', NS.pubsubOwner, 'pubsub', ownerHandler],
+];
+
+/**
+ * The XEP-0114 component serving the engine's feeds as XEP-0060 nodes: routes requests,
+ * notifies subscribers, ends subscriptions whose notifications bounce, and shuts down cleanly.
+ */
+export class PubsubComponent {
+  readonly xmpp: Component;
+  readonly notifier: Notifier;
+  private readonly reconnector: Reconnector;
+  private readonly service: Service;
+  private inFlight = 0;
+  private stopping = false;
+  private settled: (() => void)[] = [];
+  private readonly unlisten: () => void;
+
+  constructor(
+    private readonly engine: FeedEngine,
+    options: ComponentOptions,
+    private readonly log: Log,
+  ) {
+    this.xmpp = component({ service: options.service, domain: options.domain, password: options.secret });
+    this.xmpp.on('error', (e) => log.warn('xmpp error', { error: e.message }));
+    this.xmpp.on('online', () => log.info('online', { domain: options.domain, service: options.service }));
+    this.xmpp.on('offline', () => log.info('offline'));
+    this.reconnector = new Reconnector(this.xmpp, log, options.backoff ?? DEFAULT_BACKOFF);
+    this.notifier = new Notifier(engine, this.outlet(options.domain), log);
+    this.service = {
+      engine,
+      domain: options.domain,
+      admins: new Set(options.admins.map((a) => jid(a).bare().toString())),
+      notifier: this.notifier,
+      log,
+    };
+    this.unlisten = engine.onChange((change) => this.notifier.enqueue(change));
+    for (const [type, ns, name, handler] of IQ_ROUTES) {
+      this.xmpp.iqCallee[type](ns, name, (ctx) => this.handle(handler, ctx));
+    }
+    (this.xmpp as unknown as { middleware: { use(fn: (ctx: IqContext, next: () => Promise<unknown>) => unknown): void } }).middleware.use(
+      (ctx, next) => {
+        if (ctx.stanza.name === 'message' && ctx.type === 'error') return this.bounced(ctx.stanza);
+        return next();
+      },
+    );
+  }
+
+  private outlet(domain: string): Outlet {
+    const xmpp = this.xmpp as unknown as { socket: import('node:net').Socket | null; status: string };
+    return {
+      from: domain,
+      write(text) {
+        const socket = xmpp.socket;
+        if (!socket || xmpp.status !== 'online') return false;
+        socket.write(text);
+        return true;
+      },
+      async drained() {
+        const socket = xmpp.socket;
+        if (socket?.writableNeedDrain) await Promise.race([once(socket, 'drain'), once(socket, 'close')]);
+      },
+    };
+  }
+
+  /** Runs one handler, turning every failure into the exact error reply. */
+  private async handle(handler: Handler, ctx: IqContext): Promise<Element | true> {
+    if (this.stopping) return errorElement(errors.serviceUnavailable('the service is shutting down'));
+    const from = ctx.stanza.attrs.from;
+    let bare: string;
+    try {
+      if (!from) throw new Error('no from');
+      bare = jid(from).bare().toString();
+    } catch {
+      return errorElement(errors.badRequest('the request has no valid sender'));
+    }
+    this.inFlight += 1;
+    try {
+      // xmpp.js answers a falsy reply with service-unavailable; `true` is an empty result.
+      return (await handler(this.service, { from: from as string, bare, stanza: ctx.stanza, element: ctx.element })) ?? true;
+    } catch (e) {
+      const err = toStanzaError(e);
+      if (err.condition === 'internal-server-error') this.log.error('request failed', { error: String(e), stack: (e as Error).stack });
+      return errorElement(err);
+    } finally {
+      this.inFlight -= 1;
+      if (this.inFlight === 0) for (const s of this.settled.splice(0)) s();
+    }
+  }
+
+  /** A notification bounced with a `cancel` error ends the subscription it was sent for. */
+  private async bounced(stanza: Element): Promise<void> {
+    const error = stanza.getChild('error');
+    if (error?.attrs.type !== 'cancel') return;
+    const target = parseNotificationId(stanza.attrs.id ?? '');
+    const from = stanza.attrs.from;
+    if (!target || !from) return;
+    try {
+      const who = jid(from);
+      const feed = target.order === 'created' ? `${target.node}?order=created` : target.node;
+      await this.engine.unsubscribe(feed, who.toString(), who.bare().toString());
+      this.log.info('subscription ended by a bounce', { node: target.node, order: target.order, jid: from });
+    } catch {
+      // Already gone, or the node was deleted: nothing to end.
+    }
+  }
+
+  async start(): Promise<void> {
+    await this.reconnector.start();
+  }
+
+  /** Stops taking requests, lets those in flight finish, sends queued notifications, closes the stream. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    if (this.inFlight > 0) await new Promise<void>((resolve) => this.settled.push(resolve));
+    await this.notifier.flushed();
+    this.unlisten();
+    this.reconnector.stop();
+    if (this.xmpp.status !== 'offline') await this.xmpp.stop().catch(() => undefined);
+  }
+}
