@@ -97,7 +97,9 @@ declare module '@xmpp/connection' {
     type: string;
   }
   /** Return the result payload, `true` for an empty result (undefined is answered service-unavailable); return <error/> for an error. */
-  export type IqHandler = (ctx: IqContext) => Element | true | undefined | Promise<Element | true | undefined>;
+  export type IqHandler = (
+    ctx: IqContext,
+  ) => Element | true | undefined | Promise<Element | true | undefined>;
 
   export interface Entity {
     status: Status;

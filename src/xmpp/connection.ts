@@ -11,7 +11,11 @@ export interface BackoffOptions {
 export const DEFAULT_BACKOFF: BackoffOptions = { initialMs: 250, maxMs: 30_000 };
 
 /** Exponential backoff with full jitter: a random delay up to min(max, initial × 2^attempt). */
-export function backoffDelay(attempt: number, options: BackoffOptions, random: () => number = Math.random): number {
+export function backoffDelay(
+  attempt: number,
+  options: BackoffOptions,
+  random: () => number = Math.random,
+): number {
   const ceiling = Math.min(options.maxMs, options.initialMs * 2 ** Math.min(attempt, 30));
   return Math.max(options.initialMs / 2, Math.round(ceiling * random()));
 }

@@ -46,7 +46,12 @@ const features = (list: readonly string[]) => list.map((f) => xml('feature', { v
 export const discoInfo: Handler = async ({ engine }, req) => {
   const node = req.element.attrs.node;
   if (node === undefined) {
-    return query(NS.discoInfo, undefined, xml('identity', { category: 'pubsub', type: 'service', name: 'Smart Feeds' }), ...features(SERVICE_FEATURES));
+    return query(
+      NS.discoInfo,
+      undefined,
+      xml('identity', { category: 'pubsub', type: 'service', name: 'Smart Feeds' }),
+      ...features(SERVICE_FEATURES),
+    );
   }
   if (node === NS.shim) {
     return query(NS.discoInfo, node, ...features(SHIM_HEADERS.map((h) => `${NS.shim}#${h}`)));

@@ -49,10 +49,17 @@ export const errors = {
   forbidden: (text: string) => new StanzaError('auth', 'forbidden', undefined, text),
   itemNotFound: (text: string) => new StanzaError('cancel', 'item-not-found', undefined, text),
   invalidJid: (text: string) => new StanzaError('modify', 'bad-request', 'invalid-jid', text),
-  nodeIdRequired: () => new StanzaError('modify', 'bad-request', 'nodeid-required', 'the node attribute is required'),
+  nodeIdRequired: () =>
+    new StanzaError('modify', 'bad-request', 'nodeid-required', 'the node attribute is required'),
   itemRequired: () => new StanzaError('modify', 'bad-request', 'item-required', 'an item is required'),
   unsupported: (feature: string, text?: string) =>
-    new StanzaError('cancel', 'feature-not-implemented', 'unsupported', text ?? `${feature} is not supported`, feature),
+    new StanzaError(
+      'cancel',
+      'feature-not-implemented',
+      'unsupported',
+      text ?? `${feature} is not supported`,
+      feature,
+    ),
   notImplemented: (text: string) => new StanzaError('cancel', 'feature-not-implemented', undefined, text),
   serviceUnavailable: (text: string) => new StanzaError('cancel', 'service-unavailable', undefined, text),
   resourceConstraint: (text: string) => new StanzaError('wait', 'resource-constraint', undefined, text),

@@ -12,6 +12,8 @@ export interface Outlet {
   write(xml: string): boolean;
   /** Resolves when the connection can take more (or is gone). */
   drained(): Promise<void>;
+  /** Bytes written but not yet taken by the operating system. */
+  buffered(): number;
   /** The service JID notifications come from. */
   from: string;
 }
@@ -24,7 +26,10 @@ export function notificationId(sub: Pick<Subscription, 'node' | 'order'>, serial
 export function parseNotificationId(id: string): { node: string; order: Order } | undefined {
   const m = /^sf\.([cm])\.[0-9a-z]+\.([A-Za-z0-9_-]+)$/.exec(id);
   if (!m) return undefined;
-  return { order: m[1] === 'c' ? 'created' : 'modified', node: Buffer.from(m[2] as string, 'base64url').toString('utf8') };
+  return {
+    order: m[1] === 'c' ? 'created' : 'modified',
+    node: Buffer.from(m[2] as string, 'base64url').toString('utf8'),
+  };
 }
 
 /** The inner part of a notification for one feed name (everything but the message wrapper). */
@@ -56,6 +61,8 @@ export class Notifier {
   private serial = 0;
   private waiters: (() => void)[] = [];
   private idle: (() => void)[] = [];
+  /** What the fan-out has done, for tests and benchmarks. */
+  readonly stats = { sent: 0, dropped: 0, maxQueued: 0, maxBuffered: 0 };
 
   constructor(
     private readonly engine: FeedEngine,
@@ -68,6 +75,7 @@ export class Notifier {
   enqueue(change: Change): void {
     if (!change.changed) return;
     this.queue.push(change);
+    this.stats.maxQueued = Math.max(this.stats.maxQueued, this.queue.length);
     if (!this.running) void this.run();
   }
 
@@ -91,7 +99,11 @@ export class Notifier {
         try {
           await this.deliver(change);
         } catch (e) {
-          this.log.error('notification failed', { node: change.node, item: change.item.id, error: String(e) });
+          this.log.error('notification failed', {
+            node: change.node,
+            item: change.item.id,
+            error: String(e),
+          });
         }
         this.queue.shift();
         if (this.queue.length < this.maxQueued) {
@@ -118,7 +130,12 @@ export class Notifier {
       }
       const id = notificationId(sub, this.serial++);
       const stanza = `<message type='headline' from='${from}' to='${escapeXML(sub.jid)}' id='${id}'>${inner}</message>`;
-      if (!this.outlet.write(stanza)) return;
+      if (!this.outlet.write(stanza)) {
+        this.stats.dropped += 1;
+        continue;
+      }
+      this.stats.sent += 1;
+      this.stats.maxBuffered = Math.max(this.stats.maxBuffered, this.outlet.buffered());
       await this.outlet.drained();
     }
   }

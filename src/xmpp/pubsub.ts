@@ -1,7 +1,7 @@
+import { randomUUID } from 'node:crypto';
 import jid from '@xmpp/jid';
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { randomUUID } from 'node:crypto';
 import { readAtomElement } from '../feed/atom.ts';
 import { type FeedName, parseFeedName } from '../feed/feedName.ts';
 import type { Item, ReadQuery } from '../feed/model.ts';
@@ -16,7 +16,8 @@ const MODIFIERS = new Set(['set', 'options', 'publish-options', 'configure']);
 
 function verbOf(pubsub: Element): Element {
   const verbs = pubsub.getChildElements().filter((c) => !(MODIFIERS.has(c.name) && isModifier(c)));
-  if (verbs.length !== 1) throw errors.badRequest(`<pubsub> must hold exactly one request, not ${verbs.length}`);
+  if (verbs.length !== 1)
+    throw errors.badRequest(`<pubsub> must hold exactly one request, not ${verbs.length}`);
   return verbs[0] as Element;
 }
 
@@ -59,7 +60,8 @@ function parseJid(text: string | undefined): { full: string; bare: string } {
 
 function positiveCount(text: string | undefined, what: string): number | undefined {
   if (text === undefined) return undefined;
-  if (!/^\d{1,15}$/.test(text)) throw errors.badRequest(`${what} must be a whole number, not ${JSON.stringify(text)}`);
+  if (!/^\d{1,15}$/.test(text))
+    throw errors.badRequest(`${what} must be a whole number, not ${JSON.stringify(text)}`);
   return Number(text);
 }
 
@@ -108,7 +110,10 @@ const publish: Handler = async (service, req) => {
   const item = its[0] as Element;
   const payloads = item.getChildElements();
   if (payloads.length !== 1) {
-    throw errors.badRequest(`an item holds exactly one Atom entry, not ${payloads.length} elements`, 'invalid-payload');
+    throw errors.badRequest(
+      `an item holds exactly one Atom entry, not ${payloads.length} elements`,
+      'invalid-payload',
+    );
   }
   const entry = payloads[0] as Element;
   readAtomElement(entry);
@@ -121,7 +126,11 @@ const publish: Handler = async (service, req) => {
     { id, entry: entry.toString(), publisher: req.bare },
     { autoCreate: true },
   );
-  return xml('pubsub', { xmlns: NS.pubsub }, xml('publish', { node: feed.requested }, xml('item', { id: change.item.id })));
+  return xml(
+    'pubsub',
+    { xmlns: NS.pubsub },
+    xml('publish', { node: feed.requested }, xml('item', { id: change.item.id })),
+  );
 };
 
 const retract: Handler = async (service, req) => {
@@ -161,7 +170,7 @@ const unsubscribe: Handler = async ({ engine }, req) => {
   const verb = verbOf(req.element);
   const feed = requireNode(verb);
   const who = parseJid(verb.attrs.jid);
-  if (who.bare !== req.bare) throw errors.forbidden("you may not unsubscribe someone else");
+  if (who.bare !== req.bare) throw errors.forbidden('you may not unsubscribe someone else');
   const subid = verb.attrs.subid ? verb.attrs.subid : undefined;
   await engine.unsubscribe(feed.requested, who.full, who.bare, subid);
   return undefined;
@@ -174,7 +183,9 @@ const subscriptions: Handler = async ({ engine }, req) => {
   if (verb.attrs.node) attrs.node = verb.attrs.node;
   const list = xml('subscriptions', attrs);
   for (const s of await engine.subscriptionsFor(req.bare, node)) {
-    list.append(xml('subscription', { node: s.feed, jid: s.jid, subid: s.subid, subscription: 'subscribed' }));
+    list.append(
+      xml('subscription', { node: s.feed, jid: s.jid, subid: s.subid, subscription: 'subscribed' }),
+    );
   }
   return xml('pubsub', { xmlns: NS.pubsub }, list);
 };

@@ -1,7 +1,7 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { parseMax } from '../feed/query.ts';
 import type { Page } from '../feed/model.ts';
+import { parseMax } from '../feed/query.ts';
 import { errors } from './errors.ts';
 import { NS } from './namespaces.ts';
 

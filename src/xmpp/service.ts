@@ -1,7 +1,6 @@
-import { once } from 'node:events';
-import { component, type Component } from '@xmpp/component';
-import jid from '@xmpp/jid';
+import { type Component, component } from '@xmpp/component';
 import type { IqContext } from '@xmpp/connection';
+import jid from '@xmpp/jid';
 import type { Element } from 'ltx';
 import type { FeedEngine } from '../feed/engine.ts';
 import type { Log } from '../log.ts';
@@ -55,6 +54,11 @@ export class PubsubComponent {
     this.xmpp.on('error', (e) => log.warn('xmpp error', { error: e.message }));
     this.xmpp.on('online', () => log.info('online', { domain: options.domain, service: options.service }));
     this.xmpp.on('offline', () => log.info('offline'));
+    // Many small stanzas in a row: without TCP_NODELAY, Nagle and delayed ACKs stall each burst.
+    this.xmpp.on('status', (status) => {
+      if (status === 'connect')
+        (this.xmpp as unknown as { socket: import('node:net').Socket | null }).socket?.setNoDelay(true);
+    });
     this.reconnector = new Reconnector(this.xmpp, log, options.backoff ?? DEFAULT_BACKOFF);
     this.notifier = new Notifier(engine, this.outlet(options.domain), log);
     this.service = {
@@ -68,12 +72,14 @@ export class PubsubComponent {
     for (const [type, ns, name, handler] of IQ_ROUTES) {
       this.xmpp.iqCallee[type](ns, name, (ctx) => this.handle(handler, ctx));
     }
-    (this.xmpp as unknown as { middleware: { use(fn: (ctx: IqContext, next: () => Promise<unknown>) => unknown): void } }).middleware.use(
-      (ctx, next) => {
-        if (ctx.stanza.name === 'message' && ctx.type === 'error') return this.bounced(ctx.stanza);
-        return next();
-      },
-    );
+    (
+      this.xmpp as unknown as {
+        middleware: { use(fn: (ctx: IqContext, next: () => Promise<unknown>) => unknown): void };
+      }
+    ).middleware.use((ctx, next) => {
+      if (ctx.stanza.name === 'message' && ctx.type === 'error') return this.bounced(ctx.stanza);
+      return next();
+    });
   }
 
   private outlet(domain: string): Outlet {
@@ -86,9 +92,21 @@ export class PubsubComponent {
         socket.write(text);
         return true;
       },
-      async drained() {
+      buffered() {
+        return xmpp.socket?.writableLength ?? 0;
+      },
+      drained() {
         const socket = xmpp.socket;
-        if (socket?.writableNeedDrain) await Promise.race([once(socket, 'drain'), once(socket, 'close')]);
+        if (!socket?.writableNeedDrain) return Promise.resolve();
+        return new Promise<void>((resolve) => {
+          const done = () => {
+            socket.off('drain', done);
+            socket.off('close', done);
+            resolve();
+          };
+          socket.on('drain', done);
+          socket.on('close', done);
+        });
       },
     };
   }
@@ -107,10 +125,18 @@ export class PubsubComponent {
     this.inFlight += 1;
     try {
       // xmpp.js answers a falsy reply with service-unavailable; `true` is an empty result.
-      return (await handler(this.service, { from: from as string, bare, stanza: ctx.stanza, element: ctx.element })) ?? true;
+      return (
+        (await handler(this.service, {
+          from: from as string,
+          bare,
+          stanza: ctx.stanza,
+          element: ctx.element,
+        })) ?? true
+      );
     } catch (e) {
       const err = toStanzaError(e);
-      if (err.condition === 'internal-server-error') this.log.error('request failed', { error: String(e), stack: (e as Error).stack });
+      if (err.condition === 'internal-server-error')
+        this.log.error('request failed', { error: String(e), stack: (e as Error).stack });
       return errorElement(err);
     } finally {
       this.inFlight -= 1;

@@ -58,7 +58,10 @@ describe('discovery', () => {
 
   it('lists the SHIM headers on the shim node', async () => {
     const reply = await alice.iq('get', xml('query', { xmlns: NS.info, node: NS.shim }));
-    const features = reply.getChild('query', NS.info)?.getChildren('feature').map((f) => f.attrs.var);
+    const features = reply
+      .getChild('query', NS.info)
+      ?.getChildren('feature')
+      .map((f) => f.attrs.var);
     expect(features).toEqual([`${NS.shim}#TotalItems`, `${NS.shim}#PreviousCursor`, `${NS.shim}#LastCursor`]);
   });
 
@@ -70,7 +73,11 @@ describe('discovery', () => {
     expect(q?.getChild('identity')?.attrs).toMatchObject({ category: 'pubsub', type: 'leaf' });
     const forms = q?.getChildren('x', 'jabber:x:data') ?? [];
     const field = (form: (typeof forms)[number] | undefined, name: string) =>
-      form?.getChildren('field').find((f) => f.attrs.var === name)?.getChildren('value').map((v) => v.getText());
+      form
+        ?.getChildren('field')
+        .find((f) => f.attrs.var === name)
+        ?.getChildren('value')
+        .map((v) => v.getText());
     const meta = forms.find((f) => field(f, 'FORM_TYPE')?.[0] === `${NS.pubsub}#meta-data`);
     expect(field(meta, 'pubsub#max_items')).toEqual(['max']);
     const feed = forms.find((f) => field(f, 'FORM_TYPE')?.[0] !== `${NS.pubsub}#meta-data`);
@@ -80,11 +87,19 @@ describe('discovery', () => {
     expect(field(feed, 'total_items')).toEqual(['2']);
 
     const nodes = await alice.iq('get', xml('query', { xmlns: NS.items }));
-    const names = nodes.getChild('query', NS.items)?.getChildren('item').map((i) => i.attrs.node);
+    const names = nodes
+      .getChild('query', NS.items)
+      ?.getChildren('item')
+      .map((i) => i.attrs.node);
     expect(names).toContain('disco-node');
 
     const its = await alice.iq('get', xml('query', { xmlns: NS.items, node: 'disco-node' }));
-    expect(its.getChild('query', NS.items)?.getChildren('item').map((i) => i.attrs.name)).toEqual(['a', 'b']);
+    expect(
+      its
+        .getChild('query', NS.items)
+        ?.getChildren('item')
+        .map((i) => i.attrs.name),
+    ).toEqual(['a', 'b']);
   });
 
   it('answers item-not-found for an unknown node', async () => {
@@ -104,7 +119,10 @@ describe('publish and retrieve', () => {
     expect(modified.ids).toEqual([generated, 'two', 'one']);
     const created = itemsOf(await alice.iq('get', pubsub(xml('items', { node: 'pr?order=created' }))));
     expect(created.ids).toEqual(['one', generated, 'two']);
-    const reply = await alice.iq('get', pubsub(xml('items', { node: 'pr' }, xml('item', { id: 'one' }), xml('item', { id: 'nope' }))));
+    const reply = await alice.iq(
+      'get',
+      pubsub(xml('items', { node: 'pr' }, xml('item', { id: 'one' }), xml('item', { id: 'nope' }))),
+    );
     const items = reply.getChild('pubsub', NS.pubsub)?.getChild('items')?.getChildren('item') ?? [];
     expect(items.map((i) => i.attrs.id)).toEqual(['one']);
     expect(items[0]?.getChild('entry', NS.atom)?.getChildText('title')).toBe('updated');
@@ -139,10 +157,18 @@ describe('publish and retrieve', () => {
   it('lets an admin create nodes, and refuses others', async () => {
     const created = await admin.iq('set', pubsub(xml('create', { node: 'made' })));
     expect(created.attrs.type).toBe('result');
-    expect(errorOf(await admin.iq('set', pubsub(xml('create', { node: 'made' }))))).toEqual(['cancel', 'conflict', undefined]);
+    expect(errorOf(await admin.iq('set', pubsub(xml('create', { node: 'made' }))))).toEqual([
+      'cancel',
+      'conflict',
+      undefined,
+    ]);
     const instant = await admin.iq('set', pubsub(xml('create')));
     expect(instant.getChild('pubsub', NS.pubsub)?.getChild('create')?.attrs.node).toMatch(/.+/);
-    expect(errorOf(await alice.iq('set', pubsub(xml('create', { node: 'mine' }))))).toEqual(['auth', 'forbidden', undefined]);
+    expect(errorOf(await alice.iq('set', pubsub(xml('create', { node: 'mine' }))))).toEqual([
+      'auth',
+      'forbidden',
+      undefined,
+    ]);
   });
 });
 
@@ -152,31 +178,131 @@ describe('errors', () => {
     const cases: [User, 'get' | 'set', ReturnType<typeof pubsub>, [string, string, string | undefined]][] = [
       [alice, 'get', pubsub(xml('items', { node: 'missing' })), ['cancel', 'item-not-found', undefined]],
       [alice, 'get', pubsub(xml('items')), ['modify', 'bad-request', 'nodeid-required']],
-      [alice, 'get', pubsub(xml('items', { node: 'err?order=sideways' })), ['modify', 'bad-request', undefined]],
+      [
+        alice,
+        'get',
+        pubsub(xml('items', { node: 'err?order=sideways' })),
+        ['modify', 'bad-request', undefined],
+      ],
       [alice, 'get', pubsub(xml('items', { node: 'err?colour=red' })), ['modify', 'bad-request', undefined]],
       [alice, 'get', pubsub(xml('items', { node: 'x'.repeat(1025) })), ['modify', 'bad-request', undefined]],
-      [alice, 'get', pubsub(xml('items', { node: 'err' }), rsm({ after: 'garbage' })), ['modify', 'bad-request', undefined]],
-      [alice, 'get', pubsub(xml('items', { node: 'err' }), rsm({ after: 'cursor:1_2' })), ['modify', 'bad-request', undefined]],
-      [alice, 'get', pubsub(xml('items', { node: 'err' }), rsm({ after: 'id:unknown' })), ['cancel', 'item-not-found', undefined]],
-      [alice, 'get', pubsub(xml('items', { node: 'err' }), rsm({ max: -1 })), ['modify', 'bad-request', undefined]],
-      [alice, 'get', pubsub(xml('items', { node: 'err' }), rsm({ max: 'ten' })), ['modify', 'bad-request', undefined]],
-      [alice, 'get', pubsub(xml('items', { node: 'err' }), rsm({ index: 3 })), ['cancel', 'feature-not-implemented', undefined]],
+      [
+        alice,
+        'get',
+        pubsub(xml('items', { node: 'err' }), rsm({ after: 'garbage' })),
+        ['modify', 'bad-request', undefined],
+      ],
+      [
+        alice,
+        'get',
+        pubsub(xml('items', { node: 'err' }), rsm({ after: 'cursor:1_2' })),
+        ['modify', 'bad-request', undefined],
+      ],
+      [
+        alice,
+        'get',
+        pubsub(xml('items', { node: 'err' }), rsm({ after: 'id:unknown' })),
+        ['cancel', 'item-not-found', undefined],
+      ],
+      [
+        alice,
+        'get',
+        pubsub(xml('items', { node: 'err' }), rsm({ max: -1 })),
+        ['modify', 'bad-request', undefined],
+      ],
+      [
+        alice,
+        'get',
+        pubsub(xml('items', { node: 'err' }), rsm({ max: 'ten' })),
+        ['modify', 'bad-request', undefined],
+      ],
+      [
+        alice,
+        'get',
+        pubsub(xml('items', { node: 'err' }), rsm({ index: 3 })),
+        ['cancel', 'feature-not-implemented', undefined],
+      ],
       [alice, 'set', publishIq('err', 'y'), ['auth', 'forbidden', undefined]],
-      [admin, 'set', publishIq('err', 'y', xml('body', { xmlns: 'urn:other' })), ['modify', 'bad-request', 'invalid-payload']],
-      [admin, 'set', pubsub(xml('publish', { node: 'err' }, xml('item', { id: 'z' }))), ['modify', 'bad-request', 'invalid-payload']],
+      [
+        admin,
+        'set',
+        publishIq('err', 'y', xml('body', { xmlns: 'urn:other' })),
+        ['modify', 'bad-request', 'invalid-payload'],
+      ],
+      [
+        admin,
+        'set',
+        pubsub(xml('publish', { node: 'err' }, xml('item', { id: 'z' }))),
+        ['modify', 'bad-request', 'invalid-payload'],
+      ],
       [admin, 'set', pubsub(xml('publish', { node: 'err' })), ['modify', 'bad-request', 'item-required']],
-      [admin, 'set', publishIq('err', 'big', entry('big', 'x'.repeat(5000))), ['modify', 'not-acceptable', 'payload-too-big']],
+      [
+        admin,
+        'set',
+        publishIq('err', 'big', entry('big', 'x'.repeat(5000))),
+        ['modify', 'not-acceptable', 'payload-too-big'],
+      ],
       [alice, 'set', publishIq('missing-node-for-alice', 'y'), ['auth', 'forbidden', undefined]],
-      [alice, 'set', pubsub(xml('retract', { node: 'err' }, xml('item', { id: 'x' }))), ['auth', 'forbidden', undefined]],
-      [admin, 'set', pubsub(xml('retract', { node: 'err' }, xml('item', { id: 'unknown' }))), ['cancel', 'item-not-found', undefined]],
-      [admin, 'set', pubsub(xml('retract', { node: 'missing' }, xml('item', { id: 'x' }))), ['cancel', 'item-not-found', undefined]],
-      [alice, 'set', pubsub(xml('subscribe', { node: 'err', jid: 'bob@localhost' })), ['modify', 'bad-request', 'invalid-jid']],
-      [alice, 'set', pubsub(xml('subscribe', { node: 'err', jid: '@@bad' })), ['modify', 'bad-request', 'invalid-jid']],
-      [alice, 'set', pubsub(xml('subscribe', { node: 'missing', jid: 'alice@localhost' })), ['cancel', 'item-not-found', undefined]],
-      [alice, 'set', pubsub(xml('unsubscribe', { node: 'err', jid: 'alice@localhost' })), ['cancel', 'unexpected-request', 'not-subscribed']],
-      [alice, 'set', pubsub(xml('unsubscribe', { node: 'err', jid: 'bob@localhost' })), ['auth', 'forbidden', undefined]],
-      [alice, 'get', pubsub(xml('items', { node: 'err' }), xml('items', { node: 'err' })), ['modify', 'bad-request', undefined]],
-      [alice, 'set', xml('pubsub', { xmlns: NS.owner }, xml('configure', { node: 'err' })), ['cancel', 'feature-not-implemented', 'unsupported']],
+      [
+        alice,
+        'set',
+        pubsub(xml('retract', { node: 'err' }, xml('item', { id: 'x' }))),
+        ['auth', 'forbidden', undefined],
+      ],
+      [
+        admin,
+        'set',
+        pubsub(xml('retract', { node: 'err' }, xml('item', { id: 'unknown' }))),
+        ['cancel', 'item-not-found', undefined],
+      ],
+      [
+        admin,
+        'set',
+        pubsub(xml('retract', { node: 'missing' }, xml('item', { id: 'x' }))),
+        ['cancel', 'item-not-found', undefined],
+      ],
+      [
+        alice,
+        'set',
+        pubsub(xml('subscribe', { node: 'err', jid: 'bob@localhost' })),
+        ['modify', 'bad-request', 'invalid-jid'],
+      ],
+      [
+        alice,
+        'set',
+        pubsub(xml('subscribe', { node: 'err', jid: '@@bad' })),
+        ['modify', 'bad-request', 'invalid-jid'],
+      ],
+      [
+        alice,
+        'set',
+        pubsub(xml('subscribe', { node: 'missing', jid: 'alice@localhost' })),
+        ['cancel', 'item-not-found', undefined],
+      ],
+      [
+        alice,
+        'set',
+        pubsub(xml('unsubscribe', { node: 'err', jid: 'alice@localhost' })),
+        ['cancel', 'unexpected-request', 'not-subscribed'],
+      ],
+      [
+        alice,
+        'set',
+        pubsub(xml('unsubscribe', { node: 'err', jid: 'bob@localhost' })),
+        ['auth', 'forbidden', undefined],
+      ],
+      [
+        alice,
+        'get',
+        pubsub(xml('items', { node: 'err' }), xml('items', { node: 'err' })),
+        ['modify', 'bad-request', undefined],
+      ],
+      [
+        alice,
+        'set',
+        xml('pubsub', { xmlns: NS.owner }, xml('configure', { node: 'err' })),
+        ['cancel', 'feature-not-implemented', 'unsupported'],
+      ],
     ];
     for (const [user, type, payload, expected] of cases) {
       const reply = await user.iq(type, payload);

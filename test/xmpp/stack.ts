@@ -5,11 +5,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
+import { type Prosody, startProsody } from '../../prosody-dev/harness.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import type { Limits } from '../../src/feed/model.ts';
 import { createLog } from '../../src/log.ts';
 import { PubsubComponent } from '../../src/xmpp/service.ts';
-import { type Prosody, startProsody } from '../../prosody-dev/harness.ts';
 
 export const NS = {
   pubsub: 'http://jabber.org/protocol/pubsub',
@@ -96,6 +96,8 @@ export class Stack {
       }
     });
     const bound = await xmpp.start();
+    // Prosody delivers headlines sent to a bare JID only to resources that sent presence.
+    await xmpp.send(xml('presence'));
     let serial = 0;
     const user: User = {
       xmpp,
@@ -153,11 +155,20 @@ export function pubsub(...children: Element[]): Element {
   return xml('pubsub', { xmlns: NS.pubsub }, ...children);
 }
 
-export function publishIq(node: string, id: string | undefined, payload: Element = entry(id ?? 'x')): Element {
+export function publishIq(
+  node: string,
+  id: string | undefined,
+  payload: Element = entry(id ?? 'x'),
+): Element {
   return pubsub(xml('publish', { node }, xml('item', id ? { id } : {}, payload)));
 }
 
-export function rsm(opts: { after?: string; before?: string; max?: number | string; index?: number }): Element {
+export function rsm(opts: {
+  after?: string;
+  before?: string;
+  max?: number | string;
+  index?: number;
+}): Element {
   const set = xml('set', { xmlns: NS.rsm });
   if (opts.after !== undefined) set.append(xml('after', {}, opts.after));
   if (opts.before !== undefined) set.append(xml('before', {}, opts.before));
@@ -207,6 +218,7 @@ export function itemsOf(reply: Element): ItemsReply {
 
 export function headers(message: Element): Record<string, string> {
   const out: Record<string, string> = {};
-  for (const h of message.getChild('headers', NS.shim)?.getChildren('header') ?? []) out[h.attrs.name as string] = h.getText();
+  for (const h of message.getChild('headers', NS.shim)?.getChildren('header') ?? [])
+    out[h.attrs.name as string] = h.getText();
   return out;
 }
