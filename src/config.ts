@@ -74,7 +74,8 @@ type Raw = Partial<Record<string, unknown>>;
 
 function positive(name: string, value: unknown): number {
   const n = typeof value === 'number' ? value : Number(String(value));
-  if (!Number.isSafeInteger(n) || n < 1) throw new ConfigError(`${name} must be a positive whole number, not ${JSON.stringify(value)}`);
+  if (!Number.isSafeInteger(n) || n < 1)
+    throw new ConfigError(`${name} must be a positive whole number, not ${JSON.stringify(value)}`);
   return n;
 }
 
@@ -83,15 +84,36 @@ function text(name: string, value: unknown): string {
   return value;
 }
 
-/** Builds the configuration from flags (argv after `serve`), the environment and the config file. */
+/** The parsed flags of `serve` (as node:util parseArgs gives them). */
+export type ServeFlags = Partial<Record<keyof typeof SERVE_OPTIONS, string | boolean | string[] | undefined>>;
+
+/** Builds the configuration from a `serve` command line (argv after `serve`). */
 export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env): Config {
-  let parsed: ReturnType<typeof parseArgs<{ options: typeof SERVE_OPTIONS; allowPositionals: false }>>;
   try {
-    parsed = parseArgs({ args: argv, options: SERVE_OPTIONS, allowPositionals: false, strict: true });
+    const parsed = parseArgs({ args: argv, options: SERVE_OPTIONS, allowPositionals: false, strict: true });
+    return configFrom(parsed.values, env);
   } catch (e) {
+    if (e instanceof ConfigError) throw e;
     throw new ConfigError((e as Error).message);
   }
-  const flags = parsed.values;
+}
+
+/** Builds the configuration from flags, the environment and the config file, in that precedence. */
+export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.env): Config {
+  const flags = values as {
+    config?: string;
+    service?: string;
+    domain?: string;
+    secret?: string;
+    data?: string;
+    admin?: string[];
+    'log-level'?: string;
+    'max-payload-bytes'?: string;
+    'page-items'?: string;
+    'default-page-items'?: string;
+    'page-bytes'?: string;
+    sync?: boolean;
+  };
   let file: Raw = {};
   const configPath = flags.config ?? env.SMARTFEEDS_CONFIG;
   if (configPath) {
@@ -100,32 +122,60 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
     } catch (e) {
       throw new ConfigError(`cannot read the configuration file ${configPath}: ${(e as Error).message}`);
     }
-    if (typeof file !== 'object' || file === null || Array.isArray(file)) throw new ConfigError(`${configPath} must hold a JSON object`);
+    if (typeof file !== 'object' || file === null || Array.isArray(file))
+      throw new ConfigError(`${configPath} must hold a JSON object`);
   }
   const pick = (flag: unknown, envName: string, key: string): unknown => flag ?? env[envName] ?? file[key];
 
   const secret = pick(flags.secret, 'SMARTFEEDS_SECRET', 'secret');
-  if (secret === undefined) throw new ConfigError('a component secret is required: --secret or SMARTFEEDS_SECRET');
+  if (secret === undefined)
+    throw new ConfigError('a component secret is required: --secret or SMARTFEEDS_SECRET');
   let admins: string[] = DEFAULTS.admins;
   if (flags.admin) admins = [...flags.admin];
-  else if (env.SMARTFEEDS_ADMINS) admins = env.SMARTFEEDS_ADMINS.split(',').map((a) => a.trim()).filter(Boolean);
+  else if (env.SMARTFEEDS_ADMINS)
+    admins = env.SMARTFEEDS_ADMINS.split(',')
+      .map((a) => a.trim())
+      .filter(Boolean);
   else if (file.admins !== undefined) {
-    if (!Array.isArray(file.admins) || !file.admins.every((a) => typeof a === 'string')) throw new ConfigError('admins must be a list of JIDs');
+    if (!Array.isArray(file.admins) || !file.admins.every((a) => typeof a === 'string'))
+      throw new ConfigError('admins must be a list of JIDs');
     admins = file.admins as string[];
   }
   const service = text('service', pick(flags.service, 'SMARTFEEDS_SERVICE', 'service') ?? DEFAULTS.service);
-  if (!/^xmpp:\/\/[^/:]+:\d+$/.test(service)) throw new ConfigError(`service must look like xmpp://HOST:PORT, not ${service}`);
+  if (!/^xmpp:\/\/[^/:]+:\d+$/.test(service))
+    throw new ConfigError(`service must look like xmpp://HOST:PORT, not ${service}`);
   const logLevel = String(pick(flags['log-level'], 'SMARTFEEDS_LOG_LEVEL', 'log-level') ?? DEFAULTS.logLevel);
-  if (!isLevel(logLevel)) throw new ConfigError(`log level must be debug, info, warn or error, not ${logLevel}`);
+  if (!isLevel(logLevel))
+    throw new ConfigError(`log level must be debug, info, warn or error, not ${logLevel}`);
   const limit = (flag: unknown, envName: string, key: string, fallback: number) => {
     const v = pick(flag, envName, key);
     return v === undefined ? fallback : positive(key, v);
   };
   const limits: Limits = {
-    maxPayloadBytes: limit(flags['max-payload-bytes'], 'SMARTFEEDS_MAX_PAYLOAD_BYTES', 'max-payload-bytes', DEFAULT_LIMITS.maxPayloadBytes),
-    maxPageItems: limit(flags['page-items'], 'SMARTFEEDS_PAGE_ITEMS', 'page-items', DEFAULT_LIMITS.maxPageItems),
-    defaultPageItems: limit(flags['default-page-items'], 'SMARTFEEDS_DEFAULT_PAGE_ITEMS', 'default-page-items', DEFAULT_LIMITS.defaultPageItems),
-    maxPageBytes: limit(flags['page-bytes'], 'SMARTFEEDS_PAGE_BYTES', 'page-bytes', DEFAULT_LIMITS.maxPageBytes),
+    maxPayloadBytes: limit(
+      flags['max-payload-bytes'],
+      'SMARTFEEDS_MAX_PAYLOAD_BYTES',
+      'max-payload-bytes',
+      DEFAULT_LIMITS.maxPayloadBytes,
+    ),
+    maxPageItems: limit(
+      flags['page-items'],
+      'SMARTFEEDS_PAGE_ITEMS',
+      'page-items',
+      DEFAULT_LIMITS.maxPageItems,
+    ),
+    defaultPageItems: limit(
+      flags['default-page-items'],
+      'SMARTFEEDS_DEFAULT_PAGE_ITEMS',
+      'default-page-items',
+      DEFAULT_LIMITS.defaultPageItems,
+    ),
+    maxPageBytes: limit(
+      flags['page-bytes'],
+      'SMARTFEEDS_PAGE_BYTES',
+      'page-bytes',
+      DEFAULT_LIMITS.maxPageBytes,
+    ),
   };
   const syncRaw = pick(flags.sync, 'SMARTFEEDS_SYNC', 'sync');
   return {

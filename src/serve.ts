@@ -1,5 +1,5 @@
-import { FeedEngine } from './feed/engine.ts';
 import type { Config } from './config.ts';
+import { FeedEngine } from './feed/engine.ts';
 import { createLog } from './log.ts';
 import { PubsubComponent } from './xmpp/service.ts';
 
@@ -12,7 +12,12 @@ export async function serve(config: Config): Promise<number> {
     { service: config.service, domain: config.domain, secret: config.secret, admins: config.admins },
     log,
   );
-  log.info('starting', { service: config.service, domain: config.domain, data: config.data, admins: config.admins });
+  log.info('starting', {
+    service: config.service,
+    domain: config.domain,
+    data: config.data,
+    admins: config.admins,
+  });
   await pubsub.start();
   const signal = await new Promise<NodeJS.Signals>((resolve) => {
     process.once('SIGTERM', () => resolve('SIGTERM'));

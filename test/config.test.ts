@@ -1,0 +1,77 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from '../src/config.ts';
+import { backoffDelay } from '../src/xmpp/connection.ts';
+
+describe('configuration', () => {
+  it('uses the defaults, requires a secret', () => {
+    expect(() => loadConfig([], {})).toThrow(ConfigError);
+    const c = loadConfig(['--secret', 's'], {});
+    expect(c).toMatchObject({
+      service: 'xmpp://127.0.0.1:5347',
+      domain: 'feeds.localhost',
+      data: './data',
+      admins: [],
+    });
+    expect(c.limits).toEqual({
+      maxPayloadBytes: 65536,
+      defaultPageItems: 50,
+      maxPageItems: 250,
+      maxPageBytes: 262144,
+    });
+  });
+
+  it('takes flags over the environment over the file', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-config-'));
+    try {
+      const file = join(dir, 'c.json');
+      await writeFile(
+        file,
+        JSON.stringify({
+          secret: 'f',
+          domain: 'file.example',
+          data: '/file',
+          admins: ['a@x'],
+          'page-items': 100,
+        }),
+      );
+      const fromFile = loadConfig(['--config', file], {});
+      expect(fromFile).toMatchObject({ secret: 'f', domain: 'file.example', data: '/file', admins: ['a@x'] });
+      expect(fromFile.limits.maxPageItems).toBe(100);
+      const env = { SMARTFEEDS_DOMAIN: 'env.example', SMARTFEEDS_ADMINS: 'b@x, c@x' };
+      expect(loadConfig(['--config', file], env)).toMatchObject({
+        domain: 'env.example',
+        admins: ['b@x', 'c@x'],
+      });
+      const flags = loadConfig(
+        ['--config', file, '--domain', 'flag.example', '--admin', 'd@x', '--admin', 'e@x'],
+        env,
+      );
+      expect(flags).toMatchObject({ domain: 'flag.example', admins: ['d@x', 'e@x'], secret: 'f' });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('rejects bad values with a message naming them', () => {
+    expect(() => loadConfig(['--secret', 's', '--service', 'http://x'], {})).toThrow(/service/);
+    expect(() => loadConfig(['--secret', 's', '--page-items', '0'], {})).toThrow(/page-items/);
+    expect(() => loadConfig(['--secret', 's', '--log-level', 'loud'], {})).toThrow(/log level/);
+    expect(() => loadConfig(['--secret', 's', '--bogus'], {})).toThrow(ConfigError);
+    expect(() => loadConfig(['--config', '/no/such/file'], {})).toThrow(/configuration file/);
+  });
+});
+
+describe('reconnect backoff', () => {
+  it('grows exponentially with jitter up to the cap', () => {
+    const opts = { initialMs: 100, maxMs: 5000 };
+    expect(backoffDelay(0, opts, () => 1)).toBe(100);
+    expect(backoffDelay(3, opts, () => 1)).toBe(800);
+    expect(backoffDelay(20, opts, () => 1)).toBe(5000);
+    expect(backoffDelay(20, opts, () => 0.5)).toBe(2500);
+    // Never zero: a storm of instant retries is what backoff is for.
+    expect(backoffDelay(5, opts, () => 0)).toBe(50);
+  });
+});

@@ -1,0 +1,109 @@
+import { spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { xml } from '@xmpp/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type Prosody, startProsody } from '../../prosody-dev/harness.ts';
+import { Stack } from './stack.ts';
+
+let prosody: Prosody;
+let data: string;
+
+beforeAll(async () => {
+  prosody = await startProsody({ users: [{ user: 'admin', password: 'admin-pw' }] });
+  data = await mkdtemp(join(tmpdir(), 'smartfeeds-serve-'));
+});
+
+afterAll(async () => {
+  await prosody?.stop();
+  await rm(data, { recursive: true, force: true });
+});
+
+describe('smartfeeds serve', () => {
+  it('comes online, serves, and on SIGTERM finishes and exits 0 without logging the secret', async () => {
+    const secret = prosody.componentSecret;
+    const child = spawn(
+      process.execPath,
+      [
+        'bin/smartfeeds.mjs',
+        'serve',
+        '--service',
+        `xmpp://127.0.0.1:${prosody.componentPort}`,
+        '--data',
+        data,
+        '--admin',
+        'admin@localhost',
+      ],
+      { env: { ...process.env, SMARTFEEDS_SECRET: secret }, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    let log = '';
+    child.stderr.on('data', (d) => {
+      log += String(d);
+    });
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const deadline = Date.now() + 20_000;
+    while (!log.includes('"msg":"online"') && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 50));
+    expect(log).toContain('"msg":"online"');
+
+    // A real client publishes through it.
+    const stack = Object.assign(new Stack(), { prosody });
+    const admin = await stack.user('admin');
+    const reply = await admin.iq(
+      'set',
+      xml(
+        'pubsub',
+        { xmlns: 'http://jabber.org/protocol/pubsub' },
+        xml(
+          'publish',
+          { node: 'served' },
+          xml('item', { id: 'one' }, xml('entry', { xmlns: 'http://www.w3.org/2005/Atom' })),
+        ),
+      ),
+    );
+    expect(reply.attrs.type).toBe('result');
+    await admin.xmpp.stop();
+
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+    expect(log).toContain('"msg":"stopped"');
+    expect(log).not.toContain(secret);
+    for (const line of log.trim().split('\n')) expect(() => JSON.parse(line)).not.toThrow();
+  }, 60_000);
+
+  it('keeps trying with backoff while the server is away, and connects once it is back', async () => {
+    await prosody.stop();
+    const child = spawn(
+      process.execPath,
+      [
+        'bin/smartfeeds.mjs',
+        'serve',
+        '--service',
+        `xmpp://127.0.0.1:${prosody.componentPort}`,
+        '--data',
+        data,
+      ],
+      {
+        env: { ...process.env, SMARTFEEDS_SECRET: prosody.componentSecret },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let log = '';
+    child.stderr.on('data', (d) => {
+      log += String(d);
+    });
+    await new Promise((r) => setTimeout(r, 2500));
+    const delays = [...log.matchAll(/"msg":"reconnecting","in_ms":(\d+)/g)].map((m) => Number(m[1]));
+    expect(delays.length).toBeGreaterThanOrEqual(2);
+    expect(delays.length).toBeLessThan(12);
+    await prosody.start();
+    const deadline = Date.now() + 40_000;
+    while (!log.includes('"msg":"online"') && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 100));
+    expect(log).toContain('"msg":"online"');
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    child.kill('SIGINT');
+    expect(await exited).toBe(0);
+  }, 60_000);
+});
