@@ -260,8 +260,9 @@ async function publishLines(ctx: Context, engine: FeedEngine, node: string): Pro
   const { values } = ctx;
   const autoCreate = values.create === true;
   const base = parseFeedName(node).node;
+  let exists = await engine.hasNode(base);
   // Fail before reading any input.
-  if (!autoCreate && !(await engine.hasNode(base))) throw new NodeNotFound(base);
+  if (!autoCreate && !exists) throw new NodeNotFound(base);
   const inFlight: { n: number; write: Promise<Change> }[] = [];
   const settleFirst = async () => {
     const first = inFlight.shift();
@@ -295,7 +296,9 @@ async function publishLines(ctx: Context, engine: FeedEngine, node: string): Pro
       );
       write.catch(() => undefined);
       inFlight.push({ n, write });
-      if (inFlight.length >= JSONL_WINDOW) await settleFirst();
+      // Concurrent publishes that each create the node may reach it in any order: the first goes alone.
+      if (!exists || inFlight.length >= JSONL_WINDOW) await settleFirst();
+      exists = true;
     }
     while (inFlight.length > 0) await settleFirst();
   } finally {
@@ -312,7 +315,7 @@ prints {"id": ID, "cursor": CURSOR} (the item's cursor in the modified order). P
 existing id replaces the item.
 
   --id ID          the item id (default: a new UUID)
-  --file FILE      read the entry from FILE instead of stdin ("-" is stdin)
+  -f, --file FILE  read the entry from FILE instead of stdin ("-" is stdin)
   --publisher JID  the publisher's bare JID, stored with the item
   --create         create NODE if it does not exist (else an unknown node is an error)
   --jsonl          read JSON lines {"id"?: ID, "entry": XML, "publisher"?: JID} and publish each
@@ -534,7 +537,7 @@ empty or missing (it is created), keeping stamps and sequence numbers: every cur
 as in the source. Prints {"imported": N}. A bad line stops the import with its line number
 (exit 1); the items before it may stay imported (they are written in chunks).
 
-  --file FILE      read from FILE instead of stdin ("-" is stdin)
+  -f, --file FILE  read from FILE instead of stdin ("-" is stdin)
 ${COMMON_DETAILS}`,
   options: { file: { type: 'string', short: 'f' } },
   positionals: [1, 1],

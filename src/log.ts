@@ -11,7 +11,10 @@ export interface Log {
 }
 
 /** One JSON line per event on stderr (or the given sink). Fields named like secrets are masked. */
-export function createLog(level: Level = 'info', sink: (line: string) => void = (l) => process.stderr.write(l)): Log {
+export function createLog(
+  level: Level = 'info',
+  sink: (line: string) => void = (l) => process.stderr.write(l),
+): Log {
   const min = RANK[level];
   const emit = (lvl: Level, msg: string, fields?: Fields) => {
     if (RANK[lvl] < min) return;

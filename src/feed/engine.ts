@@ -25,7 +25,6 @@ import {
   nodeKey,
   prefixEnd,
   SERVICE_KEY,
-  seqOfIndexKey,
   stampOfIndexKey,
   subscriptionKey,
   subscriptionPrefix,
@@ -232,8 +231,8 @@ export class FeedEngine {
     return (await this.loadNode(name)) !== undefined;
   }
 
-  /** Creates an empty node. */
-  createNode(name: string): Promise<void> {
+  /** Creates an empty node. (async: a bad name rejects, it does not throw at the caller.) */
+  async createNode(name: string): Promise<void> {
     checkNodeName(name);
     return this.inRegistry(async () => {
       if (await this.loadNode(name)) throw new NodeExists(name);
@@ -363,7 +362,11 @@ export class FeedEngine {
       return { change, ops, rec };
     });
     const { change, ops, rec } = computed as { change: Change; ops?: Op[]; rec?: ItemRecord };
-    if (!ops) return change;
+    if (!ops) {
+      // The state reported may be an earlier change's, still queued: acknowledge once it is durable.
+      await this.committer.drain();
+      return change;
+    }
     try {
       await this.committer.add(ops, () => this.emit(change));
     } finally {

@@ -123,10 +123,10 @@ export class Notifier {
     const from = escapeXML(this.outlet.from);
     for (const sub of subs) {
       if (!change.feeds[sub.order].notify) continue;
-      let inner = bodies.get(sub.feed + '\u0000' + sub.order);
+      let inner = bodies.get(`${sub.feed}\u0000${sub.order}`);
       if (inner === undefined) {
         inner = body(change, sub.feed, sub.order);
-        bodies.set(sub.feed + '\u0000' + sub.order, inner);
+        bodies.set(`${sub.feed}\u0000${sub.order}`, inner);
       }
       const id = notificationId(sub, this.serial++);
       const stanza = `<message type='headline' from='${from}' to='${escapeXML(sub.jid)}' id='${id}'>${inner}</message>`;

@@ -1,29 +1,17 @@
 import { xml } from '@xmpp/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  entry,
-  errorOf,
-  headers,
-  itemsOf,
-  NS,
-  publishIq,
-  pubsub,
-  rsm,
-  SERVICE,
-  Stack,
-  type User,
-} from './stack.ts';
+import { entry, errorOf, itemsOf, NS, publishIq, pubsub, rsm, Stack, type User } from './stack.ts';
 
 let stack: Stack;
 let admin: User;
 let alice: User;
-let bob: User;
+let _bob: User;
 
 beforeAll(async () => {
   stack = await Stack.start({ limits: { maxPayloadBytes: 4096 } });
   admin = await stack.user('admin');
   alice = await stack.user('alice');
-  bob = await stack.user('bob');
+  _bob = await stack.user('bob');
 });
 
 afterAll(async () => {

@@ -126,7 +126,9 @@ describe('subscriptions and notifications', () => {
     expect(got[0]?.attrs.to).toBe(bob.jid);
     const affs = await bob.iq('get', pubsub(xml('affiliations')));
     expect(affs.attrs.type).toBe('result');
-    expect(affs.getChild('pubsub', NS.pubsub)?.getChild('affiliations')?.getChildren('affiliation')).toEqual([]);
+    expect(affs.getChild('pubsub', NS.pubsub)?.getChild('affiliations')?.getChildren('affiliation')).toEqual(
+      [],
+    );
     const un = await bob.iq('set', pubsub(xml('unsubscribe', { node: 'full', jid: bob.jid })));
     expect(un.attrs.type).toBe('result');
   });

@@ -1,0 +1,145 @@
+import { describe, expect, it } from 'vitest';
+import { BadRequest } from '../../src/feed/errors.ts';
+import { baseNodeName, checkItemId, checkNodeName, parseFeedName } from '../../src/feed/feedName.ts';
+
+function badRequest(fn: () => unknown): BadRequest {
+  let caught: unknown;
+  try {
+    fn();
+  } catch (e) {
+    caught = e;
+  }
+  expect(caught).toBeInstanceOf(BadRequest);
+  expect((caught as BadRequest).code).toBe('bad-request');
+  return caught as BadRequest;
+}
+
+describe('parseFeedName', () => {
+  it('reads a bare name as the modified feed', () => {
+    expect(parseFeedName('comments')).toEqual({ node: 'comments', order: 'modified', requested: 'comments' });
+  });
+
+  it('reads ?order=created and ?order=modified', () => {
+    expect(parseFeedName('comments?order=created')).toEqual({
+      node: 'comments',
+      order: 'created',
+      requested: 'comments?order=created',
+    });
+    expect(parseFeedName('comments?order=modified')).toEqual({
+      node: 'comments',
+      order: 'modified',
+      requested: 'comments?order=modified',
+    });
+  });
+
+  it('reads the parameters form-encoded', () => {
+    expect(parseFeedName('c?order=%63reated').order).toBe('created');
+    expect(parseFeedName('c?%6Frder=created').order).toBe('created');
+  });
+
+  it('treats an empty parameter list as no parameters', () => {
+    expect(parseFeedName('comments?')).toEqual({
+      node: 'comments',
+      order: 'modified',
+      requested: 'comments?',
+    });
+  });
+
+  it('keeps the name as requested', () => {
+    expect(parseFeedName('a/b c?order=created').requested).toBe('a/b c?order=created');
+    expect(parseFeedName('a/b c?order=created').node).toBe('a/b c');
+  });
+
+  it('names an unknown parameter', () => {
+    const e = badRequest(() => parseFeedName('comments?sort=created'));
+    expect(e.message).toContain('"sort"');
+    expect(badRequest(() => parseFeedName('comments?order=created&x=1')).message).toContain('"x"');
+  });
+
+  it('names an unknown value', () => {
+    const e = badRequest(() => parseFeedName('comments?order=published'));
+    expect(e.message).toContain('"published"');
+    expect(e.message).toContain('order');
+    expect(badRequest(() => parseFeedName('comments?order=')).message).toContain('""');
+    expect(badRequest(() => parseFeedName('comments?order=Created')).message).toContain('"Created"');
+    expect(badRequest(() => parseFeedName('comments?order')).message).toContain('""');
+  });
+
+  it('names a repeated parameter, even with the same value', () => {
+    const e = badRequest(() => parseFeedName('comments?order=created&order=created'));
+    expect(e.message).toContain('"order"');
+    expect(badRequest(() => parseFeedName('comments?order=created&order=modified')).message).toContain(
+      '"order"',
+    );
+  });
+
+  it('refuses a "?" in the base name (a second "?" belongs to the parameters)', () => {
+    expect(badRequest(() => parseFeedName('a?order=created?x')).message).toContain('"created?x"');
+    badRequest(() => checkNodeName('a?b'));
+    badRequest(() => checkNodeName('?'));
+  });
+
+  it('takes names of 1 to 1024 characters', () => {
+    expect(parseFeedName('x').node).toBe('x');
+    expect(parseFeedName('x'.repeat(1024)).node).toBe('x'.repeat(1024));
+    // Characters, not UTF-16 units nor bytes.
+    expect(parseFeedName('😀'.repeat(1024)).node).toBe('😀'.repeat(1024));
+    expect(parseFeedName(`${'é'.repeat(1024)}?order=created`).order).toBe('created');
+    badRequest(() => parseFeedName(''));
+    badRequest(() => parseFeedName('?order=created'));
+    badRequest(() => parseFeedName('x'.repeat(1025)));
+    badRequest(() => parseFeedName(`${'😀'.repeat(1025)}?order=created`));
+  });
+
+  it.each([
+    ['NUL', 'a\u0000b'],
+    ['U+0001', '\u0001'],
+    ['U+0008', 'a\u0008'],
+    ['U+000B', 'a\u000b'],
+    ['U+000C', 'a\u000c'],
+    ['U+001F', 'a\u001f'],
+    ['U+FFFE', 'a\ufffe'],
+    ['U+FFFF', 'a\uffff'],
+    ['a lone high surrogate', 'a\ud800'],
+    ['a lone low surrogate', '\udc00a'],
+    ['reversed surrogates', 'a\ude00\ud83d'],
+  ])('refuses a name holding %s', (_, name) => {
+    badRequest(() => parseFeedName(name));
+    badRequest(() => checkNodeName(name));
+  });
+
+  it('accepts tab, newline, carriage return and non-ASCII', () => {
+    for (const name of ['a\tb', 'a\nb', 'a\rb', 'é', '中文', '😀', 'a b']) {
+      expect(parseFeedName(name).node).toBe(name);
+    }
+  });
+});
+
+describe('baseNodeName', () => {
+  it('drops the parameters', () => {
+    expect(baseNodeName('comments?order=created')).toBe('comments');
+    expect(baseNodeName('comments')).toBe('comments');
+  });
+
+  it('still refuses unknown parameters', () => {
+    badRequest(() => baseNodeName('comments?foo=bar'));
+  });
+});
+
+describe('checkItemId', () => {
+  it('takes ids of 1 to 1024 characters, "?" and ":" included', () => {
+    for (const id of ['x', 'a?b', 'urn:uuid:1', 'a_b', '😀'.repeat(1024), 'x'.repeat(1024)]) {
+      expect(() => checkItemId(id)).not.toThrow();
+    }
+  });
+
+  it.each([
+    ['empty', ''],
+    ['1025 characters', 'x'.repeat(1025)],
+    ['NUL', 'a\u0000'],
+    ['U+FFFF', '\uffff'],
+    ['a lone surrogate', 'x\ud83d'],
+  ])('refuses an id that is %s', (_, id) => {
+    badRequest(() => checkItemId(id));
+  });
+});

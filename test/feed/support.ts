@@ -1,0 +1,73 @@
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import zlib from 'node:zlib';
+import { ClassicLevel } from 'classic-level';
+import { type EngineOptions, FeedEngine } from '../../src/feed/engine.ts';
+import type { Page } from '../../src/feed/model.ts';
+
+export const ATOM = 'http://www.w3.org/2005/Atom';
+/** 2026-11-21T10:00:00.000Z */
+export const T0 = Date.UTC(2026, 10, 21, 10, 0, 0);
+
+/** An Atom entry; with `atomId`, it carries an `<id>`. */
+export function entry(title: string, atomId?: string, padding = 0): string {
+  const id = atomId === undefined ? '' : `<id>${atomId}</id>`;
+  const pad = padding > 0 ? `<content>${'x'.repeat(padding)}</content>` : '';
+  return `<entry xmlns='${ATOM}'>${id}<title>${title}</title>${pad}</entry>`;
+}
+
+/** The cursor the contract gives the item at offset `o` of a group of `ids` stamped `t`. */
+export function cursorOf(t: number, ids: readonly string[], o: number): string {
+  return `${t}_${o}_${zlib.crc32(Buffer.from(ids.slice(0, o + 1).join('_'), 'utf8')) >>> 0}`;
+}
+
+/** A clock that tests move by hand. */
+export class Clock {
+  constructor(public t = T0) {}
+  readonly now = (): number => this.t;
+}
+
+export const ids = (page: Page): string[] => page.items.map((i) => i.id);
+
+/** Temp databases and engines, cleaned up by `cleanup()` (call it in afterEach/afterAll). */
+export class Harness {
+  private dirs: string[] = [];
+  private engines = new Set<FeedEngine>();
+
+  async dir(): Promise<string> {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'smartfeeds-test-'));
+    this.dirs.push(dir);
+    return dir;
+  }
+
+  async open(dir: string, options: EngineOptions = {}): Promise<FeedEngine> {
+    const engine = await FeedEngine.open(dir, options);
+    this.engines.add(engine);
+    return engine;
+  }
+
+  async close(engine: FeedEngine): Promise<void> {
+    this.engines.delete(engine);
+    await engine.close();
+  }
+
+  /** Every key and value in a closed database, as hex, in key order. */
+  async dump(dir: string): Promise<[string, string][]> {
+    const db = new ClassicLevel<Buffer, Buffer>(dir, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+    await db.open();
+    try {
+      const all = await db.iterator().all();
+      return all.map(([k, v]) => [k.toString('hex'), v.toString('hex')]);
+    } finally {
+      await db.close();
+    }
+  }
+
+  async cleanup(): Promise<void> {
+    for (const engine of this.engines) await engine.close().catch(() => undefined);
+    this.engines.clear();
+    for (const dir of this.dirs) await fs.rm(dir, { recursive: true, force: true });
+    this.dirs = [];
+  }
+}
