@@ -1,28 +1,87 @@
-import { type Element, parse } from 'ltx';
+import { createElement, type Element } from 'ltx';
+import { SaxesParser } from 'saxes';
 import { InvalidPayload } from './errors.ts';
 
 export const ATOM_NS = 'http://www.w3.org/2005/Atom';
 export const TOMBSTONE_NS = 'http://purl.org/atompub/tombstones/1.0';
 
-/** Checks that `xml` is exactly one Atom entry and returns its `<id>` text, if any. */
-export function readAtomEntry(xml: string): { atomId: string | undefined } {
-  let root: Element;
-  try {
-    root = parse(xml);
-  } catch (e) {
-    throw new InvalidPayload(`payload is not well-formed XML: ${(e as Error).message}`);
-  }
-  return readAtomElement(root);
+/** A checked entry: its canonical XML text and its Atom `<id>`, if any. */
+export interface AtomEntry {
+  entry: string;
+  atomId: string | undefined;
 }
 
-/** The same check on an element already parsed by a binding. */
+/**
+ * Parses XML text strictly (well-formed, namespace-aware, exactly one element), checks that it
+ * is one Atom entry, and returns it re-serialized: what is stored is always well-formed XML that
+ * can be embedded in a stanza as it is.
+ */
+export function readAtomEntry(xml: string): AtomEntry {
+  const parser = new SaxesParser({ xmlns: true, position: false });
+  let root: Element | undefined;
+  let current: Element | undefined;
+  let rootNs: string | undefined;
+  let error: Error | undefined;
+  parser.on('error', (e) => {
+    error ??= e;
+  });
+  parser.on('opentag', (tag) => {
+    if (!current && root) {
+      error ??= new Error('more than one root element');
+      return;
+    }
+    const attrs: Record<string, string> = {};
+    for (const [name, attr] of Object.entries(tag.attributes))
+      attrs[name] = typeof attr === 'string' ? attr : attr.value;
+    const el = createElement(tag.name, attrs);
+    if (current) current.cnode(el);
+    else {
+      root = el;
+      rootNs = tag.uri;
+    }
+    current = el;
+  });
+  parser.on('text', (text) => {
+    if (current) current.t(text);
+    else if (text.trim() !== '') error ??= new Error('text outside the root element');
+  });
+  parser.on('cdata', (text) => {
+    current?.t(text);
+  });
+  parser.on('closetag', () => {
+    current = current?.parent ?? undefined;
+  });
+  try {
+    parser.write(xml).close();
+  } catch (e) {
+    error ??= e as Error;
+  }
+  if (error) throw new InvalidPayload(`payload is not well-formed XML: ${error.message.split('\n')[0]}`);
+  if (!root) throw new InvalidPayload('payload holds no element');
+  if (root.getName() !== 'entry' || rootNs !== ATOM_NS) {
+    throw new InvalidPayload(`payload must be an Atom <entry xmlns='${ATOM_NS}'>, not <${root.name}>`);
+  }
+  return { entry: root.toString(), atomId: atomIdOf(root) };
+}
+
+function atomIdOf(entry: Element): string | undefined {
+  const text = entry.getChild('id', ATOM_NS)?.getText().trim();
+  return text ? text : undefined;
+}
+
+/** The same check on an element a binding has parsed already (it is well-formed by construction). */
 export function readAtomElement(el: Element): { atomId: string | undefined } {
   if (el.getName() !== 'entry' || el.getNS() !== ATOM_NS) {
     throw new InvalidPayload(`payload must be an Atom <entry xmlns='${ATOM_NS}'>, not <${el.name}>`);
   }
-  const id = el.getChild('id', ATOM_NS);
-  const text = id?.getText().trim();
-  return { atomId: text ? text : undefined };
+  return { atomId: atomIdOf(el) };
+}
+
+/** Checks a parsed entry and serializes it on its own, declaring the namespace it may have inherited. */
+export function readAtomElementText(el: Element): AtomEntry {
+  const { atomId } = readAtomElement(el);
+  if (el.attrs.xmlns === undefined && !el.name.includes(':')) el.attrs.xmlns = ATOM_NS;
+  return { entry: el.toString(), atomId };
 }
 
 function escapeAttr(text: string): string {

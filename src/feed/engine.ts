@@ -1,10 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { ClassicLevel } from 'classic-level';
-import { readAtomEntry, tombstone } from './atom.ts';
+import type { Element } from 'ltx';
+import { readAtomElementText, readAtomEntry, tombstone } from './atom.ts';
 import { Committer, type Op } from './commit.ts';
 import { type Cursor, formatCursor, GroupChecksum, groupChecksum } from './cursor.ts';
 import {
   BadRequest,
+  FeedError,
   InvalidSubid,
   ItemNotFound,
   NodeExists,
@@ -56,8 +58,8 @@ export interface EngineOptions {
 export interface PublishInput {
   /** The item id; one is generated when absent. */
   id?: string;
-  /** One Atom entry, as XML text. */
-  entry: string;
+  /** One Atom entry: XML text, or an element a binding has parsed already. */
+  entry: string | Element;
   /** The publisher's bare JID. */
   publisher?: string;
 }
@@ -78,11 +80,40 @@ interface NodeState extends NodeMeta {
   chain: Promise<void>;
   /** Records written by changes whose batch is not yet on disk. */
   pending: Map<string, ItemRecord>;
+  /** Writes waiting for the node's next pump, in call order. */
+  queue: QueuedWrite[];
+  pumpScheduled: boolean;
   /** Subscriptions by key, loaded on first use. */
   subscriptions?: Map<string, Subscription>;
 }
 
+type RecordBody = Omit<ItemRecord, 'c' | 'cs' | 'm' | 'ms'>;
+
+interface QueuedWrite {
+  id: string;
+  /** The new version's body, or undefined when nothing changes. */
+  version: (old: ItemRecord | undefined, stamp: number) => RecordBody | undefined;
+  /** The error when the item must exist and does not. */
+  missing?: () => Error;
+  resolve: (change: Change) => void;
+  reject: (error: Error) => void;
+}
+
 type ChangeListener = (change: Change) => void;
+
+/** One index entry: its key (feed position) and the item id. */
+type Entry = { key: Buffer; id: string };
+
+/** Reads up to `n` more entries from an index iterator (fewer only at its end). */
+async function take(it: { nextv(n: number): Promise<[Buffer, Buffer][]> }, n: number): Promise<Entry[]> {
+  const out: Entry[] = [];
+  while (out.length < n) {
+    const got = await it.nextv(n - out.length);
+    if (got.length === 0) break;
+    for (const [key, value] of got) out.push({ key, id: value.toString('utf8') });
+  }
+  return out;
+}
 type Snapshot = ReturnType<ClassicLevel<Buffer, Buffer>['snapshot']>;
 type Bound = { gt: Buffer } | { gte: Buffer };
 
@@ -117,9 +148,13 @@ export class FeedEngine {
   private readonly now: () => number;
   private readonly committer: Committer;
   private readonly nodes = new Map<string, Promise<NodeState | undefined>>();
+  /** The nodes whose state is loaded, for writes that need not wait for anything. */
+  private readonly ready = new Map<string, NodeState>();
   private readonly listeners = new Set<ChangeListener>();
   private nextNid = 1;
   private registry: Promise<void> = Promise.resolve();
+  /** Per node name, the last write still being routed to its node (keeps call order). */
+  private readonly arrivals = new Map<string, Promise<void>>();
 
   private constructor(
     private readonly db: ClassicLevel<Buffer, Buffer>,
@@ -173,6 +208,7 @@ export class FeedEngine {
       loading.then(
         (st) => {
           if (!st) this.nodes.delete(name);
+          else this.ready.set(name, st);
         },
         () => this.nodes.delete(name),
       );
@@ -197,7 +233,16 @@ export class FeedEngine {
         .all();
       for (const id of ids) tails[order].append(stamp, id.toString('utf8'));
     }
-    return { ...meta, name, nid, tails, chain: Promise.resolve(), pending: new Map() };
+    return {
+      ...meta,
+      name,
+      nid,
+      tails,
+      chain: Promise.resolve(),
+      pending: new Map(),
+      queue: [],
+      pumpScheduled: false,
+    };
   }
 
   /** Rereads a node's counters and tails from disk, after a bulk change. */
@@ -273,109 +318,179 @@ export class FeedEngine {
     return run;
   }
 
-  private async existing(st: NodeState, id: string): Promise<ItemRecord | undefined> {
-    const pending = st.pending.get(id);
-    if (pending) return pending;
-    const buf = await this.db.get(itemKey(st.nid, id));
-    return buf ? parse<ItemRecord>(buf) : undefined;
+  /**
+   * Queues a write to a node, keeping the order of calls even while the node is being looked
+   * up or auto-created, and resolves with its change once it is durable.
+   */
+  private submit(
+    name: string,
+    autoCreate: boolean,
+    write: Omit<QueuedWrite, 'resolve' | 'reject'>,
+  ): Promise<Change> {
+    return new Promise<Change>((resolve, reject) => {
+      const queued = { ...write, resolve, reject };
+      const ready = this.ready.get(name);
+      if (ready && !this.arrivals.has(name)) {
+        // The common case: the node is loaded and nothing is ahead in routing.
+        this.enqueue(ready, queued);
+        return;
+      }
+      const prev = this.arrivals.get(name) ?? Promise.resolve();
+      const step = prev
+        .then(async () => this.enqueue(await this.nodeFor(name, autoCreate), queued))
+        .catch(reject);
+      this.arrivals.set(name, step);
+      void step.then(() => {
+        if (this.arrivals.get(name) === step) this.arrivals.delete(name);
+      });
+    });
+  }
+
+  private enqueue(st: NodeState, write: QueuedWrite): void {
+    st.queue.push(write);
+    if (!st.pumpScheduled) {
+      st.pumpScheduled = true;
+      void this.serialize(st, () => this.pump(st));
+    }
+  }
+
+  private async nodeFor(name: string, autoCreate: boolean): Promise<NodeState> {
+    let st = await this.loadNode(name);
+    if (!st && autoCreate) {
+      await this.createNode(name).catch((e) => {
+        if (!(e instanceof NodeExists)) throw e;
+      });
+      st = await this.loadNode(name);
+    }
+    if (!st) throw new NodeNotFound(name);
+    return st;
   }
 
   /**
-   * Writes a new version of `id` (computed under the node's order), queues its batch and
-   * resolves with the change once it is durable.
+   * Computes every write queued for a node, in order, with one read of their existing records,
+   * and hands their operations to the group committer.
    */
-  private async write(
-    st: NodeState,
-    id: string,
-    version: (
-      old: ItemRecord | undefined,
-      stamp: number,
-    ) => Omit<ItemRecord, 'c' | 'cs' | 'm' | 'ms'> | undefined,
-    missing?: () => Error,
-  ): Promise<Change> {
-    const computed = await this.serialize(st, async () => {
-      this.committer.check();
-      const old = await this.existing(st, id);
-      if (!old && missing) throw missing();
-      const stamp = Math.max(this.now(), st.stamp);
-      const body = version(old, stamp);
-      if (!body) {
-        // Nothing changes (retracting a tombstone): report the item as it is.
-        const item = itemView(id, old as ItemRecord);
-        const feeds = {
-          modified: { cursor: '', previous: st.tails.modified.lastCursor(), notify: false },
-          created: { cursor: '', previous: st.tails.created.lastCursor(), notify: false },
-        };
-        return {
-          change: { node: st.name, kind: 'retract', changed: false, item, total: st.total, feeds } as Change,
-        };
-      }
-      const seq = st.seq + 1;
-      const previous = { modified: st.tails.modified.lastCursor(), created: st.tails.created.lastCursor() };
-      const ops: Op[] = [];
-      let rec: ItemRecord;
-      let createdCursor: string | undefined;
-      if (old) {
-        rec = { ...body, c: old.c, cs: old.cs, m: stamp, ms: seq };
-        ops.push({ type: 'del', key: indexKey(st.nid, 'modified', old.m, old.ms) });
-      } else {
-        rec = { ...body, c: stamp, cs: seq, m: stamp, ms: seq };
-        ops.push({
-          type: 'put',
-          key: indexKey(st.nid, 'created', stamp, seq),
-          value: Buffer.from(id, 'utf8'),
-        });
-      }
-      ops.push({
-        type: 'put',
-        key: indexKey(st.nid, 'modified', stamp, seq),
-        value: Buffer.from(id, 'utf8'),
-      });
-      ops.push({ type: 'put', key: itemKey(st.nid, id), value: json(rec) });
-      const total = old ? st.total : st.total + 1;
-      ops.push({ type: 'put', key: metaKey(st.nid), value: json({ total, stamp, seq } satisfies NodeMeta) });
-
-      // From here on nothing can fail: move the in-memory state with the queued batch.
-      st.seq = seq;
-      st.stamp = stamp;
-      st.total = total;
-      if (old) st.tails.modified.remove(old.m, id);
-      const modifiedCursor = st.tails.modified.append(stamp, id);
-      if (!old) createdCursor = st.tails.created.append(stamp, id);
-      st.pending.set(id, rec);
-      const kind = old === undefined ? 'create' : rec.d === 1 ? 'retract' : 'update';
-      const change: Change = {
-        node: st.name,
-        kind,
-        changed: true,
-        item: itemView(id, rec),
-        total,
-        feeds: {
-          modified: { cursor: modifiedCursor, previous: previous.modified, notify: true },
-          created: {
-            cursor: createdCursor ?? '',
-            previous: previous.created,
-            notify: createdCursor !== undefined,
-          },
-        },
-      };
-      return { change, ops, rec };
-    });
-    const { change, ops, rec } = computed as { change: Change; ops?: Op[]; rec?: ItemRecord };
-    if (!ops) {
-      // The state reported may be an earlier change's, still queued: acknowledge once it is durable.
-      await this.committer.drain();
-      return change;
+  private async pump(st: NodeState): Promise<void> {
+    st.pumpScheduled = false;
+    const batch = st.queue;
+    st.queue = [];
+    if (batch.length === 0) return;
+    const known = new Map<string, ItemRecord>();
+    const lookup: string[] = [];
+    for (const w of batch) {
+      const pending = st.pending.get(w.id);
+      if (pending) known.set(w.id, pending);
+      else if (!known.has(w.id) && !lookup.includes(w.id)) lookup.push(w.id);
     }
     try {
-      await this.committer.add(ops, () => this.emit(change));
-    } finally {
-      if (st.pending.get(id) === rec) st.pending.delete(id);
+      this.committer.check();
+      // Only this pump writes the node's items, so what is read here is the latest durable state.
+      const bufs = await this.db.getMany(lookup.map((id) => itemKey(st.nid, id)));
+      bufs.forEach((buf, i) => {
+        if (buf) known.set(lookup[i] as string, parse<ItemRecord>(buf));
+      });
+    } catch (e) {
+      const error =
+        e instanceof FeedError
+          ? e
+          : new StorageError(`database read failed: ${(e as Error).message}`, { cause: e });
+      for (const w of batch) w.reject(error as Error);
+      return;
     }
-    if (!change.feeds.created.cursor) {
-      change.feeds.created.cursor = await this.cursorOf(st, id, 'created');
+    for (const w of batch) {
+      let computed: ReturnType<FeedEngine['compute']>;
+      try {
+        computed = this.compute(st, w, st.pending.get(w.id) ?? known.get(w.id));
+      } catch (e) {
+        w.reject(e as Error);
+        continue;
+      }
+      const { change, ops, rec } = computed;
+      if (!ops || !rec) {
+        // Nothing changes, but the state reported may be a queued change's: answer once it is durable.
+        this.committer.drain().then(() => w.resolve(change), w.reject);
+        continue;
+      }
+      const meta: Op = {
+        type: 'put',
+        key: metaKey(st.nid),
+        value: json({ total: st.total, stamp: st.stamp, seq: st.seq } satisfies NodeMeta),
+      };
+      this.committer
+        .add(ops, () => this.emit(change), meta)
+        .then(
+          async () => {
+            if (st.pending.get(w.id) === rec) st.pending.delete(w.id);
+            if (!change.feeds.created.cursor)
+              change.feeds.created.cursor = await this.cursorOf(st, w.id, 'created');
+            w.resolve(change);
+          },
+          (e) => {
+            if (st.pending.get(w.id) === rec) st.pending.delete(w.id);
+            w.reject(e);
+          },
+        );
     }
-    return change;
+  }
+
+  /** One write's new record, operations and change; moves the node's in-memory state. */
+  private compute(
+    st: NodeState,
+    w: QueuedWrite,
+    old: ItemRecord | undefined,
+  ): { change: Change; ops?: Op[]; rec?: ItemRecord } {
+    const { id } = w;
+    if (!old && w.missing) throw w.missing();
+    // A new version always leaves its old stamp, so that no cursor names it twice: see the note in
+    // the README (same-millisecond updates).
+    const stamp = Math.max(this.now(), st.stamp, old ? old.m + 1 : 0);
+    const body = w.version(old, stamp);
+    if (!body) {
+      const feeds = {
+        modified: { cursor: '', previous: st.tails.modified.lastCursor(), notify: false },
+        created: { cursor: '', previous: st.tails.created.lastCursor(), notify: false },
+      };
+      const item = itemView(id, old as ItemRecord);
+      return { change: { node: st.name, kind: 'retract', changed: false, item, total: st.total, feeds } };
+    }
+    const seq = st.seq + 1;
+    const previous = { modified: st.tails.modified.lastCursor(), created: st.tails.created.lastCursor() };
+    const idBuf = Buffer.from(id, 'utf8');
+    const ops: Op[] = [];
+    let rec: ItemRecord;
+    if (old) {
+      rec = { ...body, c: old.c, cs: old.cs, m: stamp, ms: seq };
+      ops.push({ type: 'del', key: indexKey(st.nid, 'modified', old.m, old.ms) });
+    } else {
+      rec = { ...body, c: stamp, cs: seq, m: stamp, ms: seq };
+      ops.push({ type: 'put', key: indexKey(st.nid, 'created', stamp, seq), value: idBuf });
+    }
+    ops.push({ type: 'put', key: indexKey(st.nid, 'modified', stamp, seq), value: idBuf });
+    ops.push({ type: 'put', key: itemKey(st.nid, id), value: json(rec) });
+
+    st.seq = seq;
+    st.stamp = stamp;
+    if (!old) st.total += 1;
+    if (old) st.tails.modified.remove(old.m, id);
+    const modifiedCursor = st.tails.modified.append(stamp, id);
+    const createdCursor = old ? undefined : st.tails.created.append(stamp, id);
+    st.pending.set(id, rec);
+    const change: Change = {
+      node: st.name,
+      kind: old === undefined ? 'create' : rec.d === 1 ? 'retract' : 'update',
+      changed: true,
+      item: itemView(id, rec),
+      total: st.total,
+      feeds: {
+        modified: { cursor: modifiedCursor, previous: previous.modified, notify: true },
+        created: {
+          cursor: createdCursor ?? '',
+          previous: previous.created,
+          notify: createdCursor !== undefined,
+        },
+      },
+    };
+    return { change, ops, rec };
   }
 
   private emit(change: Change): void {
@@ -396,41 +511,32 @@ export class FeedEngine {
     const name = parseFeedName(node).node;
     const id = input.id ?? randomUUID();
     checkItemId(id);
-    const bytes = Buffer.byteLength(input.entry, 'utf8');
+    const { entry, atomId } =
+      typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry);
+    const bytes = Buffer.byteLength(entry, 'utf8');
     if (bytes > this.limits.maxPayloadBytes) throw new PayloadTooBig(bytes, this.limits.maxPayloadBytes);
-    const { atomId } = readAtomEntry(input.entry);
-    let st = await this.loadNode(name);
-    if (!st && options.autoCreate) {
-      await this.createNode(name).catch((e) => {
-        if (!(e instanceof NodeExists)) throw e;
-      });
-      st = await this.loadNode(name);
-    }
-    if (!st) throw new NodeNotFound(name);
-    const body: Omit<ItemRecord, 'c' | 'cs' | 'm' | 'ms'> = { e: input.entry };
+    const body: RecordBody = { e: entry };
     if (input.publisher !== undefined) body.p = input.publisher;
     if (atomId !== undefined) body.a = atomId;
-    return this.write(st, id, () => body);
+    return this.submit(name, options.autoCreate === true, { id, version: () => body });
   }
 
   /** Turns an item into an RFC 6721 tombstone. Retracting a tombstone changes nothing. */
   async retract(node: string, id: string, options: { publisher?: string } = {}): Promise<Change> {
     const name = parseFeedName(node).node;
     checkItemId(id);
-    const st = await this.requireNode(name);
-    return this.write(
-      st,
+    return this.submit(name, false, {
       id,
-      (old, stamp) => {
+      version: (old, stamp) => {
         if (!old || old.d === 1) return undefined;
-        const body: Omit<ItemRecord, 'c' | 'cs' | 'm' | 'ms'> = { d: 1, e: tombstone(old.a ?? id, stamp) };
+        const body: RecordBody = { d: 1, e: tombstone(old.a ?? id, stamp) };
         const publisher = options.publisher ?? old.p;
         if (publisher !== undefined) body.p = publisher;
         if (old.a !== undefined) body.a = old.a;
         return body;
       },
-      () => new ItemNotFound(`no item ${JSON.stringify(id)} in node ${JSON.stringify(name)}`),
-    );
+      missing: () => new ItemNotFound(`no item ${JSON.stringify(id)} in node ${JSON.stringify(name)}`),
+    });
   }
 
   // ---- reads ------------------------------------------------------------------------------
@@ -468,59 +574,55 @@ export class FeedEngine {
     return indexKey(nid, feed.order, stamp, seq);
   }
 
-  private async lowerBound(
-    snapshot: Snapshot,
-    feed: FeedName,
-    nid: number,
-    spec: PositionSpec,
-  ): Promise<Bound> {
-    switch (spec.type) {
-      case 'cursor': {
-        const key = await this.resolveCursor(snapshot, nid, feed.order, spec.cursor);
-        return key ? { gt: key } : { gte: indexKey(nid, feed.order, spec.cursor.t, 0) };
-      }
-      case 'id':
-        return { gt: await this.idKey(snapshot, feed, nid, spec.id) };
-      case 'time':
-        return { gte: indexKey(nid, feed.order, spec.floor + (spec.fraction ? 1 : 0), 0) };
-    }
-  }
-
+  /** Where `until` ends the range, and whether an item stands there (so the feed goes on after it). */
   private async upperBound(
     snapshot: Snapshot,
     feed: FeedName,
     nid: number,
     spec: PositionSpec,
-  ): Promise<Buffer> {
+  ): Promise<{ key: Buffer; item: boolean }> {
     switch (spec.type) {
       case 'cursor': {
         const key = await this.resolveCursor(snapshot, nid, feed.order, spec.cursor);
-        return key ?? indexKey(nid, feed.order, spec.cursor.t + 1, 0);
+        return key
+          ? { key, item: true }
+          : { key: indexKey(nid, feed.order, spec.cursor.t + 1, 0), item: false };
       }
       case 'id':
-        return this.idKey(snapshot, feed, nid, spec.id);
+        return { key: await this.idKey(snapshot, feed, nid, spec.id), item: true };
       case 'time':
-        return indexKey(nid, feed.order, spec.floor + 1, 0);
+        return { key: indexKey(nid, feed.order, spec.floor + 1, 0), item: false };
     }
   }
 
-  /** Gives each entry (in feed order) its cursor, reading only the groups' starts. */
+  /**
+   * Gives each entry its cursor. The entries are a contiguous run of the feed, so only the
+   * first one's group may have items before it on the page: one range read, whatever the page.
+   */
   private async cursors(
     snapshot: Snapshot,
     nid: number,
     order: Order,
-    entries: readonly { key: Buffer; id: string }[],
+    entries: readonly Entry[],
+    /** The ids before the first entry in its stamp group, when the caller has read them already. */
+    known?: readonly string[],
   ): Promise<string[]> {
     const out: string[] = [];
-    let group: GroupChecksum | undefined;
-    let groupStamp = -1;
+    const first = entries[0];
+    if (!first) return out;
+    let groupStamp = stampOfIndexKey(first.key);
+    let group = new GroupChecksum();
+    const before =
+      known ??
+      (await this.db.values({ gte: indexKey(nid, order, groupStamp, 0), lt: first.key, snapshot }).all()).map(
+        (v) => v.toString('utf8'),
+      );
+    for (const prior of before) group.add(groupStamp, prior);
     for (const { key, id } of entries) {
       const stamp = stampOfIndexKey(key);
-      if (!group || stamp !== groupStamp) {
+      if (stamp !== groupStamp) {
         group = new GroupChecksum();
         groupStamp = stamp;
-        const before = await this.db.values({ gte: indexKey(nid, order, stamp, 0), lt: key, snapshot }).all();
-        for (const prior of before) group.add(stamp, prior.toString('utf8'));
       }
       out.push(formatCursor(group.add(stamp, id)));
     }
@@ -557,27 +659,118 @@ export class FeedEngine {
     const { nid } = st;
     const snapshot = this.db.snapshot();
     try {
-      const metaBuf = await this.db.get(metaKey(nid), { snapshot });
-      const total = metaBuf ? parse<NodeMeta>(metaBuf).total : 0;
       const range = indexRange(nid, feed.order);
-      const lower: Bound = since ? await this.lowerBound(snapshot, feed, nid, since) : { gte: range.start };
-      const upper = until ? await this.upperBound(snapshot, feed, nid, until) : range.end;
-      const empty: Page = { items: [], total, atStart: total === 0, atEnd: total === 0, truncated: false };
-      if (max === 0) return empty;
+      const upper = until
+        ? await this.upperBound(snapshot, feed, nid, until)
+        : { key: range.end, item: false };
       const forward = since !== undefined || (until === undefined && !query.last);
-      const raw = await this.db
-        .iterator({ ...lower, lt: upper, reverse: !forward, limit: max, snapshot })
-        .all();
-      if (!forward) raw.reverse();
-      if (raw.length === 0) return empty;
-      let entries = raw.map(([key, value]) => ({ key, id: value.toString('utf8') }));
-      const bufs = await this.db.getMany(
-        entries.map((e) => itemKey(nid, e.id)),
-        { snapshot },
-      );
+      // One iterator reads the page, one more entry (is there more?), and the ids before the
+      // page's first item in its stamp group (for its cursor).
+      let page: Entry[];
+      let more: boolean;
+      let known: string[] | undefined = [];
+      let knownStamp = -1;
+      let itemBefore = false;
+      if (max === 0) {
+        // Only the total; an unknown id is still an error.
+        if (since?.type === 'id') await this.idKey(snapshot, feed, nid, since.id);
+        page = [];
+        more = false;
+      } else if (forward) {
+        let start = range.start;
+        let after: Buffer | undefined;
+        if (since?.type === 'time')
+          start = indexKey(nid, feed.order, since.floor + (since.fraction ? 1 : 0), 0);
+        else if (since?.type === 'cursor') start = indexKey(nid, feed.order, since.cursor.t, 0);
+        else if (since?.type === 'id') {
+          after = await this.idKey(snapshot, feed, nid, since.id);
+          start = indexKey(nid, feed.order, stampOfIndexKey(after), 0);
+        }
+        // Not bounded by `until`: resolving `since` may read past it (an `until` before `since`).
+        const it = this.db.iterator({ gte: start, lt: range.end, snapshot });
+        try {
+          // Usually one read: the cursor's group up to it (or some of the id's group), then the page.
+          const slack = since?.type === 'cursor' ? since.cursor.o + 1 : after ? 16 : 0;
+          let want = max + 1 + slack;
+          let got = await take(it, want);
+          let ended = got.length < want;
+          let head = got;
+          if (since?.type === 'cursor') {
+            const { t, o, c } = since.cursor;
+            const lead = got.slice(0, o + 1);
+            const ids = lead.map((e) => e.id);
+            if (
+              lead.length === o + 1 &&
+              lead.every((e) => stampOfIndexKey(e.key) === t) &&
+              groupChecksum(ids) === c
+            ) {
+              // The cursor holds: the page starts after it. Otherwise it reads as time:T.
+              known = ids;
+              knownStamp = t;
+              itemBefore = true;
+              head = got.slice(o + 1);
+            }
+          } else if (after) {
+            knownStamp = stampOfIndexKey(after);
+            let at = got.findIndex((e) => e.key.equals(after as Buffer));
+            while (at < 0 && !ended) {
+              const next = await take(it, 64);
+              ended = next.length < 64;
+              got = got.concat(next);
+              at = got.findIndex((e) => e.key.equals(after as Buffer));
+            }
+            known = got.slice(0, at + 1).map((e) => e.id);
+            head = got.slice(at + 1);
+            itemBefore = at >= 0;
+          }
+          want = max + 1 - head.length;
+          page = want > 0 && !ended ? head.concat(await take(it, want)) : head;
+          const stop = page.findIndex((e) => Buffer.compare(e.key, upper.key) >= 0);
+          if (stop >= 0) page = page.slice(0, stop);
+        } finally {
+          // Closing needs no wait: the page is read; closing costs a thread-pool round trip.
+          void it.close().catch(() => undefined);
+        }
+        more = page.length > max;
+        page = page.slice(0, max);
+      } else {
+        const it = this.db.iterator({ gte: range.start, lt: upper.key, reverse: true, snapshot });
+        try {
+          const got = await take(it, max + 1);
+          more = got.length > max;
+          page = got.slice(0, max).reverse();
+          const first = page[0];
+          if (first) {
+            knownStamp = stampOfIndexKey(first.key);
+            let before = got.slice(max);
+            while (
+              before.length > 0 &&
+              stampOfIndexKey((before[before.length - 1] as Entry).key) === knownStamp
+            ) {
+              const next = await take(it, 32);
+              if (next.length === 0) break;
+              before = before.concat(next);
+            }
+            known = before
+              .filter((e) => stampOfIndexKey(e.key) === knownStamp)
+              .map((e) => e.id)
+              .reverse();
+          }
+        } finally {
+          // Closing needs no wait: the page is read; closing costs a thread-pool round trip.
+          void it.close().catch(() => undefined);
+        }
+      }
+      // The records and the node's counters, read together in the same snapshot.
+      const bufs = await this.db.getMany([...page.map((e) => itemKey(nid, e.id)), metaKey(nid)], {
+        snapshot,
+      });
+      const metaBuf = bufs.pop();
+      const total = metaBuf ? parse<NodeMeta>(metaBuf).total : 0;
+      if (page.length === 0)
+        return { items: [], total, atStart: total === 0, atEnd: total === 0, truncated: false };
       let records = bufs.map((b, i) => {
-        if (!b)
-          throw new StorageError(`index names item ${JSON.stringify(entries[i]?.id)} that has no record`);
+        if (!b) throw new StorageError(`index names item ${JSON.stringify(page[i]?.id)} that has no record`);
         return parse<ItemRecord>(b);
       });
       // Keep within the byte budget: forwards keep the oldest items, backwards the newest.
@@ -586,34 +779,61 @@ export class FeedEngine {
       const sizes = records.map(
         (r, i) =>
           Buffer.byteLength(r.e, 'utf8') +
-          6 * (Buffer.byteLength(entries[i]?.id ?? '', 'utf8') + Buffer.byteLength(r.p ?? '', 'utf8')) +
+          6 * (Buffer.byteLength(page[i]?.id ?? '', 'utf8') + Buffer.byteLength(r.p ?? '', 'utf8')) +
           ITEM_OVERHEAD,
       );
-      const order = forward ? sizes.map((_, i) => i) : sizes.map((_, i) => sizes.length - 1 - i);
-      for (const i of order) {
+      const visit = forward ? sizes.map((_, i) => i) : sizes.map((_, i) => sizes.length - 1 - i);
+      for (const i of visit) {
         const size = sizes[i] ?? 0;
         if (keep > 0 && size > budget) break;
         budget -= size;
         keep += 1;
       }
-      const truncated = keep < entries.length;
+      const truncated = keep < page.length;
       if (truncated) {
-        const from = forward ? 0 : entries.length - keep;
-        entries = entries.slice(from, from + keep);
+        const from = forward ? 0 : page.length - keep;
+        page = page.slice(from, from + keep);
         records = records.slice(from, from + keep);
+        // Backwards, the page now starts later: its first item's group is read again.
+        if (!forward) known = undefined;
       }
-      const cursors = await this.cursors(snapshot, nid, feed.order, entries);
-      const items = entries.map((e, i) => ({
+      const firstStamp = stampOfIndexKey((page[0] as Entry).key);
+      const cursors = await this.cursors(
+        snapshot,
+        nid,
+        feed.order,
+        page,
+        known === undefined ? undefined : firstStamp === knownStamp ? known : [],
+      );
+      const items = page.map((e, i) => ({
         ...itemView(e.id, records[i] as ItemRecord),
         cursor: cursors[i] as string,
       }));
-      const firstKey = entries[0]?.key as Buffer;
-      const lastKey = entries[entries.length - 1]?.key as Buffer;
-      const before = await this.db.keys({ gte: range.start, lt: firstKey, limit: 1, snapshot }).all();
-      const after = await this.db.keys({ gt: lastKey, lt: range.end, limit: 1, snapshot }).all();
-      return { items, total, atStart: before.length === 0, atEnd: after.length === 0, truncated };
+      // The range is open towards the feed's start without `since`, towards its end without
+      // `until`; a bound that names an item means the feed goes on past it; only a time bound
+      // needs a look past the page.
+      const firstKey = (page[0] as Entry).key;
+      const lastKey = (page[page.length - 1] as Entry).key;
+      const nothingBefore = async () =>
+        (await this.db.keys({ gte: range.start, lt: firstKey, limit: 1, snapshot }).all()).length === 0;
+      const nothingAfter = async () =>
+        (await this.db.keys({ gt: lastKey, lt: range.end, limit: 1, snapshot }).all()).length === 0;
+      let atStart: boolean;
+      let atEnd: boolean;
+      if (forward) {
+        atStart =
+          since === undefined ||
+          (!itemBefore &&
+            (known === undefined || known.length === 0 || firstStamp !== knownStamp) &&
+            (await nothingBefore()));
+        atEnd = !more && !truncated && !upper.item && (until === undefined || (await nothingAfter()));
+      } else {
+        atStart = !more && !truncated;
+        atEnd = !upper.item && (until === undefined || (await nothingAfter()));
+      }
+      return { items, total, atStart, atEnd, truncated };
     } finally {
-      await snapshot.close();
+      void snapshot.close().catch(() => undefined);
     }
   }
 

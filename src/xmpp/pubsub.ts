@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import jid from '@xmpp/jid';
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { readAtomElement } from '../feed/atom.ts';
 import { type FeedName, parseFeedName } from '../feed/feedName.ts';
 import type { Item, ReadQuery } from '../feed/model.ts';
 import { errors } from './errors.ts';
@@ -116,14 +115,11 @@ const publish: Handler = async (service, req) => {
     );
   }
   const entry = payloads[0] as Element;
-  readAtomElement(entry);
-  // The entry may have inherited its namespace; stored alone, it must declare it.
-  if (entry.attrs.xmlns === undefined) entry.attrs.xmlns = NS.atom;
   const id = item.attrs.id ? item.attrs.id : undefined;
   await service.notifier.ready();
   const change = await service.engine.publish(
     feed.node,
-    { id, entry: entry.toString(), publisher: req.bare },
+    { id, entry, publisher: req.bare },
     { autoCreate: true },
   );
   return xml(

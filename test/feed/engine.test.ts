@@ -1,4 +1,4 @@
-import { parse as parseXml } from 'ltx';
+import { createElement, parse as parseXml } from 'ltx';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { FeedEngine } from '../../src/feed/engine.ts';
 import {
@@ -14,7 +14,7 @@ import {
   PayloadTooBig,
 } from '../../src/feed/errors.ts';
 import type { Change, ExportRecord, Page, ReadQuery } from '../../src/feed/model.ts';
-import { Clock, cursorOf, entry, Harness, ids, T0 } from './support.ts';
+import { ATOM, Clock, cursorOf, entry, Harness, ids, stored, T0 } from './support.ts';
 
 const TOMBSTONE_NS = 'http://purl.org/atompub/tombstones/1.0';
 
@@ -78,7 +78,7 @@ describe('publish', () => {
         modified: T0,
         deleted: false,
         publisher: 'p@x',
-        entry: entry('A', 'urn:a'),
+        entry: stored('A', 'urn:a'),
       },
       total: 1,
       feeds: {
@@ -107,7 +107,7 @@ describe('publish', () => {
       id: 'a',
       created: T0,
       modified: T0 + 10,
-      entry: entry('A2', 'urn:a2'),
+      entry: stored('A2', 'urn:a2'),
     });
     expect(change.feeds.modified).toEqual({
       cursor: cursorOf(T0 + 10, ['a'], 0),
@@ -129,22 +129,35 @@ describe('publish', () => {
       cursorOf(T0 + 10, ['a'], 0),
     ]);
     expect(modified.total).toBe(3);
-    expect(modified.items[2]?.entry).toBe(entry('A2', 'urn:a2'));
+    expect(modified.items[2]?.entry).toBe(stored('A2', 'urn:a2'));
 
     const created = await engine.read('n?order=created');
     expect(ids(created)).toEqual(['a', 'b', 'c']);
     expect(created.items.map((i) => i.cursor)).toEqual(
       [0, 1, 2].map((o) => cursorOf(T0, ['a', 'b', 'c'], o)),
     );
-    expect(created.items[0]).toMatchObject({ created: T0, modified: T0 + 10, entry: entry('A2', 'urn:a2') });
+    expect(created.items[0]).toMatchObject({ created: T0, modified: T0 + 10, entry: stored('A2', 'urn:a2') });
   });
 
-  it('replaces within the same millisecond: the item moves behind the others of that stamp', async () => {
+  it('replaces within the same millisecond: the new version is stamped one ms after the old one', async () => {
     await publishAll(['a', 'b']);
     const change = await engine.publish('n', { id: 'a', entry: entry('again') });
-    expect(change.item.modified).toBe(T0);
-    expect(change.feeds.modified.cursor).toBe(cursorOf(T0, ['b', 'a'], 1));
-    expect(ids(await engine.read('n'))).toEqual(['b', 'a']);
+    expect(change.item).toMatchObject({ created: T0, modified: T0 + 1 });
+    expect(change.feeds.modified).toEqual({
+      cursor: cursorOf(T0 + 1, ['a'], 0),
+      previous: cursorOf(T0, ['a', 'b'], 1),
+      notify: true,
+    });
+    const page = await engine.read('n');
+    expect(page.items.map((i) => [i.id, i.cursor])).toEqual([
+      ['b', cursorOf(T0, ['b'], 0)],
+      ['a', cursorOf(T0 + 1, ['a'], 0)],
+    ]);
+    // The node's last stamp is now ahead of the stalled clock: a new item lands there too.
+    const c = await engine.publish('n', { id: 'c', entry: entry('C') });
+    expect(c.item).toMatchObject({ created: T0 + 1, modified: T0 + 1 });
+    expect(c.feeds.modified.cursor).toBe(cursorOf(T0 + 1, ['a', 'c'], 1));
+    expect(ids(await engine.read('n?order=created'))).toEqual(['a', 'b', 'c']);
   });
 
   it('makes a unique id when none is given', async () => {
@@ -222,10 +235,105 @@ describe('publish', () => {
     ['an Atom feed', `<feed xmlns='http://www.w3.org/2005/Atom'/>`],
     ['a tombstone', `<deleted-entry xmlns='${TOMBSTONE_NS}' ref='x' when='2026-01-01T00:00:00Z'/>`],
     ['empty', ''],
+    ['only whitespace and an XML declaration', `<?xml version="1.0"?>\n `],
+    ['a bare <entry> without the Atom namespace', '<entry/>'],
+    ['an entry followed by another element', `<entry xmlns='${ATOM}'/><x/>`],
+    ['two entries', `<entry xmlns='${ATOM}'/><entry xmlns='${ATOM}'/>`],
+    ['an entry followed by text', `<entry xmlns='${ATOM}'></entry>junk`],
+    ['an entry after text', `junk<entry xmlns='${ATOM}'/>`],
+    ['an entry with mismatched tags', `<entry xmlns='${ATOM}'><title>x</summary></entry>`],
+    ['an entry with a closing tag of another element', `<entry xmlns='${ATOM}'></feed>`],
+    ['an entry with an unbound prefix inside', `<entry xmlns='${ATOM}'><q:x>1</q:x></entry>`],
+    ['an entry with an unbound prefix on it', `<a:entry><a:title>x</a:title></a:entry>`],
+    ['a prefixed entry in another namespace', `<a:entry xmlns:a='urn:other' xmlns='${ATOM}'/>`],
+    ['an entry with an undefined entity', `<entry xmlns='${ATOM}'><title>a&nbsp;b</title></entry>`],
+    ['an entry with a duplicate attribute', `<entry xmlns='${ATOM}' a='1' a='2'/>`],
+    ['an entry with an unquoted attribute', `<entry xmlns='${ATOM}' a=1/>`],
   ])('refuses a payload that is %s', async (_, payload) => {
     await rejects(engine.publish('n', { id: 'a', entry: payload }), InvalidPayload);
     expect((await engine.read('n')).total).toBe(0);
     expect(changes).toEqual([]);
+  });
+
+  it('stores the canonical form of the entry, not the text given', async () => {
+    const cases: [string, string][] = [
+      // An XML declaration, comments and whitespace around the root are dropped.
+      [
+        `<?xml version="1.0" encoding="UTF-8"?>\n<!-- hi -->\n  <entry xmlns='${ATOM}'><id>urn:a</id></entry>\n\t `,
+        `<entry xmlns="${ATOM}"><id>urn:a</id></entry>`,
+      ],
+      // Attribute values in double quotes, escaped as needed; references and CDATA resolved.
+      [
+        `<entry xmlns='${ATOM}' xml:lang='en' q='say "hi"'><title type='text'>a &amp; b > c &#x27;d&#39; <![CDATA[<e>]]></title><link href="x?a=1&amp;b=2"/></entry>`,
+        `<entry xmlns="${ATOM}" xml:lang="en" q="say &quot;hi&quot;"><title type="text">a &amp; b &gt; c 'd' &lt;e&gt;</title><link href="x?a=1&amp;b=2"/></entry>`,
+      ],
+      // A prefixed entry keeps its prefix and declaration.
+      [
+        `<a:entry xmlns:a='${ATOM}'><a:id> urn:p </a:id><a:title>t</a:title></a:entry>`,
+        `<a:entry xmlns:a="${ATOM}"><a:id> urn:p </a:id><a:title>t</a:title></a:entry>`,
+      ],
+    ];
+    for (const [i, [given, canonical]] of cases.entries()) {
+      const change = await engine.publish('n', { id: `c${i}`, entry: given });
+      expect(change.item.entry).toBe(canonical);
+      expect((await engine.getItems('n', [`c${i}`]))[0]?.entry).toBe(canonical);
+      // The canonical form is its own canonical form.
+      const again = await engine.publish('n', { id: `c${i}`, entry: canonical });
+      expect(again.item.entry).toBe(canonical);
+    }
+    expect((await engine.read('n')).items.map((i) => i.entry)).toEqual(cases.map(([, c]) => c));
+    // The Atom ids were read through the declaration and the prefix (a tombstone refers to them).
+    expect(parseXml((await engine.retract('n', 'c0')).item.entry).attrs.ref).toBe('urn:a');
+    expect(parseXml((await engine.retract('n', 'c1')).item.entry).attrs.ref).toBe('c1');
+    expect(parseXml((await engine.retract('n', 'c2')).item.entry).attrs.ref).toBe('urn:p');
+    // And it is what survives a restart.
+    await h.close(engine);
+    engine = await h.open(dir, { now: clock.now });
+    expect((await engine.read('n')).items.map((i) => i.deleted)).toEqual([true, true, true]);
+  });
+
+  it('takes an entry a binding has parsed already, and stores it declaring the Atom namespace', async () => {
+    // Own declaration.
+    const own = parseXml(`<entry xmlns='${ATOM}'><id>urn:own</id><title>t</title></entry>`);
+    const a = await engine.publish('n', { id: 'own', entry: own, publisher: 'p@x' });
+    expect(a.item.entry).toBe(`<entry xmlns="${ATOM}"><id>urn:own</id><title>t</title></entry>`);
+    // A namespace inherited from the stanza around it: the stored entry must declare it.
+    const stanza = parseXml(
+      `<feed xmlns='${ATOM}'><entry><id>urn:inherited</id><title>i</title></entry></feed>`,
+    );
+    const inherited = stanza.getChild('entry', ATOM);
+    expect(inherited?.attrs.xmlns).toBeUndefined();
+    const b = await engine.publish('n', {
+      id: 'inherited',
+      entry: inherited as NonNullable<typeof inherited>,
+    });
+    expect(b.item.entry).toBe(`<entry xmlns="${ATOM}"><id>urn:inherited</id><title>i</title></entry>`);
+    // Built by hand.
+    const built = createElement('entry', { xmlns: ATOM }, createElement('title', {}, 'x < y'));
+    const c = await engine.publish('n', { id: 'built', entry: built });
+    expect(c.item.entry).toBe(`<entry xmlns="${ATOM}"><title>x &lt; y</title></entry>`);
+    // What is stored reads back as one Atom entry on its own.
+    const page = await engine.read('n');
+    expect(page.items.map((i) => i.entry)).toEqual([a, b, c].map((x) => x.item.entry));
+    for (const item of page.items) {
+      const el = parseXml(item.entry);
+      expect([el.getName(), el.getNS()]).toEqual(['entry', ATOM]);
+    }
+    expect(parseXml((await engine.retract('n', 'inherited')).item.entry).attrs.ref).toBe('urn:inherited');
+    // The same checks as for text.
+    for (const bad of [
+      parseXml('<entry/>'),
+      parseXml(`<entry xmlns='urn:other'/>`),
+      parseXml(`<feed xmlns='${ATOM}'/>`),
+    ]) {
+      await rejects(engine.publish('n', { id: 'bad', entry: bad }), InvalidPayload);
+    }
+    // And the same size limit, on the serialized entry.
+    const small = await h.open(await h.dir(), { limits: { maxPayloadBytes: 200 } });
+    await small.createNode('n');
+    const big = createElement('entry', { xmlns: ATOM }, createElement('title', {}, 'x'.repeat(200)));
+    await rejects(small.publish('n', { id: 'big', entry: big }), PayloadTooBig);
+    expect(changes.filter((x) => x.item.id === 'bad')).toEqual([]);
   });
 });
 
@@ -293,6 +401,8 @@ describe('retract', () => {
   it('retracting a tombstone succeeds and changes nothing: no write, no event', async () => {
     await publishAll(['a', 'b']);
     const first = await engine.retract('n', 'a');
+    // A retraction is a new version: one ms after the live one, in the same ms of the clock.
+    expect(first.item).toMatchObject({ created: T0, modified: T0 + 1 });
     clock.t = T0 + 50;
     const before = await engine.read('n');
     const eventsBefore = changes.length;
@@ -314,10 +424,19 @@ describe('retract', () => {
     await h.close(engine);
     expect(await h.dump(dir)).toEqual(dumpBefore);
     engine = await h.open(dir, { now: clock.now });
-    // No sequence number was used up: the next write in the same ms follows directly.
+    // No stamp was given: the next write with the clock back at T0 lands at the tombstone's stamp.
     clock.t = T0;
     const next = await engine.publish('n', { id: 'c', entry: entry('C') });
-    expect(next.feeds.modified.cursor).toBe(cursorOf(T0, ['b', 'a', 'c'], 2));
+    expect(next.item.modified).toBe(T0 + 1);
+    expect(next.feeds.modified.cursor).toBe(cursorOf(T0 + 1, ['a', 'c'], 1));
+    // No sequence number was used up: a 1, b 2, the tombstone of a 3, c 4.
+    const seqs: [string, number][] = [];
+    for await (const r of engine.exportNode('n')) seqs.push([r.id, r.modifiedSeq]);
+    expect(seqs).toEqual([
+      ['b', 2],
+      ['a', 3],
+      ['c', 4],
+    ]);
   });
 
   it('acknowledges a no-op retraction only once the tombstone it reports is durable', async () => {
@@ -339,7 +458,13 @@ describe('retract', () => {
     const back = await engine.publish('n', { id: 'a', entry: entry('A again') });
     expect(back.kind).toBe('update');
     expect(back.item.deleted).toBe(false);
-    expect((await engine.read('n')).items[0]).toMatchObject({ deleted: false, entry: entry('A again') });
+    // Three versions within one ms of the clock: T0, the tombstone at T0+1, this one at T0+2.
+    expect(back.item).toMatchObject({ created: T0, modified: T0 + 2 });
+    expect((await engine.read('n')).items[0]).toMatchObject({
+      deleted: false,
+      entry: stored('A again'),
+      cursor: cursorOf(T0 + 2, ['a'], 0),
+    });
   });
 
   it('refuses unknown ids and nodes', async () => {
@@ -382,6 +507,59 @@ describe('stamps', () => {
     expect(retract.item.modified).toBe(T0 + 3);
     expect(ids(await engine.read('n'))).toEqual(['i2', 'i3', 'i4', 'i5', 'i6', 'i7', 'i0', 'i1']);
     expect(ids(await engine.read('n?order=created'))).toEqual(steps.map((_, i) => `i${i}`));
+  });
+
+  it("of a new version are after the item's previous one; the node's stamp may run ahead of the clock", async () => {
+    const modified: number[] = [];
+    const step = async (t: number, write: () => Promise<Change>) => {
+      clock.t = t;
+      const change = await write();
+      modified.push(change.item.modified);
+      return change;
+    };
+    const pub = (id: string, title: string) => () => engine.publish('n', { id, entry: entry(title) });
+    // One item updated again and again while the clock stalls: one ms per version.
+    await step(T0, pub('a', 'a1'));
+    await step(T0, pub('a', 'a2'));
+    await step(T0, pub('a', 'a3'));
+    await step(T0, () => engine.retract('n', 'a'));
+    // A new item takes the node's last stamp, which is ahead of the clock (no +1 for a new item).
+    await step(T0, pub('b', 'b1'));
+    // A tombstone brought back is a new version too.
+    await step(T0, pub('a', 'a4'));
+    // The clock catching up but still behind: the node's last stamp.
+    await step(T0 + 2, pub('c', 'c1'));
+    // An update whose previous version is far behind the clock: now.
+    await step(T0 + 10, pub('b', 'b2'));
+    // The clock stepping back: the node's last stamp, or one after the item's own if that is later.
+    await step(T0 - 100, pub('d', 'd1'));
+    await step(T0 - 100, pub('d', 'd2'));
+    expect(modified).toEqual([T0, T0 + 1, T0 + 2, T0 + 3, T0 + 3, T0 + 4, T0 + 4, T0 + 10, T0 + 10, T0 + 11]);
+    const page = await engine.read('n');
+    expect(page.items.map((i) => [i.id, i.cursor])).toEqual([
+      ['a', cursorOf(T0 + 4, ['a', 'c'], 0)],
+      ['c', cursorOf(T0 + 4, ['a', 'c'], 1)],
+      ['b', cursorOf(T0 + 10, ['b'], 0)],
+      ['d', cursorOf(T0 + 11, ['d'], 0)],
+    ]);
+    expect((await engine.read('n?order=created')).items.map((i) => [i.id, i.created])).toEqual([
+      ['a', T0],
+      ['b', T0 + 3],
+      ['c', T0 + 4],
+      ['d', T0 + 10],
+    ]);
+    // The stamp that ran ahead is kept across a restart.
+    await h.close(engine);
+    clock.t = T0;
+    engine = await h.open(dir, { now: clock.now });
+    const e = await engine.publish('n', { id: 'e', entry: entry('e') });
+    expect(e.item.modified).toBe(T0 + 11);
+    expect(e.feeds.modified).toEqual({
+      cursor: cursorOf(T0 + 11, ['d', 'e'], 1),
+      previous: cursorOf(T0 + 11, ['d'], 0),
+      notify: true,
+    });
+    expect((await engine.publish('n', { id: 'e', entry: entry('e2') })).item.modified).toBe(T0 + 12);
   });
 
   it('are per node', async () => {
@@ -595,18 +773,62 @@ describe('reads', () => {
     expect(ids(await read({ since: `${T0 + 1}_0_${foreign}` }))).toEqual(ALL.slice(3));
   });
 
-  // The contract's resolution rule (§3) makes this so; it breaks the §2 invariant in this one case:
-  // an update of the last item of a group in that same millisecond gives the new version the same
-  // T_O_C, so a reader holding it never sees the update. (Reported to the lead as a contract issue.)
-  it('contract gap: an update that leaves its group unchanged keeps the cursor, and since it is missed', async () => {
+  // With the plain max(now, last) of §2, an update of the last item of a group in that same millisecond
+  // re-created its T_O_C, and a reader holding it missed the update. A new version is now stamped
+  // after the item's previous one, so its cursor is new and the held one reads as time:T.
+  it('an update of the last item in its own millisecond gets a new cursor, and since the old one it is seen', async () => {
     clock.t = T0 + 15;
     const held = c('i11');
     const change = await engine.publish('n', { id: 'i11', entry: entry('i11 v2') });
-    expect(`cursor:${change.feeds.modified.cursor}`).toBe(held);
-    expect(change.feeds.modified.previous).toBe(CURSOR.get('i11'));
-    expect(ids(await read({ since: held }))).toEqual([]);
-    // A reader holding the cursor of an earlier item does see it.
-    expect((await read({ since: c('i10') })).items.map((i) => i.entry)).toEqual([entry('i11 v2')]);
+    expect(change.item.modified).toBe(T0 + 16);
+    expect(change.feeds.modified).toEqual({
+      cursor: cursorOf(T0 + 16, ['i11'], 0),
+      previous: CURSOR.get('i11'),
+      notify: true,
+    });
+    const since = await read({ since: held });
+    expect(since.items.map((i) => [i.id, i.entry, i.cursor])).toEqual([
+      ['i11', stored('i11 v2'), cursorOf(T0 + 16, ['i11'], 0)],
+    ]);
+    expect(since).toMatchObject({ atStart: false, atEnd: true, total: 12 });
+    // A reader holding the cursor of an earlier item sees it too.
+    expect((await read({ since: c('i10') })).items.map((i) => i.entry)).toEqual([stored('i11 v2')]);
+  });
+
+  // A-B-A: with max(now, last), items could leave a group and come back in the same order, re-creating
+  // a cursor's checksum for another version of the item. An item never re-enters a group it was in.
+  it('items updated in the same millisecond never come back to their old group (A-B-A)', async () => {
+    clock.t = T0 + 20;
+    await publishAll(['a', 'b']);
+    const first = await read({ since: c('i11') });
+    expect(ids(first)).toEqual(['a', 'b']);
+    const [heldA, heldB] = first.items.map((i) => i.cursor) as [string, string];
+    // a then b updated while the clock stalls: with max(now, last) the T0+20 group was [a, b] again.
+    const a2 = await engine.publish('n', { id: 'a', entry: entry('a v2') });
+    const b2 = await engine.publish('n', { id: 'b', entry: entry('b v2') });
+    expect([a2.item.modified, b2.item.modified]).toEqual([T0 + 21, T0 + 21]);
+    expect([a2.feeds.modified.cursor, b2.feeds.modified.cursor]).toEqual([
+      cursorOf(T0 + 21, ['a', 'b'], 0),
+      cursorOf(T0 + 21, ['a', 'b'], 1),
+    ]);
+    expect([a2.feeds.modified.cursor, b2.feeds.modified.cursor]).not.toContain(heldA);
+    expect([a2.feeds.modified.cursor, b2.feeds.modified.cursor]).not.toContain(heldB);
+    // Readers holding either old cursor see both new versions.
+    for (const held of [heldA, heldB]) {
+      const page = await read({ since: held });
+      expect(page.items.map((i) => [i.id, i.entry])).toEqual([
+        ['a', stored('a v2')],
+        ['b', stored('b v2')],
+      ]);
+    }
+    // And the same once more, in the next stalled millisecond.
+    const a3 = await engine.publish('n', { id: 'a', entry: entry('a v3') });
+    const b3 = await engine.publish('n', { id: 'b', entry: entry('b v3') });
+    expect([a3.item.modified, b3.item.modified]).toEqual([T0 + 22, T0 + 22]);
+    expect((await read({ since: b2.feeds.modified.cursor })).items.map((i) => i.entry)).toEqual([
+      stored('a v3'),
+      stored('b v3'),
+    ]);
   });
 
   // §3 joins the ids with "_", which ids may contain: [a, b_c] and [a_b, c] share a checksum, so a
@@ -940,7 +1162,7 @@ describe('export / import', () => {
       deleted: false,
       publisher: 'a@x',
       atomId: 'urn:a',
-      entry: entry('a', 'urn:a'),
+      entry: stored('a', 'urn:a'),
     });
     expect(records.find((r) => r.id === 'e')).toMatchObject({ deleted: true, atomId: 'urn:e' });
 
@@ -997,6 +1219,10 @@ describe('export / import', () => {
     await rejects(copy.importNode('x2', backwards), BadRequest);
     const bad = [{ ...records[0], entry: '<nope/>' }] as ExportRecord[];
     await rejects(copy.importNode('x3', bad), InvalidPayload);
+    // Entries are checked as strictly as on publish.
+    const junk = [{ ...records[0], entry: `${records[0]?.entry}<x/>` }] as ExportRecord[];
+    await rejects(copy.importNode('x4', junk), InvalidPayload);
+    expect((await copy.read('x4')).total).toBe(0);
   });
 });
 
@@ -1105,6 +1331,65 @@ describe('concurrency', () => {
     const created = await readAll(busy, 'n?order=created', 33);
     expect(created.map((i) => i.id)).toEqual(creates.map((e) => e.item.id));
     expect(created.map((i) => i.cursor)).toEqual(creates.map((e) => e.feeds.created.cursor));
+  });
+
+  it('writes to a missing node with autoCreate keep call order while it is being created', async () => {
+    // 300 publishes to two missing nodes, interleaved; the first auto-creates, a few later ones
+    // do not ask to (the node exists by then), and some update or retract earlier items.
+    const calls: { node: string; id: string; run: () => Promise<Change> }[] = [];
+    for (let i = 0; i < 300; i++) {
+      const node = i % 3 === 2 ? 'auto2' : 'auto1';
+      const id = i % 10 === 9 ? `x${i - 6}` : `x${i}`;
+      const autoCreate = i % 7 !== 6;
+      const run =
+        i % 20 === 19
+          ? () => engine.retract(node, id)
+          : () => engine.publish(node, { id, entry: entry(`${i}`) }, { autoCreate });
+      calls.push({ node, id, run });
+    }
+    // Before them all, a write that does not auto-create finds no node.
+    const early = engine.publish('auto1', { id: 'early', entry: entry('early') }).catch((e) => e);
+    const started: Promise<Change>[] = [];
+    for (const [i, c] of calls.entries()) {
+      const run = c.run();
+      run.catch(() => undefined); // a failure is reported by Promise.all below
+      started.push(run);
+      // None is awaited; later calls come while earlier ones are at different points of looking up
+      // or creating the node (a node found at once must not let a later write overtake them).
+      for (let j = 0; j < i % 4; j++) await Promise.resolve();
+      if (i % 25 === 24) await new Promise((r) => setImmediate(r));
+    }
+    const results = await Promise.all(started);
+    expect(await early).toBeInstanceOf(NodeNotFound);
+    expect(await engine.listNodes()).toEqual(['auto1', 'auto2', 'n']);
+    for (const node of ['auto1', 'auto2']) {
+      const mine = calls.flatMap((c, i) => (c.node === node ? [{ ...c, result: results[i] as Change }] : []));
+      // Acknowledged and notified in call order, with exact totals and an unbroken previous chain.
+      expect(mine.map((c) => c.result.item.id)).toEqual(mine.map((c) => c.id));
+      expect(changes.filter((e) => e.node === node)).toEqual(mine.map((c) => c.result));
+      const created = new Set<string>();
+      for (const [k, c] of mine.entries()) {
+        created.add(c.id);
+        expect(c.result.total).toBe(created.size);
+        if (k > 0) expect(c.result.feeds.modified.previous).toBe(mine[k - 1]?.result.feeds.modified.cursor);
+      }
+      // Export (modified order) is the order of each item's last write; sequence numbers follow the calls.
+      const lastWrite = new Map<string, number>();
+      mine.forEach((c, k) => {
+        lastWrite.set(c.id, k);
+      });
+      const expected = [...lastWrite.entries()].sort((x, y) => x[1] - y[1]).map(([id]) => id);
+      const exported: ExportRecord[] = [];
+      for await (const r of engine.exportNode(node)) exported.push(r);
+      expect(exported.map((r) => r.id)).toEqual(expected);
+      expect(exported.map((r) => r.modifiedSeq)).toEqual(
+        expected.map((id) => (lastWrite.get(id) as number) + 1),
+      );
+      const createdOrder = [...new Set(mine.map((c) => c.id))];
+      expect(ids(await engine.read(`${node}?order=created`, { max: 250 }))).toEqual(createdOrder);
+    }
+    expect(results.filter((r) => r.kind === 'retract').length).toBeGreaterThan(10);
+    expect(results.filter((r) => r.kind === 'update').length).toBeGreaterThan(10);
   });
 
   it("keeps each node's totals exact under writes to several nodes at once", async () => {

@@ -10,11 +10,26 @@ export const ATOM = 'http://www.w3.org/2005/Atom';
 /** 2026-11-21T10:00:00.000Z */
 export const T0 = Date.UTC(2026, 10, 21, 10, 0, 0);
 
-/** An Atom entry; with `atomId`, it carries an `<id>`. */
+/**
+ * An Atom entry as a client might write it (single-quoted namespace); with `atomId`, it carries an
+ * `<id>`. `title` and `atomId` are put in as they are (XML text).
+ */
 export function entry(title: string, atomId?: string, padding = 0): string {
+  return `<entry xmlns='${ATOM}'>${inner(title, atomId, padding)}</entry>`;
+}
+
+/**
+ * The same entry as the engine stores and returns it: re-serialized by ltx, so the namespace is in
+ * double quotes (spelled out here, not computed by the library under test).
+ */
+export function stored(title: string, atomId?: string, padding = 0): string {
+  return `<entry xmlns="${ATOM}">${inner(title, atomId, padding)}</entry>`;
+}
+
+function inner(title: string, atomId: string | undefined, padding: number): string {
   const id = atomId === undefined ? '' : `<id>${atomId}</id>`;
   const pad = padding > 0 ? `<content>${'x'.repeat(padding)}</content>` : '';
-  return `<entry xmlns='${ATOM}'>${id}<title>${title}</title>${pad}</entry>`;
+  return `${id}<title>${title}</title>${pad}`;
 }
 
 /** The cursor the contract gives the item at offset `o` of a group of `ids` stamped `t`. */

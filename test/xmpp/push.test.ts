@@ -91,6 +91,8 @@ describe('subscriptions and notifications', () => {
     // Only five messages reached alice for this node, three bob: nothing doubled.
     await publish('chain', 'd');
     await alice.waitMessages(6, forNode('chain'));
+    await bob.waitMessages(4, forNode('chain?order=created'));
+    expect(alice.messages.filter(forNode('chain')).length).toBe(6);
     expect(bob.messages.filter(forNode('chain?order=created')).length).toBe(4);
   });
 
