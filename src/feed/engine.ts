@@ -880,6 +880,21 @@ export class FeedEngine {
     return st.subscriptions;
   }
 
+  /** Runs `step` on a feed's subscription of `jid` (found or not), in the node's write order. */
+  private async onSubscription<T>(
+    feedName: string,
+    jid: string,
+    step: (at: { st: NodeState; feed: FeedName; key: Buffer; found: Subscription | undefined }) => Promise<T>,
+  ): Promise<T> {
+    const feed = parseFeedName(feedName);
+    const st = await this.requireNode(feed.node);
+    return this.serialize(st, async () => {
+      const subs = await this.subscriptionMap(st);
+      const key = subscriptionKey(st.nid, feed.order, jid);
+      return step({ st, feed, key, found: subs.get(key.toString('latin1')) });
+    });
+  }
+
   /**
    * Subscribes `jid` to a feed (node name with parameters). One subscription per feed and jid:
    * subscribing again returns the same one.
@@ -889,12 +904,7 @@ export class FeedEngine {
     jid: string,
     bareJid: string,
   ): Promise<{ subscription: Subscription; created: boolean }> {
-    const feed = parseFeedName(feedName);
-    const st = await this.requireNode(feed.node);
-    return this.serialize(st, async () => {
-      const subs = await this.subscriptionMap(st);
-      const key = subscriptionKey(st.nid, feed.order, jid);
-      const found = subs.get(key.toString('latin1'));
+    return this.onSubscription(feedName, jid, async ({ st, feed, key, found }) => {
       if (found) return { subscription: found, created: false };
       const subscription: Subscription = {
         feed: feed.requested,
@@ -903,27 +913,19 @@ export class FeedEngine {
         jid,
         subid: randomUUID(),
       };
+      const value = json(subscription);
       await this.committer.add([
-        { type: 'put', key, value: json(subscription) },
-        {
-          type: 'put',
-          key: userSubscriptionKey(bareJid, st.nid, feed.order, jid),
-          value: json(subscription),
-        },
+        { type: 'put', key, value },
+        { type: 'put', key: userSubscriptionKey(bareJid, st.nid, feed.order, jid), value },
       ]);
-      subs.set(key.toString('latin1'), subscription);
+      st.subscriptions?.set(key.toString('latin1'), subscription);
       return { subscription, created: true };
     });
   }
 
   /** Ends `jid`'s subscription to a feed; with a subid, only if it matches. */
   async unsubscribe(feedName: string, jid: string, bareJid: string, subid?: string): Promise<Subscription> {
-    const feed = parseFeedName(feedName);
-    const st = await this.requireNode(feed.node);
-    return this.serialize(st, async () => {
-      const subs = await this.subscriptionMap(st);
-      const key = subscriptionKey(st.nid, feed.order, jid);
-      const found = subs.get(key.toString('latin1'));
+    return this.onSubscription(feedName, jid, async ({ st, feed, key, found }) => {
       if (!found) throw new NotSubscribed(`${jid} is not subscribed to ${JSON.stringify(feed.requested)}`);
       if (subid !== undefined && subid !== found.subid) {
         throw new InvalidSubid(`no subscription ${JSON.stringify(subid)} of ${jid}`);
@@ -932,7 +934,7 @@ export class FeedEngine {
         { type: 'del', key },
         { type: 'del', key: userSubscriptionKey(bareJid, st.nid, feed.order, jid) },
       ]);
-      subs.delete(key.toString('latin1'));
+      st.subscriptions?.delete(key.toString('latin1'));
       return found;
     });
   }
