@@ -2,7 +2,8 @@
  * The `smartfeeds` command: one table of subcommands, each parsing its own options with
  * node:util parseArgs and calling the feed engine. Engine errors become messages and exit codes
  * in one place (`failure`). Exit codes: 0 done; 1 the operation failed (database in use, storage,
- * input data rejected); 2 the command line is wrong (usage, position spec, max, unknown node or id).
+ * input data rejected); 2 the command line is wrong (usage, position spec, max, unknown node or id);
+ * 3 `check` found inconsistencies (that --repair did not mend).
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
@@ -11,6 +12,7 @@ import { text as streamText } from 'node:stream/consumers';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import { ConfigError, configFrom, SERVE_OPTIONS, SERVE_USAGE, type ServeFlags } from './config.ts';
 import { readAtomEntry } from './feed/atom.ts';
+import { DatabaseCheck, openDatabase, type Problem, summaryLine } from './feed/check.ts';
 import { FeedEngine } from './feed/engine.ts';
 import { FeedError, type FeedErrorCode, NodeNotFound, PayloadTooBig } from './feed/errors.ts';
 import { checkItemId, parseFeedName } from './feed/feedName.ts';
@@ -570,6 +572,53 @@ ${COMMON_DETAILS}`,
     }),
 };
 
+/** `check` found inconsistencies: not a failure to run, so not 1. */
+const INCONSISTENT = 3;
+
+const checkCommand: Command = {
+  summary: "check a stopped server's database for inconsistencies (--repair mends them)",
+  synopsis: '[--repair]',
+  details: `Verifies the database of a stopped server: every item record has exactly its two index entries
+(modified and created order) and no index entry names a missing record or old stamps; each node's
+counters (total, last stamp, last sequence number) agree with its records; no two items of a
+node share a sequence number in one order; the node registry and counters agree; every
+subscription names an existing node and has its per-user key, and the other way round.
+Prints one line per inconsistency ("KIND: what"), then a summary line
+  checked N nodes, N items, N subscriptions: clean | N problems
+and exits 0 when clean, 3 when not. Memory stays bounded whatever the size of a node.
+
+  --repair   after a check that found problems, rebuild what can be derived, then check again
+             (exit 0 if that check is clean): both indexes and the counters from the item records,
+             which are the truth (an item sharing a sequence number gets a new one, its stamp
+             stays); the per-user subscription keys from the subscriptions (a subscription naming
+             no node is dropped); a node whose name entry is lost is registered as recovered-NID.
+             Unreadable records are reported and left alone. Take a backup first.
+${COMMON_DETAILS}`,
+  options: { repair: { type: 'boolean' } },
+  positionals: [0, 0],
+  run: async (ctx) => {
+    if (!existsSync(ctx.data)) {
+      throw new Error(`no database at ${ctx.data} (give --data DIR or set SMARTFEEDS_DATA)`);
+    }
+    const db = await openDatabase(ctx.data);
+    try {
+      const checker = new DatabaseCheck(db);
+      const print = (p: Problem) => ctx.out.line(`${p.kind}: ${p.message}`);
+      let summary = await checker.check(print);
+      await ctx.out.line(summaryLine(summary));
+      if (summary.problems > 0 && ctx.values.repair === true) {
+        await checker.repair();
+        await ctx.out.line('repaired; checking again');
+        summary = await checker.check(print);
+        await ctx.out.line(summaryLine(summary));
+      }
+      return summary.problems === 0 ? 0 : INCONSISTENT;
+    } finally {
+      await db.close();
+    }
+  },
+};
+
 const { data: _data, help: _help, ...serveOptions } = SERVE_OPTIONS;
 
 const serveCommand: Command = {
@@ -592,6 +641,7 @@ export const commands: Record<string, Command> = {
   create,
   export: exportCommand,
   import: importCommand,
+  check: checkCommand,
 };
 
 // ---- help ---------------------------------------------------------------------------------
@@ -630,7 +680,8 @@ Every command takes --data DIR (-d): the database directory (default: $SMARTFEED
 ./data), and --help (-h). smartfeeds --version prints the version.
 
 Exit codes: 0 done; 1 failed (database in use, storage error, input data rejected);
-2 bad command line (unknown command or option, bad position spec or max, unknown node or id).
+2 bad command line (unknown command or option, bad position spec or max, unknown node or id);
+3 check found inconsistencies.
 `;
 }
 

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
 import { isLevel, type Level } from './log.ts';
+import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
 
 /** Everything `smartfeeds serve` runs with. */
 export interface Config {
@@ -19,6 +20,8 @@ export interface Config {
   limits: Limits;
   /** fsync each write batch (survives power loss, not only a killed process). */
   sync: boolean;
+  /** Requests per second and burst allowed to each sender (bare JID); a rate of 0 is no limit. */
+  rateLimit: RateLimitOptions;
 }
 
 export class ConfigError extends Error {}
@@ -31,6 +34,7 @@ const DEFAULTS: Omit<Config, 'secret'> = {
   logLevel: 'info',
   limits: DEFAULT_LIMITS,
   sync: false,
+  rateLimit: DEFAULT_RATE_LIMIT,
 };
 
 /** Flags of `serve`, for its help text and parseArgs. */
@@ -47,6 +51,8 @@ export const SERVE_OPTIONS = {
   'default-page-items': { type: 'string' },
   'page-bytes': { type: 'string' },
   sync: { type: 'boolean' },
+  'rate-limit': { type: 'string' },
+  'rate-burst': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -68,6 +74,8 @@ flags win over the environment, which wins over the file.
   --default-page-items N     items when no max is asked       SMARTFEEDS_DEFAULT_PAGE_ITEMS (50)
   --page-bytes N             a page's byte budget             SMARTFEEDS_PAGE_BYTES (262144)
   --sync                     fsync every write                SMARTFEEDS_SYNC=1
+  --rate-limit N             requests/s per sender, 0 = off   SMARTFEEDS_RATE_LIMIT (50)
+  --rate-burst N             requests a sender may burst      SMARTFEEDS_RATE_BURST (200)
 `;
 
 type Raw = Partial<Record<string, unknown>>;
@@ -76,6 +84,13 @@ function positive(name: string, value: unknown): number {
   const n = typeof value === 'number' ? value : Number(String(value));
   if (!Number.isSafeInteger(n) || n < 1)
     throw new ConfigError(`${name} must be a positive whole number, not ${JSON.stringify(value)}`);
+  return n;
+}
+
+function nonNegative(name: string, value: unknown): number {
+  const n = typeof value === 'number' ? value : value === '' ? Number.NaN : Number(String(value));
+  if (!Number.isFinite(n) || n < 0)
+    throw new ConfigError(`${name} must be a number of zero or more, not ${JSON.stringify(value)}`);
   return n;
 }
 
@@ -113,6 +128,8 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     'default-page-items'?: string;
     'page-bytes'?: string;
     sync?: boolean;
+    'rate-limit'?: string;
+    'rate-burst'?: string;
   };
   let file: Raw = {};
   const configPath = flags.config ?? env.SMARTFEEDS_CONFIG;
@@ -177,6 +194,12 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
       DEFAULT_LIMITS.maxPageBytes,
     ),
   };
+  const rateRaw = pick(flags['rate-limit'], 'SMARTFEEDS_RATE_LIMIT', 'rate-limit');
+  const burstRaw = pick(flags['rate-burst'], 'SMARTFEEDS_RATE_BURST', 'rate-burst');
+  const rateLimit: RateLimitOptions = {
+    rate: rateRaw === undefined ? DEFAULTS.rateLimit.rate : nonNegative('rate-limit', rateRaw),
+    burst: burstRaw === undefined ? DEFAULTS.rateLimit.burst : positive('rate-burst', burstRaw),
+  };
   const syncRaw = pick(flags.sync, 'SMARTFEEDS_SYNC', 'sync');
   return {
     service,
@@ -187,5 +210,6 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     logLevel,
     limits,
     sync: syncRaw === true || syncRaw === '1' || syncRaw === 'true',
+    rateLimit,
   };
 }

@@ -9,7 +9,13 @@ export async function serve(config: Config): Promise<number> {
   const engine = await FeedEngine.open(config.data, { limits: config.limits, sync: config.sync });
   const pubsub = new PubsubComponent(
     engine,
-    { service: config.service, domain: config.domain, secret: config.secret, admins: config.admins },
+    {
+      service: config.service,
+      domain: config.domain,
+      secret: config.secret,
+      admins: config.admins,
+      rateLimit: config.rateLimit,
+    },
     log,
   );
   log.info('starting', {
@@ -17,6 +23,7 @@ export async function serve(config: Config): Promise<number> {
     domain: config.domain,
     data: config.data,
     admins: config.admins,
+    rateLimit: config.rateLimit,
   });
   await pubsub.start();
   const signal = await new Promise<NodeJS.Signals>((resolve) => {

@@ -186,7 +186,7 @@ describe('smartfeeds command', () => {
     expect(tomb?.deleted).toBe(true);
     expect(tomb?.cursor).toBe(first.cursor);
     expect(tomb?.entry).toMatch(
-      /^<deleted-entry xmlns='http:\/\/purl.org\/atompub\/tombstones\/1.0' ref='urn:c' when='[^']+Z'\/>$/,
+      /^<deleted-entry xmlns="http:\/\/purl.org\/atompub\/tombstones\/1.0" ref="urn:c" when="[^"]+Z"\/>$/,
     );
     expect(page.last_cursor).toBe(first.cursor);
 

@@ -27,10 +27,11 @@ declare module 'ltx' {
     text(): string;
     text(value: string): this;
     remove(el: Element | string, xmlns?: string): this;
-    clone(): Element;
     toString(): string;
   }
   export function parse(xml: string): Element;
+  /** A deep copy, without a parent. */
+  export function clone<T extends Element>(el: T): T;
   export function createElement(
     name: string,
     attrs?: Record<string, unknown> | null,

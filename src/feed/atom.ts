@@ -1,4 +1,4 @@
-import { createElement, type Element } from 'ltx';
+import { clone, createElement, type Element } from 'ltx';
 import { SaxesParser } from 'saxes';
 import { InvalidPayload } from './errors.ts';
 
@@ -12,11 +12,10 @@ export interface AtomEntry {
 }
 
 /**
- * Parses XML text strictly (well-formed, namespace-aware, exactly one element), checks that it
- * is one Atom entry, and returns it re-serialized: what is stored is always well-formed XML that
- * can be embedded in a stanza as it is.
+ * Parses XML text strictly (well-formed, namespace-aware, exactly one element, no DTD) and
+ * returns the element and its namespace.
  */
-export function readAtomEntry(xml: string): AtomEntry {
+function parseStrict(xml: string): { root: Element; ns: string | undefined } {
   const parser = new SaxesParser({ xmlns: true, position: false });
   let root: Element | undefined;
   let current: Element | undefined;
@@ -24,6 +23,9 @@ export function readAtomEntry(xml: string): AtomEntry {
   let error: Error | undefined;
   parser.on('error', (e) => {
     error ??= e;
+  });
+  parser.on('doctype', () => {
+    error ??= new Error('a document type declaration is not allowed');
   });
   parser.on('opentag', (tag) => {
     if (!current && root) {
@@ -58,10 +60,28 @@ export function readAtomEntry(xml: string): AtomEntry {
   }
   if (error) throw new InvalidPayload(`payload is not well-formed XML: ${error.message.split('\n')[0]}`);
   if (!root) throw new InvalidPayload('payload holds no element');
-  if (root.getName() !== 'entry' || rootNs !== ATOM_NS) {
+  return { root, ns: rootNs };
+}
+
+/**
+ * Checks that XML text is exactly one Atom entry and returns it re-serialized: what is stored is
+ * always well-formed XML that can be embedded in a stanza as it is.
+ */
+export function readAtomEntry(xml: string): AtomEntry {
+  const { root, ns } = parseStrict(xml);
+  if (root.getName() !== 'entry' || ns !== ATOM_NS) {
     throw new InvalidPayload(`payload must be an Atom <entry xmlns='${ATOM_NS}'>, not <${root.name}>`);
   }
   return { entry: root.toString(), atomId: atomIdOf(root) };
+}
+
+/** Checks that XML text is an RFC 6721 tombstone (an imported deleted item) and re-serializes it. */
+export function readTombstone(xml: string): string {
+  const { root, ns } = parseStrict(xml);
+  if (root.getName() !== 'deleted-entry' || ns !== TOMBSTONE_NS) {
+    throw new InvalidPayload(`a deleted item's payload must be a <deleted-entry xmlns='${TOMBSTONE_NS}'>`);
+  }
+  return root.toString();
 }
 
 function atomIdOf(entry: Element): string | undefined {
@@ -77,23 +97,33 @@ export function readAtomElement(el: Element): { atomId: string | undefined } {
   return { atomId: atomIdOf(el) };
 }
 
-/** Checks a parsed entry and serializes it on its own, declaring the namespace it may have inherited. */
+/**
+ * Checks a parsed entry and serializes it on its own: a copy that declares the namespaces it
+ * inherited from the stanza around it (the caller's element is left as it is).
+ */
 export function readAtomElementText(el: Element): AtomEntry {
   const { atomId } = readAtomElement(el);
-  if (el.attrs.xmlns === undefined && !el.name.includes(':')) el.attrs.xmlns = ATOM_NS;
-  return { entry: el.toString(), atomId };
+  const copy = clone(el);
+  if (copy.attrs.xmlns === undefined && !copy.name.includes(':')) copy.attrs.xmlns = ATOM_NS;
+  for (let up = el.parent; up; up = up.parent) {
+    for (const [name, value] of Object.entries(up.attrs)) {
+      if (name.startsWith('xmlns:') && copy.attrs[name] === undefined) copy.attrs[name] = value;
+    }
+  }
+  if (copy.attrs.xmlns === undefined) {
+    // A prefixed entry's unprefixed children are in the default namespace in scope.
+    let up = el.parent;
+    while (up && up.attrs.xmlns === undefined) up = up.parent;
+    if (up?.attrs.xmlns) copy.attrs.xmlns = up.attrs.xmlns;
+  }
+  return { entry: copy.toString(), atomId };
 }
 
-function escapeAttr(text: string): string {
-  return text
-    .replace(/&/g, '&amp;')
-    .replace(/</g, '&lt;')
-    .replace(/>/g, '&gt;')
-    .replace(/"/g, '&quot;')
-    .replace(/'/g, '&apos;');
-}
-
-/** The RFC 6721 tombstone that replaces a retracted item's payload. */
+/** The RFC 6721 tombstone that replaces a retracted item's payload (in the canonical form). */
 export function tombstone(ref: string, when: number): string {
-  return `<deleted-entry xmlns='${TOMBSTONE_NS}' ref='${escapeAttr(ref)}' when='${new Date(when).toISOString()}'/>`;
+  return createElement('deleted-entry', {
+    xmlns: TOMBSTONE_NS,
+    ref,
+    when: new Date(when).toISOString(),
+  }).toString();
 }

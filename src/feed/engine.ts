@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { ClassicLevel } from 'classic-level';
 import type { Element } from 'ltx';
-import { readAtomElementText, readAtomEntry, tombstone } from './atom.ts';
+import { readAtomElementText, readAtomEntry, readTombstone, tombstone } from './atom.ts';
 import { Committer, type Op } from './commit.ts';
 import { type Cursor, formatCursor, GroupChecksum, groupChecksum } from './cursor.ts';
 import {
@@ -511,6 +511,10 @@ export class FeedEngine {
     const name = parseFeedName(node).node;
     const id = input.id ?? randomUUID();
     checkItemId(id);
+    // Refuse an oversized text before parsing it (its canonical form is checked below).
+    if (typeof input.entry === 'string' && input.entry.length > this.limits.maxPayloadBytes + 1024) {
+      throw new PayloadTooBig(Buffer.byteLength(input.entry, 'utf8'), this.limits.maxPayloadBytes);
+    }
     const { entry, atomId } =
       typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry);
     const bytes = Buffer.byteLength(entry, 'utf8');
@@ -1040,12 +1044,13 @@ export class FeedEngine {
           if (createdSeqs.has(r.createdSeq)) throw bad('createdSeq appears twice');
           if (m < lastModified) throw bad('lines are not in modified order');
           if (typeof r.entry !== 'string') throw bad('no entry');
-          if (!r.deleted) readAtomEntry(r.entry);
+          // Stored as the engine would have stored it: canonical, well-formed XML.
+          const entry = r.deleted ? readTombstone(r.entry) : readAtomEntry(r.entry).entry;
           seen.add(r.id);
           seqs.add(r.modifiedSeq);
           createdSeqs.add(r.createdSeq);
           lastModified = m;
-          const rec: ItemRecord = { c, cs: r.createdSeq, m, ms: r.modifiedSeq, e: r.entry };
+          const rec: ItemRecord = { c, cs: r.createdSeq, m, ms: r.modifiedSeq, e: entry };
           if (r.deleted) rec.d = 1;
           if (r.publisher !== undefined) rec.p = r.publisher;
           if (r.atomId !== undefined) rec.a = r.atomId;

@@ -99,6 +99,45 @@ export function userPrefix(bareJid: string): Buffer {
   return Buffer.concat([Buffer.from('u'), Buffer.from(bareJid, 'utf8'), Buffer.from([0])]);
 }
 
+// ---- reading keys back (for `smartfeeds check`) -------------------------------------------
+
+/** The node number of a key of a per-node family (`m`, `i`, `x`, `s`); undefined if too short. */
+export function nidOfKey(key: Buffer): number | undefined {
+  return key.length >= 5 ? key.readUInt32BE(1) : undefined;
+}
+
+/** The prefix of every key of a per-node family (`m`, `i`, `x`, `s`) for one node. */
+export function familyPrefix(tag: 'm' | 'i' | 'x' | 's', nid: number): Buffer {
+  return withNid(tag, nid, 0);
+}
+
+export function idOfItemKey(key: Buffer): string {
+  return key.subarray(5).toString('utf8');
+}
+
+function orderOfByte(byte: number | undefined): Order | undefined {
+  return byte === ORDER_BYTE.modified ? 'modified' : byte === ORDER_BYTE.created ? 'created' : undefined;
+}
+
+/** The parts of an `s` key, or undefined when it is malformed. */
+export function parseSubscriptionKey(key: Buffer): { nid: number; order: Order; jid: string } | undefined {
+  const order = orderOfByte(key[5]);
+  if (key[0] !== 0x73 || key.length < 7 || !order) return undefined;
+  return { nid: key.readUInt32BE(1), order, jid: key.subarray(6).toString('utf8') };
+}
+
+/** The parts of a `u` key, with the `s` key it mirrors, or undefined when it is malformed. */
+export function parseUserSubscriptionKey(
+  key: Buffer,
+): { bareJid: string; nid: number; order: Order; jid: string; subscriptionKey: Buffer } | undefined {
+  const zero = key.indexOf(0, 1);
+  if (key[0] !== 0x75 || zero < 0) return undefined;
+  const mirrored = Buffer.concat([Buffer.from('s'), key.subarray(zero + 1)]);
+  const parts = parseSubscriptionKey(mirrored);
+  if (!parts) return undefined;
+  return { ...parts, bareJid: key.subarray(1, zero).toString('utf8'), subscriptionKey: mirrored };
+}
+
 /** The smallest key greater than every key starting with `prefix`. */
 export function prefixEnd(prefix: Buffer): Buffer {
   const end = Buffer.from(prefix);

@@ -10,6 +10,7 @@ import { errorElement, errors, toStanzaError } from './errors.ts';
 import { NS } from './namespaces.ts';
 import { Notifier, type Outlet, parseNotificationId } from './notifications.ts';
 import { ownerHandler, pubsubHandler } from './pubsub.ts';
+import { RateLimiter, type RateLimitOptions } from './rateLimit.ts';
 import type { Handler, Service } from './request.ts';
 
 export interface ComponentOptions {
@@ -19,6 +20,8 @@ export interface ComponentOptions {
   secret: string;
   admins: readonly string[];
   backoff?: BackoffOptions;
+  /** Per-sender request limit; absent or a rate of 0: no limit. */
+  rateLimit?: RateLimitOptions;
 }
 
 /** The IQ routes: (type, namespace, element) → handler. */
@@ -40,6 +43,7 @@ export class PubsubComponent {
   readonly notifier: Notifier;
   private readonly reconnector: Reconnector;
   private readonly service: Service;
+  private readonly limiter: RateLimiter | undefined;
   private inFlight = 0;
   private stopping = false;
   private settled: (() => void)[] = [];
@@ -59,6 +63,7 @@ export class PubsubComponent {
       if (status === 'connect')
         (this.xmpp as unknown as { socket: import('node:net').Socket | null }).socket?.setNoDelay(true);
     });
+    this.limiter = options.rateLimit?.rate ? new RateLimiter(options.rateLimit) : undefined;
     this.reconnector = new Reconnector(this.xmpp, log, options.backoff ?? DEFAULT_BACKOFF);
     this.notifier = new Notifier(engine, this.outlet(options.domain), log);
     this.service = {
@@ -122,6 +127,9 @@ export class PubsubComponent {
     } catch {
       return errorElement(errors.badRequest('the request has no valid sender'));
     }
+    // Over the limit: answered at once, before any parsing or engine work.
+    if (this.limiter && !this.limiter.take(bare))
+      return errorElement(errors.resourceConstraint('too many requests; retry later'));
     this.inFlight += 1;
     try {
       // xmpp.js answers a falsy reply with service-unavailable; `true` is an empty result.

@@ -361,7 +361,7 @@ describe('retract', () => {
       when: new Date(T0 + 5).toISOString(),
     });
     expect(change.item.entry).toBe(
-      `<deleted-entry xmlns='${TOMBSTONE_NS}' ref='urn:a:1' when='2026-11-21T10:00:00.005Z'/>`,
+      `<deleted-entry xmlns="${TOMBSTONE_NS}" ref="urn:a:1" when="2026-11-21T10:00:00.005Z"/>`,
     );
     expect(change.feeds.modified).toEqual({
       cursor: cursorOf(T0 + 5, ['a'], 0),
