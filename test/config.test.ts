@@ -64,6 +64,31 @@ describe('configuration', () => {
   });
 });
 
+describe('rate limit options', () => {
+  it('defaults to 50 requests/s with a burst of 200, and reads flags, environment and file', async () => {
+    expect(loadConfig(['--secret', 's'], {}).rateLimit).toEqual({ rate: 50, burst: 200 });
+    expect(loadConfig(['--secret', 's', '--rate-limit', '0'], {}).rateLimit.rate).toBe(0);
+    expect(
+      loadConfig(['--secret', 's'], { SMARTFEEDS_RATE_LIMIT: '5', SMARTFEEDS_RATE_BURST: '7' }).rateLimit,
+    ).toEqual({ rate: 5, burst: 7 });
+    const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-config-'));
+    try {
+      const file = join(dir, 'c.json');
+      await writeFile(file, JSON.stringify({ secret: 'f', 'rate-limit': 2.5, 'rate-burst': 10 }));
+      expect(loadConfig(['--config', file], {}).rateLimit).toEqual({ rate: 2.5, burst: 10 });
+      expect(loadConfig(['--config', file, '--rate-burst', '3'], {}).rateLimit).toEqual({
+        rate: 2.5,
+        burst: 3,
+      });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    expect(() => loadConfig(['--secret', 's', '--rate-limit', '-1'], {})).toThrow(/rate-limit/);
+    expect(() => loadConfig(['--secret', 's', '--rate-limit', 'fast'], {})).toThrow(/rate-limit/);
+    expect(() => loadConfig(['--secret', 's', '--rate-burst', '0'], {})).toThrow(/rate-burst/);
+  });
+});
+
 describe('reconnect backoff', () => {
   it('grows exponentially with jitter up to the cap', () => {
     const opts = { initialMs: 100, maxMs: 5000 };

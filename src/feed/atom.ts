@@ -105,9 +105,12 @@ export function readAtomElementText(el: Element): AtomEntry {
   const { atomId } = readAtomElement(el);
   const copy = clone(el);
   if (copy.attrs.xmlns === undefined && !copy.name.includes(':')) copy.attrs.xmlns = ATOM_NS;
+  // Only the prefixes the entry uses: the stream's own (xmlns:stream) is no part of the payload.
+  const used = prefixesUsed(copy);
   for (let up = el.parent; up; up = up.parent) {
     for (const [name, value] of Object.entries(up.attrs)) {
-      if (name.startsWith('xmlns:') && copy.attrs[name] === undefined) copy.attrs[name] = value;
+      if (name.startsWith('xmlns:') && used.has(name.slice(6)) && copy.attrs[name] === undefined)
+        copy.attrs[name] = value;
     }
   }
   if (copy.attrs.xmlns === undefined) {
@@ -117,6 +120,22 @@ export function readAtomElementText(el: Element): AtomEntry {
     if (up?.attrs.xmlns) copy.attrs.xmlns = up.attrs.xmlns;
   }
   return { entry: copy.toString(), atomId };
+}
+
+/** Namespace prefixes used by element and attribute names under `root` (iteratively: payloads nest deep). */
+function prefixesUsed(root: Element): Set<string> {
+  const used = new Set<string>();
+  const prefixOf = (name: string) => {
+    const colon = name.indexOf(':');
+    if (colon > 0) used.add(name.slice(0, colon));
+  };
+  const stack: Element[] = [root];
+  for (let el = stack.pop(); el; el = stack.pop()) {
+    prefixOf(el.name);
+    for (const name of Object.keys(el.attrs)) if (!name.startsWith('xmlns')) prefixOf(name);
+    for (const child of el.children) if (typeof child !== 'string') stack.push(child as Element);
+  }
+  return used;
 }
 
 /** The RFC 6721 tombstone that replaces a retracted item's payload (in the canonical form). */

@@ -14,7 +14,10 @@ import { parseRsm, rsmReply } from './rsm.ts';
 const MODIFIERS = new Set(['set', 'options', 'publish-options', 'configure']);
 
 function verbOf(pubsub: Element): Element {
-  const verbs = pubsub.getChildElements().filter((c) => !(MODIFIERS.has(c.name) && isModifier(c)));
+  const children = pubsub.getChildElements();
+  // Alone, <options/> is a request of its own (XEP-0060 6.3), not a modifier of one.
+  const verbs =
+    children.length === 1 ? children : children.filter((c) => !(MODIFIERS.has(c.name) && isModifier(c)));
   if (verbs.length !== 1)
     throw errors.badRequest(`<pubsub> must hold exactly one request, not ${verbs.length}`);
   return verbs[0] as Element;
@@ -59,9 +62,10 @@ function parseJid(text: string | undefined): { full: string; bare: string } {
 
 function positiveCount(text: string | undefined, what: string): number | undefined {
   if (text === undefined) return undefined;
-  if (!/^\d{1,15}$/.test(text))
+  if (!/^\d+$/.test(text))
     throw errors.badRequest(`${what} must be a whole number, not ${JSON.stringify(text)}`);
-  return Number(text);
+  // However many digits: a larger count is served as the page limit.
+  return Math.min(Number(text), Number.MAX_SAFE_INTEGER);
 }
 
 const items: Handler = async ({ engine }, req) => {
@@ -236,8 +240,20 @@ export function pubsubHandler(type: 'get' | 'set'): Handler {
   };
 }
 
+/** XEP-0060 section 8: the owner's use cases, with the feature each would need. */
+const OWNER_FEATURES: Record<string, string> = {
+  configure: 'config-node',
+  default: 'retrieve-default',
+  delete: 'delete-nodes',
+  purge: 'purge-nodes',
+  subscriptions: 'manage-subscriptions',
+  affiliations: 'modify-affiliations',
+};
+
 /** The pubsub#owner namespace is not offered yet (node management is a later feature). */
 export const ownerHandler: Handler = async (_service, req) => {
-  const [verb] = req.element.getChildElements();
-  throw errors.unsupported(UNSUPPORTED[verb?.name ?? ''] ?? 'config-node');
+  const verbs = req.element.getChildElements();
+  const feature = verbs.length === 1 ? OWNER_FEATURES[(verbs[0] as Element).name] : undefined;
+  if (!feature) throw errors.badRequest(`<pubsub xmlns='${NS.pubsubOwner}'> must hold one owner request`);
+  throw errors.unsupported(feature);
 };

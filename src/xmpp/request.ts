@@ -27,3 +27,22 @@ export interface Request {
 
 /** Returns the result's child element, or undefined for an empty result; throws a StanzaError. */
 export type Handler = (service: Service, request: Request) => Promise<Element | undefined>;
+
+/**
+ * Deepest nesting a request may have, counted from the IQ's child. Serialising and cloning
+ * elements recurse (ltx), and a few thousand levels overflow the stack; real payloads (an Atom
+ * entry with XHTML content) nest a few dozen.
+ */
+export const MAX_REQUEST_DEPTH = 1000;
+
+/** Whether `el` nests elements more than `limit` levels deep (itself being level 1), without recursing. */
+export function nestedDeeperThan(el: Element, limit: number): boolean {
+  const stack: [Element, number][] = [[el, 1]];
+  for (let next = stack.pop(); next; next = stack.pop()) {
+    const [node, depth] = next;
+    if (depth > limit) return true;
+    for (const child of node.children)
+      if (typeof child !== 'string') stack.push([child as Element, depth + 1]);
+  }
+  return false;
+}

@@ -11,7 +11,7 @@ import { NS } from './namespaces.ts';
 import { Notifier, type Outlet, parseNotificationId } from './notifications.ts';
 import { ownerHandler, pubsubHandler } from './pubsub.ts';
 import { RateLimiter, type RateLimitOptions } from './rateLimit.ts';
-import type { Handler, Service } from './request.ts';
+import { type Handler, MAX_REQUEST_DEPTH, nestedDeeperThan, type Service } from './request.ts';
 
 export interface ComponentOptions {
   /** `xmpp://HOST:PORT` of the server's component port. */
@@ -44,6 +44,8 @@ export class PubsubComponent {
   private readonly reconnector: Reconnector;
   private readonly service: Service;
   private readonly limiter: RateLimiter | undefined;
+  /** IQ requests nested deeper than MAX_REQUEST_DEPTH, already cut down to a bare child. */
+  private readonly tooDeep = new WeakSet<Element>();
   private inFlight = 0;
   private stopping = false;
   private settled: (() => void)[] = [];
@@ -74,6 +76,13 @@ export class PubsubComponent {
       log,
     };
     this.unlisten = engine.onChange((change) => this.notifier.enqueue(change));
+    // Before xmpp.js routes it: an error reply echoes the request's child, and echoing (serialising)
+    // thousands of nested levels overflows the stack, so no reply would leave at all.
+    this.xmpp.prependListener('element', (stanza: Element) => {
+      if (stanza.name !== 'iq' || !nestedDeeperThan(stanza, MAX_REQUEST_DEPTH + 1)) return;
+      for (const child of stanza.getChildElements()) child.children = [];
+      this.tooDeep.add(stanza);
+    });
     for (const [type, ns, name, handler] of IQ_ROUTES) {
       this.xmpp.iqCallee[type](ns, name, (ctx) => this.handle(handler, ctx));
     }
@@ -127,9 +136,16 @@ export class PubsubComponent {
     } catch {
       return errorElement(errors.badRequest('the request has no valid sender'));
     }
-    // Over the limit: answered at once, before any parsing or engine work.
-    if (this.limiter && !this.limiter.take(bare))
+    // Over the limit: answered at once, before any parsing or engine work, and echoed bare (the
+    // reply to a flood should cost the server as little as it can).
+    if (this.limiter && !this.limiter.take(bare)) {
+      ctx.element.children = [];
       return errorElement(errors.resourceConstraint('too many requests; retry later'));
+    }
+    if (this.tooDeep.has(ctx.stanza))
+      return errorElement(
+        errors.badRequest(`the request nests elements more than ${MAX_REQUEST_DEPTH} deep`),
+      );
     this.inFlight += 1;
     try {
       // xmpp.js answers a falsy reply with service-unavailable; `true` is an empty result.

@@ -9,6 +9,7 @@ import { type Prosody, startProsody } from '../../prosody-dev/harness.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import type { Limits } from '../../src/feed/model.ts';
 import { createLog } from '../../src/log.ts';
+import type { RateLimitOptions } from '../../src/xmpp/rateLimit.ts';
 import { PubsubComponent } from '../../src/xmpp/service.ts';
 
 export const NS = {
@@ -45,9 +46,14 @@ export class Stack {
   dataDir!: string;
   private users: User[] = [];
   logs: string[] = [];
+  /** The component's per-sender request limit (kept across restarts); none unless a test sets it. */
+  rateLimit: RateLimitOptions | undefined;
 
-  static async start(options: { limits?: Partial<Limits> } = {}): Promise<Stack> {
+  static async start(
+    options: { limits?: Partial<Limits>; rateLimit?: RateLimitOptions } = {},
+  ): Promise<Stack> {
     const stack = new Stack();
+    stack.rateLimit = options.rateLimit;
     stack.prosody = await startProsody({ users: USERS });
     stack.dataDir = await mkdtemp(join(tmpdir(), 'smartfeeds-xmpp-'));
     await stack.startComponent(options.limits);
@@ -64,6 +70,7 @@ export class Stack {
         secret: this.prosody.componentSecret,
         admins: ['admin@localhost'],
         backoff: { initialMs: 100, maxMs: 1000 },
+        ...(this.rateLimit ? { rateLimit: this.rateLimit } : {}),
       },
       createLog('debug', (line) => this.logs.push(line)),
     );
