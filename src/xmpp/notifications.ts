@@ -106,9 +106,9 @@ export class Notifier {
           });
         }
         this.queue.shift();
-        if (this.queue.length < this.maxQueued) {
-          for (const w of this.waiters.splice(0)) w();
-        }
+        // Let in only as many writers as there is room for, so the queue stays within its bound.
+        const room = this.maxQueued - this.queue.length;
+        if (room > 0) for (const w of this.waiters.splice(0, room)) w();
       }
     } finally {
       this.running = false;
