@@ -42,6 +42,7 @@ import {
   userSubscriptionKey,
 } from './keys.ts';
 import type { ItemRecord, Subscription } from './model.ts';
+import { decodeRecord, encodeRecord } from './record.ts';
 
 export type ProblemKind =
   /** A registry entry (`n NAME`) that does not name a node number. */
@@ -128,7 +129,12 @@ function readJson(buf: Buffer): unknown {
 }
 
 function readRecord(buf: Buffer): ItemRecord | undefined {
-  const r = readJson(buf) as Partial<ItemRecord> | undefined;
+  let r: Partial<ItemRecord> | undefined;
+  try {
+    r = decodeRecord(buf);
+  } catch {
+    return undefined;
+  }
   if (typeof r !== 'object' || r === null || typeof r.e !== 'string') return undefined;
   return isCount(r.c) && isCount(r.cs) && isCount(r.m) && isCount(r.ms) ? (r as ItemRecord) : undefined;
 }
@@ -755,7 +761,7 @@ export class DatabaseCheck {
           inChunk.add(target.toString('latin1'));
           await out.put(target, Buffer.from(id, 'utf8'));
         }
-        if (moved) await out.put(key, json(rec));
+        if (moved) await out.put(key, encodeRecord(rec));
       }
       await out.flush();
     }
@@ -771,7 +777,7 @@ export class DatabaseCheck {
         await this.db.batch([
           { type: 'del', key },
           { type: 'put', key: indexKey(nid, order, stampOfIndexKey(key), maxSeq), value: Buffer.from(id) },
-          { type: 'put', key: itemKey(nid, id), value: json(rec) },
+          { type: 'put', key: itemKey(nid, id), value: encodeRecord(rec) },
         ]);
       });
     }

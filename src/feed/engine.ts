@@ -45,6 +45,7 @@ import {
   type Subscription,
 } from './model.ts';
 import { type PositionSpec, parsePositionSpec } from './positionSpec.ts';
+import { decodeRecord, encodeRecord } from './record.ts';
 import { FeedTail } from './tail.ts';
 
 export interface EngineOptions {
@@ -387,7 +388,7 @@ export class FeedEngine {
       // Only this pump writes the node's items, so what is read here is the latest durable state.
       const bufs = await this.db.getMany(lookup.map((id) => itemKey(st.nid, id)));
       bufs.forEach((buf, i) => {
-        if (buf) known.set(lookup[i] as string, parse<ItemRecord>(buf));
+        if (buf) known.set(lookup[i] as string, decodeRecord(buf));
       });
     } catch (e) {
       const error =
@@ -466,7 +467,7 @@ export class FeedEngine {
       ops.push({ type: 'put', key: indexKey(st.nid, 'created', stamp, seq), value: idBuf });
     }
     ops.push({ type: 'put', key: indexKey(st.nid, 'modified', stamp, seq), value: idBuf });
-    ops.push({ type: 'put', key: itemKey(st.nid, id), value: json(rec) });
+    ops.push({ type: 'put', key: itemKey(st.nid, id), value: encodeRecord(rec) });
 
     st.seq = seq;
     st.stamp = stamp;
@@ -547,7 +548,7 @@ export class FeedEngine {
 
   private async recordIn(snapshot: Snapshot, nid: number, id: string): Promise<ItemRecord | undefined> {
     const buf = await this.db.get(itemKey(nid, id), { snapshot });
-    return buf ? parse<ItemRecord>(buf) : undefined;
+    return buf ? decodeRecord(buf) : undefined;
   }
 
   /** The index key of the item a cursor names, or undefined when its checksum fails. */
@@ -775,7 +776,7 @@ export class FeedEngine {
         return { items: [], total, atStart: total === 0, atEnd: total === 0, truncated: false };
       let records = bufs.map((b, i) => {
         if (!b) throw new StorageError(`index names item ${JSON.stringify(page[i]?.id)} that has no record`);
-        return parse<ItemRecord>(b);
+        return decodeRecord(b);
       });
       // Keep within the byte budget: forwards keep the oldest items, backwards the newest.
       let budget = this.limits.maxPageBytes - PAGE_OVERHEAD;
@@ -857,7 +858,7 @@ export class FeedEngine {
         const buf = bufs[i];
         const id = ids[i] as string;
         if (!buf) continue;
-        const rec = parse<ItemRecord>(buf);
+        const rec = decodeRecord(buf);
         const [stamp, seq] = recordStamp(rec, feed.order);
         const [cursor] = await this.cursors(snapshot, st.nid, feed.order, [
           { key: indexKey(st.nid, feed.order, stamp, seq), id },
@@ -978,7 +979,7 @@ export class FeedEngine {
           const buf = bufs[i];
           const id = (chunk[i] as [Buffer, Buffer])[1].toString('utf8');
           if (!buf) throw new StorageError(`index names item ${JSON.stringify(id)} that has no record`);
-          const rec = parse<ItemRecord>(buf);
+          const rec = decodeRecord(buf);
           const out: ExportRecord = {
             id,
             created: new Date(rec.c).toISOString(),
@@ -1055,7 +1056,7 @@ export class FeedEngine {
           if (r.publisher !== undefined) rec.p = r.publisher;
           if (r.atomId !== undefined) rec.a = r.atomId;
           const id = Buffer.from(r.id, 'utf8');
-          ops.push({ type: 'put', key: itemKey(st.nid, r.id), value: json(rec) });
+          ops.push({ type: 'put', key: itemKey(st.nid, r.id), value: encodeRecord(rec) });
           ops.push({ type: 'put', key: indexKey(st.nid, 'modified', m, r.modifiedSeq), value: id });
           ops.push({ type: 'put', key: indexKey(st.nid, 'created', c, r.createdSeq), value: id });
           total += 1;

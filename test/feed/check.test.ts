@@ -16,6 +16,7 @@ import {
   userSubscriptionKey,
 } from '../../src/feed/keys.ts';
 import type { ExportRecord, ItemRecord } from '../../src/feed/model.ts';
+import { decodeRecord } from '../../src/feed/record.ts';
 import { Clock, entry, Harness, T0 } from './support.ts';
 
 type Db = ClassicLevel<Buffer, Buffer>;
@@ -81,7 +82,7 @@ async function nidOf(db: Db, name: string): Promise<number> {
 async function record(db: Db, nid: number, id: string): Promise<ItemRecord> {
   const buf = await db.get(itemKey(nid, id));
   if (!buf) throw new Error(`no item ${id}`);
-  return JSON.parse(buf.toString()) as ItemRecord;
+  return decodeRecord(buf);
 }
 
 /** Moves an item's index entry in one order to a new (stamp, seq), record and index together. */
