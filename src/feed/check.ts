@@ -18,7 +18,8 @@
  *  3. Compare the counters (`m NID`) with the count, the largest stamp and the largest seq.
  *  4. Look for duplicate sequence numbers in each order (see `findDuplicateSeqs`).
  */
-import { ClassicLevel } from 'classic-level';
+
+import { type Db, openDatabase as openLevel } from './database.ts';
 import { StorageError } from './errors.ts';
 import { ORDERS, type Order, parseFeedName } from './feedName.ts';
 import {
@@ -108,7 +109,6 @@ interface NodeMeta {
   seq: number;
 }
 
-type Db = ClassicLevel<Buffer, Buffer>;
 type Range = { gte: Buffer; lt: Buffer };
 
 function indexSpan(nid: number, order: Order): Range {
@@ -187,25 +187,9 @@ function prefixRange(prefix: Buffer): Range {
   return { gte: prefix, lt: prefixEnd(prefix) };
 }
 
-/** Opens the database of a stopped server; refuses one in use as the engine does. */
-export async function openDatabase(dir: string): Promise<Db> {
-  const db = new ClassicLevel<Buffer, Buffer>(dir, {
-    keyEncoding: 'buffer',
-    valueEncoding: 'buffer',
-    createIfMissing: false,
-  });
-  try {
-    await db.open();
-  } catch (e) {
-    const cause = (e as { cause?: { code?: string } }).cause;
-    if (cause?.code === 'LEVEL_LOCKED') {
-      throw new StorageError(`the database ${dir} is in use by another process (a running server?)`, {
-        cause: e,
-      });
-    }
-    throw new StorageError(`cannot open the database ${dir}: ${(e as Error).message}`, { cause: e });
-  }
-  return db;
+/** Opens the database of a stopped server (never creating one); refuses one in use. */
+export function openDatabase(dir: string): Promise<Db> {
+  return openLevel(dir, { createIfMissing: false });
 }
 
 /** What the last check found that a repair acts on; all of it is per node, none per item. */

@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { ClassicLevel } from 'classic-level';
+import type { ClassicLevel } from 'classic-level';
 import type { Element } from 'ltx';
 import { readAtomElementText, readAtomEntry, readTombstone, tombstone } from './atom.ts';
 import { Committer, type Op } from './commit.ts';
 import { type Cursor, formatCursor, GroupChecksum, groupChecksum } from './cursor.ts';
+import { openDatabase } from './database.ts';
 import {
   BadRequest,
   FeedError,
@@ -166,20 +167,9 @@ export class FeedEngine {
     this.committer = new Committer(db, options.sync ?? false);
   }
 
-  /** Opens (creating if needed) the database in `dir`. Fails with code LEVEL_LOCKED if in use. */
+  /** Opens (creating if needed) the database in `dir`; a database in use is refused. */
   static async open(dir: string, options: EngineOptions = {}): Promise<FeedEngine> {
-    const db = new ClassicLevel<Buffer, Buffer>(dir, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
-    try {
-      await db.open();
-    } catch (e) {
-      const cause = (e as { cause?: { code?: string } }).cause;
-      if (cause?.code === 'LEVEL_LOCKED') {
-        throw new StorageError(`the database ${dir} is in use by another process (a running server?)`, {
-          cause: e,
-        });
-      }
-      throw new StorageError(`cannot open the database ${dir}: ${(e as Error).message}`, { cause: e });
-    }
+    const db = await openDatabase(dir);
     const engine = new FeedEngine(db, options);
     const service = await db.get(SERVICE_KEY);
     if (service) engine.nextNid = parse<{ nextNid: number }>(service).nextNid;
