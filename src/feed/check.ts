@@ -20,7 +20,6 @@
  */
 
 import { type Db, openDatabase as openLevel } from './database.ts';
-import { StorageError } from './errors.ts';
 import { ORDERS, type Order, parseFeedName } from './feedName.ts';
 import {
   familyPrefix,
