@@ -115,6 +115,22 @@ function indexSpan(nid: number, order: Order): Range {
   return { gte: start, lt: end };
 }
 
+/** Reads an iterator `size` entries at a time, closing it however the walk ends. */
+async function* inChunks<T>(
+  it: { nextv(size: number): Promise<T[]>; close(): Promise<void> },
+  size: number,
+): AsyncGenerator<T[]> {
+  try {
+    for (;;) {
+      const chunk = await it.nextv(size);
+      if (chunk.length === 0) return;
+      yield chunk;
+    }
+  } finally {
+    await it.close();
+  }
+}
+
 const q = (text: string): string => JSON.stringify(text);
 const json = (value: unknown): Buffer => Buffer.from(JSON.stringify(value));
 const isCount = (n: unknown): n is number => Number.isSafeInteger(n) && (n as number) >= 0;
@@ -269,30 +285,12 @@ export class DatabaseCheck {
     this.suspectLimit = Math.max(1, options.suspectLimit ?? SUSPECT_LIMIT);
   }
 
-  private async *chunks(range: Range, size: number): AsyncGenerator<[Buffer, Buffer][]> {
-    const it = this.db.iterator(range);
-    try {
-      for (;;) {
-        const chunk = await it.nextv(size);
-        if (chunk.length === 0) return;
-        yield chunk;
-      }
-    } finally {
-      await it.close();
-    }
+  private chunks(range: Range, size: number): AsyncGenerator<[Buffer, Buffer][]> {
+    return inChunks(this.db.iterator(range), size);
   }
 
-  private async *keyChunks(range: Range, size: number): AsyncGenerator<Buffer[]> {
-    const it = this.db.keys(range);
-    try {
-      for (;;) {
-        const chunk = await it.nextv(size);
-        if (chunk.length === 0) return;
-        yield chunk;
-      }
-    } finally {
-      await it.close();
-    }
+  private keyChunks(range: Range, size: number): AsyncGenerator<Buffer[]> {
+    return inChunks(this.db.keys(range), size);
   }
 
   /** Checks everything, reporting each problem as it is found; remembers what a repair must do. */
