@@ -388,40 +388,69 @@ export class FeedEngine {
       for (const w of batch) w.reject(error as Error);
       return;
     }
+    // Every change of the round goes to the committer as one group: one promise and one counters
+    // put for the round, not for each write. The batch holding them is atomic, so each change is.
+    const ops: Op[] = [];
+    const written: { w: QueuedWrite; change: Change; rec: ItemRecord }[] = [];
+    const unchanged: { w: QueuedWrite; change: Change }[] = [];
     for (const w of batch) {
       let computed: ReturnType<FeedEngine['compute']>;
       try {
-        computed = this.compute(st, w, st.pending.get(w.id) ?? known.get(w.id));
+        computed = this.compute(st, w, st.pending.get(w.id) ?? known.get(w.id), ops);
       } catch (e) {
         w.reject(e as Error);
         continue;
       }
-      const { change, ops, rec } = computed;
-      if (!ops || !rec) {
-        // Nothing changes, but the state reported may be a queued change's: answer once it is durable.
-        this.committer.drain().then(() => w.resolve(change), w.reject);
-        continue;
-      }
-      const meta: Op = {
-        type: 'put',
-        key: metaKey(st.nid),
-        value: json({ total: st.total, stamp: st.stamp, seq: st.seq } satisfies NodeMeta),
-      };
-      this.committer
-        .add(ops, () => this.emit(change), meta)
-        .then(
-          async () => {
-            if (st.pending.get(w.id) === rec) st.pending.delete(w.id);
-            if (!change.feeds.created.cursor)
-              change.feeds.created.cursor = await this.cursorOf(st, w.id, 'created');
-            w.resolve(change);
-          },
-          (e) => {
-            if (st.pending.get(w.id) === rec) st.pending.delete(w.id);
-            w.reject(e);
-          },
-        );
+      const { change, rec } = computed;
+      if (rec) written.push({ w, change, rec });
+      else unchanged.push({ w, change });
     }
+    if (written.length > 0) this.commitRound(st, ops, written);
+    // Nothing changes for these, but the state they report may be a queued change's (this
+    // round's too): answer once it is durable.
+    for (const { w, change } of unchanged) this.committer.drain().then(() => w.resolve(change), w.reject);
+  }
+
+  private commitRound(
+    st: NodeState,
+    ops: Op[],
+    written: readonly { w: QueuedWrite; change: Change; rec: ItemRecord }[],
+  ): void {
+    const meta: Op = {
+      type: 'put',
+      key: metaKey(st.nid),
+      value: json({ total: st.total, stamp: st.stamp, seq: st.seq } satisfies NodeMeta),
+    };
+    const settle = (w: QueuedWrite, rec: ItemRecord) => {
+      if (st.pending.get(w.id) === rec) st.pending.delete(w.id);
+    };
+    this.committer
+      .add(
+        ops,
+        () => {
+          for (const { change } of written) this.emit(change);
+        },
+        meta,
+      )
+      .then(
+        () => {
+          for (const { w, change, rec } of written) {
+            settle(w, rec);
+            if (change.feeds.created.cursor) w.resolve(change);
+            else
+              this.cursorOf(st, w.id, 'created').then((cursor) => {
+                change.feeds.created.cursor = cursor;
+                w.resolve(change);
+              }, w.reject);
+          }
+        },
+        (e) => {
+          for (const { w, rec } of written) {
+            settle(w, rec);
+            w.reject(e);
+          }
+        },
+      );
   }
 
   /** One write's new record, operations and change; moves the node's in-memory state. */
@@ -429,7 +458,9 @@ export class FeedEngine {
     st: NodeState,
     w: QueuedWrite,
     old: ItemRecord | undefined,
-  ): { change: Change; ops?: Op[]; rec?: ItemRecord } {
+    /** Where the write's operations are appended. */
+    ops: Op[],
+  ): { change: Change; rec?: ItemRecord } {
     const { id } = w;
     if (!old && w.missing) throw w.missing();
     // A new version always leaves its old stamp, so that no cursor names it twice: see the note in
@@ -447,7 +478,6 @@ export class FeedEngine {
     const seq = st.seq + 1;
     const previous = { modified: st.tails.modified.lastCursor(), created: st.tails.created.lastCursor() };
     const idBuf = Buffer.from(id, 'utf8');
-    const ops: Op[] = [];
     let rec: ItemRecord;
     if (old) {
       rec = { ...body, c: old.c, cs: old.cs, m: stamp, ms: seq };
@@ -481,7 +511,7 @@ export class FeedEngine {
         },
       },
     };
-    return { change, ops, rec };
+    return { change, rec };
   }
 
   private emit(change: Change): void {
