@@ -93,8 +93,8 @@ type RecordBody = Omit<ItemRecord, 'c' | 'cs' | 'm' | 'ms'>;
 
 interface QueuedWrite {
   id: string;
-  /** The new version's body, or undefined when nothing changes. */
-  version: (old: ItemRecord | undefined, stamp: number) => RecordBody | undefined;
+  /** The new version's body (a publish), or how to make it (undefined when nothing changes). */
+  version: RecordBody | ((old: ItemRecord | undefined, stamp: number) => RecordBody | undefined);
   /** The error when the item must exist and does not. */
   missing?: () => Error;
   resolve: (change: Change) => void;
@@ -319,7 +319,13 @@ export class FeedEngine {
     write: Omit<QueuedWrite, 'resolve' | 'reject'>,
   ): Promise<Change> {
     return new Promise<Change>((resolve, reject) => {
-      const queued = { ...write, resolve, reject };
+      const queued: QueuedWrite = {
+        id: write.id,
+        version: write.version,
+        missing: write.missing,
+        resolve,
+        reject,
+      };
       const ready = this.ready.get(name);
       if (ready && !this.arrivals.has(name)) {
         // The common case: the node is loaded and nothing is ahead in routing.
@@ -367,18 +373,19 @@ export class FeedEngine {
     st.queue = [];
     if (batch.length === 0) return;
     const known = new Map<string, ItemRecord>();
-    const lookup: string[] = [];
+    const lookup = new Set<string>();
     for (const w of batch) {
       const pending = st.pending.get(w.id);
       if (pending) known.set(w.id, pending);
-      else if (!known.has(w.id) && !lookup.includes(w.id)) lookup.push(w.id);
+      else lookup.add(w.id);
     }
     try {
       this.committer.check();
       // Only this pump writes the node's items, so what is read here is the latest durable state.
-      const bufs = await this.db.getMany(lookup.map((id) => itemKey(st.nid, id)));
+      const ids = [...lookup];
+      const bufs = await this.db.getMany(ids.map((id) => itemKey(st.nid, id)));
       bufs.forEach((buf, i) => {
-        if (buf) known.set(lookup[i] as string, decodeRecord(buf));
+        if (buf) known.set(ids[i] as string, decodeRecord(buf));
       });
     } catch (e) {
       const error =
@@ -466,7 +473,7 @@ export class FeedEngine {
     // A new version always leaves its old stamp, so that no cursor names it twice: see the note in
     // the README (same-millisecond updates).
     const stamp = Math.max(this.now(), st.stamp, old ? old.m + 1 : 0);
-    const body = w.version(old, stamp);
+    const body = typeof w.version === 'function' ? w.version(old, stamp) : w.version;
     if (!body) {
       const feeds = {
         modified: { cursor: '', previous: st.tails.modified.lastCursor(), notify: false },
@@ -543,7 +550,7 @@ export class FeedEngine {
     const body: RecordBody = { e: entry };
     if (input.publisher !== undefined) body.p = input.publisher;
     if (atomId !== undefined) body.a = atomId;
-    return this.submit(name, options.autoCreate === true, { id, version: () => body });
+    return this.submit(name, options.autoCreate === true, { id, version: body });
   }
 
   /** Turns an item into an RFC 6721 tombstone. Retracting a tombstone changes nothing. */
