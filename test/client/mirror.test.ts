@@ -1,0 +1,466 @@
+// The mirror against a real Prosody and the real component: a writer publishes, updates and
+// retracts while a mirror starts at a random moment, with and without faults (pushes lost, the
+// mirror's connection cut, the component restarted, the mirror process killed). Each run must end
+// with the copy equal to the node, and no version applied twice.
+import { spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parse } from 'ltx';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AuthenticationError, canonicalXml, FeedClient, FeedRequestError } from '../../src/client/client.ts';
+import { Mirror, MirrorStore } from '../../src/client/mirror.ts';
+import { SERVICE, Stack } from '../xmpp/stack.ts';
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+let stack: Stack;
+const dirs: string[] = [];
+
+beforeAll(async () => {
+  stack = await Stack.start();
+});
+
+afterAll(async () => {
+  await stack?.stop();
+  for (const d of dirs) await rm(d, { recursive: true, force: true });
+});
+
+async function tempDir(): Promise<string> {
+  const d = await mkdtemp(join(tmpdir(), 'smartfeeds-mirror-'));
+  dirs.push(d);
+  return d;
+}
+
+/** A seeded pseudo-random generator, so that a failing run can be replayed from its seed. */
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
+  };
+}
+
+const atom = (id: string, version: number) =>
+  `<entry xmlns="http://www.w3.org/2005/Atom"><id>urn:m:${id}</id><title>${id} v${version}</title></entry>`;
+
+/**
+ * Publishes, updates and retracts through the engine (the component pushes each change) until
+ * stopped; every version's payload is unique. `pause()` holds it (for a component restart).
+ */
+class Writer {
+  private version = 0;
+  private ids: string[] = [];
+  private stopped = false;
+  private paused: Promise<void> | undefined;
+  private resume: (() => void) | undefined;
+  private done: Promise<void> | undefined;
+  ops = 0;
+
+  constructor(
+    private readonly node: string,
+    private readonly random: () => number,
+  ) {}
+
+  start(): void {
+    this.done = this.run();
+  }
+
+  private async run(): Promise<void> {
+    while (!this.stopped) {
+      if (this.paused) await this.paused;
+      if (this.stopped) break;
+      const r = this.random();
+      const engine = stack.engine;
+      if (this.ids.length < 5 || r < 0.5) {
+        const id = `i${this.ids.length}`;
+        this.ids.push(id);
+        await engine.publish(this.node, {
+          id,
+          entry: atom(id, ++this.version),
+          publisher: 'alice@localhost',
+        });
+      } else if (r < 0.85) {
+        const id = this.ids[Math.floor(this.random() * this.ids.length)] as string;
+        await engine.publish(this.node, {
+          id,
+          entry: atom(id, ++this.version),
+          publisher: 'alice@localhost',
+        });
+      } else {
+        const id = this.ids[Math.floor(this.random() * this.ids.length)] as string;
+        await engine.retract(this.node, id);
+      }
+      this.ops += 1;
+      // Bursts and pauses: sometimes several writes between two pushes, sometimes a quiet moment.
+      if (this.random() < 0.3) await sleep(Math.floor(this.random() * 15));
+    }
+  }
+
+  pause(): void {
+    this.paused ??= new Promise<void>((resolve) => {
+      this.resume = resolve;
+    });
+  }
+
+  unpause(): void {
+    this.resume?.();
+    this.paused = undefined;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.unpause();
+    await this.done;
+  }
+}
+
+type State = Map<string, { entry: string; deleted: boolean; publisher: string | undefined }>;
+
+async function serverState(node: string): Promise<{ state: State; last: string | undefined }> {
+  const state: State = new Map();
+  for await (const rec of stack.engine.exportNode(node)) {
+    // The same spelling as the client's (attribute order is not kept on the way).
+    state.set(rec.id, {
+      entry: canonicalXml(parse(rec.entry)),
+      deleted: rec.deleted,
+      publisher: rec.publisher,
+    });
+  }
+  const page = await stack.engine.read(node, { last: true, max: 1 });
+  return { state, last: page.items[0]?.cursor };
+}
+
+async function mirrorState(store: MirrorStore): Promise<State> {
+  const state: State = new Map();
+  for await (const item of store.items()) {
+    state.set(item.id, { entry: item.entry, deleted: item.deleted, publisher: item.publisher });
+  }
+  return state;
+}
+
+async function connect(resource = 'mirror'): Promise<FeedClient> {
+  return FeedClient.connect({
+    server: `xmpp://127.0.0.1:${stack.prosody.c2sPort}`,
+    jid: 'bob@localhost',
+    password: 'bob-pw',
+    service: SERVICE,
+    resource,
+    backoff: { initialMs: 50, maxMs: 500 },
+    timeoutMs: 5_000,
+  });
+}
+
+/** Waits until the copy's cursor is the node's last cursor and it holds the node's items. */
+async function converged(node: string, store: MirrorStore, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const { state, last } = await serverState(node);
+    if (store.cursor() === last) {
+      const mine = await mirrorState(store);
+      if (mine.size === state.size) return;
+    }
+    if (Date.now() > deadline)
+      throw new Error(`the mirror did not catch up (at ${store.cursor()}, node at ${last})`);
+    await sleep(100);
+  }
+}
+
+interface Faults {
+  losePushes?: boolean;
+  cutConnection?: boolean;
+  restartComponent?: boolean;
+}
+
+/** One run: a writer, a mirror started at a random moment, faults, then the comparison. */
+async function run(
+  node: string,
+  seed: number,
+  faults: Faults = {},
+): Promise<{ applies: Map<string, number>; stats: Mirror['follower']['stats']; ops: number }> {
+  const random = rng(seed);
+  await stack.engine.createNode(node);
+  const writer = new Writer(node, random);
+  writer.start();
+  await sleep(200 + Math.floor(random() * 600));
+
+  const dir = await tempDir();
+  const store = await MirrorStore.open(dir, { service: SERVICE, node });
+  const client = await connect(`mirror-${seed}`);
+  const mirror = new Mirror(client, store, node, {
+    idleMs: 400,
+    pageSize: 20,
+    backoff: { initialMs: 50, maxMs: 500 },
+    ...(faults.losePushes ? { losePush: () => random() < 1 / 3 } : {}),
+  });
+  const applies = new Map<string, number>();
+  mirror.follower.on('change', (item) => {
+    const key = `${item.id} ${createHash('sha1').update(item.entry).digest('hex')}`;
+    applies.set(key, (applies.get(key) ?? 0) + 1);
+  });
+  await mirror.start();
+
+  for (let round = 0; round < 3; round++) {
+    await sleep(300 + Math.floor(random() * 400));
+    if (faults.cutConnection) {
+      // The socket dies under the client, as when a network drops: it reconnects by itself.
+      (client.xmpp as unknown as { socket: { destroy(): void } }).socket.destroy();
+    }
+    if (faults.restartComponent) {
+      writer.pause();
+      await sleep(50);
+      await stack.stopComponent();
+      await sleep(300);
+      await stack.startComponent();
+      writer.unpause();
+    }
+  }
+  await sleep(500);
+  await writer.stop();
+
+  await converged(node, store);
+  const { state } = await serverState(node);
+  expect(await mirrorState(store)).toEqual(state);
+  const stats = { ...mirror.follower.stats };
+  mirror.stop();
+  await client.stop();
+  await store.close();
+  return { applies, stats, ops: writer.ops };
+}
+
+function expectNoDoubleApply(applies: Map<string, number>): void {
+  const twice = [...applies].filter(([, n]) => n > 1);
+  expect(twice).toEqual([]);
+}
+
+describe('mirror', () => {
+  it('ends equal to the node when started at a random moment under a live writer', async () => {
+    const { applies, stats, ops } = await run('m-plain', 1);
+    expectNoDoubleApply(applies);
+    expect(ops).toBeGreaterThan(50);
+    expect(stats.pushesApplied).toBeGreaterThan(0);
+  });
+
+  it('ends equal when a third of the pushes are lost on the way', async () => {
+    const { applies, stats } = await run('m-lossy', 2, { losePushes: true });
+    expectNoDoubleApply(applies);
+    // Lost pushes show up as gaps, which pulls mend.
+    expect(stats.gaps + stats.pulls).toBeGreaterThan(3);
+  });
+
+  it("ends equal when the mirror's connection is cut three times", async () => {
+    const { applies } = await run('m-cut', 3, { cutConnection: true });
+    expectNoDoubleApply(applies);
+  });
+
+  it('ends equal when the component restarts three times', async () => {
+    const { applies } = await run('m-restart', 4, { restartComponent: true });
+    expectNoDoubleApply(applies);
+  });
+
+  it('ends equal when the mirror process is killed and restarted', async () => {
+    const node = 'm-kill';
+    const random = rng(5);
+    await stack.engine.createNode(node);
+    const writer = new Writer(node, random);
+    writer.start();
+    const dir = await tempDir();
+    const lines: string[] = [];
+    const args = [
+      'bin/smartfeeds.mjs',
+      'mirror',
+      '--jid',
+      'carol@localhost',
+      '--server',
+      `xmpp://127.0.0.1:${stack.prosody.c2sPort}`,
+      '--service',
+      SERVICE,
+      '--node',
+      node,
+      '--out',
+      dir,
+      '--idle',
+      '0.5',
+      '--verbose',
+    ];
+    const startMirror = () => {
+      const child = spawn(process.execPath, args, {
+        env: { ...process.env, SMARTFEEDS_PASSWORD: 'carol-pw' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      let buffer = '';
+      child.stdout.on('data', (d: Buffer) => {
+        buffer += d.toString();
+        const parts = buffer.split('\n');
+        buffer = parts.pop() ?? '';
+        lines.push(...parts);
+      });
+      return child;
+    };
+    for (let i = 0; i < 3; i++) {
+      const child = startMirror();
+      await sleep(1500 + Math.floor(random() * 1000));
+      child.kill('SIGKILL');
+      await new Promise((resolve) => child.once('exit', resolve));
+    }
+    await writer.stop();
+    const last = startMirror();
+    // The copy is read once the last mirror has caught up and stopped (LevelDB admits one process).
+    const { last: lastCursor } = await serverState(node);
+    const deadline = Date.now() + 30_000;
+    while (!lines.some((l) => l.includes(`caught up at ${lastCursor}`)) && Date.now() < deadline)
+      await sleep(100);
+    last.kill('SIGTERM');
+    const code = await new Promise((resolve) => last.once('exit', resolve));
+    expect(code).toBe(0);
+    const store = await MirrorStore.openExisting(dir);
+    try {
+      expect(store.cursor()).toBe(lastCursor);
+      expect(await mirrorState(store)).toEqual((await serverState(node)).state);
+    } finally {
+      await store.close();
+    }
+    // --verbose prints each applied change after it is stored: none may be printed twice, even
+    // across kills (a killed mirror may have stored a change it had no time to print).
+    const changes = lines.filter((l) => l.startsWith('change '));
+    expect(changes.length).toBeGreaterThan(10);
+    expect(new Set(changes).size).toBe(changes.length);
+  });
+});
+
+describe('client', () => {
+  it('refuses bad credentials with an AuthenticationError', async () => {
+    await expect(
+      FeedClient.connect({
+        server: `xmpp://127.0.0.1:${stack.prosody.c2sPort}`,
+        jid: 'bob@localhost',
+        password: 'wrong',
+        service: SERVICE,
+      }),
+    ).rejects.toBeInstanceOf(AuthenticationError);
+  });
+
+  it('names an unknown node with item-not-found, and pages a whole feed by cursors', async () => {
+    const client = await connect('pager');
+    try {
+      const refused = await client.pull('no-such-node').catch((e: unknown) => e);
+      expect(refused).toBeInstanceOf(FeedRequestError);
+      expect((refused as FeedRequestError).condition).toBe('item-not-found');
+      await stack.engine.createNode('pages');
+      for (let i = 0; i < 57; i++)
+        await stack.engine.publish('pages', { id: `p${i}`, entry: atom(`p${i}`, i) });
+      const ids: string[] = [];
+      for await (const item of client.items('pages', { max: 10 })) ids.push(item.id);
+      expect(ids).toEqual(Array.from({ length: 57 }, (_, i) => `p${i}`));
+      const last = await client.pull('pages', { last: true, max: 1 });
+      expect(last.items.map((i) => i.id)).toEqual(['p56']);
+      expect(last.atEnd).toBe(true);
+    } finally {
+      await client.stop();
+    }
+  });
+});
+
+/** Runs the command until `until` says its output is complete (or it exits); resolves with both. */
+function command(
+  args: string[],
+  options: { until?: (out: string) => boolean; password?: string } = {},
+): Promise<{ code: number | null; out: string; err: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['bin/smartfeeds.mjs', ...args], {
+      env: { ...process.env, SMARTFEEDS_PASSWORD: options.password ?? 'bob-pw' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+      if (options.until?.(out)) child.kill('SIGTERM');
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      resolve({ code, out, err });
+    });
+  });
+}
+
+describe('commands', () => {
+  const login = () => [
+    '--jid',
+    'bob@localhost',
+    '--server',
+    `xmpp://127.0.0.1:${stack.prosody.c2sPort}`,
+    '--service',
+    SERVICE,
+  ];
+
+  it('mirror and tail exit 1 naming a refused login, 2 naming an unknown node', async () => {
+    const dir = await tempDir();
+    const badLogin = await command(['mirror', ...login(), '--node', 'x', '--out', join(dir, 'a')], {
+      password: 'nope',
+    });
+    expect(badLogin.code).toBe(1);
+    expect(badLogin.err).toMatch(/login refused for bob@localhost/);
+    const noNode = await command(['mirror', ...login(), '--node', 'no-such', '--out', join(dir, 'b')]);
+    expect(noNode.code).toBe(2);
+    expect(noNode.err).toMatch(/no such node/);
+    const tailNoNode = await command(['tail', ...login(), '--node', 'no-such']);
+    expect(tailNoNode.code).toBe(2);
+    expect(tailNoNode.err).toMatch(/no such node/);
+    const badSpec = await command(['tail', ...login(), '--node', 'x', '--since', 'nonsense']);
+    expect(badSpec.code).toBe(2);
+    const created = await command([
+      'mirror',
+      ...login(),
+      '--node',
+      'x?order=created',
+      '--out',
+      join(dir, 'c'),
+    ]);
+    expect(created.code).toBe(2);
+    expect(created.err).toMatch(/modified order/);
+  });
+
+  it('tail prints the feed since a position, then each new change as it comes', async () => {
+    await stack.engine.createNode('tailed');
+    for (let i = 0; i < 5; i++)
+      await stack.engine.publish('tailed', { id: `t${i}`, entry: atom(`t${i}`, i) });
+    let published = false;
+    const result = await command(['tail', ...login(), '--node', 'tailed', '--since', 'id:t2'], {
+      until: (out) => {
+        const ids = out
+          .trim()
+          .split('\n')
+          .map((l) => (JSON.parse(l) as { id: string }).id);
+        if (ids.length === 2 && !published) {
+          published = true;
+          void stack.engine
+            .publish('tailed', { id: 't5', entry: atom('t5', 5) })
+            .then(() => stack.engine.retract('tailed', 't0'));
+        }
+        return ids.length >= 4;
+      },
+    });
+    expect(result.code).toBe(0);
+    const lines = result.out
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { id: string; deleted: boolean; entry: string; cursor?: string });
+    expect(lines.map((l) => [l.id, l.deleted])).toEqual([
+      ['t3', false],
+      ['t4', false],
+      ['t5', false],
+      ['t0', true],
+    ]);
+    expect(lines[2]?.cursor).toMatch(/^\d+_\d+_\d+$/);
+    expect(lines[3]?.entry).toMatch(/^<deleted-entry /);
+  });
+});
