@@ -122,6 +122,9 @@ type Bound = { gt: Buffer } | { gte: Buffer };
 const json = (value: unknown): Buffer => Buffer.from(JSON.stringify(value));
 const parse = <T>(buf: Buffer): T => JSON.parse(buf.toString('utf8')) as T;
 
+/** Most writes a pump computes in one round (see pump). */
+const MAX_ROUND = 64;
+
 /** XML escaping can grow an attribute up to six times; the page budget counts the worst case. */
 const ITEM_OVERHEAD = 96;
 const PAGE_OVERHEAD = 512;
@@ -369,8 +372,14 @@ export class FeedEngine {
    */
   private async pump(st: NodeState): Promise<void> {
     st.pumpScheduled = false;
-    const batch = st.queue;
-    st.queue = [];
+    // Rounds of at most MAX_ROUND writes keep a pipeline: one round's batch is written while the
+    // next round reads its previous versions, instead of the thread waiting on each in turn.
+    const batch = st.queue.length > MAX_ROUND ? st.queue.splice(0, MAX_ROUND) : st.queue;
+    if (batch === st.queue) st.queue = [];
+    else if (!st.pumpScheduled) {
+      st.pumpScheduled = true;
+      void this.serialize(st, () => this.pump(st));
+    }
     if (batch.length === 0) return;
     const known = new Map<string, ItemRecord>();
     const lookup = new Set<string>();
