@@ -160,6 +160,7 @@ export class FeedEngine {
   private registry: Promise<void> = Promise.resolve();
   /** Per node name, the last write still being routed to its node (keeps call order). */
   private readonly arrivals = new Map<string, Promise<void>>();
+  private lastName: [string, string] | undefined;
 
   private constructor(
     private readonly db: ClassicLevel<Buffer, Buffer>,
@@ -544,22 +545,36 @@ export class FeedEngine {
    * Publishes an Atom entry as a new item or a new version of an existing one.
    * Resolves once the change is durable.
    */
-  async publish(node: string, input: PublishInput, options: { autoCreate?: boolean } = {}): Promise<Change> {
-    const name = parseFeedName(node).node;
-    const id = input.id ?? randomUUID();
-    checkItemId(id);
-    // Refuse an oversized text before parsing it (its canonical form is checked below).
-    if (typeof input.entry === 'string' && input.entry.length > this.limits.maxPayloadBytes + 1024) {
-      throw new PayloadTooBig(Buffer.byteLength(input.entry, 'utf8'), this.limits.maxPayloadBytes);
+  publish(node: string, input: PublishInput, options: { autoCreate?: boolean } = {}): Promise<Change> {
+    // Not an async function: the promise of the write itself is returned, one fewer per publish.
+    let name: string;
+    let id: string;
+    let body: RecordBody;
+    try {
+      name = this.baseName(node);
+      id = input.id ?? randomUUID();
+      checkItemId(id);
+      // Refuse an oversized text before parsing it (its canonical form is checked below).
+      if (typeof input.entry === 'string' && input.entry.length > this.limits.maxPayloadBytes + 1024) {
+        throw new PayloadTooBig(Buffer.byteLength(input.entry, 'utf8'), this.limits.maxPayloadBytes);
+      }
+      const { entry, atomId } =
+        typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry);
+      const bytes = Buffer.byteLength(entry, 'utf8');
+      if (bytes > this.limits.maxPayloadBytes) throw new PayloadTooBig(bytes, this.limits.maxPayloadBytes);
+      body = { e: entry };
+      if (input.publisher !== undefined) body.p = input.publisher;
+      if (atomId !== undefined) body.a = atomId;
+    } catch (e) {
+      return Promise.reject(e);
     }
-    const { entry, atomId } =
-      typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry);
-    const bytes = Buffer.byteLength(entry, 'utf8');
-    if (bytes > this.limits.maxPayloadBytes) throw new PayloadTooBig(bytes, this.limits.maxPayloadBytes);
-    const body: RecordBody = { e: entry };
-    if (input.publisher !== undefined) body.p = input.publisher;
-    if (atomId !== undefined) body.a = atomId;
     return this.submit(name, options.autoCreate === true, { id, version: body });
+  }
+
+  /** The base name of a node named with or without parameters (the last one asked is kept). */
+  private baseName(node: string): string {
+    if (node !== this.lastName?.[0]) this.lastName = [node, parseFeedName(node).node];
+    return this.lastName[1];
   }
 
   /** Turns an item into an RFC 6721 tombstone. Retracting a tombstone changes nothing. */
