@@ -14,7 +14,7 @@ import { xml } from '@xmpp/client';
 import fc from 'fast-check';
 import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { entry, errorOf, NS, SERVICE, Stack, type User } from './stack.ts';
+import { entry, errorOf, NS, SERVER_TITLE, SERVICE, Stack, type User } from './stack.ts';
 
 const PAYLOAD_LIMIT = 4096;
 const MAX_DEPTH = 1000;
@@ -890,7 +890,7 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-describe('hostile requests', () => {
+describe(`hostile requests on ${SERVER_TITLE}`, () => {
   it('each gets the right reply within a second; the component stays up, its memory bounded', async () => {
     const gc = collector();
     gc();

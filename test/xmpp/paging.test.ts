@@ -1,6 +1,6 @@
 import { xml } from '@xmpp/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { itemsOf, publishIq, pubsub, rsm, Stack, type User } from './stack.ts';
+import { itemsOf, publishIq, pubsub, rsm, SERVER_TITLE, Stack, type User } from './stack.ts';
 
 let stack: Stack;
 let admin: User;
@@ -32,7 +32,7 @@ function page(after: string | undefined, before: string | undefined, max: number
   return alice.iq('get', pubsub(xml('items', { node: 'big' }), rsm(opts))).then(itemsOf);
 }
 
-describe('RSM paging through a 1,000-item node', () => {
+describe(`RSM paging through a 1,000-item node on ${SERVER_TITLE}`, () => {
   it('forwards: every item once, in order, with count and index', async () => {
     const seen: string[] = [];
     let after: string | undefined;

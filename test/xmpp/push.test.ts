@@ -1,7 +1,19 @@
 import { xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { entry, errorOf, headers, itemsOf, NS, publishIq, pubsub, rsm, Stack, type User } from './stack.ts';
+import {
+  entry,
+  errorOf,
+  headers,
+  itemsOf,
+  NS,
+  publishIq,
+  pubsub,
+  rsm,
+  SERVER_TITLE,
+  Stack,
+  type User,
+} from './stack.ts';
 
 let stack: Stack;
 let admin: User;
@@ -41,7 +53,7 @@ async function publish(node: string, id: string, title?: string): Promise<void> 
   expect(r.attrs.type, r.toString()).toBe('result');
 }
 
-describe('subscriptions and notifications', () => {
+describe(`subscriptions and notifications on ${SERVER_TITLE}`, () => {
   it('notifies a modified feed of every version and a created feed of new items, with a cursor chain', async () => {
     await admin.iq('set', pubsub(xml('create', { node: 'chain' })));
     const s1 = await subscribe(alice, 'chain');
@@ -164,7 +176,7 @@ describe('subscriptions and notifications', () => {
   }, 120_000);
 });
 
-describe('restarts', () => {
+describe(`restarts on ${SERVER_TITLE}`, () => {
   it('keeps subscriptions across a component restart', async () => {
     await admin.iq('set', pubsub(xml('create', { node: 'durable' })));
     await subscribe(alice, 'durable');
@@ -175,12 +187,12 @@ describe('restarts', () => {
     expect(eventOf(got[0] as Element).item).toBe('after-restart');
   });
 
-  it('reconnects after Prosody restarts, and serves again', async () => {
+  it(`reconnects after ${SERVER_TITLE} restarts, and serves again`, async () => {
     await admin.iq('set', pubsub(xml('create', { node: 'phoenix' })));
     await subscribe(alice, 'phoenix');
     const online = new Promise<void>((resolve) => stack.component.xmpp.once('online', () => resolve()));
-    await stack.prosody.stop();
-    await stack.prosody.start();
+    await stack.server.stop();
+    await stack.server.start();
     await online;
     const admin2 = await stack.user('admin', 'again');
     const alice2 = await stack.user('alice', 'again');
