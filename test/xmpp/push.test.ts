@@ -10,6 +10,7 @@ import {
   publishIq,
   pubsub,
   rsm,
+  SERVER,
   SERVER_TITLE,
   Stack,
   type User,
@@ -149,7 +150,12 @@ describe(`subscriptions and notifications on ${SERVER_TITLE}`, () => {
 
   it('ends a subscription whose notification bounces with a cancel error', async () => {
     await admin.iq('set', pubsub(xml('create', { node: 'bounce' })));
-    await stack.engine.subscribe('bounce', 'ghost@nowhere.invalid', 'ghost@nowhere.invalid');
+    // A JID each server bounces a headline to with a cancel error. Prosody: another domain, with
+    // cancel/not-allowed (no s2s); it drops headlines to unknown local users. ejabberd: an unknown
+    // local user, with cancel/service-unavailable; another domain it refuses with auth/forbidden
+    // (s2s_access: none), which keeps the subscription (see the next test).
+    const ghost = SERVER === 'ejabberd' ? 'ghost@localhost' : 'ghost@nowhere.invalid';
+    await stack.engine.subscribe('bounce', ghost, ghost);
     expect(await stack.engine.subscriptionsOf('bounce')).toHaveLength(1);
     await publish('bounce', 'b1');
     const deadline = Date.now() + 10_000;
@@ -159,10 +165,43 @@ describe(`subscriptions and notifications on ${SERVER_TITLE}`, () => {
     expect(await stack.engine.subscriptionsOf('bounce')).toHaveLength(0);
   });
 
+  it('keeps a subscription whose notification bounces with an error of another type', async () => {
+    // Bounced by a real client, the same through either server: a wait error keeps the
+    // subscription, a cancel error (sent after it, delivered in order) ends the other one.
+    await admin.iq('set', pubsub(xml('create', { node: 'kept' })));
+    await admin.iq('set', pubsub(xml('create', { node: 'ended' })));
+    await subscribe(bob, 'kept', bob.jid);
+    await subscribe(bob, 'ended', bob.jid);
+    await publish('kept', 'k1');
+    await publish('ended', 'e1');
+    const [kept, ended] = [
+      (await bob.waitMessages(1, forNode('kept')))[0] as Element,
+      (await bob.waitMessages(1, forNode('ended')))[0] as Element,
+    ];
+    const bounce = (m: Element, type: string, condition: string) =>
+      bob.xmpp.send(
+        xml(
+          'message',
+          { type: 'error', to: m.attrs.from, id: m.attrs.id },
+          xml('error', { type }, xml(condition, { xmlns: NS.stanzas })),
+        ),
+      );
+    await bounce(kept, 'wait', 'resource-constraint');
+    await bounce(ended, 'cancel', 'service-unavailable');
+    const deadline = Date.now() + 10_000;
+    while ((await stack.engine.subscriptionsOf('ended')).length > 0 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(await stack.engine.subscriptionsOf('ended')).toHaveLength(0);
+    expect((await stack.engine.subscriptionsOf('kept')).map((s) => s.jid)).toEqual([bob.jid]);
+  });
+
   it('keeps memory bounded while 10,000 subscribers are notified', async () => {
     await admin.iq('set', pubsub(xml('create', { node: 'crowd' })));
-    const jids = Array.from({ length: 10_000 }, (_, i) => `listener${i}@localhost`);
-    await Promise.all(jids.map((j) => stack.engine.subscribe('crowd', j, j)));
+    // Resources of a user who exists but is offline: both servers drop headlines to them silently
+    // (ejabberd bounces those to unknown users, which would end the subscriptions midway).
+    const jids = Array.from({ length: 10_000 }, (_, i) => `carol@localhost/listener${i}`);
+    await Promise.all(jids.map((j) => stack.engine.subscribe('crowd', j, 'carol@localhost')));
     await subscribe(alice, 'crowd');
     const stats = stack.component.notifier.stats;
     const sentBefore = stats.sent;

@@ -95,7 +95,7 @@ describe(`smartfeeds serve on ${SERVER_TITLE}`, () => {
     });
     await new Promise((r) => setTimeout(r, 2500));
     const delays = [...log.matchAll(/"msg":"reconnecting","in_ms":(\d+)/g)].map((m) => Number(m[1]));
-    expect(delays.length).toBeGreaterThanOrEqual(2);
+    expect(delays.length, log).toBeGreaterThanOrEqual(2);
     expect(delays.length).toBeLessThan(12);
     await server.start();
     const deadline = Date.now() + 40_000;
