@@ -229,6 +229,9 @@ export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabber
     const consoleFd = openSync(files.console, 'a');
     await chownAll();
     const proc = spawn(EJABBERDCTL, [...ctlArgs, 'foreground'], {
+      // A process group of its own: Ctrl+C in a terminal reaches every process of the foreground
+      // group, and the Erlang VM dies of SIGINT at once, while SIGTERM (stop()) shuts it down cleanly.
+      detached: true,
       stdio: ['ignore', consoleFd, consoleFd],
       env: { ...process.env, VMARGS: files.watchdog },
     });
