@@ -12,6 +12,7 @@ import {
   rsm,
   SERVER,
   SERVER_TITLE,
+  SERVICE,
   Stack,
   type User,
 } from './stack.ts';
@@ -224,6 +225,20 @@ describe(`restarts on ${SERVER_TITLE}`, () => {
     await publish('durable', 'after-restart');
     const got = await alice.waitMessages(1, forNode('durable'));
     expect(eventOf(got[0] as Element).item).toBe('after-restart');
+  });
+
+  it(`lets ${SERVER_TITLE} answer for the component while it is away, and serves again`, async () => {
+    await stack.stopComponent();
+    const away = await alice.iq('get', xml('query', { xmlns: NS.info }));
+    expect(away.attrs.from).toBe(SERVICE);
+    // Each server's own answer (README, "Connecting to ejabberd"): Prosody's says to wait,
+    // ejabberd's that access is denied.
+    expect(errorOf(away).slice(0, 2)).toEqual(
+      SERVER === 'ejabberd' ? ['auth', 'forbidden'] : ['wait', 'remote-server-timeout'],
+    );
+    await stack.startComponent();
+    const back = await alice.iq('get', xml('query', { xmlns: NS.info }));
+    expect(back.attrs.type).toBe('result');
   });
 
   it(`reconnects after ${SERVER_TITLE} restarts, and serves again`, async () => {

@@ -93,6 +93,11 @@ describe(`smartfeeds serve on ${SERVER_TITLE}`, () => {
     child.stderr.on('data', (d) => {
       log += String(d);
     });
+    // From its first line on: starting Node and tsx alone can take seconds on a busy machine.
+    const started = Date.now() + 30_000;
+    while (!log.includes('"msg":"starting"') && Date.now() < started)
+      await new Promise((r) => setTimeout(r, 50));
+    expect(log).toContain('"msg":"starting"');
     await new Promise((r) => setTimeout(r, 2500));
     const delays = [...log.matchAll(/"msg":"reconnecting","in_ms":(\d+)/g)].map((m) => Number(m[1]));
     expect(delays.length, log).toBeGreaterThanOrEqual(2);
