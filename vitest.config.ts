@@ -8,9 +8,15 @@ const servers = parseServerNames(process.env.SMARTFEEDS_TEST_SERVERS ?? 'prosody
 
 // Every file in test/xmpp starts a server, except these unit tests.
 const WITHOUT_SERVER = new Set(['rateLimit.test.ts']);
-const serverTests = readdirSync(new URL('./test/xmpp', import.meta.url))
-  .filter((file) => file.endsWith('.test.ts') && !WITHOUT_SERVER.has(file))
-  .map((file) => `test/xmpp/${file}`);
+// Files that time the component's answers under load: they run after all the others, one at a
+// time, so that the suite's own load (the other server's files, the crash tests) does not decide
+// their figures.
+const ALONE = new Set(['abuse.test.ts']);
+const serverFiles = readdirSync(new URL('./test/xmpp', import.meta.url)).filter(
+  (file) => file.endsWith('.test.ts') && !WITHOUT_SERVER.has(file),
+);
+const serverTests = serverFiles.filter((file) => !ALONE.has(file)).map((file) => `test/xmpp/${file}`);
+const aloneTests = serverFiles.filter((file) => ALONE.has(file)).map((file) => `test/xmpp/${file}`);
 const harnessTest = (server: string) => `test/${server}-harness.test.ts`;
 
 export default defineConfig({
@@ -25,17 +31,29 @@ export default defineConfig({
         test: {
           name: 'unit',
           include: ['test/**/*.test.ts'],
-          exclude: [...configDefaults.exclude, ...serverTests, 'test/*-harness.test.ts'],
+          exclude: [...configDefaults.exclude, ...serverTests, ...aloneTests, 'test/*-harness.test.ts'],
         },
       },
-      ...servers.map((server) => ({
-        extends: true,
-        test: {
-          name: server,
-          include: [...serverTests, harnessTest(server)],
-          env: { SMARTFEEDS_TEST_SERVER: server },
+      ...servers.flatMap((server) => [
+        {
+          extends: true,
+          test: {
+            name: server,
+            include: [...serverTests, harnessTest(server)],
+            env: { SMARTFEEDS_TEST_SERVER: server },
+          },
         },
-      })),
+        {
+          extends: true,
+          test: {
+            // One worker: vitest runs such projects' files last, each on its own.
+            name: `${server}-alone`,
+            include: aloneTests,
+            maxWorkers: 1,
+            env: { SMARTFEEDS_TEST_SERVER: server },
+          },
+        },
+      ]),
     ],
   },
 });
