@@ -17,7 +17,7 @@
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, openSync } from 'node:fs';
+import { closeSync, openSync, readdirSync, readFileSync } from 'node:fs';
 import { chown, copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -286,12 +286,18 @@ export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabber
     if (!proc) return;
     if (!childExited) beamPid ??= await readPidFile(files.pid);
     const pid = beamPid;
-    const stopped = () => (childExited || child !== proc) && (pid === undefined || !isAlive(pid));
+    let targets: number[] = [];
+    const stopped = () =>
+      (childExited || child !== proc) &&
+      (pid === undefined || !isAlive(pid)) &&
+      targets.every((p) => !isAlive(p));
     if (!stopped()) {
-      // The VM stops cleanly on SIGTERM; without its pid (it died early) ejabberdctl is all there is.
-      signal(pid ?? (proc.pid as number), 'SIGTERM');
+      // The VM stops cleanly on SIGTERM. Without its pid (stopped before it wrote its pid file),
+      // signal everything ejabberdctl started: su puts the VM in a session of its own.
+      targets = pid !== undefined ? [pid] : descendants(proc.pid as number);
+      for (const p of targets) signal(p, 'SIGTERM');
       if (!(await waitFor(stopped, STOP_GRACE_MS))) {
-        for (const p of [pid, proc.pid]) if (p !== undefined) signal(p, 'SIGKILL');
+        for (const p of [...targets, proc.pid]) if (p !== undefined) signal(p, 'SIGKILL');
         if (!(await waitFor(stopped, STOP_GRACE_MS))) {
           throw new Error(`ejabberd (pid ${pid ?? proc.pid}) did not exit after SIGKILL`);
         }
@@ -346,6 +352,27 @@ function installExitHook(): void {
   process.on('exit', () => {
     for (const kill of liveKillers) kill();
   });
+}
+
+/** Every process below `root`, from /proc (children before their own children). */
+function descendants(root: number): number[] {
+  const parents = new Map<number, number>();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      // pid (comm) state ppid ...
+      parents.set(Number(name), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      // exited meanwhile
+    }
+  }
+  const out: number[] = [];
+  for (let i = -1; i < out.length; i++) {
+    const parent = i < 0 ? root : (out[i] as number);
+    for (const [pid, ppid] of parents) if (ppid === parent) out.push(pid);
+  }
+  return out;
 }
 
 function renderTemplate(template: string, values: Record<string, string>): string {
