@@ -5,6 +5,7 @@ import { readFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
 import { EJABBERD_TEMPLATE_PATH } from '../prosody-dev/ejabberd.ts';
 import { TEMPLATE_PATH as PROSODY_TEMPLATE_PATH } from '../prosody-dev/harness.ts';
+import { parseServerNames } from '../prosody-dev/servers.ts';
 
 const README = new URL('../README.md', import.meta.url);
 
@@ -52,5 +53,19 @@ describe('server configuration in the README', () => {
       start,
       `the README's listener is not in ${EJABBERD_TEMPLATE_PATH}:\n${wanted.join('\n')}`,
     ).toBeGreaterThan(template.indexOf('listen:'));
+  });
+});
+
+describe('SMARTFEEDS_TEST_SERVERS', () => {
+  it('names one or both servers, each once, in the order given', () => {
+    expect(parseServerNames('prosody,ejabberd')).toEqual(['prosody', 'ejabberd']);
+    expect(parseServerNames(' ejabberd ')).toEqual(['ejabberd']);
+    expect(parseServerNames('EJABBERD, prosody,ejabberd,')).toEqual(['ejabberd', 'prosody']);
+  });
+
+  it('refuses an unknown or empty list, naming the servers it knows', () => {
+    for (const bad of ['', ' , ', 'openfire', 'prosody,mongooseim', 'prosody;ejabberd']) {
+      expect(() => parseServerNames(bad), bad).toThrow(/expected one or more of prosody, ejabberd/);
+    }
   });
 });
