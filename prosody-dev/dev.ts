@@ -1,6 +1,7 @@
 /**
- * The dev setup behind `npm run dev`: a Prosody from prosody-dev/ (its data kept in the system's
- * temp directory between runs) and `smartfeeds serve` on `.dev/data`, until Ctrl+C.
+ * The dev setup behind `npm run dev [-- --server prosody|ejabberd]`: an XMPP server from
+ * prosody-dev/ (Prosody by default; its data kept in the system's temp directory between runs)
+ * and `smartfeeds serve` on `.dev/data`, until Ctrl+C.
  */
 import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -10,7 +11,24 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { freePort, startProsody } from './harness.ts';
+import { parseArgs } from 'node:util';
+import { freePort } from './harness.ts';
+import { SERVER_NAMES, type ServerName, startServer } from './servers.ts';
+
+const { values } = parseArgs({
+  options: { server: { type: 'string', default: 'prosody' }, help: { type: 'boolean', short: 'h' } },
+  strict: true,
+});
+if (values.help) {
+  console.log(`usage: npm run dev [-- --server ${SERVER_NAMES.join('|')}]`);
+  process.exit(0);
+}
+if (!(SERVER_NAMES as readonly string[]).includes(values.server)) {
+  console.error(`--server: expected ${SERVER_NAMES.join(' or ')}, not ${JSON.stringify(values.server)}`);
+  process.exit(2);
+}
+const serverName = values.server as ServerName;
+const title = serverName === 'ejabberd' ? 'ejabberd' : 'Prosody';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const state = path.join(root, '.dev');
@@ -35,8 +53,8 @@ const users = [
   { user: 'bob', password: 'bob' },
   { user: 'admin', password: 'admin' },
 ];
-const prosody = await startProsody({
-  dir: path.join(os.tmpdir(), 'smartfeeds-dev-prosody'),
+const server = await startServer(serverName, {
+  dir: path.join(os.tmpdir(), `smartfeeds-dev-${serverName}`),
   c2sPort: await portOr(5222),
   componentPort: await portOr(5347),
   componentSecret: secret,
@@ -49,9 +67,9 @@ const component = spawn(
     path.join(root, 'bin/smartfeeds.mjs'),
     'serve',
     '--service',
-    `xmpp://127.0.0.1:${prosody.componentPort}`,
+    `xmpp://127.0.0.1:${server.componentPort}`,
     '--domain',
-    prosody.componentDomain,
+    server.componentDomain,
     '--data',
     path.join(state, 'data'),
     '--admin',
@@ -63,11 +81,11 @@ const component = spawn(
 console.log(`
 smartfeeds dev setup is running.
 
-  XMPP server   127.0.0.1:${prosody.c2sPort} (plain TCP on loopback, PLAIN login), domain localhost
+  XMPP server   ${title}, 127.0.0.1:${server.c2sPort} (plain TCP on loopback, PLAIN login), domain localhost
   Users         ${users.map((u) => `${u.user}@localhost / ${u.password}`).join(', ')}
                 (admin@localhost may create nodes and publish)
-  Pubsub        ${prosody.componentDomain}  (the smartfeeds component; Prosody's own mod_pubsub is pubsub.localhost)
-  Data          ${path.join(state, 'data')}; Prosody log ${path.join(prosody.dir, 'prosody.log')}
+  Pubsub        ${server.componentDomain}  (the smartfeeds component${serverName === 'prosody' ? "; Prosody's own mod_pubsub is pubsub.localhost" : ''})
+  Data          ${path.join(state, 'data')}; ${title} log ${server.name === 'ejabberd' ? path.join(server.dir, 'logs', 'ejabberd.log') : path.join(server.dir, 'prosody.log')}
 
 Try it with any XMPP client, or the command line of this repository:
   node bin/smartfeeds.mjs --help
@@ -83,14 +101,14 @@ async function stop(signal: NodeJS.Signals): Promise<void> {
     component.kill(signal);
     await new Promise((resolve) => component.once('exit', resolve));
   }
-  await prosody.stop();
+  await server.stop();
   process.exit(0);
 }
 process.on('SIGINT', () => void stop('SIGINT'));
 process.on('SIGTERM', () => void stop('SIGTERM'));
 component.on('exit', (code) => {
   if (!stopping) {
-    console.error(`the component exited (${code}); stopping Prosody`);
-    void prosody.stop().then(() => process.exit(code ?? 1));
+    console.error(`the component exited (${code}); stopping ${title}`);
+    void server.stop().then(() => process.exit(code ?? 1));
   }
 });

@@ -14,11 +14,17 @@ import { xml } from '@xmpp/client';
 import fc from 'fast-check';
 import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { entry, errorOf, NS, SERVICE, Stack, type User } from './stack.ts';
+import { entry, errorOf, NS, SERVER, SERVER_TITLE, SERVICE, Stack, type User } from './stack.ts';
 
 const PAYLOAD_LIMIT = 4096;
 const MAX_DEPTH = 1000;
 const SEED = 20_261_121;
+/**
+ * The two deepest chains sent, far past the component's limit either way. ejabberd 23.01 dies of
+ * a stanza nested about 3,300 deep from any client (a segmentation fault in its XML library,
+ * fxml 1.1.49): no component can absorb that, so through ejabberd the chains stop below it.
+ */
+const DEEPEST: [number, number] = SERVER === 'ejabberd' ? [2000, 2500] : [5000, 20000];
 
 /** `result`, `type/condition`, or `type/condition/pubsub-condition` (then that one exactly). */
 type Outcome = string;
@@ -404,7 +410,7 @@ const payload: fc.Arbitrary<Payload> = fc.oneof(
     outcome: [INVALID_PAYLOAD],
   }),
   // Deep nesting inside the entry: 500 levels fit the payload limit; deeper ones pass it.
-  fc.constantFrom(100, 500, 990, 997, 1001, 5000, 20000).map(
+  fc.constantFrom(100, 500, 990, 997, 1001, ...DEEPEST).map(
     (depth): Payload => ({
       kind: `deep ${depth}`,
       els: () => [xml('entry', { xmlns: NS.atom }, xml('id', {}, 'urn:deep'), xml('deep'))],
@@ -712,7 +718,7 @@ const oddRequest: fc.Arbitrary<Case> = fc.oneof(
     }),
   ),
   // Deep junk where a request puts nothing: routed (pubsub) or not (unknown namespace).
-  fc.record({ depth: fc.constantFrom(500, 998, 999, 5000, 20000), routed: fc.boolean() }).map(
+  fc.record({ depth: fc.constantFrom(500, 998, 999, ...DEEPEST), routed: fc.boolean() }).map(
     ({ depth, routed }): Case => ({
       label: `deep junk ${depth}`,
       who: 'alice',
@@ -890,7 +896,7 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-describe('hostile requests', () => {
+describe(`hostile requests on ${SERVER_TITLE}`, () => {
   it('each gets the right reply within a second; the component stays up, its memory bounded', async () => {
     const gc = collector();
     gc();
@@ -941,7 +947,8 @@ describe('hostile requests', () => {
         ).toString(),
       );
     }
-    // Prosody itself refuses an IQ of an unknown type; the component never sees it.
+    // The server itself (Prosody or ejabberd) refuses an IQ of an unknown type; the component
+    // never sees it.
     await writeRaw(
       user,
       xml(

@@ -1,6 +1,17 @@
 import { xml } from '@xmpp/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { entry, errorOf, itemsOf, NS, publishIq, pubsub, rsm, Stack, type User } from './stack.ts';
+import {
+  entry,
+  errorOf,
+  itemsOf,
+  NS,
+  publishIq,
+  pubsub,
+  rsm,
+  SERVER_TITLE,
+  Stack,
+  type User,
+} from './stack.ts';
 
 let stack: Stack;
 let admin: User;
@@ -24,7 +35,7 @@ async function publish(node: string, id?: string, payload?: ReturnType<typeof en
   return reply.getChild('pubsub', NS.pubsub)?.getChild('publish')?.getChild('item')?.attrs.id as string;
 }
 
-describe('discovery', () => {
+describe(`discovery on ${SERVER_TITLE}`, () => {
   it('describes the service with its implemented features', async () => {
     const reply = await alice.iq('get', xml('query', { xmlns: NS.info }));
     const q = reply.getChild('query', NS.info);
@@ -96,7 +107,7 @@ describe('discovery', () => {
   });
 });
 
-describe('publish and retrieve', () => {
+describe(`publish and retrieve on ${SERVER_TITLE}`, () => {
   it('publishes, generates ids, replaces, and returns items in feed order', async () => {
     await publish('pr', 'one');
     const generated = await publish('pr', undefined, entry('gen'));
@@ -160,7 +171,7 @@ describe('publish and retrieve', () => {
   });
 });
 
-describe('errors', () => {
+describe(`errors on ${SERVER_TITLE}`, () => {
   it('answers each bad request with the exact XEP-0060 / XEP-0059 error', async () => {
     await publish('err', 'x');
     const cases: [User, 'get' | 'set', ReturnType<typeof pubsub>, [string, string, string | undefined]][] = [

@@ -1,11 +1,12 @@
-// Test support: a real Prosody (prosody-dev/harness.ts), the component on a real LevelDB, and
-// real @xmpp/client users. Nothing here is a mock.
+// Test support: a real XMPP server (Prosody or ejabberd, prosody-dev/servers.ts; vitest.config.ts
+// runs the integration files once per server), the component on a real LevelDB, and real
+// @xmpp/client users. Nothing here is a mock.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
-import { type Prosody, startProsody } from '../../prosody-dev/harness.ts';
+import { type ServerName, startServer, testServer, type XmppServer } from '../../prosody-dev/servers.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import type { Limits } from '../../src/feed/model.ts';
 import { createLog } from '../../src/log.ts';
@@ -26,6 +27,10 @@ export const NS = {
 };
 
 export const SERVICE = 'feeds.localhost';
+/** The server this run of the file is against; test titles name it. */
+export const SERVER: ServerName = testServer();
+/** `Prosody` or `ejabberd`, for test titles. */
+export const SERVER_TITLE = SERVER === 'ejabberd' ? 'ejabberd' : 'Prosody';
 export const USERS = ['admin', 'alice', 'bob', 'carol'].map((user) => ({ user, password: `${user}-pw` }));
 
 export interface User {
@@ -40,7 +45,7 @@ export interface User {
 }
 
 export class Stack {
-  prosody!: Prosody;
+  server!: XmppServer;
   engine!: FeedEngine;
   component!: PubsubComponent;
   dataDir!: string;
@@ -54,7 +59,7 @@ export class Stack {
   ): Promise<Stack> {
     const stack = new Stack();
     stack.rateLimit = options.rateLimit;
-    stack.prosody = await startProsody({ users: USERS });
+    stack.server = await startServer(SERVER, { users: USERS });
     stack.dataDir = await mkdtemp(join(tmpdir(), 'smartfeeds-xmpp-'));
     await stack.startComponent(options.limits);
     return stack;
@@ -65,9 +70,9 @@ export class Stack {
     this.component = new PubsubComponent(
       this.engine,
       {
-        service: `xmpp://127.0.0.1:${this.prosody.componentPort}`,
+        service: `xmpp://127.0.0.1:${this.server.componentPort}`,
         domain: SERVICE,
-        secret: this.prosody.componentSecret,
+        secret: this.server.componentSecret,
         admins: ['admin@localhost'],
         backoff: { initialMs: 100, maxMs: 1000 },
         ...(this.rateLimit ? { rateLimit: this.rateLimit } : {}),
@@ -86,7 +91,7 @@ export class Stack {
 
   async user(name: string, resource = 'test'): Promise<User> {
     const xmpp = client({
-      service: `xmpp://127.0.0.1:${this.prosody.c2sPort}`,
+      service: `xmpp://127.0.0.1:${this.server.c2sPort}`,
       domain: 'localhost',
       username: name,
       password: `${name}-pw`,
@@ -103,7 +108,7 @@ export class Stack {
       }
     });
     const bound = await xmpp.start();
-    // Prosody delivers headlines sent to a bare JID only to resources that sent presence.
+    // Servers deliver headlines sent to a bare JID only to resources that sent presence.
     await xmpp.send(xml('presence'));
     let serial = 0;
     const user: User = {
@@ -148,9 +153,9 @@ export class Stack {
   async stop(): Promise<void> {
     for (const u of this.users) await u.xmpp.stop().catch(() => undefined);
     await this.stopComponent().catch(() => undefined);
-    await this.prosody?.stop();
+    await this.server?.stop();
     await rm(this.dataDir, { recursive: true, force: true });
-    await rm(this.prosody.dir, { recursive: true, force: true }).catch(() => undefined);
+    await rm(this.server.dir, { recursive: true, force: true }).catch(() => undefined);
   }
 }
 
