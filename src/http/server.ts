@@ -1,7 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import fresh from 'fresh';
 import { readAtomEntry } from '../feed/atom.ts';
 import type { FeedEngine } from '../feed/engine.ts';
 import { checkItemId, parseFeedName } from '../feed/feedName.ts';
@@ -143,7 +142,7 @@ export class HttpBinding {
     if (readable && answer.status === 200) {
       const etag = `"${createHash('sha256').update(answer.body).digest('base64url').slice(0, 32)}"`;
       reply.header('etag', etag);
-      if (fresh(request.headers, { etag })) return reply.code(304).send();
+      if (matches(request.headers['if-none-match'], etag)) return reply.code(304).send();
     }
     return reply.type(answer.type).send(answer.body);
   }
@@ -193,6 +192,18 @@ export class HttpBinding {
     await this.app.close();
     this.unlisten();
   }
+}
+
+/**
+ * RFC 9110 section 13.1.2: If-None-Match holds `*` or a list of tags, compared weakly. (The
+ * `fresh` package would also do, but it ignores the header when the request says
+ * `Cache-Control: no-cache`, which fetch() adds to every conditional request.)
+ */
+function matches(header: string | undefined, etag: string): boolean {
+  if (header === undefined) return false;
+  if (header.trim() === '*') return true;
+  const tags = header.match(/(?:W\/)?"[^"]*"/g) ?? [];
+  return tags.some((t) => t.replace(/^W\//, '') === etag);
 }
 
 // ---- handlers -----------------------------------------------------------------------------
