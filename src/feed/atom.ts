@@ -12,6 +12,13 @@ export interface AtomEntry {
 }
 
 /**
+ * Deepest nesting an entry may have, itself being level 1. Serializing (ltx) recurses, and a few
+ * thousand levels overflow the stack: the publish would fail with no useful error. Real entries
+ * (XHTML content) nest a few dozen.
+ */
+export const MAX_ENTRY_DEPTH = 1000;
+
+/**
  * Parses XML text strictly (well-formed, namespace-aware, exactly one element, no DTD) and
  * returns the element and its namespace.
  */
@@ -21,6 +28,7 @@ function parseStrict(xml: string): { root: Element; ns: string | undefined } {
   let current: Element | undefined;
   let rootNs: string | undefined;
   let error: Error | undefined;
+  let depth = 0;
   parser.on('error', (e) => {
     error ??= e;
   });
@@ -30,6 +38,11 @@ function parseStrict(xml: string): { root: Element; ns: string | undefined } {
   parser.on('opentag', (tag) => {
     if (!current && root) {
       error ??= new Error('more than one root element');
+      return;
+    }
+    depth += 1;
+    if (depth > MAX_ENTRY_DEPTH) {
+      error ??= new Error(`elements nest more than ${MAX_ENTRY_DEPTH} deep`);
       return;
     }
     const attrs: Record<string, string> = {};
@@ -51,6 +64,8 @@ function parseStrict(xml: string): { root: Element; ns: string | undefined } {
     current?.t(text);
   });
   parser.on('closetag', () => {
+    // An element past the depth limit was never built: only leave the ones that were.
+    if (depth-- > MAX_ENTRY_DEPTH) return;
     current = current?.parent ?? undefined;
   });
   try {
