@@ -237,6 +237,7 @@ function nextUrl(url: string, query: FeedQuery, page: Page, pageItems: number): 
 async function hold(ctx: Context, query: FeedQuery): Promise<Page | undefined> {
   const { binding, reply } = ctx;
   const watch = binding.polls.watch(query.feed.node, query.feed.order);
+  binding.log.debug('long poll held', { feed: query.feed.requested, held: binding.polls.held });
   const gone = () => watch.end('gone');
   reply.raw.on('close', gone);
   try {
