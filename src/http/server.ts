@@ -90,6 +90,8 @@ export class HttpBinding {
     );
     this.app.addHook('onSend', async (_request, reply) => {
       reply.header('x-content-type-options', 'nosniff');
+      // Closing waits for every connection to end: a kept-alive one would hold it for its idle timeout.
+      if (this.stopping) reply.header('connection', 'close');
     });
     const allowed = new Map<string, string[]>();
     for (const [method, url, handler, write] of ROUTES) {

@@ -153,6 +153,8 @@ describe('long poll bounds', () => {
     for (const r of await Promise.all(held)) {
       expect(r.status).toBe(200);
       expect((r.json as Collection).count).toBe(0);
+      // Else the kept-alive connection would keep the server from closing until its idle timeout.
+      expect(r.headers.get('connection')).toBe('close');
     }
     await expect(fetch(feedUrl(stopping.origin, 'n'))).rejects.toThrow();
   });

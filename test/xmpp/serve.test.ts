@@ -125,10 +125,28 @@ describe('smartfeeds serve', () => {
     while (!log.includes('"msg":"long poll held"') && Date.now() < heldBy)
       await new Promise((r) => setTimeout(r, 20));
     expect(log).toContain('"msg":"long poll held"');
-    child.kill('SIGTERM');
-    expect(await held).toEqual({ status: 200, body: expect.objectContaining({ count: 0, totalItems: 1 }) });
-    expect(await exited).toBe(0);
-    expect(log).not.toContain(token);
+    // Bounded waits that say what the server logged, rather than a bare test timeout.
+    const within = <T>(what: string, p: Promise<T>) =>
+      Promise.race([
+        p,
+        new Promise<never>((_, reject) =>
+          setTimeout(
+            () => reject(new Error(`${what} did not happen; the log:\n${log.slice(-3000)}`)),
+            20_000,
+          ),
+        ),
+      ]);
+    try {
+      child.kill('SIGTERM');
+      expect(await within('the held poll answered', held)).toEqual({
+        status: 200,
+        body: expect.objectContaining({ count: 0, totalItems: 1 }),
+      });
+      expect(await within('the exit', exited)).toBe(0);
+      expect(log).not.toContain(token);
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
   }, 60_000);
 
   it('keeps trying with backoff while the server is away, and connects once it is back', async () => {
