@@ -6,6 +6,13 @@ import { problems } from './errors.ts';
 /** How a wait ended: the feed changed, time ran out, the client went away, or the server stops. */
 export type WaitOutcome = 'changed' | 'timeout' | 'gone' | 'closing';
 
+/** One feed's held requests, and the reads they share since its last change. */
+interface FeedWatchers {
+  watchers: Set<Watch>;
+  /** Reads started since the feed's last change, by query: every read here has seen that change. */
+  reads: Map<string, Promise<unknown>>;
+}
+
 /**
  * One held request's place among a feed's watchers. It notes changes from the moment it joins,
  * so that a write landing between the request's read and its wait is not missed.
@@ -15,7 +22,10 @@ export class Watch {
   private wake: ((outcome: WaitOutcome) => void) | undefined;
   private ended: WaitOutcome | undefined;
 
-  constructor(private readonly leaveFn: (w: Watch) => void) {}
+  constructor(
+    private readonly feed: FeedWatchers,
+    private readonly leaveFn: (w: Watch) => void,
+  ) {}
 
   /** Resolves at the next change (at once if one came since the last wait), or after `ms`. */
   next(ms: number): Promise<WaitOutcome> {
@@ -32,6 +42,23 @@ export class Watch {
         resolve(outcome);
       };
     });
+  }
+
+  /**
+   * Runs `read`, or joins the same query's read if one started since the feed's last change: a
+   * write wakes thousands of polls at the same cursor, and one read answers them all.
+   */
+  read<T>(query: string, read: () => Promise<T>): Promise<T> {
+    const { reads } = this.feed;
+    const running = reads.get(query);
+    if (running) return running as Promise<T>;
+    const started = read();
+    reads.set(query, started);
+    const forget = () => {
+      if (reads.get(query) === started) reads.delete(query);
+    };
+    started.then(forget, forget);
+    return started;
   }
 
   /** Called by the registry: the feed changed. */
@@ -61,7 +88,7 @@ export class Watch {
  * held request costs one small object and one timer.
  */
 export class LongPolls {
-  private readonly byFeed = new Map<string, Set<Watch>>();
+  private readonly byFeed = new Map<string, FeedWatchers>();
   private count = 0;
   private closing = false;
 
@@ -81,18 +108,18 @@ export class LongPolls {
     if (this.count >= this.maxHeld)
       throw problems.busy(`${this.maxHeld} long polls are held already; retry later`);
     const key = LongPolls.key(node, order);
-    let set = this.byFeed.get(key);
-    if (!set) {
-      set = new Set();
-      this.byFeed.set(key, set);
+    let feed = this.byFeed.get(key);
+    if (!feed) {
+      feed = { watchers: new Set(), reads: new Map() };
+      this.byFeed.set(key, feed);
     }
-    const watchers = set;
-    const w = new Watch((me) => {
-      if (!watchers.delete(me)) return;
+    const entry = feed;
+    const w = new Watch(entry, (me) => {
+      if (!entry.watchers.delete(me)) return;
       this.count -= 1;
-      if (watchers.size === 0 && this.byFeed.get(key) === watchers) this.byFeed.delete(key);
+      if (entry.watchers.size === 0 && this.byFeed.get(key) === entry) this.byFeed.delete(key);
     });
-    watchers.add(w);
+    entry.watchers.add(w);
     this.count += 1;
     return w;
   }
@@ -101,14 +128,17 @@ export class LongPolls {
   onChange(change: Change): void {
     for (const order of ORDERS) {
       if (!change.feeds[order].notify) continue;
-      const set = this.byFeed.get(LongPolls.key(change.node, order));
-      if (set) for (const w of set) w.notify();
+      const feed = this.byFeed.get(LongPolls.key(change.node, order));
+      if (!feed) continue;
+      // Reads started before this change may have missed it: the woken start new ones.
+      feed.reads.clear();
+      for (const w of feed.watchers) w.notify();
     }
   }
 
   /** Shutdown: every held request answers now, and no new one is held. */
   releaseAll(): void {
     this.closing = true;
-    for (const set of this.byFeed.values()) for (const w of set) w.end('closing');
+    for (const feed of this.byFeed.values()) for (const w of feed.watchers) w.end('closing');
   }
 }

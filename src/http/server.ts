@@ -242,11 +242,12 @@ async function hold(ctx: Context, query: FeedQuery): Promise<Page | undefined> {
   binding.log.debug('long poll held', { feed: query.feed.requested, held: binding.polls.held });
   const gone = () => watch.end('gone');
   reply.raw.on('close', gone);
+  const shared = `${query.since ?? ''}\n${query.max ?? ''}`;
   try {
     const deadline = Date.now() + query.timeout * 1000;
     for (;;) {
       // Read after joining the watchers: a write between the first read and now is not missed.
-      const page = await binding.engine.read(query.feed, readQuery(query));
+      const page = await watch.read(shared, () => binding.engine.read(query.feed, readQuery(query)));
       if (page.items.length > 0) return page;
       const outcome = await watch.next(deadline - Date.now());
       if (outcome === 'gone') return undefined;

@@ -189,6 +189,42 @@ describe('LongPolls (unit)', () => {
     expect(polls.held).toBe(0);
   });
 
+  it('shares one read among the polls of a query until the feed changes again', async () => {
+    const polls = new LongPolls(10);
+    const [a, b, c] = [
+      polls.watch('n', 'modified'),
+      polls.watch('n', 'modified'),
+      polls.watch('m', 'modified'),
+    ];
+    let reads = 0;
+    const read = async () => {
+      reads += 1;
+      return reads;
+    };
+    const first = [a?.read('q', read), b?.read('q', read)];
+    expect(await Promise.all(first)).toEqual([1, 1]);
+    // Another query, or another feed, reads on its own.
+    expect(await a?.read('other', read)).toBe(2);
+    expect(await c?.read('q', read)).toBe(3);
+    // A read that started before a change is not handed to a poll woken by it.
+    let finish: (v: number) => void = () => undefined;
+    const slow = a?.read('q', () => new Promise<number>((r) => (finish = r)));
+    polls.onChange({
+      node: 'n',
+      kind: 'create',
+      changed: true,
+      item: { id: 'x', created: 0, modified: 0, deleted: false, publisher: undefined, entry: '' },
+      total: 1,
+      feeds: {
+        modified: { cursor: '', previous: undefined, notify: true },
+        created: { cursor: '', previous: undefined, notify: true },
+      },
+    });
+    expect(await b?.read('q', read)).toBe(4);
+    finish(99);
+    expect(await slow).toBe(99);
+  });
+
   it('ends every wait on release and refuses new watchers', async () => {
     const polls = new LongPolls(1);
     const w = polls.watch('n', 'modified');
