@@ -78,9 +78,9 @@ export const SERVE_OPTIONS = {
 
 export const SERVE_USAGE = `smartfeeds serve [options]
 
-Runs the XMPP pubsub component. Each option can also come from an environment variable
-or from the JSON file given with --config (keys as the long option names, "admins" a list);
-flags win over the environment, which wins over the file.
+Runs the XMPP pubsub component, and with --http the HTTP binding of the same feeds. Each option
+can also come from an environment variable or from the JSON file given with --config (keys as the
+long option names, "admins" a list); flags win over the environment, which wins over the file.
 
   --config FILE              JSON configuration file
   --service xmpp://HOST:PORT XMPP server's component port   SMARTFEEDS_SERVICE  (xmpp://127.0.0.1:5347)

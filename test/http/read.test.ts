@@ -376,3 +376,33 @@ describe('empty feeds', () => {
     expect(b.headers.get('etag')).toBe(a.headers.get('etag'));
   });
 });
+
+describe('hostile requests', () => {
+  it('refuses a Host header that is not a host name, so that no link carries it', async () => {
+    const { request } = await import('node:http');
+    const url = new URL(feedUrl(s.origin, 'rich'));
+    const ask = (host: string) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = request(
+          { host: url.hostname, port: url.port, path: url.pathname, headers: { host } },
+          (res) => {
+            let body = '';
+            res.on('data', (d) => {
+              body += String(d);
+            });
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+          },
+        );
+        req.on('error', reject);
+        req.end();
+      });
+    for (const host of ['evil.example/"><script>', 'a b', 'x@y']) {
+      const res = await ask(host);
+      expect(res.status, host).toBe(400);
+      expect(res.body).not.toContain('<script>');
+    }
+    const fine = await ask('feeds.example.org:8443');
+    expect(fine.status).toBe(200);
+    expect(JSON.parse(fine.body).url).toBe('http://feeds.example.org:8443/feeds/rich');
+  });
+});
