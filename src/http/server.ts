@@ -12,7 +12,7 @@ import { activityItem } from './collection.ts';
 import { problemBody, problems, toProblem } from './errors.ts';
 import { type FeedQuery, parseFeedQuery } from './feedQuery.ts';
 import { LongPolls } from './longPoll.ts';
-import { negotiate, type PageView, render } from './representation.ts';
+import { negotiate, type PageView, type Representation, render } from './representation.ts';
 
 export interface HttpOptions {
   host: string;
@@ -33,6 +33,8 @@ interface Answer {
   headers?: Record<string, string>;
   /** Cache-Control; `no-cache` (revalidate with the ETag) unless said. */
   cache?: string;
+  /** The body's ETag, when it was computed already. */
+  etag?: string;
 }
 
 interface Context {
@@ -142,7 +144,7 @@ export class HttpBinding {
     reply.header('cache-control', answer.cache ?? 'no-cache');
     const readable = request.method === 'GET' || request.method === 'HEAD';
     if (readable && answer.status === 200) {
-      const etag = `"${createHash('sha256').update(answer.body).digest('base64url').slice(0, 32)}"`;
+      const etag = answer.etag ?? etagOf(answer.body);
       reply.header('etag', etag);
       if (matches(request.headers['if-none-match'], etag)) return reply.code(304).send();
     }
@@ -194,6 +196,11 @@ export class HttpBinding {
     await this.app.close();
     this.unlisten();
   }
+}
+
+/** A strong validator: a digest of the exact bytes (so of the representation too). */
+function etagOf(body: string): string {
+  return `"${createHash('sha256').update(body).digest('base64url').slice(0, 32)}"`;
 }
 
 /**
@@ -294,7 +301,7 @@ const readFeed: RouteHandler = async (ctx) => {
     node: query.feed.node,
     next: nextUrl(url, query, page, pageItems),
   };
-  const { type, body } = render(view, representation, query.callback);
+  const { type, body, etag } = renderOnce(view, representation, query.callback);
   // A full page of the created order, ending before the feed's end, keeps its items.
   const cacheable =
     query.feed.order === 'created' &&
@@ -303,8 +310,28 @@ const readFeed: RouteHandler = async (ctx) => {
     (page.items.length === pageItems || page.truncated) &&
     page.items.length > 0;
   const cache = jid !== undefined ? 'private, no-cache' : cacheable ? CACHEABLE_PAGE : 'no-cache';
-  return { status: 200, type, body, cache, headers: { vary: 'Accept, Authorization' } };
+  return { status: 200, type, body, etag, cache, headers: { vary: 'Accept, Authorization' } };
 };
+
+/** Renderings of pages that long polls share (one read answers many), by page and spelling. */
+const rendered = new WeakMap<Page, Map<string, { type: string; body: string; etag: string }>>();
+
+/** Renders a page once per representation, links and callback, however many polls it answers. */
+function renderOnce(view: PageView, representation: Representation, callback: string | undefined) {
+  let forPage = rendered.get(view.page);
+  if (!forPage) {
+    forPage = new Map();
+    rendered.set(view.page, forPage);
+  }
+  const key = `${representation}\n${callback ?? ''}\n${view.url}\n${view.next ?? ''}`;
+  let out = forPage.get(key);
+  if (!out) {
+    const { type, body } = render(view, representation, callback);
+    out = { type, body, etag: etagOf(body) };
+    forPage.set(key, out);
+  }
+  return out;
+}
 
 const readItem: RouteHandler = async ({ binding, request, params }) => {
   const query = parseFeedQuery(params.node ?? '', searchOf(request), 0);
