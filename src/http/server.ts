@@ -334,9 +334,11 @@ function renderOnce(view: PageView, representation: Representation, callback: st
 }
 
 const readItem: RouteHandler = async ({ binding, request, params }) => {
-  const query = parseFeedQuery(params.node ?? '', searchOf(request), 0);
-  if (query.since ?? query.until ?? query.max ?? query.callback)
-    throw problems.badRequest('an item is read with no parameter but order');
+  const search = searchOf(request);
+  const extra = [...new URLSearchParams(search).keys()].find((k) => k !== 'order');
+  if (extra !== undefined)
+    throw problems.badRequest(`an item is read with no parameter but order, not ${JSON.stringify(extra)}`);
+  const query = parseFeedQuery(params.node ?? '', search, 0);
   const id = params.id ?? '';
   checkItemId(id);
   const jid = binding.access.caller(request.headers.authorization);

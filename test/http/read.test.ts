@@ -362,6 +362,10 @@ describe('single items', () => {
     expect((await get(`${s.origin}/feeds/rich/items/nobody`)).status).toBe(404);
     expect((await get(`${s.origin}/feeds/missing/items/r`)).status).toBe(404);
     expect((await get(`${s.origin}/feeds/rich/items/r?max=3`)).status).toBe(400);
+    expect((await get(`${s.origin}/feeds/rich/items/r?timeout=3`)).status).toBe(400);
+    const created = await get(`${s.origin}/feeds/rich/items/r?order=created`);
+    const [item] = await s.engine.getItems('rich?order=created', ['r']);
+    expect((created.json as { cursor: string }).cursor).toBe(item?.cursor);
   });
 });
 
