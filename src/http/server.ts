@@ -249,6 +249,8 @@ async function hold(ctx: Context, query: FeedQuery): Promise<Page | undefined> {
   binding.log.debug('long poll held', { feed: query.feed.requested, held: binding.polls.held });
   const gone = () => watch.end('gone');
   reply.raw.on('close', gone);
+  // A client that left before its listener was on: its 'close' has been emitted already.
+  if (ctx.request.raw.socket?.destroyed) gone();
   const shared = `${query.since ?? ''}\n${query.max ?? ''}`;
   try {
     const deadline = Date.now() + query.timeout * 1000;
@@ -277,6 +279,8 @@ function readQuery(query: FeedQuery) {
 const readFeed: RouteHandler = async (ctx) => {
   const { binding, request, params } = ctx;
   const query = parseFeedQuery(params.node ?? '', searchOf(request), binding.options.maxTimeoutSeconds);
+  // Every check a request can fail comes before it may be held.
+  const origin = binding.originOf(request);
   const jid = binding.access.caller(request.headers.authorization);
   binding.access.mayRead(query.feed.node, jid);
   const representation = negotiate(request.headers.accept, query.callback !== undefined);
@@ -294,7 +298,7 @@ const readFeed: RouteHandler = async (ctx) => {
     request.method === 'GET';
   if (holdable) page = await hold(ctx, query);
   if (!page) return undefined;
-  const url = feedUrl(binding.originOf(request), query.feed.node, query);
+  const url = feedUrl(origin, query.feed.node, query);
   const view: PageView = {
     page,
     url,
