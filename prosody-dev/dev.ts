@@ -47,6 +47,12 @@ async function portOr(preferred: number): Promise<number> {
 const secretFile = path.join(state, 'component-secret');
 if (!existsSync(secretFile)) await writeFile(secretFile, randomBytes(16).toString('hex'), { mode: 0o600 });
 const secret = (await readFile(secretFile, 'utf8')).trim();
+// The HTTP write API's bearer token for admin@localhost, kept between runs like the secret.
+const tokenFile = path.join(state, 'http-token');
+if (!existsSync(tokenFile)) await writeFile(tokenFile, randomBytes(16).toString('hex'), { mode: 0o600 });
+const token = (await readFile(tokenFile, 'utf8')).trim();
+const httpPort = await portOr(8080);
+const http = `http://127.0.0.1:${httpPort}`;
 
 const users = [
   { user: 'alice', password: 'alice' },
@@ -74,8 +80,14 @@ const component = spawn(
     path.join(state, 'data'),
     '--admin',
     'admin@localhost',
+    '--http',
+    `127.0.0.1:${httpPort}`,
   ],
-  { cwd: root, stdio: 'inherit', env: { ...process.env, SMARTFEEDS_SECRET: secret } },
+  {
+    cwd: root,
+    stdio: 'inherit',
+    env: { ...process.env, SMARTFEEDS_SECRET: secret, SMARTFEEDS_HTTP_TOKENS: `${token}=admin@localhost` },
+  },
 );
 
 console.log(`
@@ -85,10 +97,16 @@ smartfeeds dev setup is running.
   Users         ${users.map((u) => `${u.user}@localhost / ${u.password}`).join(', ')}
                 (admin@localhost may create nodes and publish)
   Pubsub        ${server.componentDomain}  (the smartfeeds component${serverName === 'prosody' ? "; Prosody's own mod_pubsub is pubsub.localhost" : ''})
+  HTTP          ${http}/feeds/NODE  (JSON, Atom, JSON-P; long polling with since=...)
+  HTTP token    ${token}  (acts as admin@localhost: POST, PUT and DELETE items)
   Data          ${path.join(state, 'data')}; ${title} log ${server.name === 'ejabberd' ? path.join(server.dir, 'logs', 'ejabberd.log') : path.join(server.dir, 'prosody.log')}
 
-Try it with any XMPP client, or the command line of this repository:
+Try it with any XMPP client, the command line of this repository, or curl:
   node bin/smartfeeds.mjs --help
+  curl -X PUT -H 'Authorization: Bearer ${token}' -H 'Content-Type: application/atom+xml' \\
+    --data "<entry xmlns='http://www.w3.org/2005/Atom'><title>Hello</title></entry>" ${http}/feeds/blog/items/hello
+  curl ${http}/feeds/blog
+  curl -H 'Accept: application/atom+xml' '${http}/feeds/blog?order=created&max=10'
 
 Ctrl+C stops both.
 `);

@@ -869,9 +869,9 @@ unknown node or a bad position.`,
 const { data: _data, help: _help, ...serveOptions } = SERVE_OPTIONS;
 
 const serveCommand: Command = {
-  summary: 'run the XMPP pubsub component until SIGTERM or SIGINT',
+  summary: 'run the XMPP pubsub component (and HTTP with --http) until SIGTERM or SIGINT',
   synopsis:
-    '--secret SECRET [--service xmpp://HOST:PORT] [--domain DOMAIN] [--admin JID ...] [--config FILE]',
+    '--secret SECRET [--service xmpp://HOST:PORT] [--domain DOMAIN] [--admin JID ...] [--http HOST:PORT] [--config FILE]',
   details: SERVE_USAGE.split('\n').slice(2).join('\n').trimEnd(),
   options: serveOptions as Options,
   positionals: [0, 0],

@@ -22,11 +22,27 @@ export interface Config {
   sync: boolean;
   /** Requests per second and burst allowed to each sender (bare JID); a rate of 0 is no limit. */
   rateLimit: RateLimitOptions;
+  /** The HTTP binding; undefined when `--http` is not given. */
+  http: HttpConfig | undefined;
 }
+
+/** Where and how `serve` answers HTTP. */
+export interface HttpConfig {
+  host: string;
+  port: number;
+  /** Bearer tokens, each acting as a bare JID. Never logged. */
+  tokens: ReadonlyMap<string, string>;
+  /** Long polls held at once; more are refused with 503. */
+  maxHeld: number;
+  /** The longest `timeout` a request may ask, in seconds. */
+  maxTimeoutSeconds: number;
+}
+
+export const HTTP_DEFAULTS = { maxHeld: 10_000, maxTimeoutSeconds: 120 };
 
 export class ConfigError extends Error {}
 
-const DEFAULTS: Omit<Config, 'secret'> = {
+const DEFAULTS: Omit<Config, 'secret' | 'http'> = {
   service: 'xmpp://127.0.0.1:5347',
   domain: 'feeds.localhost',
   data: './data',
@@ -53,14 +69,18 @@ export const SERVE_OPTIONS = {
   sync: { type: 'boolean' },
   'rate-limit': { type: 'string' },
   'rate-burst': { type: 'string' },
+  http: { type: 'string' },
+  'http-token': { type: 'string', multiple: true },
+  'http-max-held': { type: 'string' },
+  'http-max-timeout': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
 export const SERVE_USAGE = `smartfeeds serve [options]
 
-Runs the XMPP pubsub component. Each option can also come from an environment variable
-or from the JSON file given with --config (keys as the long option names, "admins" a list);
-flags win over the environment, which wins over the file.
+Runs the XMPP pubsub component, and with --http the HTTP binding of the same feeds. Each option
+can also come from an environment variable or from the JSON file given with --config (keys as the
+long option names, "admins" a list); flags win over the environment, which wins over the file.
 
   --config FILE              JSON configuration file
   --service xmpp://HOST:PORT XMPP server's component port   SMARTFEEDS_SERVICE  (xmpp://127.0.0.1:5347)
@@ -76,6 +96,12 @@ flags win over the environment, which wins over the file.
   --sync                     fsync every write                SMARTFEEDS_SYNC=1
   --rate-limit N             requests/s per sender, 0 = off   SMARTFEEDS_RATE_LIMIT (50)
   --rate-burst N             requests a sender may burst      SMARTFEEDS_RATE_BURST (200)
+  --http HOST:PORT           also serve the feeds over HTTP   SMARTFEEDS_HTTP     (off)
+  --http-token TOKEN=JID     a bearer token acting as JID     SMARTFEEDS_HTTP_TOKENS (comma-separated)
+                             (repeatable; other users can read a command line: prefer the
+                             environment or the file, key "http-tokens": {"TOKEN": "JID"})
+  --http-max-held N          long polls held at once          SMARTFEEDS_HTTP_MAX_HELD (10000)
+  --http-max-timeout S       longest long poll, in seconds    SMARTFEEDS_HTTP_MAX_TIMEOUT (120)
 `;
 
 type Raw = Partial<Record<string, unknown>>;
@@ -130,6 +156,10 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     sync?: boolean;
     'rate-limit'?: string;
     'rate-burst'?: string;
+    http?: string;
+    'http-token'?: string[];
+    'http-max-held'?: string;
+    'http-max-timeout'?: string;
   };
   let file: Raw = {};
   const configPath = flags.config ?? env.SMARTFEEDS_CONFIG;
@@ -201,6 +231,23 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     burst: burstRaw === undefined ? DEFAULTS.rateLimit.burst : positive('rate-burst', burstRaw),
   };
   const syncRaw = pick(flags.sync, 'SMARTFEEDS_SYNC', 'sync');
+  const httpRaw = pick(flags.http, 'SMARTFEEDS_HTTP', 'http');
+  let http: HttpConfig | undefined;
+  if (httpRaw !== undefined) {
+    const { host, port } = hostPort(text('http', httpRaw));
+    const heldRaw = pick(flags['http-max-held'], 'SMARTFEEDS_HTTP_MAX_HELD', 'http-max-held');
+    const timeoutRaw = pick(flags['http-max-timeout'], 'SMARTFEEDS_HTTP_MAX_TIMEOUT', 'http-max-timeout');
+    http = {
+      host,
+      port,
+      tokens: tokensFrom(flags['http-token'], env.SMARTFEEDS_HTTP_TOKENS, file['http-tokens']),
+      maxHeld: heldRaw === undefined ? HTTP_DEFAULTS.maxHeld : positive('http-max-held', heldRaw),
+      maxTimeoutSeconds:
+        timeoutRaw === undefined
+          ? HTTP_DEFAULTS.maxTimeoutSeconds
+          : nonNegative('http-max-timeout', timeoutRaw),
+    };
+  }
   return {
     service,
     domain: text('domain', pick(flags.domain, 'SMARTFEEDS_DOMAIN', 'domain') ?? DEFAULTS.domain),
@@ -211,5 +258,49 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     limits,
     sync: syncRaw === true || syncRaw === '1' || syncRaw === 'true',
     rateLimit,
+    http,
   };
+}
+
+/** `HOST:PORT`, `[IPV6]:PORT`; port 0 picks a free one. */
+function hostPort(value: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]/\s]+)):(\d{1,5})$/.exec(value);
+  const port = Number(m?.[3]);
+  if (!m || port > 65535)
+    throw new ConfigError(`http must look like HOST:PORT, not ${JSON.stringify(value)}`);
+  return { host: (m[1] ?? m[2]) as string, port };
+}
+
+/** Tokens from the flags, else the environment (`T=JID,...`), else the file (`{"T": "JID"}`). */
+function tokensFrom(
+  flags: string[] | undefined,
+  env: string | undefined,
+  file: unknown,
+): Map<string, string> {
+  const tokens = new Map<string, string>();
+  const add = (token: string, jid: string) => {
+    // RFC 6750 token68 characters, less the = padding that would make TOKEN=JID ambiguous.
+    if (!/^[A-Za-z0-9\-._~+/]+$/.test(token))
+      throw new ConfigError('an http token must be made of letters, digits and -._~+/');
+    if (!/^[^@/\s]+@[^@/\s]+$/.test(jid))
+      throw new ConfigError(`an http token must act as a bare JID (user@domain), not ${JSON.stringify(jid)}`);
+    if (tokens.has(token)) throw new ConfigError('an http token is given twice');
+    tokens.set(token, jid);
+  };
+  const pair = (text: string) => {
+    const at = text.indexOf('=');
+    if (at <= 0) throw new ConfigError('an http token must be given as TOKEN=JID');
+    add(text.slice(0, at).trim(), text.slice(at + 1).trim());
+  };
+  if (flags) for (const f of flags) pair(f);
+  else if (env) for (const p of env.split(',').filter((x) => x.trim() !== '')) pair(p);
+  else if (file !== undefined) {
+    if (typeof file !== 'object' || file === null || Array.isArray(file))
+      throw new ConfigError('http-tokens must be an object {"TOKEN": "JID"}');
+    for (const [token, jid] of Object.entries(file)) {
+      if (typeof jid !== 'string') throw new ConfigError('http-tokens must map each token to a JID');
+      add(token, jid);
+    }
+  }
+  return tokens;
 }

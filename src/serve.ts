@@ -1,5 +1,6 @@
 import type { Config } from './config.ts';
 import { FeedEngine } from './feed/engine.ts';
+import { HttpBinding } from './http/server.ts';
 import { createLog } from './log.ts';
 import { PubsubComponent } from './xmpp/service.ts';
 
@@ -25,12 +26,29 @@ export async function serve(config: Config): Promise<number> {
     admins: config.admins,
     rateLimit: config.rateLimit,
   });
+  const http = config.http
+    ? new HttpBinding(
+        engine,
+        {
+          host: config.http.host,
+          port: config.http.port,
+          tokens: config.http.tokens,
+          admins: config.admins,
+          maxHeld: config.http.maxHeld,
+          maxTimeoutSeconds: config.http.maxTimeoutSeconds,
+        },
+        log,
+      )
+    : undefined;
+  await http?.start();
   await pubsub.start();
   const signal = await new Promise<NodeJS.Signals>((resolve) => {
     process.once('SIGTERM', () => resolve('SIGTERM'));
     process.once('SIGINT', () => resolve('SIGINT'));
   });
   log.info('stopping', { signal });
+  // Held long polls answer at once and writes in flight finish before the database closes.
+  await http?.stop();
   await pubsub.stop();
   await engine.close();
   log.info('stopped');

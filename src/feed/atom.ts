@@ -21,6 +21,13 @@ interface Parsed {
 }
 
 /**
+ * Deepest nesting an entry may have, itself being level 1. Serializing (ltx) recurses, and a few
+ * thousand levels overflow the stack: the publish would fail with no useful error. Real entries
+ * (XHTML content) nest a few dozen.
+ */
+export const MAX_ENTRY_DEPTH = 1000;
+
+/**
  * Parses XML text strictly (well-formed, namespace-aware, exactly one element, no DTD) and
  * serializes it as it goes, in the form ltx gives an element tree (comments and processing
  * instructions dropped, attributes double-quoted, childless elements self-closed): building no
@@ -68,6 +75,10 @@ class StrictReader {
       const names = this.names;
       if (names.length === 0 && this.rootSeen) {
         this.error ??= new Error('more than one root element');
+        return;
+      }
+      if (names.length >= MAX_ENTRY_DEPTH) {
+        this.error ??= new Error(`elements nest more than ${MAX_ENTRY_DEPTH} deep`);
         return;
       }
       this.child();
