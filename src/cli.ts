@@ -78,6 +78,13 @@ const EXIT_CODE: Record<FeedErrorCode, number> = {
   'invalid-subid': 1,
   'node-not-empty': 1,
   storage: 1,
+  // Access and configuration refusals come from the XMPP binding; the command line has full rights.
+  forbidden: 1,
+  'closed-node': 1,
+  'subscription-required': 1,
+  'pending-subscription': 1,
+  'not-acceptable': 1,
+  'precondition-not-met': 1,
 };
 
 /** Reports a failure on stderr and gives the exit code: the one place errors become messages. */

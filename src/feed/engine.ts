@@ -4,7 +4,7 @@ import type { Element } from 'ltx';
 import { readAtomElementText, readAtomEntry, readTombstone, tombstone } from './atom.ts';
 import { Committer, type Op } from './commit.ts';
 import { type Cursor, formatCursor, GroupChecksum, groupChecksum } from './cursor.ts';
-import { openDatabase } from './database.ts';
+import { type Db, openDatabase } from './database.ts';
 import {
   BadRequest,
   FeedError,
@@ -19,6 +19,8 @@ import {
 } from './errors.ts';
 import { checkItemId, checkNodeName, type FeedName, ORDERS, type Order, parseFeedName } from './feedName.ts';
 import {
+  DELETED_PREFIX,
+  deletedKey,
   indexKey,
   indexRange,
   itemKey,
@@ -47,6 +49,7 @@ import {
 } from './model.ts';
 import { type PositionSpec, parsePositionSpec } from './positionSpec.ts';
 import { decodeRecord, encodeRecord } from './record.ts';
+import { sweepDeleted } from './sweep.ts';
 import { FeedTail } from './tail.ts';
 
 export interface EngineOptions {
@@ -55,6 +58,17 @@ export interface EngineOptions {
   now?: () => number;
   /** fsync every batch: survives power loss, not only a killed process. Default false. */
   sync?: boolean;
+  /** Keys removed per batch when sweeping a deleted node (default 1,000). */
+  sweepBatch?: number;
+}
+
+/** What policy storage beside the engine (policy.ts) uses: reads, atomic writes, node numbers. */
+export interface EngineStorage {
+  db: Db;
+  /** Writes operations as one atomic batch, in order with the engine's own writes. */
+  write(ops: Op[]): Promise<void>;
+  /** The node number of an existing node (NodeNotFound otherwise). */
+  nid(name: string): Promise<number>;
 }
 
 export interface PublishInput {
@@ -87,6 +101,8 @@ interface NodeState extends NodeMeta {
   pumpScheduled: boolean;
   /** Subscriptions by key, loaded on first use. */
   subscriptions?: Map<string, Subscription>;
+  /** Set once the node is deleted: writes still queued to it are refused. */
+  deleted?: boolean;
 }
 
 type RecordBody = Omit<ItemRecord, 'c' | 'cs' | 'm' | 'ms'>;
@@ -157,6 +173,9 @@ export class FeedEngine {
   private registry: Promise<void> = Promise.resolve();
   /** Per node name, the last write still being routed to its node (keeps call order). */
   private readonly arrivals = new Map<string, Promise<void>>();
+  private readonly sweepBatch: number;
+  private sweeping: Promise<void> = Promise.resolve();
+  private closing = false;
 
   private constructor(
     private readonly db: ClassicLevel<Buffer, Buffer>,
@@ -165,6 +184,7 @@ export class FeedEngine {
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
     this.now = options.now ?? Date.now;
     this.committer = new Committer(db, options.sync ?? false);
+    this.sweepBatch = options.sweepBatch ?? 1000;
   }
 
   /** Opens (creating if needed) the database in `dir`; a database in use is refused. */
@@ -173,11 +193,15 @@ export class FeedEngine {
     const engine = new FeedEngine(db, options);
     const service = await db.get(SERVICE_KEY);
     if (service) engine.nextNid = parse<{ nextNid: number }>(service).nextNid;
+    // A deletion a stop or crash interrupted goes on where it stopped.
+    engine.sweep();
     return engine;
   }
 
   /** Waits for queued writes, then closes the database. */
   async close(): Promise<void> {
+    this.closing = true;
+    await this.sweeping;
     await this.committer.drain().catch(() => undefined);
     await this.db.close();
   }
@@ -267,8 +291,11 @@ export class FeedEngine {
     return (await this.loadNode(name)) !== undefined;
   }
 
-  /** Creates an empty node. (async: a bad name rejects, it does not throw at the caller.) */
-  async createNode(name: string): Promise<void> {
+  /**
+   * Creates an empty node, with `init`'s records (its owner, its configuration) in the same batch.
+   * (async: a bad name rejects, it does not throw at the caller.)
+   */
+  async createNode(name: string, init?: (nid: number) => Op[]): Promise<void> {
     checkNodeName(name);
     return this.inRegistry(async () => {
       if (await this.loadNode(name)) throw new NodeExists(name);
@@ -278,8 +305,62 @@ export class FeedEngine {
         { type: 'put', key: SERVICE_KEY, value: json({ nextNid: this.nextNid }) },
         { type: 'put', key: nodeKey(name), value: json({ nid }) },
         { type: 'put', key: metaKey(nid), value: json(meta) },
+        ...(init?.(nid) ?? []),
       ]);
     });
+  }
+
+  /**
+   * Deletes a node: one batch drops its name and marks its number deleted, so the name is free at
+   * once (a new node of that name gets a new number, and starts empty); then its items,
+   * subscriptions, affiliations and configuration are swept in bounded batches. A sweep that a
+   * stop or crash interrupts resumes when the engine opens again.
+   */
+  async deleteNode(name: string): Promise<void> {
+    checkNodeName(name);
+    await this.inRegistry(async () => {
+      const st = await this.requireNode(name);
+      // After every write already queued to the node.
+      await this.serialize(st, async () => {
+        await this.committer.add([
+          { type: 'del', key: nodeKey(name) },
+          { type: 'put', key: deletedKey(st.nid), value: json({ name }) },
+        ]);
+        st.deleted = true;
+        this.nodes.delete(name);
+        this.ready.delete(name);
+      });
+    });
+    this.sweep();
+  }
+
+  /** Starts sweeping deleted nodes' keys, unless a sweep runs already. */
+  private sweep(): void {
+    this.sweeping = this.sweeping.then(() =>
+      sweepDeleted(this.db, (ops) => this.committer.add(ops), {
+        batch: this.sweepBatch,
+        stopped: () => this.closing,
+      }).catch(() => undefined),
+    );
+  }
+
+  /** Resolves once no deleted node is left to sweep (or the engine is closing). */
+  async swept(): Promise<void> {
+    await this.sweeping;
+  }
+
+  /** Node numbers marked deleted whose keys are not all swept yet. */
+  async deletionsPending(): Promise<number> {
+    return (await this.db.keys({ gte: DELETED_PREFIX, lt: prefixEnd(DELETED_PREFIX) }).all()).length;
+  }
+
+  /** Access for policy storage beside the engine (policy.ts). */
+  storage(): EngineStorage {
+    return {
+      db: this.db,
+      write: (ops) => this.committer.add(ops),
+      nid: async (name) => (await this.requireNode(name)).nid,
+    };
   }
 
   /** Node names in byte order, `max` at most, after `after` if given. */
@@ -366,6 +447,10 @@ export class FeedEngine {
     const batch = st.queue;
     st.queue = [];
     if (batch.length === 0) return;
+    if (st.deleted) {
+      for (const w of batch) w.reject(new NodeNotFound(st.name));
+      return;
+    }
     const known = new Map<string, ItemRecord>();
     const lookup: string[] = [];
     for (const w of batch) {
@@ -898,6 +983,7 @@ export class FeedEngine {
     feedName: string,
     jid: string,
     bareJid: string,
+    options: { pending?: boolean } = {},
   ): Promise<{ subscription: Subscription; created: boolean }> {
     return this.onSubscription(feedName, jid, async ({ st, feed, key, found }) => {
       if (found) return { subscription: found, created: false };
@@ -908,6 +994,7 @@ export class FeedEngine {
         jid,
         subid: randomUUID(),
       };
+      if (options.pending) subscription.pending = true;
       const value = json(subscription);
       await this.committer.add([
         { type: 'put', key, value },
@@ -931,6 +1018,22 @@ export class FeedEngine {
       ]);
       st.subscriptions?.delete(key.toString('latin1'));
       return found;
+    });
+  }
+
+  /** Approves a subscription waiting for an owner: from now on it hears of changes. */
+  async approveSubscription(feedName: string, jid: string, bareJid: string): Promise<Subscription> {
+    return this.onSubscription(feedName, jid, async ({ st, feed, key, found }) => {
+      if (!found) throw new NotSubscribed(`${jid} is not subscribed to ${JSON.stringify(feed.requested)}`);
+      if (!found.pending) return found;
+      const { pending: _, ...subscription } = found;
+      const value = json(subscription);
+      await this.committer.add([
+        { type: 'put', key, value },
+        { type: 'put', key: userSubscriptionKey(bareJid, st.nid, feed.order, jid), value },
+      ]);
+      st.subscriptions?.set(key.toString('latin1'), subscription);
+      return subscription;
     });
   }
 

@@ -9,6 +9,9 @@ import type { Order } from './feedName.ts';
  *   s NID ORDER JID             -> subscription
  *   u BAREJID 0 NID ORDER JID   -> (empty): subscriptions by user
  *   g                           -> service counters {nextNid}
+ *   c NID                       -> node configuration (nodeConfig.ts)
+ *   a NID BAREJID               -> affiliation of a bare JID with the node ("owner", ...)
+ *   d NID                       -> a deleted node whose keys are still being swept {name}
  * NID is a 4-byte node number, so a deleted node's name can be reused with fresh keys;
  * STAMP and SEQ are 8-byte big-endian so that byte order is feed order.
  */
@@ -99,15 +102,41 @@ export function userPrefix(bareJid: string): Buffer {
   return Buffer.concat([Buffer.from('u'), Buffer.from(bareJid, 'utf8'), Buffer.from([0])]);
 }
 
+export function configKey(nid: number): Buffer {
+  return withNid('c', nid, 0);
+}
+
+export function affiliationKey(nid: number, bareJid: string): Buffer {
+  return Buffer.concat([withNid('a', nid, 0), Buffer.from(bareJid, 'utf8')]);
+}
+
+export function affiliationPrefix(nid: number): Buffer {
+  return withNid('a', nid, 0);
+}
+
+export function jidOfAffiliationKey(key: Buffer): string {
+  return key.subarray(5).toString('utf8');
+}
+
+export function deletedKey(nid: number): Buffer {
+  return withNid('d', nid, 0);
+}
+
+export const DELETED_PREFIX = Buffer.from('d');
+
 // ---- reading keys back (for `smartfeeds check`) -------------------------------------------
 
-/** The node number of a key of a per-node family (`m`, `i`, `x`, `s`); undefined if too short. */
+/** The node number of a key of a per-node family (`m`, `i`, `x`, `s`, `c`, `a`, `d`); undefined if too short. */
 export function nidOfKey(key: Buffer): number | undefined {
   return key.length >= 5 ? key.readUInt32BE(1) : undefined;
 }
 
-/** The prefix of every key of a per-node family (`m`, `i`, `x`, `s`) for one node. */
-export function familyPrefix(tag: 'm' | 'i' | 'x' | 's', nid: number): Buffer {
+/** Families of keys that belong to one node number. */
+export type NodeFamily = 'm' | 'i' | 'x' | 's' | 'c' | 'a';
+export const NODE_FAMILIES: readonly NodeFamily[] = ['m', 'i', 'x', 's', 'c', 'a'];
+
+/** The prefix of every key of a per-node family for one node. */
+export function familyPrefix(tag: NodeFamily, nid: number): Buffer {
   return withNid(tag, nid, 0);
 }
 

@@ -82,6 +82,8 @@ export interface Subscription {
   order: Order;
   jid: string;
   subid: string;
+  /** Waits for an owner's approval (an `authorize` node): hears of nothing until approved. */
+  pending?: true;
 }
 
 /** One line of `smartfeeds export`: everything needed to reproduce the feed exactly. */
