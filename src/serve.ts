@@ -14,6 +14,9 @@ export async function serve(config: Config): Promise<number> {
       domain: config.domain,
       secret: config.secret,
       admins: config.admins,
+      create: config.create,
+      localDomain: config.localDomain,
+      autoCreate: config.autoCreate,
       rateLimit: config.rateLimit,
     },
     log,
@@ -23,6 +26,9 @@ export async function serve(config: Config): Promise<number> {
     domain: config.domain,
     data: config.data,
     admins: config.admins,
+    create: config.create,
+    localDomain: config.localDomain,
+    autoCreate: config.autoCreate,
     rateLimit: config.rateLimit,
   });
   await pubsub.start();

@@ -28,7 +28,9 @@ import {
   NODE_PREFIX,
   nameOfNodeKey,
   nodeKey,
+  PURGE_PREFIX,
   prefixEnd,
+  purgeKey,
   SERVICE_KEY,
   stampOfIndexKey,
   subscriptionKey,
@@ -113,6 +115,8 @@ interface QueuedWrite {
   version: (old: ItemRecord | undefined, stamp: number) => RecordBody | undefined;
   /** The error when the item must exist and does not. */
   missing?: () => Error;
+  /** Part of a purge (see Change.quiet). */
+  quiet?: boolean;
   resolve: (change: Change) => void;
   reject: (error: Error) => void;
 }
@@ -169,6 +173,8 @@ export class FeedEngine {
   /** The nodes whose state is loaded, for writes that need not wait for anything. */
   private readonly ready = new Map<string, NodeState>();
   private readonly listeners = new Set<ChangeListener>();
+  private readonly purgeListeners = new Set<(node: string) => void>();
+  private readonly purges = new Set<Promise<void>>();
   private nextNid = 1;
   private registry: Promise<void> = Promise.resolve();
   /** Per node name, the last write still being routed to its node (keeps call order). */
@@ -202,6 +208,7 @@ export class FeedEngine {
   async close(): Promise<void> {
     this.closing = true;
     await this.sweeping;
+    await Promise.allSettled([...this.purges]);
     await this.committer.drain().catch(() => undefined);
     await this.db.close();
   }
@@ -352,6 +359,100 @@ export class FeedEngine {
   /** Node numbers marked deleted whose keys are not all swept yet. */
   async deletionsPending(): Promise<number> {
     return (await this.db.keys({ gte: DELETED_PREFIX, lt: prefixEnd(DELETED_PREFIX) }).all()).length;
+  }
+
+  /** Registers a listener for finished purges (resumed ones included). Returns its remover. */
+  onPurge(listener: (node: string) => void): () => void {
+    this.purgeListeners.add(listener);
+    return () => this.purgeListeners.delete(listener);
+  }
+
+  /**
+   * Purges a node: every live item becomes a tombstone, as quiet changes (listeners hear of the
+   * purge once, through onPurge). The items are those the node held when the purge began; they are
+   * walked in creation order (a retraction moves an item in the other order), in chunks, and the
+   * progress is written after each chunk, so a purge that a stop or crash interrupts resumes with
+   * `resumePurges`. Resolves when it is done.
+   */
+  async purgeNode(name: string): Promise<void> {
+    const node = parseFeedName(name).node;
+    const st = await this.requireNode(node);
+    const { start, end } = indexRange(st.nid, 'created');
+    const [upTo] = await this.db.keys({ gte: start, lt: end, reverse: true, limit: 1 }).all();
+    if (upTo) {
+      const mark = await this.db.get(purgeKey(st.nid));
+      // A purge under way already is joined (its end is extended to today's last item).
+      const after = mark ? parse<{ after?: string }>(mark).after : undefined;
+      await this.committer.add([
+        { type: 'put', key: purgeKey(st.nid), value: json({ upTo: upTo.toString('hex'), after }) },
+      ]);
+    }
+    await this.runPurge(node, st.nid);
+  }
+
+  /** Finishes the purges a stop or crash interrupted; resolves when they are done (or closing). */
+  async resumePurges(): Promise<void> {
+    const marks = await this.db.iterator({ gte: PURGE_PREFIX, lt: prefixEnd(PURGE_PREFIX) }).all();
+    for (const [key] of marks) {
+      const nid = key.readUInt32BE(1);
+      // A deleted node's mark is swept with its other keys.
+      const node = await this.nameOf(nid);
+      if (node !== undefined) await this.runPurge(node, nid);
+    }
+  }
+
+  private async nameOf(nid: number): Promise<string | undefined> {
+    for (const name of await this.listNodes()) if ((await this.loadNode(name))?.nid === nid) return name;
+    return undefined;
+  }
+
+  private runPurge(node: string, nid: number): Promise<void> {
+    const run = this.purgeLoop(node, nid);
+    this.purges.add(run);
+    const done = () => this.purges.delete(run);
+    run.then(done, done);
+    return run;
+  }
+
+  private async purgeLoop(node: string, nid: number): Promise<void> {
+    const markKey = purgeKey(nid);
+    for (;;) {
+      if (this.closing) return;
+      const buf = await this.db.get(markKey);
+      if (!buf) break;
+      const mark = parse<{ upTo: string; after?: string }>(buf);
+      const upTo = Buffer.from(mark.upTo, 'hex');
+      const { start } = indexRange(nid, 'created');
+      const lower = mark.after ? { gt: Buffer.from(mark.after, 'hex') } : { gte: start };
+      const chunk = await this.db.iterator({ ...lower, lte: upTo, limit: this.sweepBatch }).all();
+      const ids = chunk.map(([, v]) => v.toString('utf8'));
+      const bufs = ids.length > 0 ? await this.db.getMany(ids.map((id) => itemKey(nid, id))) : [];
+      await Promise.all(
+        ids.map((id, i) => {
+          const b = bufs[i];
+          return b && decodeRecord(b).d !== 1
+            ? this.retract(node, id, { quiet: true }).catch((e) => {
+                if (!(e instanceof ItemNotFound)) throw e;
+              })
+            : undefined;
+        }),
+      );
+      const last = chunk[chunk.length - 1];
+      if (!last || last[0].equals(upTo)) {
+        await this.committer.add([{ type: 'del', key: markKey }]);
+        break;
+      }
+      await this.committer.add([
+        { type: 'put', key: markKey, value: json({ upTo: mark.upTo, after: last[0].toString('hex') }) },
+      ]);
+    }
+    for (const listener of this.purgeListeners) {
+      try {
+        listener(node);
+      } catch {
+        // One binding's failure must not keep the purge from the others.
+      }
+    }
   }
 
   /** Access for policy storage beside the engine (policy.ts). */
@@ -555,6 +656,7 @@ export class FeedEngine {
       node: st.name,
       kind: old === undefined ? 'create' : rec.d === 1 ? 'retract' : 'update',
       changed: true,
+      ...(w.quiet ? { quiet: true } : {}),
       item: itemView(id, rec),
       total: st.total,
       feeds: {
@@ -602,11 +704,16 @@ export class FeedEngine {
   }
 
   /** Turns an item into an RFC 6721 tombstone. Retracting a tombstone changes nothing. */
-  async retract(node: string, id: string, options: { publisher?: string } = {}): Promise<Change> {
+  async retract(
+    node: string,
+    id: string,
+    options: { publisher?: string; quiet?: boolean } = {},
+  ): Promise<Change> {
     const name = parseFeedName(node).node;
     checkItemId(id);
     return this.submit(name, false, {
       id,
+      quiet: options.quiet === true,
       version: (old, stamp) => {
         if (!old || old.d === 1) return undefined;
         const body: RecordBody = { d: 1, e: tombstone(old.a ?? id, stamp) };

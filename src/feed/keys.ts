@@ -12,6 +12,7 @@ import type { Order } from './feedName.ts';
  *   c NID                       -> node configuration (nodeConfig.ts)
  *   a NID BAREJID               -> affiliation of a bare JID with the node ("owner", ...)
  *   d NID                       -> a deleted node whose keys are still being swept {name}
+ *   p NID                       -> a purge under way {upTo, after?}: created-index keys, hex
  * NID is a 4-byte node number, so a deleted node's name can be reused with fresh keys;
  * STAMP and SEQ are 8-byte big-endian so that byte order is feed order.
  */
@@ -124,6 +125,12 @@ export function deletedKey(nid: number): Buffer {
 
 export const DELETED_PREFIX = Buffer.from('d');
 
+export function purgeKey(nid: number): Buffer {
+  return withNid('p', nid, 0);
+}
+
+export const PURGE_PREFIX = Buffer.from('p');
+
 // ---- reading keys back (for `smartfeeds check`) -------------------------------------------
 
 /** The node number of a key of a per-node family (`m`, `i`, `x`, `s`, `c`, `a`, `d`); undefined if too short. */
@@ -132,8 +139,8 @@ export function nidOfKey(key: Buffer): number | undefined {
 }
 
 /** Families of keys that belong to one node number. */
-export type NodeFamily = 'm' | 'i' | 'x' | 's' | 'c' | 'a';
-export const NODE_FAMILIES: readonly NodeFamily[] = ['m', 'i', 'x', 's', 'c', 'a'];
+export type NodeFamily = 'm' | 'i' | 'x' | 's' | 'c' | 'a' | 'p';
+export const NODE_FAMILIES: readonly NodeFamily[] = ['m', 'i', 'x', 's', 'c', 'a', 'p'];
 
 /** The prefix of every key of a per-node family for one node. */
 export function familyPrefix(tag: NodeFamily, nid: number): Buffer {

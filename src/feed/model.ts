@@ -73,6 +73,8 @@ export interface Change {
   item: Omit<Item, 'cursor'>;
   total: number;
   feeds: Record<Order, FeedPosition>;
+  /** Part of a purge: subscribers hear of the purge once, not of each item. */
+  quiet?: boolean;
 }
 
 export interface Subscription {

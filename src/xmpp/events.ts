@@ -1,0 +1,91 @@
+import xml from '@xmpp/xml';
+import type { Element } from 'ltx';
+import type { Subscription } from '../feed/model.ts';
+import type { NodeConfig } from '../feed/nodeConfig.ts';
+import { authorizationForm, configForm } from './forms.ts';
+import { NS } from './namespaces.ts';
+import type { EventMessage } from './notifications.ts';
+import type { Service } from './request.ts';
+
+/**
+ * Node events that are not item changes (XEP-0060 sections 8.2.5, 8.4.2, 8.5.2, 8.6, 8.8.4):
+ * built here, queued on the notifier so they leave after the changes before them.
+ */
+
+const event = (...children: Element[]) => xml('event', { xmlns: NS.pubsubEvent }, ...children).toString();
+
+/** Each approved subscriber JID once, with the feed name it subscribed to. */
+function audience(subs: readonly Subscription[]): Subscription[] {
+  const seen = new Set<string>();
+  return subs.filter((s) => !s.pending && !seen.has(s.jid) && seen.add(s.jid));
+}
+
+/** The subscriber is told of its subscription's state (approved, denied, changed by an owner). */
+export function tellSubscriber(
+  service: Service,
+  sub: Pick<Subscription, 'feed' | 'jid' | 'subid'>,
+  state: 'subscribed' | 'none',
+): void {
+  service.notifier.send([
+    {
+      to: sub.jid,
+      type: 'normal',
+      body: event(
+        xml('subscription', { node: sub.feed, jid: sub.jid, subid: sub.subid, subscription: state }),
+      ),
+    },
+  ]);
+}
+
+/** The owners (or, for a node without owners, the administrators) get the authorization form. */
+export async function askOwners(service: Service, sub: Subscription): Promise<void> {
+  const owners = (await service.policy.affiliations(sub.node))
+    .filter(([, a]) => a === 'owner')
+    .map(([j]) => j);
+  const to = owners.length > 0 ? owners : [...service.admins];
+  const body = authorizationForm(sub.feed, sub.jid, sub.subid).toString();
+  service.notifier.send(to.map((jid): EventMessage => ({ to: jid, type: 'normal', body })));
+}
+
+export function configurationChanged(
+  service: Service,
+  node: string,
+  config: NodeConfig,
+  subs: readonly Subscription[],
+): void {
+  const inner = xml('configuration', { node });
+  if (config.deliverPayloads) inner.append(configForm(config, 'result'));
+  const body = event(inner);
+  service.notifier.send(audience(subs).map((s) => ({ to: s.jid, type: config.notificationType, body })));
+}
+
+export function nodeDeleted(service: Service, config: NodeConfig, subs: readonly Subscription[]): void {
+  service.notifier.send(
+    audience(subs).map((s) => ({
+      to: s.jid,
+      type: config.notificationType,
+      body: event(xml('delete', { node: s.feed })),
+    })),
+  );
+}
+
+export function nodePurged(service: Service, config: NodeConfig, subs: readonly Subscription[]): void {
+  service.notifier.send(
+    audience(subs).map((s) => ({
+      to: s.jid,
+      type: config.notificationType,
+      body: event(xml('purge', { node: s.feed })),
+    })),
+  );
+}
+
+/** `send_last_published_item = on_sub`: the feed's last item, to a new subscriber. */
+export function lastItem(service: Service, sub: Subscription, config: NodeConfig, item: Element): void {
+  service.notifier.send([
+    {
+      to: sub.jid,
+      type: config.notificationType,
+      body: event(xml('items', { node: sub.feed }, item)),
+    },
+  ]);
+}
