@@ -19,16 +19,22 @@
  *  4. Look for duplicate sequence numbers in each order (see `findDuplicateSeqs`).
  */
 
+import { AFFILIATIONS } from './access.ts';
 import { type Db, openDatabase as openLevel } from './database.ts';
 import { ORDERS, type Order, parseFeedName } from './feedName.ts';
 import {
+  affiliationPrefix,
+  configKey,
+  DELETED_PREFIX,
   familyPrefix,
   idOfItemKey,
   indexKey,
   indexRange,
   itemKey,
   itemPrefix,
+  jidOfAffiliationKey,
   metaKey,
+  NODE_FAMILIES,
   NODE_PREFIX,
   nameOfNodeKey,
   nidOfKey,
@@ -43,6 +49,7 @@ import {
 } from './keys.ts';
 import type { ItemRecord, Subscription } from './model.ts';
 import { decodeRecord, encodeRecord } from './record.ts';
+import { sweepDeleted } from './sweep.ts';
 
 export type ProblemKind =
   /** A registry entry (`n NAME`) that does not name a node number. */
@@ -77,7 +84,13 @@ export type ProblemKind =
   /** A subscription without its `u` key (or the `u` key holds another value). */
   | 'missing-user-subscription'
   /** A `u` key without its subscription. */
-  | 'stray-user-subscription';
+  | 'stray-user-subscription'
+  /** A deleted node whose keys are not all swept yet (the server finishes it when it starts). */
+  | 'unfinished-delete'
+  /** A node configuration (`c`) that cannot be read. */
+  | 'unreadable-config'
+  /** An affiliation (`a`) that names no affiliation. */
+  | 'unreadable-affiliation';
 
 export interface Problem {
   kind: ProblemKind;
@@ -219,6 +232,10 @@ interface Findings {
   rebuild: Set<number>;
   /** Node numbers with keys but no registry entry, and whether they have item records. */
   orphans: Map<number, { records: boolean }>;
+  /** Deleted node numbers whose keys are still being swept. */
+  deleting: Set<number>;
+  /** Unreadable configurations and affiliations, to drop (the defaults and `none` apply). */
+  dropKeys: Buffer[];
   subscriptions: boolean;
   service: boolean;
   /** The largest node number in use (registered or not). */
@@ -301,6 +318,8 @@ export class DatabaseCheck {
       aliases: new Map(),
       rebuild: new Set(),
       orphans: new Map(),
+      deleting: new Set(),
+      dropKeys: [],
       subscriptions: false,
       service: false,
       maxNid: 0,
@@ -312,6 +331,21 @@ export class DatabaseCheck {
       summary.problems += 1;
       await report({ kind, message });
     };
+
+    // Deleted nodes still being swept: their keys are expected, the sweep is not finished.
+    for await (const chunk of this.chunks(prefixRange(DELETED_PREFIX), KEY_CHUNK)) {
+      for (const [key, value] of chunk) {
+        const nid = nidOfKey(key);
+        if (nid === undefined) continue;
+        f.deleting.add(nid);
+        f.maxNid = Math.max(f.maxNid, nid);
+        const name = (readJson(value) as { name?: unknown } | undefined)?.name;
+        await problem(
+          'unfinished-delete',
+          `node number ${nid}${typeof name === 'string' ? ` (node ${q(name)})` : ''} is deleted, but its keys are not all swept yet`,
+        );
+      }
+    }
 
     // The registry, and each node in it.
     for await (const chunk of this.chunks(prefixRange(NODE_PREFIX), KEY_CHUNK)) {
@@ -340,7 +374,7 @@ export class DatabaseCheck {
     }
 
     // Keys of node numbers that no name registers: one seek per node number and key family.
-    for (const tag of ['m', 'i', 'x', 's'] as const) {
+    for (const tag of NODE_FAMILIES) {
       const family = Buffer.from(tag);
       const end = prefixEnd(family);
       let from: Buffer = family;
@@ -352,7 +386,7 @@ export class DatabaseCheck {
           from = Buffer.concat([key, Buffer.from([0])]);
           continue;
         }
-        if (!f.nodes.has(nid)) {
+        if (!f.nodes.has(nid) && !f.deleting.has(nid)) {
           const orphan = f.orphans.get(nid) ?? { records: false };
           if (tag === 'i') orphan.records = true;
           f.orphans.set(nid, orphan);
@@ -451,6 +485,27 @@ export class DatabaseCheck {
           `item ${q(id)} has ${order} seq ${seqOfIndexKey(key)} (stamp ${stampOfIndexKey(key)}), as an item before it has`,
         ),
       );
+    }
+
+    // Its policy: a configuration that can be read, affiliations that name one.
+    const configBuf = await this.db.get(configKey(nid));
+    const config = configBuf && readJson(configBuf);
+    if (configBuf && (typeof config !== 'object' || config === null)) {
+      f.dropKeys.push(configKey(nid));
+      await problem(
+        'unreadable-config',
+        `${at}: its configuration cannot be read (the defaults would apply)`,
+      );
+    }
+    for await (const chunk of this.chunks(prefixRange(affiliationPrefix(nid)), KEY_CHUNK)) {
+      for (const [key, value] of chunk) {
+        if ((AFFILIATIONS as readonly string[]).includes(value.toString('utf8'))) continue;
+        f.dropKeys.push(key);
+        await problem(
+          'unreadable-affiliation',
+          `${at}: the affiliation of ${q(jidOfAffiliationKey(key))} is ${q(value.toString('utf8'))}`,
+        );
+      }
     }
 
     // 3. The counters.
@@ -593,6 +648,7 @@ export class DatabaseCheck {
           continue;
         }
         const what = `the subscription of ${q(parts.jid)} to ${parts.order} order of node number ${parts.nid}`;
+        if (f.deleting.has(parts.nid)) continue;
         if (!f.nodes.has(parts.nid)) {
           await broken('dangling-subscription', `${what}: no node has that number`);
           continue;
@@ -626,6 +682,8 @@ export class DatabaseCheck {
         const { key, parts } = users[i] as (typeof users)[number];
         if (!parts) {
           await broken('stray-user-subscription', `the user key ${key.toString('hex')} is malformed`);
+        } else if (f.deleting.has(parts.nid)) {
+          // Swept with its subscription.
         } else if (!subs[i]) {
           await broken(
             'stray-user-subscription',
@@ -653,6 +711,13 @@ export class DatabaseCheck {
     const f = this.findings;
     if (!f) throw new Error('repair needs a check first');
     const out = new Writer(this.db);
+    // Finishes the deletions the server did not (it would when it starts).
+    if (f.deleting.size > 0)
+      await sweepDeleted(this.db, async (ops) => void (await this.db.batch(ops)), {
+        batch: BATCH_OPS,
+        stopped: () => false,
+      });
+    for (const key of f.dropKeys) await out.del(key);
     for (const name of f.dropNames) await out.del(nodeKey(name));
     for (const [nid, names] of f.aliases) {
       const keep = await this.trueName(nid, names);
@@ -665,14 +730,20 @@ export class DatabaseCheck {
         await out.put(nodeKey(name), json({ nid }));
         f.rebuild.add(nid);
       } else {
-        for (const tag of ['m', 'x', 's'] as const) {
-          await this.db.clear(prefixRange(familyPrefix(tag, nid)));
+        for (const tag of NODE_FAMILIES) {
+          if (tag !== 'i') await this.db.clear(prefixRange(familyPrefix(tag, nid)));
         }
       }
     }
     await out.flush();
     for (const nid of f.rebuild) await this.rebuildNode(nid);
-    if (f.subscriptions || f.dropNames.length > 0 || f.aliases.size > 0 || f.orphans.size > 0) {
+    if (
+      f.subscriptions ||
+      f.dropNames.length > 0 ||
+      f.aliases.size > 0 ||
+      f.orphans.size > 0 ||
+      f.deleting.size > 0
+    ) {
       await this.rebuildSubscriptions();
     }
     if (f.service) {

@@ -1153,8 +1153,16 @@ export class FeedEngine {
   /** A user's subscriptions (any of their resources), across nodes, optionally of one node. */
   async subscriptionsFor(bareJid: string, node?: string): Promise<Subscription[]> {
     const prefix = userPrefix(bareJid);
-    const subs = await this.db.values({ gte: prefix, lt: prefixEnd(prefix) }).all();
-    return subs.map((b) => parse<Subscription>(b)).filter((s) => node === undefined || s.node === node);
+    const entries = await this.db.iterator({ gte: prefix, lt: prefixEnd(prefix) }).all();
+    const out: Subscription[] = [];
+    for (const [key, value] of entries) {
+      const s = parse<Subscription>(value);
+      if (node !== undefined && s.node !== node) continue;
+      // A deleted node's subscriptions wait for the sweep: they are not a later node's.
+      const nid = key.readUInt32BE(prefix.length);
+      if ((await this.loadNode(s.node))?.nid === nid) out.push(s);
+    }
+    return out;
   }
 
   // ---- export / import --------------------------------------------------------------------

@@ -41,7 +41,21 @@ describe('discovery', () => {
         NS.shim,
       ]),
     );
-    expect(features).not.toContain(`${NS.pubsub}#config-node`);
+    expect(features).toEqual(
+      expect.arrayContaining(
+        [
+          'access-authorize',
+          'access-whitelist',
+          'config-node',
+          'delete-nodes',
+          'purge-nodes',
+          'modify-affiliations',
+        ].map((f) => `${NS.pubsub}#${f}`),
+      ),
+    );
+    // Only what is implemented: no collections, no presence or roster access.
+    expect(features).not.toContain(`${NS.pubsub}#collections`);
+    expect(features).not.toContain(`${NS.pubsub}#access-presence`);
   });
 
   it('lists the SHIM headers on the shim node', async () => {
@@ -289,7 +303,7 @@ describe('errors', () => {
         alice,
         'set',
         xml('pubsub', { xmlns: NS.owner }, xml('configure', { node: 'err' })),
-        ['cancel', 'feature-not-implemented', 'unsupported'],
+        ['auth', 'forbidden', undefined],
       ],
     ];
     for (const [user, type, payload, expected] of cases) {
