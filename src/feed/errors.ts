@@ -104,6 +104,7 @@ export class StorageError extends FeedError {
 
 /** Refused by the rights table (access.ts): the code says which of XEP-0060's refusals it is. */
 export class AccessDenied extends FeedError {
+  // biome-ignore lint/complexity/noUselessConstructor: it narrows the codes to the refusals
   constructor(
     code: 'forbidden' | 'closed-node' | 'subscription-required' | 'pending-subscription',
     message: string,

@@ -59,7 +59,6 @@ export class PubsubComponent {
   private stopping = false;
   private settled: (() => void)[] = [];
   private readonly unlisten: () => void;
-  private resumed: Promise<void> | undefined;
 
   constructor(
     private readonly engine: FeedEngine,
@@ -71,10 +70,8 @@ export class PubsubComponent {
     this.xmpp.on('online', () => log.info('online', { domain: options.domain, service: options.service }));
     this.xmpp.on('offline', () => log.info('offline'));
     // Purges a stop or crash interrupted finish once their notification can be sent.
-    this.xmpp.on('online', () => {
-      this.resumed ??= engine
-        .resumePurges()
-        .catch((e) => log.error('resuming purges failed', { error: String(e) }));
+    this.xmpp.once('online', () => {
+      void engine.resumePurges().catch((e) => log.error('resuming purges failed', { error: String(e) }));
     });
     // Many small stanzas in a row: without TCP_NODELAY, Nagle and delayed ACKs stall each burst.
     this.xmpp.on('status', (status) => {
