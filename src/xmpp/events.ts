@@ -1,5 +1,6 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
+import { decide } from '../feed/access.ts';
 import type { Subscription } from '../feed/model.ts';
 import type { NodeConfig } from '../feed/nodeConfig.ts';
 import { authorizationForm, configForm } from './forms.ts';
@@ -88,4 +89,33 @@ export function lastItem(service: Service, sub: Subscription, config: NodeConfig
       body: event(xml('items', { node: sub.feed }, item)),
     },
   ]);
+}
+
+/**
+ * Ends the subscriptions of those who may no longer subscribe (made outcast, taken off a
+ * whitelist, a node closed to them), and tells each of them: nobody keeps hearing of a node they
+ * may not read.
+ */
+export async function revokeUnentitled(service: Service, node: string): Promise<void> {
+  const { engine, policy } = service;
+  const config = await policy.config(node);
+  const verdicts = new Map<string, boolean>();
+  for (const sub of await engine.subscriptionsOf(node)) {
+    const bare = bareOf(sub.jid);
+    let entitled = verdicts.get(bare);
+    if (entitled === undefined) {
+      const standing = await policy.standing(node, bare, service.admins.has(bare));
+      // A subscription held (or waiting for approval) counts as approved on an authorize node.
+      entitled = decide('retrieve', { ...standing, subscribed: true }, config) === 'allow';
+      verdicts.set(bare, entitled);
+    }
+    if (entitled) continue;
+    await engine.unsubscribe(sub.feed, sub.jid, bare).catch(() => undefined);
+    tellSubscriber(service, sub, 'none');
+  }
+}
+
+function bareOf(jid: string): string {
+  const slash = jid.indexOf('/');
+  return slash < 0 ? jid : jid.slice(0, slash);
 }

@@ -4,7 +4,7 @@ import { AFFILIATIONS, type Affiliation } from '../feed/access.ts';
 import { NotSubscribed } from '../feed/errors.ts';
 import { DEFAULT_NODE_CONFIG } from '../feed/nodeConfig.ts';
 import { errors, StanzaError } from './errors.ts';
-import { configurationChanged, nodeDeleted, tellSubscriber } from './events.ts';
+import { configurationChanged, nodeDeleted, revokeUnentitled, tellSubscriber } from './events.ts';
 import { configForm, parseConfigForm, parseForm } from './forms.ts';
 import { NS } from './namespaces.ts';
 import { authorize, type Handler, parseJid, requireNode } from './request.ts';
@@ -32,6 +32,7 @@ const setConfigure: Handler = async (service, req) => {
   if (form.type !== 'submit')
     throw errors.badRequest('a configuration form must be of type submit or cancel');
   const config = await service.policy.configure(feed.node, parseConfigForm(form));
+  await revokeUnentitled(service, feed.node);
   if (config.notifyConfig)
     configurationChanged(service, feed.node, config, await service.engine.subscriptionsOf(feed.node));
   return undefined;
@@ -169,7 +170,10 @@ const setAffiliations: Handler = async (service, req) => {
     for (let i = changes.length - 1; i >= 0; i--)
       if (losing.includes((changes[i] as [string, Affiliation])[0])) changes.splice(i, 1);
   }
-  if (changes.length > 0) await policy.setAffiliations(feed.node, changes);
+  if (changes.length > 0) {
+    await policy.setAffiliations(feed.node, changes);
+    await revokeUnentitled(service, feed.node);
+  }
   return applyEach(req.element, 'affiliation', async (entry) => !failed.includes(entry));
 };
 

@@ -657,3 +657,34 @@ describe('delete and purge', () => {
     expect(errorOf(await alice.iq('get', pubsub(xml('items', { node: 'huge' }))))[1]).toBe('item-not-found');
   });
 });
+
+describe('losing access', () => {
+  it('ends the subscriptions of those made outcast or left off a whitelist, and tells them', async () => {
+    await create(alice, 'revoke');
+    await ok(bob.iq('set', subscribeIq(bob, 'revoke')));
+    await ok(carol.iq('set', subscribeIq(carol, 'revoke')));
+    await ok(setAffiliations(alice, 'revoke', [[bob, 'outcast']]));
+    const [toBob] = await bob.waitMessages(
+      1,
+      (m) => eventOf(m)?.getChild('subscription')?.attrs.node === 'revoke',
+    );
+    expect(eventOf(toBob as Element)?.getChild('subscription')?.attrs.subscription).toBe('none');
+    // Closing the node to its whitelist ends carol's subscription too; a member keeps hers.
+    await ok(setAffiliations(alice, 'revoke', [[bob, 'member']]));
+    await ok(bob.iq('set', subscribeIq(bob, 'revoke')));
+    await ok(
+      alice.iq(
+        'set',
+        owner(xml('configure', { node: 'revoke' }, configForm({ 'pubsub#access_model': 'whitelist' }))),
+      ),
+    );
+    await carol.waitMessages(1, (m) => eventOf(m)?.getChild('subscription')?.attrs.node === 'revoke');
+    const listed = await ok(alice.iq('get', owner(xml('subscriptions', { node: 'revoke' }))));
+    const subs =
+      listed.getChild('pubsub', NS.owner)?.getChild('subscriptions')?.getChildren('subscription') ?? [];
+    expect(subs.map((s) => s.attrs.jid)).toEqual([bob.jid.split('/')[0]]);
+    await ok(alice.iq('set', publishIq('revoke', 'after')));
+    await bob.waitMessages(1, (m) => eventOf(m)?.getChild('items')?.attrs.node === 'revoke');
+    expect(carol.messages.filter((m) => eventOf(m)?.getChild('items')?.attrs.node === 'revoke')).toEqual([]);
+  });
+});
