@@ -56,6 +56,9 @@ const component = spawn(
     path.join(state, 'data'),
     '--admin',
     'admin@localhost',
+    // Every local user may create (and own) nodes here, to try node management with several users.
+    '--create',
+    'local',
   ],
   { cwd: root, stdio: 'inherit', env: { ...process.env, SMARTFEEDS_SECRET: secret } },
 );
@@ -65,7 +68,7 @@ smartfeeds dev setup is running.
 
   XMPP server   127.0.0.1:${prosody.c2sPort} (plain TCP on loopback, PLAIN login), domain localhost
   Users         ${users.map((u) => `${u.user}@localhost / ${u.password}`).join(', ')}
-                (admin@localhost may create nodes and publish)
+                (admin@localhost administers every node; every local user may create and own nodes)
   Pubsub        ${prosody.componentDomain}  (the smartfeeds component; Prosody's own mod_pubsub is pubsub.localhost)
   Data          ${path.join(state, 'data')}; Prosody log ${path.join(prosody.dir, 'prosody.log')}
 
