@@ -89,6 +89,9 @@ export const discoInfo: Handler = async (service, req) => {
   const feed = parseFeedName(node);
   if (!(await engine.hasNode(feed.node))) throw errors.itemNotFound(`no node ${JSON.stringify(feed.node)}`);
   const config = await service.policy.config(feed.node);
+  const readable = await mayRead(service, req, feed.node);
+  // A whitelist node is not listed to strangers (disco#items): it is not described to them either.
+  if (!readable && config.accessModel === 'whitelist') await authorize(service, req, feed.node, 'retrieve');
   const meta = configForm(config, 'result', `${NS.pubsub}#meta-data`);
   meta.append(xml('field', { var: 'pubsub#type' }, xml('value', {}, NS.atom)));
   const owners = (await service.policy.affiliations(feed.node)).filter(([, a]) => a === 'owner');
@@ -102,8 +105,7 @@ export const discoInfo: Handler = async (service, req) => {
     { var: 'item_format', values: ['atom'] },
   ];
   // The count is the items' business: on a closed node, only those who may read them learn it.
-  if (await mayRead(service, req, feed.node))
-    feedFields.push({ var: 'total_items', values: [String(await engine.total(feed.node))] });
+  if (readable) feedFields.push({ var: 'total_items', values: [String(await engine.total(feed.node))] });
   return query(
     NS.discoInfo,
     node,

@@ -317,8 +317,8 @@ describe('access models', () => {
     expect(await listed(carol)).not.toContain('wl');
     expect(await listed(bob)).toContain('wl');
     expect(await listed(alice)).toContain('wl');
-    const total = async (user: User) => {
-      const reply = await ok(user.iq('get', xml('query', { xmlns: NS.info, node: 'wl' })));
+    const total = async (user: User, node = 'wl') => {
+      const reply = await ok(user.iq('get', xml('query', { xmlns: NS.info, node })));
       const forms = reply.getChild('query', NS.info)?.getChildren('x', DATA_FORMS) ?? [];
       const meta = forms.find((f) =>
         f.getChildren('field').some((x) => x.getChildText('value')?.endsWith('#meta-data')),
@@ -337,8 +337,12 @@ describe('access models', () => {
           ?.getChildText('value'),
       };
     };
-    expect(await total(carol)).toEqual({ access: 'whitelist', total: undefined });
     expect(await total(bob)).toEqual({ access: 'whitelist', total: '1' });
+    expect(errorOf(await carol.iq('get', xml('query', { xmlns: NS.info, node: 'wl' })))).toEqual(CLOSED);
+    // An authorize node is described to strangers (they may ask to subscribe), without its count.
+    await create(alice, 'wl-auth', { 'pubsub#access_model': 'authorize' });
+    expect(await total(carol, 'wl-auth')).toEqual({ access: 'authorize', total: undefined });
+    expect(await total(alice, 'wl-auth')).toEqual({ access: 'authorize', total: '0' });
   });
 
   it('authorize: pending until an owner approves through the form; the subscriber is told', async () => {
