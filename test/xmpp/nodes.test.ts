@@ -692,3 +692,118 @@ describe('losing access', () => {
     expect(carol.messages.filter((m) => eventOf(m)?.getChild('items')?.attrs.node === 'revoke')).toEqual([]);
   });
 });
+
+describe('malformed owner requests', () => {
+  it('answers each with the exact error, and shrugs off malformed authorization answers', async () => {
+    await create(alice, 'odd', { 'pubsub#access_model': 'authorize' });
+    const cases: [Element, string, string | undefined, string | undefined][] = [
+      [owner(xml('configure', { node: 'odd' })), 'set', 'modify', 'bad-request'],
+      [
+        owner(
+          xml(
+            'configure',
+            { node: 'odd' },
+            xml('x', { xmlns: DATA_FORMS, type: 'submit' }, xml('field', {})),
+          ),
+        ),
+        'set',
+        'modify',
+        'bad-request',
+      ],
+      [
+        owner(
+          xml(
+            'configure',
+            { node: 'odd' },
+            form(`${NS.pubsub}#node_config`, { 'pubsub#title': 'x' }, 'result'),
+          ),
+        ),
+        'set',
+        'modify',
+        'bad-request',
+      ],
+      [owner(xml('configure', { node: 'no-such-node' })), 'get', 'cancel', 'item-not-found'],
+      [owner(xml('delete', { node: 'no-such-node' })), 'set', 'cancel', 'item-not-found'],
+      [owner(xml('purge', { node: 'no-such-node' })), 'set', 'cancel', 'item-not-found'],
+      [owner(xml('configure')), 'get', 'modify', 'bad-request'],
+      [owner(xml('delete')), 'get', 'modify', 'bad-request'],
+      [owner(xml('default')), 'set', 'modify', 'bad-request'],
+      [
+        pubsub(
+          xml('create', { node: 'odd2' }),
+          xml('configure', {}, form(`${NS.pubsub}#node_config`, { 'pubsub#title': 'x' }, 'form')),
+        ),
+        'set',
+        'modify',
+        'bad-request',
+      ],
+    ];
+    for (const [child, type, errorType, condition] of cases) {
+      const [t, c] = errorOf(await alice.iq(type as 'get' | 'set', child));
+      expect([t, c], child.toString()).toEqual([errorType, condition]);
+    }
+    // Partial failures name the entries that failed, whatever is wrong with them.
+    const subs = await alice.iq(
+      'set',
+      owner(
+        xml(
+          'subscriptions',
+          { node: 'odd' },
+          xml('subscription', { jid: 'bob@localhost', subscription: 'maybe' }),
+          xml('subscription', { subscription: 'subscribed' }),
+          xml('subscription', { jid: 'carol@localhost', subscription: 'none' }),
+        ),
+      ),
+    );
+    expect(errorOf(subs)).toEqual(['modify', 'not-acceptable', undefined]);
+    expect(
+      subs
+        .getChild('pubsub', NS.owner)
+        ?.getChild('subscriptions')
+        ?.getChildren('subscription')
+        .map((s) => s.attrs.subscription),
+    ).toEqual(['maybe', 'subscribed']);
+    const affs = await alice.iq(
+      'set',
+      owner(xml('affiliations', { node: 'odd' }, xml('affiliation', { affiliation: 'member' }))),
+    );
+    expect(errorOf(affs)).toEqual(['modify', 'not-acceptable', undefined]);
+
+    // Authorization answers that are not answers: ignored, and the service goes on.
+    await ok(bob.iq('set', subscribeIq(bob, 'odd')));
+    const garbage = [
+      xml('message', { to: SERVICE }, xml('body', {}, 'hello')),
+      xml('message', { to: SERVICE }, xml('x', { xmlns: DATA_FORMS, type: 'submit' })),
+      xml(
+        'message',
+        { to: SERVICE },
+        form(`${NS.pubsub}#subscribe_authorization`, { 'pubsub#allow': 'true' }),
+      ),
+      xml(
+        'message',
+        { to: SERVICE },
+        form(`${NS.pubsub}#subscribe_authorization`, {
+          'pubsub#node': 'odd',
+          'pubsub#subscriber_jid': '@@@',
+          'pubsub#allow': 'true',
+        }),
+      ),
+      xml(
+        'message',
+        { to: SERVICE },
+        form(`${NS.pubsub}#subscribe_authorization`, {
+          'pubsub#node': 'odd',
+          'pubsub#subscriber_jid': 'bob@localhost',
+          'pubsub#subid': 'not-the-subid',
+          'pubsub#allow': 'true',
+        }),
+      ),
+      xml('message', { to: SERVICE }, xml('x', { xmlns: DATA_FORMS, type: 'submit' }, xml('field', {}))),
+    ];
+    for (const m of garbage) await alice.xmpp.send(m);
+    const listed = await ok(alice.iq('get', owner(xml('subscriptions', { node: 'odd' }))));
+    const states =
+      listed.getChild('pubsub', NS.owner)?.getChild('subscriptions')?.getChildren('subscription') ?? [];
+    expect(states.map((s) => s.attrs.subscription)).toEqual(['pending']);
+  });
+});
