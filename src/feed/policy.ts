@@ -36,6 +36,14 @@ export class PolicyStore {
     ]);
   }
 
+  /** Deletes a node (engine.deleteNode) and forgets what was cached of its policy. */
+  async deleteNode(node: string): Promise<void> {
+    const nid = await this.storage.nid(node);
+    await this.engine.deleteNode(node);
+    this.configs.delete(nid);
+    this.affiliationMaps.delete(nid);
+  }
+
   async config(node: string): Promise<NodeConfig> {
     const nid = await this.storage.nid(node);
     let config = this.configs.get(nid);

@@ -44,7 +44,7 @@ const setDelete: Handler = async (service, req) => {
   const feed = requireNode(req.element);
   const { config } = await authorize(service, req, feed.node, 'delete');
   const subs = await service.engine.subscriptionsOf(feed.node);
-  await service.engine.deleteNode(feed.node);
+  await service.policy.deleteNode(feed.node);
   if (config.notifyDelete) nodeDeleted(service, config, subs);
   return undefined;
 };
