@@ -94,14 +94,19 @@ export function lastItem(service: Service, sub: Subscription, config: NodeConfig
 /**
  * Ends the subscriptions of those who may no longer subscribe (made outcast, taken off a
  * whitelist, a node closed to them), and tells each of them: nobody keeps hearing of a node they
- * may not read.
+ * may not read. `only`: the bare JIDs whose standing changed (all subscribers otherwise).
  */
-export async function revokeUnentitled(service: Service, node: string): Promise<void> {
+export async function revokeUnentitled(
+  service: Service,
+  node: string,
+  only?: ReadonlySet<string>,
+): Promise<void> {
   const { engine, policy } = service;
   const config = await policy.config(node);
   const verdicts = new Map<string, boolean>();
   for (const sub of await engine.subscriptionsOf(node)) {
     const bare = bareOf(sub.jid);
+    if (only && !only.has(bare)) continue;
     let entitled = verdicts.get(bare);
     if (entitled === undefined) {
       const standing = await policy.standing(node, bare, service.admins.has(bare));

@@ -31,8 +31,9 @@ const setConfigure: Handler = async (service, req) => {
   if (form.type === 'cancel') return undefined;
   if (form.type !== 'submit')
     throw errors.badRequest('a configuration form must be of type submit or cancel');
+  const before = await service.policy.config(feed.node);
   const config = await service.policy.configure(feed.node, parseConfigForm(form));
-  await revokeUnentitled(service, feed.node);
+  if (config.accessModel !== before.accessModel) await revokeUnentitled(service, feed.node);
   if (config.notifyConfig)
     configurationChanged(service, feed.node, config, await service.engine.subscriptionsOf(feed.node));
   return undefined;
@@ -172,7 +173,7 @@ const setAffiliations: Handler = async (service, req) => {
   }
   if (changes.length > 0) {
     await policy.setAffiliations(feed.node, changes);
-    await revokeUnentitled(service, feed.node);
+    await revokeUnentitled(service, feed.node, new Set(changes.map(([jid]) => jid)));
   }
   return applyEach(req.element, 'affiliation', async (entry) => !failed.includes(entry));
 };
