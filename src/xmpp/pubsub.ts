@@ -170,7 +170,13 @@ const subscribe: Handler = async (service, req) => {
   if (created && !subscription.pending && config.sendLastPublishedItem === 'on_sub') {
     const page = await engine.read(feed, { max: 1, last: true });
     const last = page.items[0];
-    if (last) lastItem(service, subscription, config, itemElement(last));
+    if (last)
+      lastItem(
+        service,
+        subscription,
+        config,
+        config.deliverPayloads ? itemElement(last) : xml('item', { id: last.id }),
+      );
   }
   return xml(
     'pubsub',

@@ -514,6 +514,23 @@ describe('configuration', () => {
     const forStyle = (m: Element) => eventOf(m)?.getChild('items')?.attrs.node === 'style';
     const [last] = await bob.waitMessages(1, forStyle);
     expect(last?.getChild('event', NS.event)?.getChild('items')?.getChild('item')?.attrs.id).toBe('s1');
+    expect(
+      last?.getChild('event', NS.event)?.getChild('items')?.getChild('item')?.getChildElements(),
+    ).toEqual([]);
+    // With payloads, the last item comes whole.
+    await create(alice, 'style-full', { 'pubsub#send_last_published_item': 'on_sub' });
+    await ok(alice.iq('set', publishIq('style-full', 'f1')));
+    await ok(bob.iq('set', subscribeIq(bob, 'style-full')));
+    const [full] = await bob.waitMessages(
+      1,
+      (m) => eventOf(m)?.getChild('items')?.attrs.node === 'style-full',
+    );
+    const payload = full
+      ?.getChild('event', NS.event)
+      ?.getChild('items')
+      ?.getChild('item')
+      ?.getChild('entry', NS.atom);
+    expect(payload?.getChildText('title')).toBe('title f1');
     await ok(alice.iq('set', publishIq('style', 's2')));
     const [, pushed] = await bob.waitMessages(2, forStyle);
     expect(pushed?.attrs.type).toBe('normal');
