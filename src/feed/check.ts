@@ -23,6 +23,7 @@ import { AFFILIATIONS } from './access.ts';
 import { type Db, openDatabase as openLevel } from './database.ts';
 import { ORDERS, type Order, parseFeedName } from './feedName.ts';
 import {
+  affiliationKey,
   affiliationPrefix,
   configKey,
   DELETED_PREFIX,
@@ -40,11 +41,13 @@ import {
   nidOfKey,
   nodeKey,
   parseSubscriptionKey,
+  parseUserAffiliationKey,
   parseUserSubscriptionKey,
   prefixEnd,
   SERVICE_KEY,
   seqOfIndexKey,
   stampOfIndexKey,
+  userAffiliationKey,
   userSubscriptionKey,
 } from './keys.ts';
 import type { ItemRecord, Subscription } from './model.ts';
@@ -90,7 +93,11 @@ export type ProblemKind =
   /** A node configuration (`c`) that cannot be read. */
   | 'unreadable-config'
   /** An affiliation (`a`) that names no affiliation. */
-  | 'unreadable-affiliation';
+  | 'unreadable-affiliation'
+  /** An affiliation without its by-user key (`b`), or one that holds another value. */
+  | 'missing-user-affiliation'
+  /** A `b` key without its affiliation. */
+  | 'stray-user-affiliation';
 
 export interface Problem {
   kind: ProblemKind;
@@ -236,6 +243,8 @@ interface Findings {
   deleting: Set<number>;
   /** Unreadable configurations and affiliations, to drop (the defaults and `none` apply). */
   dropKeys: Buffer[];
+  /** The by-user affiliation keys disagree with the affiliations: rebuilt from them. */
+  affiliations: boolean;
   subscriptions: boolean;
   service: boolean;
   /** The largest node number in use (registered or not). */
@@ -320,6 +329,7 @@ export class DatabaseCheck {
       orphans: new Map(),
       deleting: new Set(),
       dropKeys: [],
+      affiliations: false,
       subscriptions: false,
       service: false,
       maxNid: 0,
@@ -404,6 +414,27 @@ export class DatabaseCheck {
     }
 
     summary.subscriptions = await this.checkSubscriptions(f, problem);
+
+    // Each by-user affiliation key mirrors an affiliation of a node (or of one being swept).
+    for await (const chunk of this.chunks(prefixRange(Buffer.from('b')), KEY_CHUNK)) {
+      const parts = chunk.map(([key]) => parseUserAffiliationKey(key));
+      const originals = await this.db.getMany(
+        parts.map((p) => (p ? affiliationKey(p.nid, p.bareJid) : Buffer.from('a'))),
+      );
+      for (let i = 0; i < chunk.length; i++) {
+        const [key, value] = chunk[i] as [Buffer, Buffer];
+        const p = parts[i];
+        if (p && f.deleting.has(p.nid)) continue;
+        if (p && f.nodes.has(p.nid) && originals[i]?.equals(value)) continue;
+        f.affiliations = true;
+        await problem(
+          'stray-user-affiliation',
+          p
+            ? `${q(p.bareJid)} has a user key for an affiliation with node number ${p.nid} that does not exist`
+            : `the user affiliation key ${key.toString('hex')} is malformed`,
+        );
+      }
+    }
 
     const next = await this.db.get(SERVICE_KEY);
     f.nextNid = readNextNid(next);
@@ -498,13 +529,25 @@ export class DatabaseCheck {
       );
     }
     for await (const chunk of this.chunks(prefixRange(affiliationPrefix(nid)), KEY_CHUNK)) {
-      for (const [key, value] of chunk) {
-        if ((AFFILIATIONS as readonly string[]).includes(value.toString('utf8'))) continue;
-        f.dropKeys.push(key);
-        await problem(
-          'unreadable-affiliation',
-          `${at}: the affiliation of ${q(jidOfAffiliationKey(key))} is ${q(value.toString('utf8'))}`,
-        );
+      const mirrors = await this.db.getMany(
+        chunk.map(([key]) => userAffiliationKey(jidOfAffiliationKey(key), nid)),
+      );
+      for (let i = 0; i < chunk.length; i++) {
+        const [key, value] = chunk[i] as [Buffer, Buffer];
+        const jid = jidOfAffiliationKey(key);
+        if (!(AFFILIATIONS as readonly string[]).includes(value.toString('utf8'))) {
+          f.dropKeys.push(key);
+          await problem(
+            'unreadable-affiliation',
+            `${at}: the affiliation of ${q(jid)} is ${q(value.toString('utf8'))}`,
+          );
+        } else if (!mirrors[i]?.equals(value)) {
+          f.affiliations = true;
+          await problem(
+            'missing-user-affiliation',
+            `${at}: the affiliation of ${q(jid)} has no user key that agrees`,
+          );
+        }
       }
     }
 
@@ -746,6 +789,7 @@ export class DatabaseCheck {
     ) {
       await this.rebuildSubscriptions();
     }
+    if (f.affiliations || f.dropKeys.length > 0 || f.orphans.size > 0) await this.rebuildUserAffiliations(f);
     if (f.service) {
       const nextNid = Math.max(f.nextNid ?? 1, f.maxNid + 1);
       await out.put(SERVICE_KEY, json({ nextNid }));
@@ -834,6 +878,27 @@ export class DatabaseCheck {
       });
     }
     await out.put(metaKey(nid), json({ total, stamp, seq: maxSeq } satisfies NodeMeta));
+    await out.close();
+  }
+
+  /** Rewrites every `b` key from the affiliations of registered nodes. */
+  private async rebuildUserAffiliations(f: Findings): Promise<void> {
+    await this.db.clear(prefixRange(Buffer.from('b')));
+    const registered = new Set(f.nodes.keys());
+    for await (const chunk of this.chunks(prefixRange(NODE_PREFIX), KEY_CHUNK))
+      for (const [, value] of chunk) {
+        const nid = readNid(value);
+        if (nid !== undefined) registered.add(nid);
+      }
+    const out = new Writer(this.db);
+    for await (const chunk of this.chunks(prefixRange(Buffer.from('a')), KEY_CHUNK)) {
+      for (const [key, value] of chunk) {
+        const nid = nidOfKey(key);
+        if (nid === undefined || !registered.has(nid)) continue;
+        if (!(AFFILIATIONS as readonly string[]).includes(value.toString('utf8'))) continue;
+        await out.put(userAffiliationKey(jidOfAffiliationKey(key), nid), value);
+      }
+    }
     await out.close();
   }
 

@@ -396,12 +396,14 @@ export class FeedEngine {
     for (const [key] of marks) {
       const nid = key.readUInt32BE(1);
       // A deleted node's mark is swept with its other keys.
-      const node = await this.nameOf(nid);
+      const node = await this.nodeName(nid);
       if (node !== undefined) await this.runPurge(node, nid);
     }
   }
 
-  private async nameOf(nid: number): Promise<string | undefined> {
+  /** The name of the node with this number, if it exists (a walk of the registry, cached once). */
+  async nodeName(nid: number): Promise<string | undefined> {
+    for (const st of this.ready.values()) if (st.nid === nid && !st.deleted) return st.name;
     for (const name of await this.listNodes()) if ((await this.loadNode(name))?.nid === nid) return name;
     return undefined;
   }

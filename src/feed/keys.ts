@@ -11,6 +11,7 @@ import type { Order } from './feedName.ts';
  *   g                           -> service counters {nextNid}
  *   c NID                       -> node configuration (nodeConfig.ts)
  *   a NID BAREJID               -> affiliation of a bare JID with the node ("owner", ...)
+ *   b BAREJID 0 NID             -> the same affiliation, by user
  *   d NID                       -> a deleted node whose keys are still being swept {name}
  *   p NID                       -> a purge under way {upTo, after?}: created-index keys, hex
  * NID is a 4-byte node number, so a deleted node's name can be reused with fresh keys;
@@ -117,6 +118,24 @@ export function affiliationPrefix(nid: number): Buffer {
 
 export function jidOfAffiliationKey(key: Buffer): string {
   return key.subarray(5).toString('utf8');
+}
+
+/** The by-user mirror of an affiliation key. */
+export function userAffiliationKey(bareJid: string, nid: number): Buffer {
+  const tail = Buffer.allocUnsafe(4);
+  tail.writeUInt32BE(nid, 0);
+  return Buffer.concat([userAffiliationPrefix(bareJid), tail]);
+}
+
+export function userAffiliationPrefix(bareJid: string): Buffer {
+  return Buffer.concat([Buffer.from('b'), Buffer.from(bareJid, 'utf8'), Buffer.from([0])]);
+}
+
+/** The parts of a `b` key, or undefined when it is malformed. */
+export function parseUserAffiliationKey(key: Buffer): { bareJid: string; nid: number } | undefined {
+  const zero = key.indexOf(0, 1);
+  if (key[0] !== 0x62 || zero < 0 || key.length !== zero + 5) return undefined;
+  return { bareJid: key.subarray(1, zero).toString('utf8'), nid: key.readUInt32BE(zero + 1) };
 }
 
 export function deletedKey(nid: number): Buffer {

@@ -7,8 +7,10 @@ import {
   affiliationPrefix,
   configKey,
   jidOfAffiliationKey,
-  nidOfKey,
+  parseUserAffiliationKey,
   prefixEnd,
+  userAffiliationKey,
+  userAffiliationPrefix,
 } from './keys.ts';
 import { DEFAULT_NODE_CONFIG, type NodeConfig, readNodeConfig } from './nodeConfig.ts';
 
@@ -16,7 +18,7 @@ const json = (value: unknown): Buffer => Buffer.from(JSON.stringify(value));
 
 /**
  * A node's policy as stored beside its items: configuration (`c NID`) and affiliations
- * (`a NID BAREJID`). Node numbers are never reused, so what is cached per number never goes stale.
+ * (`a NID BAREJID`, mirrored by user as `b BAREJID 0 NID`, written together). Node numbers are never reused, so what is cached per number never goes stale.
  */
 export class PolicyStore {
   private readonly storage: EngineStorage;
@@ -33,6 +35,7 @@ export class PolicyStore {
     await this.engine.createNode(node, (nid): Op[] => [
       { type: 'put', key: configKey(nid), value: json(full) },
       { type: 'put', key: affiliationKey(nid, owner), value: Buffer.from('owner') },
+      { type: 'put', key: userAffiliationKey(owner, nid), value: Buffer.from('owner') },
     ]);
   }
 
@@ -87,20 +90,15 @@ export class PolicyStore {
     return [...(await this.affiliationMap(node))].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
   }
 
-  /**
-   * A user's affiliations across nodes. Walks every affiliation of the service (a user-keyed
-   * mirror would make this a range read, at the price of a second key per affiliation).
-   */
+  /** A user's affiliations across nodes: one range read of the by-user mirror (`b`). */
   async affiliationsOf(bare: string): Promise<{ node: string; affiliation: Affiliation }[]> {
-    const names = new Map<number, string>();
-    for (const node of await this.engine.listNodes()) names.set(await this.storage.nid(node), node);
+    const prefix = userAffiliationPrefix(bare);
     const out: { node: string; affiliation: Affiliation }[] = [];
-    const prefix = Buffer.from('a');
-    for await (const [key, value] of this.storage.db.iterator({ gte: prefix, lt: prefixEnd(prefix) })) {
-      const nid = nidOfKey(key);
-      const node = nid === undefined ? undefined : names.get(nid);
-      if (node !== undefined && jidOfAffiliationKey(key) === bare)
-        out.push({ node, affiliation: value.toString('utf8') as Affiliation });
+    for (const [key, value] of await this.storage.db.iterator({ gte: prefix, lt: prefixEnd(prefix) }).all()) {
+      const nid = parseUserAffiliationKey(key)?.nid;
+      // A deleted node's affiliations wait for the sweep: they are nobody's now.
+      const node = nid === undefined ? undefined : await this.engine.nodeName(nid);
+      if (node !== undefined) out.push({ node, affiliation: value.toString('utf8') as Affiliation });
     }
     return out;
   }
@@ -115,10 +113,16 @@ export class PolicyStore {
       if (affiliation === 'none') next.delete(jid);
       else next.set(jid, affiliation);
     }
-    const ops: Op[] = changes.map(([jid, affiliation]) =>
+    const ops: Op[] = changes.flatMap(([jid, affiliation]): Op[] =>
       affiliation === 'none'
-        ? { type: 'del', key: affiliationKey(nid, jid) }
-        : { type: 'put', key: affiliationKey(nid, jid), value: Buffer.from(affiliation) },
+        ? [
+            { type: 'del', key: affiliationKey(nid, jid) },
+            { type: 'del', key: userAffiliationKey(jid, nid) },
+          ]
+        : [
+            { type: 'put', key: affiliationKey(nid, jid), value: Buffer.from(affiliation) },
+            { type: 'put', key: userAffiliationKey(jid, nid), value: Buffer.from(affiliation) },
+          ],
     );
     await this.storage.write(ops);
     this.affiliationMaps.set(nid, next);

@@ -4,10 +4,12 @@ import {
   DELETED_PREFIX,
   deletedKey,
   familyPrefix,
+  jidOfAffiliationKey,
   NODE_FAMILIES,
   nidOfKey,
   parseSubscriptionKey,
   prefixEnd,
+  userAffiliationKey,
   userSubscriptionKey,
 } from './keys.ts';
 
@@ -40,10 +42,12 @@ export async function sweepDeleted(
         const ops: Op[] = [];
         for (const key of keys) {
           ops.push({ type: 'del', key });
-          // A subscription goes with its per-user key.
+          // A subscription or an affiliation goes with its per-user key.
           const sub = family === 's' ? parseSubscriptionKey(key) : undefined;
           if (sub)
             ops.push({ type: 'del', key: userSubscriptionKey(bareOf(sub.jid), nid, sub.order, sub.jid) });
+          if (family === 'a')
+            ops.push({ type: 'del', key: userAffiliationKey(jidOfAffiliationKey(key), nid) });
         }
         await write(ops);
       }

@@ -5,7 +5,7 @@ import { ClassicLevel } from 'classic-level';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DatabaseCheck, openDatabase, type Problem } from '../../src/feed/check.ts';
 import { NodeNotFound } from '../../src/feed/errors.ts';
-import { affiliationKey, configKey } from '../../src/feed/keys.ts';
+import { affiliationKey, configKey, userAffiliationKey } from '../../src/feed/keys.ts';
 import type { Change } from '../../src/feed/model.ts';
 import { DEFAULT_NODE_CONFIG } from '../../src/feed/nodeConfig.ts';
 import { PolicyStore } from '../../src/feed/policy.ts';
@@ -227,5 +227,37 @@ describe('policy storage', () => {
       'unreadable-affiliation',
     ]);
     expect(await check(dir)).toEqual([]);
+  });
+
+  it('keeps affiliations by user beside those by node; check finds and repairs a disagreement', async () => {
+    const dir = await h.dir();
+    let engine = await h.open(dir);
+    let policy = new PolicyStore(engine);
+    await policy.createNode('n', 'alice@x');
+    await policy.createNode('m', 'bob@x');
+    await policy.setAffiliations('m', [['alice@x', 'publisher']]);
+    expect(await policy.affiliationsOf('alice@x')).toEqual([
+      { node: 'n', affiliation: 'owner' },
+      { node: 'm', affiliation: 'publisher' },
+    ]);
+    // A deleted node's affiliations are nobody's, before and after the sweep.
+    await policy.deleteNode('m');
+    expect(await policy.affiliationsOf('alice@x')).toEqual([{ node: 'n', affiliation: 'owner' }]);
+    await engine.swept();
+    await h.close(engine);
+    expect(await check(dir)).toEqual([]);
+    const db = new ClassicLevel<Buffer, Buffer>(dir, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+    await db.del(userAffiliationKey('alice@x', 1));
+    await db.put(userAffiliationKey('carol@x', 1), Buffer.from('member'));
+    await db.close();
+    expect((await check(dir, true)).map((p) => p.kind)).toEqual([
+      'missing-user-affiliation',
+      'stray-user-affiliation',
+    ]);
+    expect(await check(dir)).toEqual([]);
+    engine = await h.open(dir);
+    policy = new PolicyStore(engine);
+    expect(await policy.affiliationsOf('alice@x')).toEqual([{ node: 'n', affiliation: 'owner' }]);
+    expect(await policy.affiliationsOf('carol@x')).toEqual([]);
   });
 });
