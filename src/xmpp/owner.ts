@@ -143,39 +143,40 @@ const setAffiliations: Handler = async (service, req) => {
   await authorize(service, req, feed.node, 'manage');
   const { policy } = service;
   const before = new Map(await policy.affiliations(feed.node));
-  const current = new Map(before);
-  const changes: [string, Affiliation][] = [];
-  const failed: Element[] = [];
-  for (const entry of req.element.getChildren('affiliation')) {
-    let bare: string;
-    try {
-      bare = parseJid(entry.attrs.jid).bare;
-    } catch {
-      failed.push(entry);
-      continue;
-    }
+  const after = new Map(before);
+  // Each entry with its change, or none when it cannot be applied (a bad JID or affiliation).
+  const entries = req.element.getChildren('affiliation').map((entry) => {
     const affiliation = entry.attrs.affiliation as Affiliation;
-    if (!AFFILIATIONS.includes(affiliation)) {
-      failed.push(entry);
-      continue;
+    try {
+      const bare = parseJid(entry.attrs.jid).bare;
+      return {
+        entry,
+        change: AFFILIATIONS.includes(affiliation) ? ([bare, affiliation] as const) : undefined,
+      };
+    } catch {
+      return { entry, change: undefined };
     }
-    changes.push([bare, affiliation]);
-    if (affiliation === 'none') current.delete(bare);
-    else current.set(bare, affiliation);
+  });
+  for (const { change } of entries) {
+    if (!change) continue;
+    if (change[1] === 'none') after.delete(change[0]);
+    else after.set(change[0], change[1]);
   }
   // A node keeps at least one owner: the changes that would take away the last one fail.
-  if (![...current.values()].includes('owner')) {
-    const losing = changes.filter(([j, a]) => a !== 'owner' && before.get(j) === 'owner').map(([j]) => j);
-    for (const entry of req.element.getChildren('affiliation'))
-      if (losing.includes(parseJid(entry.attrs.jid).bare) && !failed.includes(entry)) failed.push(entry);
-    for (let i = changes.length - 1; i >= 0; i--)
-      if (losing.includes((changes[i] as [string, Affiliation])[0])) changes.splice(i, 1);
+  if (before.size > 0 && [...before.values()].includes('owner') && ![...after.values()].includes('owner')) {
+    for (const e of entries)
+      if (e.change && e.change[1] !== 'owner' && before.get(e.change[0]) === 'owner') e.change = undefined;
   }
+  const changes = entries.flatMap((e): [string, Affiliation][] =>
+    e.change ? [[e.change[0], e.change[1]]] : [],
+  );
   if (changes.length > 0) {
     await policy.setAffiliations(feed.node, changes);
     await revokeUnentitled(service, feed.node, new Set(changes.map(([jid]) => jid)));
   }
-  return applyEach(req.element, 'affiliation', async (entry) => !failed.includes(entry));
+  return applyEach(req.element, 'affiliation', async (entry) =>
+    entries.some((e) => e.entry === entry && e.change),
+  );
 };
 
 export const OWNER_ROUTES: Record<string, Handler> = {

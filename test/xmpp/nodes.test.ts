@@ -243,13 +243,14 @@ describe('publish models and affiliations', () => {
           xml('affiliation', { jid: 'bob@localhost', affiliation: 'member' }),
           xml('affiliation', { jid: 'carol@localhost', affiliation: 'emperor' }),
           xml('affiliation', { jid: 'alice@localhost', affiliation: 'none' }),
+          xml('affiliation', { jid: '', affiliation: 'member' }),
         ),
       ),
     );
     expect(errorOf(reply)).toEqual(['modify', 'not-acceptable', undefined]);
     const failed =
       reply.getChild('pubsub', NS.owner)?.getChild('affiliations')?.getChildren('affiliation') ?? [];
-    expect(failed.map((a) => a.attrs.jid)).toEqual(['carol@localhost', 'alice@localhost']);
+    expect(failed.map((a) => a.attrs.jid)).toEqual(['carol@localhost', 'alice@localhost', '']);
     const now = await ok(alice.iq('get', owner(xml('affiliations', { node: 'pm' }))));
     const list = now.getChild('pubsub', NS.owner)?.getChild('affiliations')?.getChildren('affiliation') ?? [];
     expect(list.map((a) => [a.attrs.jid, a.attrs.affiliation])).toEqual([
