@@ -257,6 +257,9 @@ describe('publish models and affiliations', () => {
       ['alice@localhost', 'owner'],
       ['bob@localhost', 'member'],
     ]);
+    // Administrators act as owners of every node.
+    await ok(admin.iq('get', owner(xml('configure', { node: 'pm' }))));
+    await ok(admin.iq('get', owner(xml('affiliations', { node: 'pm' }))));
     // A second owner lets the first one go.
     await ok(
       setAffiliations(alice, 'pm', [
