@@ -1,6 +1,8 @@
 // Node lifecycle in the engine, on a real LevelDB: deletion (mark, then a resumable sweep),
 // purge (quiet tombstones, resumable), policy storage, pending subscriptions, and what
 // `smartfeeds check` makes of each.
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 import { ClassicLevel } from 'classic-level';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DatabaseCheck, openDatabase, type Problem } from '../../src/feed/check.ts';
@@ -102,6 +104,39 @@ describe('deleting a node', () => {
     expect(await check(dir)).toEqual([]);
     expect(await keyCount(dir)).toBe(keysOfEmpty);
   });
+
+  it('resumes a sweep after the process is killed in the middle of it', async () => {
+    const dir = await h.dir();
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', fileURLToPath(new URL('fixtures/deleter.ts', import.meta.url)), dir],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
+    const exited = new Promise((resolve) => child.on('exit', resolve));
+    let out = '';
+    await new Promise<void>((resolve, reject) => {
+      child.stdout.on('data', (d: Buffer) => {
+        out += d.toString();
+        if (out.includes('marked')) resolve();
+      });
+      child.on('exit', () => reject(new Error(`the child ended early: ${out}`)));
+    });
+    child.kill('SIGKILL');
+    await exited;
+    expect(out).not.toContain('swept');
+    const problems = await check(dir);
+    expect(problems.map((p) => p.kind)).toEqual(['unfinished-delete']);
+    const engine = await h.open(dir);
+    await engine.swept();
+    expect(await engine.deletionsPending()).toBe(0);
+    expect(await engine.listNodes()).toEqual([]);
+    await h.close(engine);
+    expect(await check(dir)).toEqual([]);
+    // Nothing of the node is left but the service counter.
+    expect(await keyCount(dir)).toBe(1);
+  }, 60_000);
 
   it('lets check --repair finish a deletion the server did not', async () => {
     const dir = await h.dir();
