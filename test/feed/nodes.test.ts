@@ -107,24 +107,7 @@ describe('deleting a node', () => {
 
   it('resumes a sweep after the process is killed in the middle of it', async () => {
     const dir = await h.dir();
-    const child = spawn(
-      process.execPath,
-      ['--import', 'tsx', fileURLToPath(new URL('fixtures/deleter.ts', import.meta.url)), dir],
-      {
-        stdio: ['ignore', 'pipe', 'inherit'],
-      },
-    );
-    const exited = new Promise((resolve) => child.on('exit', resolve));
-    let out = '';
-    await new Promise<void>((resolve, reject) => {
-      child.stdout.on('data', (d: Buffer) => {
-        out += d.toString();
-        if (out.includes('marked')) resolve();
-      });
-      child.on('exit', () => reject(new Error(`the child ended early: ${out}`)));
-    });
-    child.kill('SIGKILL');
-    await exited;
+    const out = await killWhen('fixtures/deleter.ts', dir, 'marked');
     expect(out).not.toContain('swept');
     const problems = await check(dir);
     expect(problems.map((p) => p.kind)).toEqual(['unfinished-delete']);
@@ -149,7 +132,55 @@ describe('deleting a node', () => {
   });
 });
 
+/** Runs a fixture in a child process until it prints `signal`, then kills it with SIGKILL. */
+async function killWhen(fixture: string, dir: string, signal: string): Promise<string> {
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', fileURLToPath(new URL(fixture, import.meta.url)), dir],
+    {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  );
+  const exited = new Promise((resolve) => child.on('exit', resolve));
+  let out = '';
+  await new Promise<void>((resolve, reject) => {
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+      if (out.includes(signal)) resolve();
+    });
+    child.on('exit', () => reject(new Error(`the child ended early: ${out}`)));
+  });
+  child.kill('SIGKILL');
+  await exited;
+  return out;
+}
+
 describe('purging a node', () => {
+  it('finishes a purge after the process is killed in the middle of it', async () => {
+    const dir = await h.dir();
+    const out = await killWhen('fixtures/purger.ts', dir, 'purging');
+    expect(out).not.toContain('purged');
+    // A purge under way is no inconsistency: every change it made is whole.
+    expect(await check(dir)).toEqual([]);
+    const engine = await h.open(dir);
+    const read = async () => {
+      let page = await engine.read('big', { max: 250 });
+      let all = page.items;
+      while (!page.atEnd) {
+        page = await engine.read('big', { max: 250, since: `cursor:${all[all.length - 1]?.cursor}` });
+        all = all.concat(page.items);
+      }
+      return all;
+    };
+    expect((await read()).some((i) => !i.deleted)).toBe(true);
+    await engine.resumePurges();
+    const all = await read();
+    expect(all).toHaveLength(4000);
+    expect(all.every((i) => i.deleted)).toBe(true);
+    await h.close(engine);
+    expect(await check(dir)).toEqual([]);
+  }, 60_000);
+
   it('makes every live item a tombstone with quiet changes, keeps the total, and tells purge listeners once', async () => {
     const dir = await h.dir();
     const engine = await h.open(dir, { sweepBatch: 7 });
