@@ -248,14 +248,14 @@ const create: Handler = async (service, req) => {
   return xml('pubsub', { xmlns: NS.pubsub }, xml('create', { node: name }));
 };
 
-/** XEP-0060 verbs this service does not (yet) offer, with the feature each would need. */
+/** XEP-0060 verbs this service does not offer, with the feature each would need. */
 const UNSUPPORTED: Record<string, string> = {
   options: 'subscription-options',
-  default: 'retrieve-default',
-  configure: 'config-node',
-  delete: 'delete-nodes',
-  purge: 'purge-nodes',
+  default: 'retrieve-default-sub',
 };
+
+/** Owner verbs sent in the plain pubsub namespace. */
+const OWNER_ONLY = new Set(['configure', 'delete', 'purge']);
 
 const ROUTES: Record<string, Handler> = {
   'get items': items,
@@ -277,6 +277,8 @@ export function pubsubHandler(type: 'get' | 'set'): Handler {
     if (handler) return handler(service, req);
     const feature = UNSUPPORTED[verb.name];
     if (feature) throw errors.unsupported(feature);
+    if (OWNER_ONLY.has(verb.name))
+      throw errors.badRequest(`<${verb.name}> is an owner request: send it in ${NS.pubsubOwner}`);
     throw errors.badRequest(`unknown request <${verb.name}> in an IQ of type ${type}`);
   };
 }
