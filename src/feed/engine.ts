@@ -372,9 +372,10 @@ export class FeedEngine {
    * purge once, through onPurge). The items are those the node held when the purge began; they are
    * walked in creation order (a retraction moves an item in the other order), in chunks, and the
    * progress is written after each chunk, so a purge that a stop or crash interrupts resumes with
-   * `resumePurges`. Resolves when it is done.
+   * `resumePurges`. Resolves when it is done, or with `wait: false` once it is recorded (from then
+   * on it survives a crash).
    */
-  async purgeNode(name: string): Promise<void> {
+  async purgeNode(name: string, options: { wait?: boolean } = {}): Promise<void> {
     const node = parseFeedName(name).node;
     const st = await this.requireNode(node);
     const { start, end } = indexRange(st.nid, 'created');
@@ -387,7 +388,13 @@ export class FeedEngine {
         { type: 'put', key: purgeKey(st.nid), value: json({ upTo: upTo.toString('hex'), after }) },
       ]);
     }
-    await this.runPurge(node, st.nid);
+    const run = this.runPurge(node, st.nid);
+    if (options.wait === false) {
+      // Its mark stays until it is done: a failure here is resumed with the next resumePurges.
+      run.catch(() => undefined);
+      return;
+    }
+    await run;
   }
 
   /** Finishes the purges a stop or crash interrupted; resolves when they are done (or closing). */

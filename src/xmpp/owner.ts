@@ -53,8 +53,9 @@ const setDelete: Handler = async (service, req) => {
 const setPurge: Handler = async (service, req) => {
   const feed = requireNode(req.element);
   await authorize(service, req, feed.node, 'purge');
-  // Subscribers hear of it once, when it is done (service.ts listens to the engine's purges).
-  await service.engine.purgeNode(feed.node);
+  // Answered once the purge is recorded; subscribers hear of it once, when it is done (service.ts
+  // listens to the engine's purges), so a large node does not keep the owner's request waiting.
+  await service.engine.purgeNode(feed.node, { wait: false });
   return undefined;
 };
 
