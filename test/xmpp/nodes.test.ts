@@ -592,6 +592,16 @@ describe('delete and purge', () => {
     expect(again.count).toBe(1);
     expect(again.last).not.toBe(before.last);
     expect(errorOf(await alice.iq('set', owner(xml('delete', { node: 'gone' }))))).toEqual(FORBIDDEN);
+    // Without notify_delete, subscribers are not told.
+    await create(alice, 'gone-quietly', { 'pubsub#notify_delete': 'false' });
+    await ok(bob.iq('set', subscribeIq(bob, 'gone-quietly')));
+    await ok(alice.iq('set', owner(xml('delete', { node: 'gone-quietly' }))));
+    // Notifications leave in order: once a later deletion is told, the quiet one was not.
+    await create(alice, 'gone-loudly');
+    await ok(bob.iq('set', subscribeIq(bob, 'gone-loudly')));
+    await ok(alice.iq('set', owner(xml('delete', { node: 'gone-loudly' }))));
+    await bob.waitMessages(1, isEvent('delete', 'gone-loudly'));
+    expect(bob.messages.filter(isEvent('delete', 'gone-quietly'))).toEqual([]);
   });
 
   it('purges: every live item a tombstone, one purge notification, no retractions told', async () => {
