@@ -82,6 +82,9 @@ const component = spawn(
     'admin@localhost',
     '--http',
     `127.0.0.1:${httpPort}`,
+    // Every local user may create (and own) nodes here, to try node management with several users.
+    '--create',
+    'local',
   ],
   {
     cwd: root,
@@ -95,7 +98,7 @@ smartfeeds dev setup is running.
 
   XMPP server   ${title}, 127.0.0.1:${server.c2sPort} (plain TCP on loopback, PLAIN login), domain localhost
   Users         ${users.map((u) => `${u.user}@localhost / ${u.password}`).join(', ')}
-                (admin@localhost may create nodes and publish)
+                (admin@localhost administers every node; every local user may create and own nodes)
   Pubsub        ${server.componentDomain}  (the smartfeeds component${serverName === 'prosody' ? "; Prosody's own mod_pubsub is pubsub.localhost" : ''})
   HTTP          ${http}/feeds/NODE  (JSON, Atom, JSON-P; long polling with since=...)
   HTTP token    ${token}  (acts as admin@localhost: POST, PUT and DELETE items)

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
 import { isLevel, type Level } from './log.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
@@ -16,6 +17,12 @@ export interface Config {
   data: string;
   /** Bare JIDs with every right. */
   admins: string[];
+  /** Who may create nodes: administrators, users of `localDomain`, or anyone. */
+  create: CreatePolicy;
+  /** The XMPP server's own domain (`create: local`); by default the domain less its first label. */
+  localDomain: string;
+  /** Publishing to a missing node creates it, for those who may create nodes. */
+  autoCreate: boolean;
   logLevel: Level;
   limits: Limits;
   /** fsync each write batch (survives power loss, not only a killed process). */
@@ -42,11 +49,13 @@ export const HTTP_DEFAULTS = { maxHeld: 10_000, maxTimeoutSeconds: 120 };
 
 export class ConfigError extends Error {}
 
-const DEFAULTS: Omit<Config, 'secret' | 'http'> = {
+const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain'> = {
   service: 'xmpp://127.0.0.1:5347',
   domain: 'feeds.localhost',
   data: './data',
   admins: [],
+  create: 'admins',
+  autoCreate: true,
   logLevel: 'info',
   limits: DEFAULT_LIMITS,
   sync: false,
@@ -61,6 +70,10 @@ export const SERVE_OPTIONS = {
   secret: { type: 'string' },
   data: { type: 'string' },
   admin: { type: 'string', multiple: true },
+  create: { type: 'string' },
+  'local-domain': { type: 'string' },
+  'auto-create': { type: 'boolean' },
+  'no-auto-create': { type: 'boolean' },
   'log-level': { type: 'string' },
   'max-payload-bytes': { type: 'string' },
   'page-items': { type: 'string' },
@@ -88,6 +101,12 @@ long option names, "admins" a list); flags win over the environment, which wins 
   --secret SECRET            the component's shared secret    SMARTFEEDS_SECRET   (required)
   --data DIR                 LevelDB directory                SMARTFEEDS_DATA     (./data)
   --admin JID                an administrator (repeatable)    SMARTFEEDS_ADMINS   (comma-separated)
+  --create WHO               who may create nodes: admins | local | anyone
+                                                              SMARTFEEDS_CREATE   (admins)
+  --local-domain DOMAIN      the server's own users' domain   SMARTFEEDS_LOCAL_DOMAIN (DOMAIN less its first label)
+  --auto-create, --no-auto-create
+                             publishing to a missing node creates it
+                                                              SMARTFEEDS_AUTO_CREATE=1|0 (on)
   --log-level LEVEL          debug | info | warn | error      SMARTFEEDS_LOG_LEVEL (info)
   --max-payload-bytes N      largest Atom entry               SMARTFEEDS_MAX_PAYLOAD_BYTES (65536)
   --page-items N             most items in a page             SMARTFEEDS_PAGE_ITEMS (250)
@@ -148,6 +167,10 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     secret?: string;
     data?: string;
     admin?: string[];
+    create?: string;
+    'local-domain'?: string;
+    'auto-create'?: boolean;
+    'no-auto-create'?: boolean;
     'log-level'?: string;
     'max-payload-bytes'?: string;
     'page-items'?: string;
@@ -248,12 +271,34 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
           : nonNegative('http-max-timeout', timeoutRaw),
     };
   }
+  const create = String(pick(flags.create, 'SMARTFEEDS_CREATE', 'create') ?? DEFAULTS.create);
+  if (!(CREATE_POLICIES as readonly string[]).includes(create))
+    throw new ConfigError(`create must be admins, local or anyone, not ${create}`);
+  if (flags['auto-create'] && flags['no-auto-create'])
+    throw new ConfigError('--auto-create and --no-auto-create contradict each other');
+  const autoFlag = flags['no-auto-create'] ? false : flags['auto-create'] ? true : undefined;
+  const autoRaw = pick(autoFlag, 'SMARTFEEDS_AUTO_CREATE', 'auto-create');
+  let autoCreate = DEFAULTS.autoCreate;
+  if (autoRaw !== undefined) {
+    if ([true, '1', 'true'].includes(autoRaw as string | boolean)) autoCreate = true;
+    else if ([false, '0', 'false'].includes(autoRaw as string | boolean)) autoCreate = false;
+    else throw new ConfigError(`auto-create must be true or false, not ${JSON.stringify(autoRaw)}`);
+  }
+  const domain = text('domain', pick(flags.domain, 'SMARTFEEDS_DOMAIN', 'domain') ?? DEFAULTS.domain);
+  const localDomain = text(
+    'local-domain',
+    pick(flags['local-domain'], 'SMARTFEEDS_LOCAL_DOMAIN', 'local-domain') ??
+      (domain.includes('.') ? domain.slice(domain.indexOf('.') + 1) : domain),
+  );
   return {
     service,
-    domain: text('domain', pick(flags.domain, 'SMARTFEEDS_DOMAIN', 'domain') ?? DEFAULTS.domain),
+    domain,
     secret: text('secret', secret),
     data: text('data', pick(flags.data, 'SMARTFEEDS_DATA', 'data') ?? DEFAULTS.data),
     admins,
+    create: create as CreatePolicy,
+    localDomain,
+    autoCreate,
     logLevel,
     limits,
     sync: syncRaw === true || syncRaw === '1' || syncRaw === 'true',

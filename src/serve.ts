@@ -15,6 +15,9 @@ export async function serve(config: Config): Promise<number> {
       domain: config.domain,
       secret: config.secret,
       admins: config.admins,
+      create: config.create,
+      localDomain: config.localDomain,
+      autoCreate: config.autoCreate,
       rateLimit: config.rateLimit,
     },
     log,
@@ -24,6 +27,9 @@ export async function serve(config: Config): Promise<number> {
     domain: config.domain,
     data: config.data,
     admins: config.admins,
+    create: config.create,
+    localDomain: config.localDomain,
+    autoCreate: config.autoCreate,
     rateLimit: config.rateLimit,
   });
   const http = config.http
@@ -34,6 +40,7 @@ export async function serve(config: Config): Promise<number> {
           port: config.http.port,
           tokens: config.http.tokens,
           admins: config.admins,
+          creating: { create: config.create, localDomain: config.localDomain, autoCreate: config.autoCreate },
           maxHeld: config.http.maxHeld,
           maxTimeoutSeconds: config.http.maxTimeoutSeconds,
         },

@@ -141,6 +141,43 @@ describe('http options', () => {
   });
 });
 
+describe('node creation options', () => {
+  it('defaults to admins creating, auto-create on, the local domain under the service domain', async () => {
+    expect(loadConfig(['--secret', 's'], {})).toMatchObject({
+      create: 'admins',
+      autoCreate: true,
+      localDomain: 'localhost',
+    });
+    expect(loadConfig(['--secret', 's', '--domain', 'pubsub.example.org'], {}).localDomain).toBe(
+      'example.org',
+    );
+    expect(
+      loadConfig(['--secret', 's', '--create', 'local', '--no-auto-create', '--local-domain', 'x.org'], {}),
+    ).toMatchObject({ create: 'local', autoCreate: false, localDomain: 'x.org' });
+    expect(
+      loadConfig(['--secret', 's'], { SMARTFEEDS_CREATE: 'anyone', SMARTFEEDS_AUTO_CREATE: '0' }),
+    ).toMatchObject({ create: 'anyone', autoCreate: false });
+    const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-config-'));
+    try {
+      const file = join(dir, 'c.json');
+      await writeFile(file, JSON.stringify({ secret: 'f', create: 'local', 'auto-create': false }));
+      expect(loadConfig(['--config', file], {})).toMatchObject({ create: 'local', autoCreate: false });
+      // Flags over the environment over the file.
+      expect(loadConfig(['--config', file, '--auto-create'], { SMARTFEEDS_CREATE: 'anyone' })).toMatchObject({
+        create: 'anyone',
+        autoCreate: true,
+      });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    expect(() => loadConfig(['--secret', 's', '--create', 'everyone'], {})).toThrow(/create/);
+    expect(() => loadConfig(['--secret', 's'], { SMARTFEEDS_AUTO_CREATE: 'maybe' })).toThrow(/auto-create/);
+    expect(() => loadConfig(['--secret', 's', '--auto-create', '--no-auto-create'], {})).toThrow(
+      /contradict/,
+    );
+  });
+});
+
 describe('reconnect backoff', () => {
   it('grows exponentially with jitter up to the cap', () => {
     const opts = { initialMs: 100, maxMs: 5000 };

@@ -27,6 +27,12 @@ const FEED_STATUS: Record<FeedErrorCode, number> = {
   'invalid-subid': 400,
   'node-not-empty': 409,
   storage: 503,
+  forbidden: 403,
+  'closed-node': 403,
+  'subscription-required': 403,
+  'pending-subscription': 403,
+  'not-acceptable': 400,
+  'precondition-not-met': 412,
 };
 
 /** Fastify's own errors (bodies, content types) that a client caused, by their code. */

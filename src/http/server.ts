@@ -6,7 +6,7 @@ import type { FeedEngine } from '../feed/engine.ts';
 import { checkItemId, parseFeedName } from '../feed/feedName.ts';
 import type { Change, Page } from '../feed/model.ts';
 import type { Log } from '../log.ts';
-import { Access } from './access.ts';
+import { Access, type CreateOptions } from './access.ts';
 import { entryDocument, itemUrl } from './atomFeed.ts';
 import { activityItem } from './collection.ts';
 import { problemBody, problems, toProblem } from './errors.ts';
@@ -21,6 +21,8 @@ export interface HttpOptions {
   tokens: ReadonlyMap<string, string>;
   /** Bare JIDs with every right (the service's administrators). */
   admins: readonly string[];
+  /** Who may create nodes, and whether a write to a missing node creates it. */
+  creating?: CreateOptions;
   maxHeld: number;
   maxTimeoutSeconds: number;
 }
@@ -73,7 +75,7 @@ export class HttpBinding {
     readonly log: Log,
   ) {
     this.polls = new LongPolls(options.maxHeld);
-    this.access = new Access(options.tokens, options.admins);
+    this.access = new Access(engine, options.tokens, options.admins, options.creating);
     this.unlisten = engine.onChange((change) => this.polls.onChange(change));
     this.app = fastify({
       logger: false,
@@ -282,7 +284,7 @@ const readFeed: RouteHandler = async (ctx) => {
   // Every check a request can fail comes before it may be held.
   const origin = binding.originOf(request);
   const jid = binding.access.caller(request.headers.authorization);
-  binding.access.mayRead(query.feed.node, jid);
+  await binding.access.mayRead(query.feed.node, jid);
   const representation = negotiate(request.headers.accept, query.callback !== undefined);
   let page: Page | undefined = await binding.engine.read(query.feed, readQuery(query));
   const pageItems = Math.min(
@@ -346,7 +348,7 @@ const readItem: RouteHandler = async ({ binding, request, params }) => {
   const id = params.id ?? '';
   checkItemId(id);
   const jid = binding.access.caller(request.headers.authorization);
-  binding.access.mayRead(query.feed.node, jid);
+  await binding.access.mayRead(query.feed.node, jid);
   const representation = negotiate(request.headers.accept, false);
   const [item] = await binding.engine.getItems(query.feed, [id]);
   if (!item)
@@ -372,11 +374,12 @@ function writer(ctx: Context): string {
 /** Publishes the body as item `id` of the node and answers once the write is durable. */
 async function publishBody(ctx: Context, node: string, id: string): Promise<Answer> {
   const { binding, request } = ctx;
-  const change = await binding.engine.publish(
-    node,
-    { id, entry: request.body as string, publisher: writer(ctx) },
-    { autoCreate: true },
-  );
+  await binding.access.mayPublish(node, writer(ctx));
+  const change = await binding.engine.publish(node, {
+    id,
+    entry: request.body as string,
+    publisher: writer(ctx),
+  });
   return written(ctx, node, change, change.kind === 'create' ? 201 : 200);
 }
 
@@ -422,6 +425,9 @@ const putItem: RouteHandler = async (ctx) => {
 const deleteItem: RouteHandler = async (ctx) => {
   const node = parseFeedName(ctx.params.node ?? '').node;
   const id = ctx.params.id ?? '';
+  checkItemId(id);
+  const [existing] = await ctx.binding.engine.getItems(node, [id]);
+  await ctx.binding.access.mayRetract(node, writer(ctx), existing?.publisher);
   const change = await ctx.binding.engine.retract(node, id, { publisher: writer(ctx) });
   if (!change.changed) {
     // Retracting a tombstone changes nothing and reports no position: give its current one.

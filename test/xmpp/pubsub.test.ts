@@ -52,7 +52,21 @@ describe(`discovery on ${SERVER_TITLE}`, () => {
         NS.shim,
       ]),
     );
-    expect(features).not.toContain(`${NS.pubsub}#config-node`);
+    expect(features).toEqual(
+      expect.arrayContaining(
+        [
+          'access-authorize',
+          'access-whitelist',
+          'config-node',
+          'delete-nodes',
+          'purge-nodes',
+          'modify-affiliations',
+        ].map((f) => `${NS.pubsub}#${f}`),
+      ),
+    );
+    // Only what is implemented: no collections, no presence or roster access.
+    expect(features).not.toContain(`${NS.pubsub}#collections`);
+    expect(features).not.toContain(`${NS.pubsub}#access-presence`);
   });
 
   it('lists the SHIM headers on the shim node', async () => {
@@ -300,7 +314,7 @@ describe(`errors on ${SERVER_TITLE}`, () => {
         alice,
         'set',
         xml('pubsub', { xmlns: NS.owner }, xml('configure', { node: 'err' })),
-        ['cancel', 'feature-not-implemented', 'unsupported'],
+        ['auth', 'forbidden', undefined],
       ],
     ];
     for (const [user, type, payload, expected] of cases) {

@@ -7,11 +7,11 @@ import { join } from 'node:path';
 import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { type ServerName, startServer, testServer, type XmppServer } from '../../prosody-dev/servers.ts';
-import { FeedEngine } from '../../src/feed/engine.ts';
+import { type EngineOptions, FeedEngine } from '../../src/feed/engine.ts';
 import type { Limits } from '../../src/feed/model.ts';
 import { createLog } from '../../src/log.ts';
 import type { RateLimitOptions } from '../../src/xmpp/rateLimit.ts';
-import { PubsubComponent } from '../../src/xmpp/service.ts';
+import { type ComponentOptions, PubsubComponent } from '../../src/xmpp/service.ts';
 
 export const NS = {
   pubsub: 'http://jabber.org/protocol/pubsub',
@@ -53,12 +53,22 @@ export class Stack {
   logs: string[] = [];
   /** The component's per-sender request limit (kept across restarts); none unless a test sets it. */
   rateLimit: RateLimitOptions | undefined;
+  /** Service policy (who may create, auto-create) and engine options, kept across restarts. */
+  policy: Pick<ComponentOptions, 'create' | 'autoCreate'> = {};
+  engineOptions: EngineOptions = {};
 
   static async start(
-    options: { limits?: Partial<Limits>; rateLimit?: RateLimitOptions } = {},
+    options: {
+      limits?: Partial<Limits>;
+      rateLimit?: RateLimitOptions;
+      policy?: Pick<ComponentOptions, 'create' | 'autoCreate'>;
+      engine?: EngineOptions;
+    } = {},
   ): Promise<Stack> {
     const stack = new Stack();
     stack.rateLimit = options.rateLimit;
+    stack.policy = options.policy ?? {};
+    stack.engineOptions = options.engine ?? {};
     stack.server = await startServer(SERVER, { users: USERS });
     stack.dataDir = await mkdtemp(join(tmpdir(), 'smartfeeds-xmpp-'));
     await stack.startComponent(options.limits);
@@ -66,7 +76,10 @@ export class Stack {
   }
 
   async startComponent(limits?: Partial<Limits>): Promise<void> {
-    this.engine = await FeedEngine.open(this.dataDir, limits ? { limits } : {});
+    this.engine = await FeedEngine.open(this.dataDir, {
+      ...this.engineOptions,
+      ...(limits ? { limits } : {}),
+    });
     this.component = new PubsubComponent(
       this.engine,
       {
@@ -74,6 +87,7 @@ export class Stack {
         domain: SERVICE,
         secret: this.server.componentSecret,
         admins: ['admin@localhost'],
+        ...this.policy,
         backoff: { initialMs: 100, maxMs: 1000 },
         ...(this.rateLimit ? { rateLimit: this.rateLimit } : {}),
       },
