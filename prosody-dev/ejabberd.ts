@@ -23,7 +23,17 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { freePort, isAlive, listensOn, readPidFile, signal, sleep, waitFor } from './harness.ts';
+import {
+  freePort,
+  isAlive,
+  listensOn,
+  type RunningServer,
+  readPidFile,
+  type ServerStartOptions,
+  signal,
+  sleep,
+  waitFor,
+} from './harness.ts';
 
 const execFileP = promisify(execFile);
 
@@ -36,41 +46,11 @@ const START_TIMEOUT_MS = 30_000;
 const STOP_GRACE_MS = 10_000;
 const CTL_TIMEOUT_MS = 30_000;
 
-export interface EjabberdOptions {
-  c2sPort?: number;
-  componentPort?: number;
-  /** Default `feeds.localhost`. */
-  componentDomain?: string;
-  /** Default: random hex. */
-  componentSecret?: string;
-  /** Registered with ejabberdctl once ejabberd runs. */
-  users?: { user: string; password: string }[];
-  /** Default: a fresh mkdtemp directory. An existing directory is reused (accounts survive). */
-  dir?: string;
-  /** ejabberd's log level in `<dir>/logs/ejabberd.log`. Default `info` (`debug` logs every stanza). */
-  logLevel?: 'debug' | 'info' | 'warn' | 'error';
-}
+export type EjabberdOptions = ServerStartOptions;
 
-export interface Ejabberd {
+/** The Erlang VM (beam.smp) is the pid; users are registered once ejabberd runs. */
+export interface Ejabberd extends RunningServer {
   name: 'ejabberd';
-  host: 'localhost';
-  c2sPort: number;
-  componentPort: number;
-  componentDomain: string;
-  componentSecret: string;
-  dir: string;
-  /** Users registered through the harness; `jid` is the bare JID. */
-  users: { user: string; password: string; jid: string }[];
-  /** Pid of the Erlang VM (beam.smp) while running, else undefined. */
-  pid: number | undefined;
-  /** SIGTERM, wait for exit, SIGKILL after ~10 s. No-op when not running. */
-  stop(): Promise<void>;
-  /** Restart after stop(): same config, ports, node and data. No-op when running. */
-  start(): Promise<void>;
-  /** ejabberdctl register (ejabberd must be running; an existing user gets the new password). */
-  register(user: string, password: string): Promise<void>;
-  /** Last lines of ejabberd's log (plus its stdout/stderr, if it wrote anything there). */
-  logTail(lines?: number): Promise<string>;
 }
 
 export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabberd> {

@@ -29,23 +29,24 @@ const HOST = 'localhost';
 const START_TIMEOUT_MS = 15_000;
 const STOP_GRACE_MS = 5_000;
 
-export interface ProsodyOptions {
+/** How a test or dev server is started: the same for Prosody and ejabberd. */
+export interface ServerStartOptions {
   c2sPort?: number;
   componentPort?: number;
   /** Default `feeds.localhost`. */
   componentDomain?: string;
   /** Default: random hex. */
   componentSecret?: string;
-  /** Registered with prosodyctl before Prosody starts. */
+  /** Registered with the server's own tool (prosodyctl, ejabberdctl). */
   users?: { user: string; password: string }[];
   /** Default: a fresh mkdtemp directory. An existing directory is reused (accounts and data survive). */
   dir?: string;
-  /** Prosody log level written to `<dir>/prosody.log`. Default `info` (`debug` logs every stanza). */
+  /** The server's log level, in its log file under `dir`. Default `info` (`debug` logs every stanza). */
   logLevel?: 'debug' | 'info' | 'warn' | 'error';
 }
 
-export interface Prosody {
-  name: 'prosody';
+/** A running test or dev server, whichever it is. */
+export interface RunningServer {
   host: 'localhost';
   c2sPort: number;
   componentPort: number;
@@ -54,16 +55,23 @@ export interface Prosody {
   dir: string;
   /** Users registered through the harness; `jid` is the bare JID. */
   users: { user: string; password: string; jid: string }[];
-  /** Pid of the Prosody process itself (not runuser) while running, else undefined. */
+  /** Pid of the server process itself while running, else undefined. */
   pid: number | undefined;
-  /** SIGTERM, wait for exit, SIGKILL after ~5 s. No-op when not running. */
+  /** SIGTERM, wait for exit, SIGKILL after a grace period. No-op when not running. */
   stop(): Promise<void>;
   /** Restart after stop(): same config, ports and data. No-op when running. */
   start(): Promise<void>;
-  /** prosodyctl register (works whether Prosody is running or not; overwrites the password). */
+  /** Registers a user (an existing one gets the new password). */
   register(user: string, password: string): Promise<void>;
-  /** Last lines of Prosody's log file (plus its stdout/stderr, if it wrote anything there). */
+  /** Last lines of the server's log (plus its stdout/stderr, if it wrote anything there). */
   logTail(lines?: number): Promise<string>;
+}
+
+export type ProsodyOptions = ServerStartOptions;
+
+/** Prosody (not runuser) is the pid; prosodyctl registers whether it runs or not. */
+export interface Prosody extends RunningServer {
+  name: 'prosody';
 }
 
 /** A TCP port that was free on 127.0.0.1 a moment ago (bind port 0, read it, close). */
