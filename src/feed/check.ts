@@ -77,7 +77,9 @@ export type ProblemKind =
   /** A subscription without its `u` key (or the `u` key holds another value). */
   | 'missing-user-subscription'
   /** A `u` key without its subscription. */
-  | 'stray-user-subscription';
+  | 'stray-user-subscription'
+  /** A key-value entry (`k`, kv.ts) without its namespace terminator or with a value that is not JSON. */
+  | 'unreadable-kv-entry';
 
 export interface Problem {
   kind: ProblemKind;
@@ -370,6 +372,20 @@ export class DatabaseCheck {
     }
 
     summary.subscriptions = await this.checkSubscriptions(f, problem);
+
+    // A binding's own state (kv.ts) is opaque here: only its framing is checked, never repaired.
+    for await (const chunk of this.chunks(prefixRange(Buffer.from('k')), RECORD_CHUNK)) {
+      for (const [key, value] of chunk) {
+        let readable = key.indexOf(0, 1) > 1;
+        try {
+          JSON.parse(value.toString('utf8'));
+        } catch {
+          readable = false;
+        }
+        if (!readable)
+          await problem('unreadable-kv-entry', `key-value entry ${q(key.toString('utf8'))} cannot be read`);
+      }
+    }
 
     const next = await this.db.get(SERVICE_KEY);
     f.nextNid = readNextNid(next);

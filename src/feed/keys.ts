@@ -9,6 +9,7 @@ import type { Order } from './feedName.ts';
  *   s NID ORDER JID             -> subscription
  *   u BAREJID 0 NID ORDER JID   -> (empty): subscriptions by user
  *   g                           -> service counters {nextNid}
+ *   k NAMESPACE 0 KEY           -> a binding's own state, JSON (kv.ts)
  * NID is a 4-byte node number, so a deleted node's name can be reused with fresh keys;
  * STAMP and SEQ are 8-byte big-endian so that byte order is feed order.
  */
@@ -97,6 +98,14 @@ export function userSubscriptionKey(bareJid: string, nid: number, order: Order, 
 
 export function userPrefix(bareJid: string): Buffer {
   return Buffer.concat([Buffer.from('u'), Buffer.from(bareJid, 'utf8'), Buffer.from([0])]);
+}
+
+export function kvPrefix(namespace: string): Buffer {
+  return Buffer.concat([Buffer.from('k'), Buffer.from(namespace, 'utf8'), Buffer.from([0])]);
+}
+
+export function kvKey(namespace: string, key: string): Buffer {
+  return Buffer.concat([kvPrefix(namespace), Buffer.from(key, 'utf8')]);
 }
 
 // ---- reading keys back (for `smartfeeds check`) -------------------------------------------
