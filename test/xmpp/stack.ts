@@ -6,9 +6,11 @@ import { join } from 'node:path';
 import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { type Prosody, startProsody } from '../../prosody-dev/harness.ts';
+import { type BotOptions, FeedBot } from '../../src/bot/bot.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import type { Limits } from '../../src/feed/model.ts';
 import { createLog } from '../../src/log.ts';
+import { sendStanza } from '../../src/serve.ts';
 import type { RateLimitOptions } from '../../src/xmpp/rateLimit.ts';
 import { PubsubComponent } from '../../src/xmpp/service.ts';
 
@@ -48,12 +50,16 @@ export class Stack {
   logs: string[] = [];
   /** The component's per-sender request limit (kept across restarts); none unless a test sets it. */
   rateLimit: RateLimitOptions | undefined;
+  /** The feed bot's options (kept across restarts); no bot unless a test sets them. */
+  botOptions: BotOptions | undefined;
+  bot: FeedBot | undefined;
 
   static async start(
-    options: { limits?: Partial<Limits>; rateLimit?: RateLimitOptions } = {},
+    options: { limits?: Partial<Limits>; rateLimit?: RateLimitOptions; bot?: BotOptions } = {},
   ): Promise<Stack> {
     const stack = new Stack();
     stack.rateLimit = options.rateLimit;
+    stack.botOptions = options.bot;
     stack.prosody = await startProsody({ users: USERS });
     stack.dataDir = await mkdtemp(join(tmpdir(), 'smartfeeds-xmpp-'));
     await stack.startComponent(options.limits);
@@ -62,6 +68,13 @@ export class Stack {
 
   async startComponent(limits?: Partial<Limits>): Promise<void> {
     this.engine = await FeedEngine.open(this.dataDir, limits ? { limits } : {});
+    const log = createLog('debug', (line) => this.logs.push(line));
+    const bot = this.botOptions
+      ? new FeedBot(this.engine, SERVICE, this.botOptions, log, (stanza) =>
+          sendStanza(this.component, stanza),
+        )
+      : undefined;
+    this.bot = bot;
     this.component = new PubsubComponent(
       this.engine,
       {
@@ -71,15 +84,21 @@ export class Stack {
         admins: ['admin@localhost'],
         backoff: { initialMs: 100, maxMs: 1000 },
         ...(this.rateLimit ? { rateLimit: this.rateLimit } : {}),
+        ...(bot ? { chat: (stanza: Element) => bot.receive(stanza) } : {}),
       },
-      createLog('debug', (line) => this.logs.push(line)),
+      log,
     );
+    if (bot) {
+      await bot.start();
+      this.component.xmpp.on('online', () => void bot.connected());
+    }
     const online = new Promise<void>((resolve) => this.component.xmpp.once('online', () => resolve()));
     await this.component.start();
     await online;
   }
 
   async stopComponent(): Promise<void> {
+    await this.bot?.stop();
     await this.component.stop();
     await this.engine.close();
   }
