@@ -182,7 +182,7 @@ describe('refusals', () => {
     // A name that resolves to loopback is refused at connection time, not by its spelling.
     const port = new URL(server.base).port;
     await expect(strict.fetch(`http://localhost:${port}/rss2.xml`)).rejects.toThrow(/non-public addresses/);
-    // A redirect from an allowed place to a private one is refused too.
+    // Link-local addresses (a cloud's metadata service) too.
     await expect(strict.fetch('http://169.254.169.254/latest')).rejects.toBeInstanceOf(FetchError);
     await strict.close();
   });
