@@ -98,6 +98,16 @@ describe('formats', () => {
     expect(last).toContain('<updated>2024-01-03T10:00:00.000Z</updated>');
   });
 
+  it('ingests a large document within the limits whole, in order', async () => {
+    const ids = Array.from({ length: 1000 }, (_, i) => `big${String(999 - i).padStart(4, '0')}`);
+    server.document('/big.xml', () => rss('Big', ids.map((id) => ({ id }))));
+    const rec = await ingest.add(server.url('/big.xml'));
+    expect(await engine.total(rec.node)).toBe(1000);
+    const first = await titles(rec.node);
+    expect(first.slice(0, 2)).toEqual(['Entry big0000', 'Entry big0001']);
+    expect(await ingest.poll(rec.node)).toEqual({ created: 0, updated: 0, notModified: true });
+  });
+
   it('decodes the charset of the XML declaration', async () => {
     server.document('/latin1.xml', () => fixture('latin1.xml'), 'application/xml');
     const rec = await ingest.add(server.url('/latin1.xml'));

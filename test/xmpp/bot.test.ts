@@ -96,6 +96,20 @@ describe('chat commands', () => {
     expect(await ask(alice, 'list')).toBe('You have no subscriptions. Send "subscribe URL" to add one.');
   });
 
+  it('hostile or stray chat input gets an answer or is ignored, never breaks the bot', async () => {
+    expect(await ask(alice, `subscribe ${'x'.repeat(5000)}`)).toBe(
+      'That message is too long to be a command. Send "help" for the commands.',
+    );
+    await alice.xmpp.send(xml('message', { to: SERVICE, type: 'chat' }, xml('subject', {}, 'no body')));
+    await alice.xmpp.send(xml('message', { to: `nobody@${SERVICE}`, type: 'chat' }, xml('body', {}, 'help')));
+    await alice.xmpp.send(xml('message', { to: SERVICE, type: 'normal' }, xml('body', {}, 'list')));
+    // Answers come in command order: had any message above been answered, its answer would be next.
+    expect(await ask(alice, '\u202e list ?')).toBe(
+      'I do not know the command "\u202e". Send "help" for the commands.',
+    );
+    expect(await ask(alice, 'list')).toBe('You have no subscriptions. Send "subscribe URL" to add one.');
+  });
+
   it('subscribe ingests the feed into a node; a second subscribe is a duplicate', async () => {
     const answer = await ask(alice, `subscribe <${http.url('/news.xml')}>`);
     expect(answer).toMatch(
