@@ -100,7 +100,12 @@ describe('formats', () => {
 
   it('ingests a large document within the limits whole, in order', async () => {
     const ids = Array.from({ length: 1000 }, (_, i) => `big${String(999 - i).padStart(4, '0')}`);
-    server.document('/big.xml', () => rss('Big', ids.map((id) => ({ id }))));
+    server.document('/big.xml', () =>
+      rss(
+        'Big',
+        ids.map((id) => ({ id })),
+      ),
+    );
     const rec = await ingest.add(server.url('/big.xml'));
     expect(await engine.total(rec.node)).toBe(1000);
     const first = await titles(rec.node);
