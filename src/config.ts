@@ -44,6 +44,8 @@ export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
   userSubscriptions: 100,
   queueLength: 200,
   concurrency: 8,
+  // A burst of 10 commands, then one every two seconds.
+  commandRate: { rate: 0.5, burst: 10 },
 };
 
 export class ConfigError extends Error {}
@@ -331,5 +333,6 @@ function botConfig(
     userSubscriptions: num('bot-user-subscriptions', d.userSubscriptions),
     queueLength: num('bot-queue', d.queueLength),
     concurrency: d.concurrency,
+    commandRate: d.commandRate,
   };
 }

@@ -4,6 +4,7 @@ import { type Element, parse as parseXml } from 'ltx';
 import type { FeedEngine } from '../feed/engine.ts';
 import type { Change } from '../feed/model.ts';
 import type { Log } from '../log.ts';
+import { RateLimiter, type RateLimitOptions } from '../xmpp/rateLimit.ts';
 import { type Command, parseCommand } from './commands.ts';
 import { type ChatUser, Delivery } from './delivery.ts';
 import { FeedUrlError } from './feedUrl.ts';
@@ -22,6 +23,8 @@ export interface BotOptions {
   queueLength: number;
   /** Polls running at once. */
   concurrency: number;
+  /** Chat commands per second and burst per user (a subscribe costs a fetch and may make a node). */
+  commandRate: RateLimitOptions;
 }
 
 /** A chat subscription, kept under `BARE\0NODE` in `bot.subs`. */
@@ -84,6 +87,7 @@ export class FeedBot {
   /** Per user, the command being answered: a user's commands run one at a time. */
   private readonly commands = new Map<string, Promise<void>>();
   private readonly unlisten: () => void;
+  private readonly limiter: RateLimiter;
   private serial = 0;
 
   constructor(
@@ -94,6 +98,7 @@ export class FeedBot {
     private readonly send: Send,
   ) {
     this.fetcher = new Fetcher(options.fetch);
+    this.limiter = new RateLimiter(options.commandRate);
     this.subs = engine.kv<ChatSubscription>('bot.subs');
     this.ingest = new FeedIngest(
       engine,
@@ -191,6 +196,10 @@ export class FeedBot {
     else if (stanza.name === 'message' && stanza.attrs.type === 'chat') {
       const body = stanza.getChildText('body');
       if (body === null || body === undefined) return;
+      if (!this.limiter.take(bare)) {
+        this.send(this.chat(from, 'You are sending commands too fast; wait a few seconds and try again.'));
+        return;
+      }
       const prev = this.commands.get(bare) ?? Promise.resolve();
       const next = prev.then(() => this.onCommand(bare, from, parseCommand(body)));
       this.commands.set(bare, next);

@@ -18,6 +18,8 @@ const BOT: BotOptions = {
   maxFeeds: 6,
   userSubscriptions: 2,
   queueLength: 3,
+  // Room for every command of this file; the flood test sends more.
+  commandRate: { rate: 0.5, burst: 40 },
 };
 
 let stack: Stack;
@@ -299,5 +301,18 @@ describe('delivery', () => {
       'Queue: Entry q6\nhttps://example.org/q6',
       'Queue: Entry q7\nhttps://example.org/q7',
     ]);
+  });
+
+  it('a flood of commands is answered with a request to slow down', async () => {
+    // After the restart above: a fresh bot, so the test's earlier commands do not count.
+    const flooder = await stack.user('bob');
+    for (let i = 0; i < 60; i++)
+      await flooder.xmpp.send(xml('message', { to: SERVICE, type: 'chat' }, xml('body', {}, 'help')));
+    const answers = (await flooder.waitMessages(60, isChat)).map((m) => m.getChildText('body'));
+    expect(answers.filter((a) => a?.startsWith('You are sending commands too fast')).length).toBeGreaterThan(
+      0,
+    );
+    expect(answers.filter((a) => a?.startsWith('I turn RSS')).length).toBeGreaterThanOrEqual(40);
+    await flooder.xmpp.stop();
   });
 });
