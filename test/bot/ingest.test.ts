@@ -188,6 +188,31 @@ describe('refusals', () => {
     await slow.close();
   });
 
+  it('one origin gets no more connections at once than allowed', async () => {
+    const single = new Fetcher({ ...LIMITS, hostConnections: 1 });
+    let open = 0;
+    let most = 0;
+    const held: (() => void)[] = [];
+    server.routes.set('/held.xml', (_req, res) => {
+      open += 1;
+      most = Math.max(most, open);
+      held.push(() => {
+        open -= 1;
+        res.writeHead(200, { 'content-type': 'application/xml' }).end(rss('Held', [{ id: 'h' }]));
+      });
+    });
+    const both = Promise.all([single.fetch(server.url('/held.xml')), single.fetch(server.url('/held.xml'))]);
+    while (held.length === 0) await new Promise((r) => setTimeout(r, 10));
+    // Were the limit not kept, the second request would arrive meanwhile.
+    await new Promise((r) => setTimeout(r, 200));
+    (held.shift() as () => void)();
+    while (held.length === 0) await new Promise((r) => setTimeout(r, 10));
+    (held.shift() as () => void)();
+    expect((await both).map((r) => r.kind)).toEqual(['ok', 'ok']);
+    expect(most).toBe(1);
+    await single.close();
+  });
+
   it('loopback and private addresses, unless allowed', async () => {
     const strict = new Fetcher({ ...LIMITS, allowPrivateAddresses: false });
     server.document('/rss2.xml', () => fixture('rss2.xml'));

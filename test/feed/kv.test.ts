@@ -63,6 +63,13 @@ describe('engine.kv', () => {
       const summary = await new DatabaseCheck(db).check((p) => void problems.push(p));
       expect(summary.problems).toBe(1);
       expect(problems.map((p) => p.kind)).toEqual(['unreadable-kv-entry']);
+      // A repair rebuilds the feeds' keys and leaves a binding's state alone.
+      const checker = new DatabaseCheck(db);
+      await checker.check(() => undefined);
+      await checker.repair();
+      expect(JSON.parse(String(await db.get(kvKey('bot.feeds', 'n'))))).toEqual({
+        url: 'https://example.org/',
+      });
     } finally {
       await db.close();
     }
