@@ -1,11 +1,64 @@
-import { defineConfig } from 'vitest/config';
+import { readdirSync } from 'node:fs';
+import { configDefaults, defineConfig } from 'vitest/config';
+import { parseServerNames } from './prosody-dev/servers.ts';
+
+// The integration files run once per XMPP server (SMARTFEEDS_TEST_SERVERS, default both), each in a
+// project named after the server, which tells the files through SMARTFEEDS_TEST_SERVER.
+const servers = parseServerNames(process.env.SMARTFEEDS_TEST_SERVERS ?? 'prosody,ejabberd');
+
+// Every file in test/xmpp and test/client starts a server, except these unit tests.
+const WITHOUT_SERVER = new Set(['rateLimit.test.ts']);
+const SERVER_DIRS = ['test/xmpp', 'test/client'];
+// Files that time the component's answers under load: they run after all the others, one at a
+// time, so that the suite's own load (the other server's files, the crash tests) does not decide
+// their figures.
+const ALONE = new Set(['abuse.test.ts']);
+const serverFiles = SERVER_DIRS.flatMap((dir) =>
+  readdirSync(new URL(`./${dir}`, import.meta.url))
+    .filter((file) => file.endsWith('.test.ts') && !WITHOUT_SERVER.has(file))
+    .map((file) => ({ dir, file })),
+);
+const serverTests = serverFiles
+  .filter(({ file }) => !ALONE.has(file))
+  .map(({ dir, file }) => `${dir}/${file}`);
+const aloneTests = serverFiles.filter(({ file }) => ALONE.has(file)).map(({ dir, file }) => `${dir}/${file}`);
+const harnessTest = (server: string) => `test/${server}-harness.test.ts`;
 
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
-    // Integration suites each start their own Prosody on free ports; two at a time fits 2 cores.
+    // Integration suites each start their own server on free ports; two at a time fits 2 cores.
     maxWorkers: 2,
+    projects: [
+      {
+        extends: true,
+        test: {
+          name: 'unit',
+          include: ['test/**/*.test.ts'],
+          exclude: [...configDefaults.exclude, ...serverTests, ...aloneTests, 'test/*-harness.test.ts'],
+        },
+      },
+      ...servers.flatMap((server) => [
+        {
+          extends: true,
+          test: {
+            name: server,
+            include: [...serverTests, harnessTest(server)],
+            env: { SMARTFEEDS_TEST_SERVER: server },
+          },
+        },
+        {
+          extends: true,
+          test: {
+            // One worker: vitest runs such projects' files last, each on its own.
+            name: `${server}-alone`,
+            include: aloneTests,
+            maxWorkers: 1,
+            env: { SMARTFEEDS_TEST_SERVER: server },
+          },
+        },
+      ]),
+    ],
   },
 });

@@ -1,16 +1,17 @@
 /**
- * Soak run: a real Prosody (prosody-dev/harness.ts), the smartfeeds component in this process (on
+ * Soak run: a real Prosody (prosody-dev/harness.ts) or ejabberd (`--server ejabberd`,
+ * prosody-dev/ejabberd.ts), the smartfeeds component in this process (on
  * a LevelDB in a temporary directory, no rate limit), and many real @xmpp/client connections doing
  * a bounded mix of reads (RSM pages), writes (publish/update/retract, by admin@localhost) and
  * subscription churn (subscribe/unsubscribe), for a fixed time.
  *
- *   npm run soak -- [--minutes 10] [--clients 20] [--interval 60] [--think 20]
+ *   npm run soak -- [--minutes 10] [--clients 20] [--interval 60] [--think 20] [--server prosody|ejabberd]
  *
  * Every interval it prints requests/s by kind, notifications received/s, errors, and this
  * process's resident memory (rss, heapUsed; the clients run here too, so it is the component
  * plus the clients). At the end: a summary, with whether memory levelled off (max RSS of the last
  * third of the run against the middle third). Everything stops by itself and is cleaned up
- * (clients, component, Prosody, temporary directories), also on error or SIGINT.
+ * (clients, component, the XMPP server, temporary directories), also on error or SIGINT.
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -18,7 +19,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
-import { type Prosody, startProsody } from '../prosody-dev/harness.ts';
+import { SERVER_NAMES, type ServerName, startServer, type XmppServer } from '../prosody-dev/servers.ts';
 import { FeedEngine } from '../src/feed/engine.ts';
 import { createLog } from '../src/log.ts';
 import { PubsubComponent } from '../src/xmpp/service.ts';
@@ -43,14 +44,24 @@ const { values } = parseArgs({
     clients: { type: 'string', default: '20' },
     interval: { type: 'string', default: '60' },
     think: { type: 'string', default: '20' },
+    server: { type: 'string', default: 'prosody' },
   },
 });
 const minutes = Number(values.minutes);
 const clients = Math.floor(Number(values.clients));
 const intervalS = Number(values.interval);
 const thinkMs = Number(values.think);
-if (!(minutes > 0) || !(clients >= 1) || !(intervalS > 0) || !(thinkMs >= 0)) {
-  console.error('usage: npm run soak -- [--minutes N>0] [--clients N>=1] [--interval S>0] [--think MS>=0]');
+const serverName = values.server as ServerName;
+if (
+  !(minutes > 0) ||
+  !(clients >= 1) ||
+  !(intervalS > 0) ||
+  !(thinkMs >= 0) ||
+  !(SERVER_NAMES as readonly string[]).includes(serverName)
+) {
+  console.error(
+    'usage: npm run soak -- [--minutes N>0] [--clients N>=1] [--interval S>0] [--think MS>=0] [--server prosody|ejabberd]',
+  );
   process.exit(2);
 }
 
@@ -91,7 +102,7 @@ interface Conn {
   serial: number;
 }
 
-async function connect(prosody: Prosody, name: string): Promise<Conn> {
+async function connect(prosody: XmppServer, name: string): Promise<Conn> {
   const xmpp = client({
     service: `xmpp://127.0.0.1:${prosody.c2sPort}`,
     domain: 'localhost',
@@ -240,7 +251,7 @@ interface Sample {
 
 async function main(): Promise<void> {
   const names = Array.from({ length: clients }, (_, i) => `u${i}`);
-  let prosody: Prosody | undefined;
+  let prosody: XmppServer | undefined;
   let dataDir: string | undefined;
   let engine: FeedEngine | undefined;
   let component: PubsubComponent | undefined;
@@ -251,7 +262,7 @@ async function main(): Promise<void> {
   let sampler: NodeJS.Timeout | undefined;
   const componentLog: string[] = [];
   try {
-    prosody = await startProsody({
+    prosody = await startServer(serverName, {
       users: ['admin', ...names].map((user) => ({ user, password: `${user}-pw` })),
     });
     dataDir = await mkdtemp(join(tmpdir(), 'smartfeeds-soak-'));
@@ -298,7 +309,7 @@ async function main(): Promise<void> {
     counts.latencyMs = 0;
     console.log(
       `soak: ${minutes} min, ${clients} clients + admin (${WRITE_LANES} write lanes), think ${thinkMs} ms, ` +
-        `${NODES.length} nodes; Prosody pid ${prosody.pid}; node ${process.version}`,
+        `${NODES.length} nodes; ${prosody.name} pid ${prosody.pid}; node ${process.version}`,
     );
 
     const start = performance.now();

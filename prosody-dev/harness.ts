@@ -45,6 +45,7 @@ export interface ProsodyOptions {
 }
 
 export interface Prosody {
+  name: 'prosody';
   host: 'localhost';
   c2sPort: number;
   componentPort: number;
@@ -268,6 +269,7 @@ export async function startProsody(opts: ProsodyOptions = {}): Promise<Prosody> 
   };
 
   const prosody: Prosody = {
+    name: 'prosody',
     host: HOST,
     c2sPort,
     componentPort,
@@ -368,14 +370,14 @@ function prosodyIds(): Promise<{ uid: number; gid: number } | undefined> {
   return idsPromise;
 }
 
-async function readPidFile(file: string): Promise<number | undefined> {
+export async function readPidFile(file: string): Promise<number | undefined> {
   const text = await readFile(file, 'utf8').catch(() => '');
   const pid = Number.parseInt(text.trim(), 10);
   return Number.isInteger(pid) && pid > 0 ? pid : undefined;
 }
 
 /** The first process whose parent is `ppid` (via /proc), if any. */
-function childOf(ppid: number): number | undefined {
+export function childOf(ppid: number): number | undefined {
   let pids: string[];
   try {
     pids = readdirSync('/proc').filter((name) => /^\d+$/.test(name));
@@ -400,7 +402,7 @@ function childOf(ppid: number): number | undefined {
  * listening socket belongs to Prosody `pid` (so a port grabbed by someone else is not mistaken for
  * a started Prosody).
  */
-async function listensOn(pid: number, port: number): Promise<boolean> {
+export async function listensOn(pid: number, port: number): Promise<boolean> {
   const owned = listeningSocketOwnedBy(pid, port);
   if (owned === false) return false;
   return canConnect(port);
@@ -446,7 +448,7 @@ function canConnect(port: number): Promise<boolean> {
   });
 }
 
-function signal(pid: number, sig: NodeJS.Signals): void {
+export function signal(pid: number, sig: NodeJS.Signals): void {
   try {
     process.kill(pid, sig);
   } catch {
@@ -455,7 +457,7 @@ function signal(pid: number, sig: NodeJS.Signals): void {
 }
 
 /** Alive and not a zombie (a zombie's parent may be a PID 1 that never reaps). */
-function isAlive(pid: number): boolean {
+export function isAlive(pid: number): boolean {
   if (existsSync('/proc/self/stat')) {
     try {
       const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -473,7 +475,7 @@ function isAlive(pid: number): boolean {
   }
 }
 
-async function waitFor(condition: () => boolean, timeoutMs: number): Promise<boolean> {
+export async function waitFor(condition: () => boolean, timeoutMs: number): Promise<boolean> {
   const deadline = Date.now() + timeoutMs;
   while (!condition()) {
     if (Date.now() > deadline) return false;
@@ -482,6 +484,6 @@ async function waitFor(condition: () => boolean, timeoutMs: number): Promise<boo
   return true;
 }
 
-function sleep(ms: number): Promise<void> {
+export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -1,13 +1,14 @@
 /**
- * Standalone dev Prosody:
- *   npx tsx prosody-dev/run.ts [--c2s-port N] [--component-port N] [--secret S] [--domain D] [--dir DIR] [--debug]
+ * Standalone dev XMPP server:
+ *   npx tsx prosody-dev/run.ts [--server prosody|ejabberd] [--c2s-port N] [--component-port N] [--secret S] [--domain D] [--dir DIR] [--debug]
  *
- * Starts Prosody with users alice, bob and admin (pubsub admin on pubsub.localhost), prints one JSON
- * line with ports, JIDs, passwords, component domain and secret on stdout, and stops Prosody on
- * SIGINT/SIGTERM (or when this process dies, via the harness watchdog).
+ * Starts Prosody (or ejabberd) with users alice, bob and admin (on Prosody, pubsub admin on
+ * pubsub.localhost), prints one JSON line with ports, JIDs, passwords, component domain and secret
+ * on stdout, and stops the server on SIGINT/SIGTERM (or when this process dies, via the harness
+ * watchdog).
  */
 import { parseArgs } from 'node:util';
-import { startProsody } from './harness.ts';
+import { SERVER_NAMES, type ServerName, startServer } from './servers.ts';
 
 const { values } = parseArgs({
   options: {
@@ -17,6 +18,7 @@ const { values } = parseArgs({
     domain: { type: 'string' },
     dir: { type: 'string' },
     debug: { type: 'boolean', default: false },
+    server: { type: 'string', default: 'prosody' },
     help: { type: 'boolean', short: 'h', default: false },
   },
   strict: true,
@@ -24,9 +26,13 @@ const { values } = parseArgs({
 
 if (values.help) {
   console.log(
-    'usage: npx tsx prosody-dev/run.ts [--c2s-port N] [--component-port N] [--secret S] [--domain D] [--dir DIR] [--debug]',
+    'usage: npx tsx prosody-dev/run.ts [--server prosody|ejabberd] [--c2s-port N] [--component-port N] [--secret S] [--domain D] [--dir DIR] [--debug]',
   );
   process.exit(0);
+}
+if (!(SERVER_NAMES as readonly string[]).includes(values.server)) {
+  console.error(`--server: expected ${SERVER_NAMES.join(' or ')}, not ${JSON.stringify(values.server)}`);
+  process.exit(2);
 }
 
 function port(name: string, value: string | undefined): number | undefined {
@@ -39,7 +45,7 @@ function port(name: string, value: string | undefined): number | undefined {
   return n;
 }
 
-const prosody = await startProsody({
+const server = await startServer(values.server as ServerName, {
   c2sPort: port('c2s-port', values['c2s-port']),
   componentPort: port('component-port', values['component-port']),
   componentSecret: values.secret,
@@ -53,23 +59,26 @@ const prosody = await startProsody({
   ],
 });
 
+const title = server.name === 'ejabberd' ? 'ejabberd' : 'Prosody';
+const log = server.name === 'ejabberd' ? `${server.dir}/logs/ejabberd.log` : `${server.dir}/prosody.log`;
 console.log(
   JSON.stringify({
-    host: prosody.host,
-    c2sService: `xmpp://127.0.0.1:${prosody.c2sPort}`,
-    c2sPort: prosody.c2sPort,
-    componentService: `xmpp://127.0.0.1:${prosody.componentPort}`,
-    componentPort: prosody.componentPort,
-    componentDomain: prosody.componentDomain,
-    componentSecret: prosody.componentSecret,
-    pubsubDomain: 'pubsub.localhost',
-    users: prosody.users,
-    dir: prosody.dir,
-    log: `${prosody.dir}/prosody.log`,
-    pid: prosody.pid,
+    host: server.host,
+    c2sService: `xmpp://127.0.0.1:${server.c2sPort}`,
+    c2sPort: server.c2sPort,
+    componentService: `xmpp://127.0.0.1:${server.componentPort}`,
+    componentPort: server.componentPort,
+    componentDomain: server.componentDomain,
+    componentSecret: server.componentSecret,
+    server: server.name,
+    ...(server.name === 'prosody' ? { pubsubDomain: 'pubsub.localhost' } : {}),
+    users: server.users,
+    dir: server.dir,
+    log,
+    pid: server.pid,
   }),
 );
-console.error(`Prosody running (pid ${prosody.pid}); Ctrl+C to stop. Log: ${prosody.dir}/prosody.log`);
+console.error(`${title} running (pid ${server.pid}); Ctrl+C to stop. Log: ${log}`);
 
 // The harness doesn't keep the event loop alive by itself.
 const keepAlive = setInterval(() => {}, 1 << 30);
@@ -77,9 +86,9 @@ let stopping = false;
 async function shutdown(signal: NodeJS.Signals): Promise<void> {
   if (stopping) return;
   stopping = true;
-  console.error(`${signal}: stopping Prosody`);
+  console.error(`${signal}: stopping ${title}`);
   try {
-    await prosody.stop();
+    await server.stop();
   } catch (err) {
     console.error(err);
     process.exitCode = 1;

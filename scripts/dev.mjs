@@ -1,6 +1,7 @@
 #!/usr/bin/env node
-// `npm run dev`: installs what is missing (node_modules, Prosody), then starts a local Prosody
-// from prosody-dev/ and the smartfeeds component, and prints how a client connects.
+// `npm run dev [-- --server prosody|ejabberd]`: installs what is missing (node_modules, the XMPP
+// server), then starts a local Prosody (or ejabberd) from prosody-dev/ and the smartfeeds
+// component, and prints how a client connects.
 // Plain JavaScript with no dependencies, so that it runs before `npm ci`.
 import { spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -16,22 +17,31 @@ function run(cmd, args) {
 
 if (!existsSync(`${root}/node_modules/.package-lock.json`)) run('npm', ['ci']);
 
-const hasProsody = spawnSync('sh', ['-c', 'command -v prosody'], { stdio: 'ignore' }).status === 0;
-if (!hasProsody) {
+// `npm run dev -- --server ejabberd` runs on ejabberd instead of Prosody.
+const args = process.argv.slice(2);
+const serverArg = args.find((a, i) => a.startsWith('--server=') || args[i - 1] === '--server');
+const server = serverArg?.replace(/^--server=/, '') ?? 'prosody';
+const pkg =
+  server === 'ejabberd'
+    ? { command: 'ejabberdctl', name: 'ejabberd' }
+    : { command: 'prosody', name: 'prosody' };
+
+const installed = spawnSync('sh', ['-c', `command -v ${pkg.command}`], { stdio: 'ignore' }).status === 0;
+if (!installed && (server === 'prosody' || server === 'ejabberd')) {
   if (process.getuid?.() === 0) {
     run('apt-get', ['update']);
-    run('apt-get', ['install', '-y', 'prosody']);
-    // The package may start a system Prosody on the default ports; the dev setup runs its own.
-    spawnSync('sh', ['-c', 'service prosody stop || true'], { stdio: 'ignore' });
+    run('apt-get', ['install', '-y', pkg.name]);
+    // The package may start a system server on the default ports; the dev setup runs its own.
+    spawnSync('sh', ['-c', `service ${pkg.name} stop || true`], { stdio: 'ignore' });
   } else {
     console.error(
-      'Prosody is not installed: run `sudo apt-get install -y prosody`, then `npm run dev` again.',
+      `${pkg.name} is not installed: run \`sudo apt-get install -y ${pkg.name}\`, then \`npm run dev\` again.`,
     );
     process.exit(1);
   }
 }
 
-const child = spawn(process.execPath, ['--import', 'tsx', 'prosody-dev/dev.ts', ...process.argv.slice(2)], {
+const child = spawn(process.execPath, ['--import', 'tsx', 'prosody-dev/dev.ts', ...args], {
   cwd: root,
   stdio: 'inherit',
 });

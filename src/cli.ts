@@ -11,6 +11,7 @@ import { open } from 'node:fs/promises';
 import { createInterface } from 'node:readline';
 import { text as streamText } from 'node:stream/consumers';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
+import jid from '@xmpp/jid';
 import { AuthenticationError, FeedClient, FeedRequestError } from './client/client.ts';
 import { FeedFollower, type FeedSink } from './client/follow.ts';
 import { Mirror, MirrorStore, modifiedFeed } from './client/mirror.ts';
@@ -21,6 +22,7 @@ import { FeedEngine } from './feed/engine.ts';
 import { FeedError, type FeedErrorCode, NodeNotFound, PayloadTooBig } from './feed/errors.ts';
 import { checkItemId, parseFeedName } from './feed/feedName.ts';
 import type { Change, ExportRecord, Item, ReadQuery } from './feed/model.ts';
+import { PolicyStore } from './feed/policy.ts';
 import { type PositionSpec, parsePositionSpec } from './feed/positionSpec.ts';
 import { parseMax } from './feed/query.ts';
 import { serve } from './serve.ts';
@@ -82,6 +84,13 @@ const EXIT_CODE: Record<FeedErrorCode, number> = {
   'invalid-subid': 1,
   'node-not-empty': 1,
   storage: 1,
+  // Access and configuration refusals come from the XMPP binding; the command line has full rights.
+  forbidden: 1,
+  'closed-node': 1,
+  'subscription-required': 1,
+  'pending-subscription': 1,
+  'not-acceptable': 1,
+  'precondition-not-met': 1,
 };
 
 /** Reports a failure on stderr and gives the exit code: the one place errors become messages. */
@@ -482,17 +491,33 @@ ${COMMON_DETAILS}`,
 
 const create: Command = {
   summary: 'create an empty node',
-  synopsis: 'NODE',
-  details: `Creates the node NODE (a base name: no "?"). A node that exists already: exit 1.
+  synopsis: 'NODE [--owner JID]',
+  details: `Creates the node NODE (a base name: no "?") with the default configuration. A node that
+exists already: exit 1.
 
+  --owner JID      the node's owner (a bare JID), who manages it over XMPP; without one, only
+                   the service's administrators do
 ${COMMON_DETAILS}`,
-  options: {},
+  options: { owner: { type: 'string' } },
   positionals: [1, 1],
-  run: (ctx) =>
-    withEngine(ctx, 'write', async (engine) => {
-      await engine.createNode(ctx.positionals[0] as string);
+  run: (ctx) => {
+    const owner = ctx.values.owner as string | undefined;
+    let bare: string | undefined;
+    if (owner !== undefined) {
+      try {
+        bare = jid(owner).bare().toString();
+      } catch {
+        throw new UsageError(`--owner: not a JID: ${owner}`);
+      }
+      if (!bare.includes('@')) throw new UsageError(`--owner: not a user's JID: ${owner}`);
+    }
+    return withEngine(ctx, 'write', async (engine) => {
+      const node = ctx.positionals[0] as string;
+      if (bare === undefined) await engine.createNode(node);
+      else await new PolicyStore(engine).createNode(node, bare);
       return 0;
-    }),
+    });
+  },
 };
 
 const exportCommand: Command = {
@@ -869,9 +894,9 @@ unknown node or a bad position.`,
 const { data: _data, help: _help, ...serveOptions } = SERVE_OPTIONS;
 
 const serveCommand: Command = {
-  summary: 'run the XMPP pubsub component until SIGTERM or SIGINT',
+  summary: 'run the XMPP pubsub component (and HTTP with --http) until SIGTERM or SIGINT',
   synopsis:
-    '--secret SECRET [--service xmpp://HOST:PORT] [--domain DOMAIN] [--admin JID ...] [--config FILE]',
+    '--secret SECRET [--service xmpp://HOST:PORT] [--domain DOMAIN] [--admin JID ...] [--http HOST:PORT] [--config FILE]',
   details: SERVE_USAGE.split('\n').slice(2).join('\n').trimEnd(),
   options: serveOptions as Options,
   positionals: [0, 0],

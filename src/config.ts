@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import type { BotOptions } from './bot/bot.ts';
+import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
 import { isLevel, type Level } from './log.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
@@ -17,6 +18,12 @@ export interface Config {
   data: string;
   /** Bare JIDs with every right. */
   admins: string[];
+  /** Who may create nodes: administrators, users of `localDomain`, or anyone. */
+  create: CreatePolicy;
+  /** The XMPP server's own domain (`create: local`); by default the domain less its first label. */
+  localDomain: string;
+  /** Publishing to a missing node creates it, for those who may create nodes. */
+  autoCreate: boolean;
   logLevel: Level;
   limits: Limits;
   /** fsync each write batch (survives power loss, not only a killed process). */
@@ -25,7 +32,23 @@ export interface Config {
   rateLimit: RateLimitOptions;
   /** The feed bot (src/bot/): on unless turned off. */
   bot: BotOptions & { enabled: boolean };
+  /** The HTTP binding; undefined when `--http` is not given. */
+  http: HttpConfig | undefined;
 }
+
+/** Where and how `serve` answers HTTP. */
+export interface HttpConfig {
+  host: string;
+  port: number;
+  /** Bearer tokens, each acting as a bare JID. Never logged. */
+  tokens: ReadonlyMap<string, string>;
+  /** Long polls held at once; more are refused with 503. */
+  maxHeld: number;
+  /** The longest `timeout` a request may ask, in seconds. */
+  maxTimeoutSeconds: number;
+}
+
+export const HTTP_DEFAULTS = { maxHeld: 10_000, maxTimeoutSeconds: 120 };
 
 export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
   enabled: true,
@@ -50,11 +73,13 @@ export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
 
 export class ConfigError extends Error {}
 
-const DEFAULTS: Omit<Config, 'secret'> = {
+const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain'> = {
   service: 'xmpp://127.0.0.1:5347',
   domain: 'feeds.localhost',
   data: './data',
   admins: [],
+  create: 'admins',
+  autoCreate: true,
   logLevel: 'info',
   limits: DEFAULT_LIMITS,
   sync: false,
@@ -70,6 +95,10 @@ export const SERVE_OPTIONS = {
   secret: { type: 'string' },
   data: { type: 'string' },
   admin: { type: 'string', multiple: true },
+  create: { type: 'string' },
+  'local-domain': { type: 'string' },
+  'auto-create': { type: 'boolean' },
+  'no-auto-create': { type: 'boolean' },
   'log-level': { type: 'string' },
   'max-payload-bytes': { type: 'string' },
   'page-items': { type: 'string' },
@@ -89,14 +118,18 @@ export const SERVE_OPTIONS = {
   'bot-max-bytes': { type: 'string' },
   'bot-queue': { type: 'string' },
   'bot-host-connections': { type: 'string' },
+  http: { type: 'string' },
+  'http-token': { type: 'string', multiple: true },
+  'http-max-held': { type: 'string' },
+  'http-max-timeout': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
 export const SERVE_USAGE = `smartfeeds serve [options]
 
-Runs the XMPP pubsub component. Each option can also come from an environment variable
-or from the JSON file given with --config (keys as the long option names, "admins" a list);
-flags win over the environment, which wins over the file.
+Runs the XMPP pubsub component, and with --http the HTTP binding of the same feeds. Each option
+can also come from an environment variable or from the JSON file given with --config (keys as the
+long option names, "admins" a list); flags win over the environment, which wins over the file.
 
   --config FILE              JSON configuration file
   --service xmpp://HOST:PORT XMPP server's component port   SMARTFEEDS_SERVICE  (xmpp://127.0.0.1:5347)
@@ -104,6 +137,12 @@ flags win over the environment, which wins over the file.
   --secret SECRET            the component's shared secret    SMARTFEEDS_SECRET   (required)
   --data DIR                 LevelDB directory                SMARTFEEDS_DATA     (./data)
   --admin JID                an administrator (repeatable)    SMARTFEEDS_ADMINS   (comma-separated)
+  --create WHO               who may create nodes: admins | local | anyone
+                                                              SMARTFEEDS_CREATE   (admins)
+  --local-domain DOMAIN      the server's own users' domain   SMARTFEEDS_LOCAL_DOMAIN (DOMAIN less its first label)
+  --auto-create, --no-auto-create
+                             publishing to a missing node creates it
+                                                              SMARTFEEDS_AUTO_CREATE=1|0 (on)
   --log-level LEVEL          debug | info | warn | error      SMARTFEEDS_LOG_LEVEL (info)
   --max-payload-bytes N      largest Atom entry               SMARTFEEDS_MAX_PAYLOAD_BYTES (65536)
   --page-items N             most items in a page             SMARTFEEDS_PAGE_ITEMS (250)
@@ -123,6 +162,12 @@ flags win over the environment, which wins over the file.
   --bot-max-bytes N          largest feed document            SMARTFEEDS_BOT_MAX_BYTES (5242880)
   --bot-queue N              notifications kept per offline user  SMARTFEEDS_BOT_QUEUE (200)
   --bot-host-connections N   connections to one host at once  SMARTFEEDS_BOT_HOST_CONNECTIONS (2)
+  --http HOST:PORT           also serve the feeds over HTTP   SMARTFEEDS_HTTP     (off)
+  --http-token TOKEN=JID     a bearer token acting as JID     SMARTFEEDS_HTTP_TOKENS (comma-separated)
+                             (repeatable; other users can read a command line: prefer the
+                             environment or the file, key "http-tokens": {"TOKEN": "JID"})
+  --http-max-held N          long polls held at once          SMARTFEEDS_HTTP_MAX_HELD (10000)
+  --http-max-timeout S       longest long poll, in seconds    SMARTFEEDS_HTTP_MAX_TIMEOUT (120)
 `;
 
 type Raw = Partial<Record<string, unknown>>;
@@ -169,6 +214,10 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     secret?: string;
     data?: string;
     admin?: string[];
+    create?: string;
+    'local-domain'?: string;
+    'auto-create'?: boolean;
+    'no-auto-create'?: boolean;
     'log-level'?: string;
     'max-payload-bytes'?: string;
     'page-items'?: string;
@@ -188,6 +237,10 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     'bot-max-bytes'?: string;
     'bot-queue'?: string;
     'bot-host-connections'?: string;
+    http?: string;
+    'http-token'?: string[];
+    'http-max-held'?: string;
+    'http-max-timeout'?: string;
   };
   let file: Raw = {};
   const configPath = flags.config ?? env.SMARTFEEDS_CONFIG;
@@ -260,17 +313,57 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
   };
   const syncRaw = pick(flags.sync, 'SMARTFEEDS_SYNC', 'sync');
   const bot = botConfig(flags, (flag, envName, key) => pick(flag, envName, key));
+  const httpRaw = pick(flags.http, 'SMARTFEEDS_HTTP', 'http');
+  let http: HttpConfig | undefined;
+  if (httpRaw !== undefined) {
+    const { host, port } = hostPort(text('http', httpRaw));
+    const heldRaw = pick(flags['http-max-held'], 'SMARTFEEDS_HTTP_MAX_HELD', 'http-max-held');
+    const timeoutRaw = pick(flags['http-max-timeout'], 'SMARTFEEDS_HTTP_MAX_TIMEOUT', 'http-max-timeout');
+    http = {
+      host,
+      port,
+      tokens: tokensFrom(flags['http-token'], env.SMARTFEEDS_HTTP_TOKENS, file['http-tokens']),
+      maxHeld: heldRaw === undefined ? HTTP_DEFAULTS.maxHeld : positive('http-max-held', heldRaw),
+      maxTimeoutSeconds:
+        timeoutRaw === undefined
+          ? HTTP_DEFAULTS.maxTimeoutSeconds
+          : nonNegative('http-max-timeout', timeoutRaw),
+    };
+  }
+  const create = String(pick(flags.create, 'SMARTFEEDS_CREATE', 'create') ?? DEFAULTS.create);
+  if (!(CREATE_POLICIES as readonly string[]).includes(create))
+    throw new ConfigError(`create must be admins, local or anyone, not ${create}`);
+  if (flags['auto-create'] && flags['no-auto-create'])
+    throw new ConfigError('--auto-create and --no-auto-create contradict each other');
+  const autoFlag = flags['no-auto-create'] ? false : flags['auto-create'] ? true : undefined;
+  const autoRaw = pick(autoFlag, 'SMARTFEEDS_AUTO_CREATE', 'auto-create');
+  let autoCreate = DEFAULTS.autoCreate;
+  if (autoRaw !== undefined) {
+    if ([true, '1', 'true'].includes(autoRaw as string | boolean)) autoCreate = true;
+    else if ([false, '0', 'false'].includes(autoRaw as string | boolean)) autoCreate = false;
+    else throw new ConfigError(`auto-create must be true or false, not ${JSON.stringify(autoRaw)}`);
+  }
+  const domain = text('domain', pick(flags.domain, 'SMARTFEEDS_DOMAIN', 'domain') ?? DEFAULTS.domain);
+  const localDomain = text(
+    'local-domain',
+    pick(flags['local-domain'], 'SMARTFEEDS_LOCAL_DOMAIN', 'local-domain') ??
+      (domain.includes('.') ? domain.slice(domain.indexOf('.') + 1) : domain),
+  );
   return {
     service,
-    domain: text('domain', pick(flags.domain, 'SMARTFEEDS_DOMAIN', 'domain') ?? DEFAULTS.domain),
+    domain,
     secret: text('secret', secret),
     data: text('data', pick(flags.data, 'SMARTFEEDS_DATA', 'data') ?? DEFAULTS.data),
     admins,
+    create: create as CreatePolicy,
+    localDomain,
+    autoCreate,
     logLevel,
     limits,
     sync: syncRaw === true || syncRaw === '1' || syncRaw === 'true',
     rateLimit,
     bot,
+    http,
   };
 }
 
@@ -335,4 +428,47 @@ function botConfig(
     concurrency: d.concurrency,
     commandRate: d.commandRate,
   };
+}
+
+/** `HOST:PORT`, `[IPV6]:PORT`; port 0 picks a free one. */
+function hostPort(value: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]/\s]+)):(\d{1,5})$/.exec(value);
+  const port = Number(m?.[3]);
+  if (!m || port > 65535)
+    throw new ConfigError(`http must look like HOST:PORT, not ${JSON.stringify(value)}`);
+  return { host: (m[1] ?? m[2]) as string, port };
+}
+
+/** Tokens from the flags, else the environment (`T=JID,...`), else the file (`{"T": "JID"}`). */
+function tokensFrom(
+  flags: string[] | undefined,
+  env: string | undefined,
+  file: unknown,
+): Map<string, string> {
+  const tokens = new Map<string, string>();
+  const add = (token: string, jid: string) => {
+    // RFC 6750 token68 characters, less the = padding that would make TOKEN=JID ambiguous.
+    if (!/^[A-Za-z0-9\-._~+/]+$/.test(token))
+      throw new ConfigError('an http token must be made of letters, digits and -._~+/');
+    if (!/^[^@/\s]+@[^@/\s]+$/.test(jid))
+      throw new ConfigError(`an http token must act as a bare JID (user@domain), not ${JSON.stringify(jid)}`);
+    if (tokens.has(token)) throw new ConfigError('an http token is given twice');
+    tokens.set(token, jid);
+  };
+  const pair = (text: string) => {
+    const at = text.indexOf('=');
+    if (at <= 0) throw new ConfigError('an http token must be given as TOKEN=JID');
+    add(text.slice(0, at).trim(), text.slice(at + 1).trim());
+  };
+  if (flags) for (const f of flags) pair(f);
+  else if (env) for (const p of env.split(',').filter((x) => x.trim() !== '')) pair(p);
+  else if (file !== undefined) {
+    if (typeof file !== 'object' || file === null || Array.isArray(file))
+      throw new ConfigError('http-tokens must be an object {"TOKEN": "JID"}');
+    for (const [token, jid] of Object.entries(file)) {
+      if (typeof jid !== 'string') throw new ConfigError('http-tokens must map each token to a JID');
+      add(token, jid);
+    }
+  }
+  return tokens;
 }

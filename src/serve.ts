@@ -2,6 +2,7 @@ import type { Element } from 'ltx';
 import type { FeedBot } from './bot/bot.ts';
 import type { Config } from './config.ts';
 import { FeedEngine } from './feed/engine.ts';
+import { HttpBinding } from './http/server.ts';
 import { createLog } from './log.ts';
 import { PubsubComponent } from './xmpp/service.ts';
 
@@ -23,6 +24,9 @@ export async function serve(config: Config): Promise<number> {
       domain: config.domain,
       secret: config.secret,
       admins: config.admins,
+      create: config.create,
+      localDomain: config.localDomain,
+      autoCreate: config.autoCreate,
       rateLimit: config.rateLimit,
       ...(botModule
         ? {
@@ -40,14 +44,33 @@ export async function serve(config: Config): Promise<number> {
     domain: config.domain,
     data: config.data,
     admins: config.admins,
+    create: config.create,
+    localDomain: config.localDomain,
+    autoCreate: config.autoCreate,
     rateLimit: config.rateLimit,
     bot: config.bot.enabled,
   });
+  const http = config.http
+    ? new HttpBinding(
+        engine,
+        {
+          host: config.http.host,
+          port: config.http.port,
+          tokens: config.http.tokens,
+          admins: config.admins,
+          creating: { create: config.create, localDomain: config.localDomain, autoCreate: config.autoCreate },
+          maxHeld: config.http.maxHeld,
+          maxTimeoutSeconds: config.http.maxTimeoutSeconds,
+        },
+        log,
+      )
+    : undefined;
   // Listening before the bot loads: a signal meanwhile stops the server cleanly once it has.
   const stopSignal = new Promise<NodeJS.Signals>((resolve) => {
     process.once('SIGTERM', () => resolve('SIGTERM'));
     process.once('SIGINT', () => resolve('SIGINT'));
   });
+  await http?.start();
   await pubsub.start();
   if (botModule) {
     const started = new (await botModule).FeedBot(engine, config.domain, config.bot, log, (stanza) =>
@@ -62,6 +85,8 @@ export async function serve(config: Config): Promise<number> {
   const signal = await stopSignal;
   log.info('stopping', { signal });
   await bot?.stop();
+  // Held long polls answer at once and writes in flight finish before the database closes.
+  await http?.stop();
   await pubsub.stop();
   await engine.close();
   log.info('stopped');

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FeedEngine } from '../src/feed/engine.ts';
+import { PolicyStore } from '../src/feed/policy.ts';
 
 // The real command, as a user runs it: `node bin/smartfeeds.mjs ...` from the repository root.
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -270,6 +271,16 @@ describe('smartfeeds command', () => {
     expect(again.code).toBe(1);
     expect(again.stderr).toMatch(/exists already/);
     expect(await items('empty')).toEqual({ totalItems: 0, count: 0, items: [] });
+    expect(await ok(['create', '--data', data, 'owned', '--owner', 'alice@example.org/phone'])).toBe('');
+    const engine = await FeedEngine.open(data);
+    try {
+      expect(await new PolicyStore(engine).affiliations('owned')).toEqual([['alice@example.org', 'owner']]);
+    } finally {
+      await engine.close();
+    }
+    const bad = await run(['create', '--data', data, 'x', '--owner', 'example.org']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/--owner/);
   });
 
   it('reads --data from SMARTFEEDS_DATA', async () => {
@@ -281,7 +292,7 @@ describe('smartfeeds command', () => {
         (error, stdout) => (error ? reject(error) : resolve(stdout)),
       );
     });
-    expect(r).toBe('blog\nempty\nmany\nother\n');
+    expect(r).toBe('blog\nempty\nmany\nother\nowned\n');
   });
 
   it.each([

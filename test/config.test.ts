@@ -89,6 +89,95 @@ describe('rate limit options', () => {
   });
 });
 
+describe('http options', () => {
+  it('leaves HTTP off unless --http is given, and reads HOST:PORT and the limits', () => {
+    expect(loadConfig(['--secret', 's'], {}).http).toBeUndefined();
+    const c = loadConfig(['--secret', 's', '--http', '127.0.0.1:8080'], {});
+    expect(c.http).toMatchObject({ host: '127.0.0.1', port: 8080, maxHeld: 10_000, maxTimeoutSeconds: 120 });
+    expect(c.http?.tokens.size).toBe(0);
+    expect(loadConfig(['--secret', 's'], { SMARTFEEDS_HTTP: '[::1]:0' }).http).toMatchObject({
+      host: '::1',
+      port: 0,
+    });
+    const limited = loadConfig(
+      ['--secret', 's', '--http', 'localhost:1', '--http-max-held', '5', '--http-max-timeout', '2.5'],
+      {},
+    );
+    expect(limited.http).toMatchObject({ host: 'localhost', maxHeld: 5, maxTimeoutSeconds: 2.5 });
+    for (const bad of ['8080', 'host:', 'host:99999', 'a b:1', 'http://x:1']) {
+      expect(() => loadConfig(['--secret', 's', '--http', bad], {}), bad).toThrow(/HOST:PORT/);
+    }
+    expect(() => loadConfig(['--secret', 's', '--http', 'h:1', '--http-max-held', '0'], {})).toThrow(
+      /http-max-held/,
+    );
+    expect(() => loadConfig(['--secret', 's', '--http', 'h:1', '--http-max-timeout', '-1'], {})).toThrow(
+      /http-max-timeout/,
+    );
+  });
+
+  it('takes bearer tokens from flags, else the environment, else the file', async () => {
+    const tokens = (argv: string[], env: NodeJS.ProcessEnv = {}) =>
+      Object.fromEntries(loadConfig(['--secret', 's', '--http', 'h:1', ...argv], env).http?.tokens ?? []);
+    expect(tokens(['--http-token', 'abc=a@x', '--http-token', 'd.e~f=b@x'])).toEqual({
+      abc: 'a@x',
+      'd.e~f': 'b@x',
+    });
+    expect(tokens([], { SMARTFEEDS_HTTP_TOKENS: 'abc=a@x, def=b@x' })).toEqual({ abc: 'a@x', def: 'b@x' });
+    const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-config-'));
+    try {
+      const file = join(dir, 'c.json');
+      await writeFile(file, JSON.stringify({ 'http-tokens': { t1: 'a@x' } }));
+      expect(tokens(['--config', file])).toEqual({ t1: 'a@x' });
+      expect(tokens(['--config', file], { SMARTFEEDS_HTTP_TOKENS: 't2=b@x' })).toEqual({ t2: 'b@x' });
+      await writeFile(file, JSON.stringify({ 'http-tokens': ['t1'] }));
+      expect(() => tokens(['--config', file])).toThrow(/http-tokens/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    for (const bad of ['abc', '=a@x', 'a b=a@x', 'tok=alice', 'tok=a@x/res', 'to"k=a@x']) {
+      expect(() => tokens(['--http-token', bad]), bad).toThrow(ConfigError);
+    }
+    expect(() => tokens(['--http-token', 'a=a@x', '--http-token', 'a=b@x'])).toThrow(/twice/);
+  });
+});
+
+describe('node creation options', () => {
+  it('defaults to admins creating, auto-create on, the local domain under the service domain', async () => {
+    expect(loadConfig(['--secret', 's'], {})).toMatchObject({
+      create: 'admins',
+      autoCreate: true,
+      localDomain: 'localhost',
+    });
+    expect(loadConfig(['--secret', 's', '--domain', 'pubsub.example.org'], {}).localDomain).toBe(
+      'example.org',
+    );
+    expect(
+      loadConfig(['--secret', 's', '--create', 'local', '--no-auto-create', '--local-domain', 'x.org'], {}),
+    ).toMatchObject({ create: 'local', autoCreate: false, localDomain: 'x.org' });
+    expect(
+      loadConfig(['--secret', 's'], { SMARTFEEDS_CREATE: 'anyone', SMARTFEEDS_AUTO_CREATE: '0' }),
+    ).toMatchObject({ create: 'anyone', autoCreate: false });
+    const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-config-'));
+    try {
+      const file = join(dir, 'c.json');
+      await writeFile(file, JSON.stringify({ secret: 'f', create: 'local', 'auto-create': false }));
+      expect(loadConfig(['--config', file], {})).toMatchObject({ create: 'local', autoCreate: false });
+      // Flags over the environment over the file.
+      expect(loadConfig(['--config', file, '--auto-create'], { SMARTFEEDS_CREATE: 'anyone' })).toMatchObject({
+        create: 'anyone',
+        autoCreate: true,
+      });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    expect(() => loadConfig(['--secret', 's', '--create', 'everyone'], {})).toThrow(/create/);
+    expect(() => loadConfig(['--secret', 's'], { SMARTFEEDS_AUTO_CREATE: 'maybe' })).toThrow(/auto-create/);
+    expect(() => loadConfig(['--secret', 's', '--auto-create', '--no-auto-create'], {})).toThrow(
+      /contradict/,
+    );
+  });
+});
+
 describe('reconnect backoff', () => {
   it('grows exponentially with jitter up to the cap', () => {
     const opts = { initialMs: 100, maxMs: 5000 };

@@ -88,11 +88,6 @@ export class FeedRequestError extends Error {
     super(`${condition}${pubsubCondition ? ` (${pubsubCondition})` : ''}${text ? `: ${text}` : ''}`);
     this.name = 'FeedRequestError';
   }
-
-  /** Errors that say the request itself is wrong (retrying cannot help). */
-  get permanent(): boolean {
-    return this.type === 'modify' || this.type === 'auth' || this.condition === 'item-not-found';
-  }
 }
 
 /** The login was refused (bad credentials). */

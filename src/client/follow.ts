@@ -63,6 +63,15 @@ export interface FollowEvents {
   fatal: [error: Error];
 }
 
+/**
+ * Whether following cannot go on: the node is gone, or the request itself is wrong. Anything else
+ * is retried: a service that is away answers, depending on the server, `wait/remote-server-timeout`
+ * (Prosody) or even `auth/forbidden` (ejabberd).
+ */
+function gone(e: unknown): boolean {
+  return e instanceof FeedRequestError && (e.condition === 'item-not-found' || e.type === 'modify');
+}
+
 /** Compares two bare cursors by position (stamp, then offset); undefined when either is malformed. */
 export function comparePosition(a: string, b: string): number | undefined {
   const pa = a.split('_').map(Number);
@@ -152,7 +161,7 @@ export class FeedFollower extends EventEmitter<FollowEvents> {
     try {
       await this.client.subscribe(this.feed);
     } catch (e) {
-      if (e instanceof FeedRequestError && e.permanent) return this.fail(e);
+      if (gone(e)) return this.fail(e as Error);
       // The service is not there yet (restarting): the pull below retries until it is.
     }
     this.needPull = true;
@@ -196,8 +205,8 @@ export class FeedFollower extends EventEmitter<FollowEvents> {
       }
     } catch (e) {
       if (this.stopped) return;
-      if (e instanceof FeedRequestError && e.permanent) {
-        this.fail(e);
+      if (gone(e)) {
+        this.fail(e as Error);
         return;
       }
       // Unreachable service, timeout, storage hiccup: try again later, from L.

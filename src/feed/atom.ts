@@ -21,91 +21,137 @@ interface Parsed {
 }
 
 /**
+ * Deepest nesting an entry may have, itself being level 1. Serializing (ltx) recurses, and a few
+ * thousand levels overflow the stack: the publish would fail with no useful error. Real entries
+ * (XHTML content) nest a few dozen.
+ */
+export const MAX_ENTRY_DEPTH = 1000;
+
+/**
  * Parses XML text strictly (well-formed, namespace-aware, exactly one element, no DTD) and
  * serializes it as it goes, in the form ltx gives an element tree (comments and processing
  * instructions dropped, attributes double-quoted, childless elements self-closed): building no
  * tree halves the cost of a publish's parse.
  */
 function parseStrict(xml: string): Parsed {
-  const parser = new SaxesParser({ xmlns: true, position: false });
-  let out = '';
-  /** Per open element: its name and whether its start tag is still open (no child yet). */
-  const names: string[] = [];
-  let startOpen = false;
-  let rootSeen = false;
-  let rootName = '';
-  let local = '';
-  let rootNs: string | undefined;
-  /** The Atom id: the text of the root's first Atom `<id>` child. */
-  let idState: 'none' | 'reading' | 'done' = 'none';
-  let idText = '';
-  let error: Error | undefined;
-  const child = () => {
-    if (startOpen) {
-      out += '>';
-      startOpen = false;
-    }
-  };
-  parser.on('error', (e) => {
-    error ??= e;
-  });
-  parser.on('doctype', () => {
-    error ??= new Error('a document type declaration is not allowed');
-  });
-  parser.on('opentag', (tag) => {
-    if (names.length === 0 && rootSeen) {
-      error ??= new Error('more than one root element');
-      return;
-    }
-    child();
-    if (names.length === 0) {
-      rootSeen = true;
-      rootName = tag.name;
-      local = tag.local;
-      rootNs = tag.uri;
-    } else if (names.length === 1 && idState === 'none' && tag.local === 'id' && tag.uri === ATOM_NS) {
-      idState = 'reading';
-    }
-    out += `<${tag.name}`;
-    for (const [name, attr] of Object.entries(tag.attributes))
-      out += ` ${name}="${escapeXML(typeof attr === 'string' ? attr : attr.value)}"`;
-    names.push(tag.name);
-    startOpen = true;
-  });
-  const text = (t: string) => {
-    if (names.length === 0) return;
-    child();
-    out += escapeXMLText(t);
-    if (idState === 'reading' && names.length === 2) idText += t;
-  };
-  parser.on('text', (t) => {
-    if (names.length > 0) text(t);
-    else if (t.trim() !== '') error ??= new Error('text outside the root element');
-  });
-  parser.on('cdata', text);
-  parser.on('closetag', () => {
-    const name = names.pop();
-    if (name === undefined) return;
-    if (startOpen) out += '/>';
-    else out += `</${name}>`;
-    startOpen = false;
-    if (names.length === 1 && idState === 'reading') idState = 'done';
-  });
+  reader ??= new StrictReader();
   try {
-    parser.write(xml).close();
+    return reader.read(xml);
   } catch (e) {
-    error ??= e as Error;
+    // A parser that threw may be left mid-document: the next parse gets a fresh one.
+    if (!(e instanceof InvalidPayload)) reader = undefined;
+    throw e;
   }
-  if (error) throw new InvalidPayload(`payload is not well-formed XML: ${error.message.split('\n')[0]}`);
-  if (!rootSeen) throw new InvalidPayload('payload holds no element');
-  const id = idText.trim();
-  return {
-    name: rootName,
-    local,
-    ns: rootNs,
-    atomId: idState === 'none' || !id ? undefined : id,
-    canonical: out,
-  };
+}
+
+/** One saxes parser, reused: a parse then costs no parser construction. Parses are synchronous. */
+let reader: StrictReader | undefined;
+
+class StrictReader {
+  private readonly parser = new SaxesParser({ xmlns: true, position: false });
+  private out = '';
+  /** The names of the open elements. */
+  private names: string[] = [];
+  /** Whether the last start tag is still open (no child yet: it may self-close). */
+  private startOpen = false;
+  private rootSeen = false;
+  private rootName = '';
+  private local = '';
+  private rootNs: string | undefined;
+  /** The Atom id: the text of the root's first Atom `<id>` child. */
+  private idState: 'none' | 'reading' | 'done' = 'none';
+  private idText = '';
+  private error: Error | undefined;
+
+  constructor() {
+    const p = this.parser;
+    p.on('error', (e) => {
+      this.error ??= e;
+    });
+    p.on('doctype', () => {
+      this.error ??= new Error('a document type declaration is not allowed');
+    });
+    p.on('opentag', (tag) => {
+      const names = this.names;
+      if (names.length === 0 && this.rootSeen) {
+        this.error ??= new Error('more than one root element');
+        return;
+      }
+      if (names.length >= MAX_ENTRY_DEPTH) {
+        this.error ??= new Error(`elements nest more than ${MAX_ENTRY_DEPTH} deep`);
+        return;
+      }
+      this.child();
+      if (names.length === 0) {
+        this.rootSeen = true;
+        this.rootName = tag.name;
+        this.local = tag.local;
+        this.rootNs = tag.uri;
+      } else if (names.length === 1 && this.idState === 'none' && tag.local === 'id' && tag.uri === ATOM_NS) {
+        this.idState = 'reading';
+      }
+      let out = `<${tag.name}`;
+      for (const [name, attr] of Object.entries(tag.attributes))
+        out += ` ${name}="${escapeXML(typeof attr === 'string' ? attr : attr.value)}"`;
+      this.out += out;
+      names.push(tag.name);
+      this.startOpen = true;
+    });
+    p.on('text', (t) => {
+      if (this.names.length > 0) this.text(t);
+      else if (t.trim() !== '') this.error ??= new Error('text outside the root element');
+    });
+    p.on('cdata', (t) => this.text(t));
+    p.on('closetag', () => {
+      const name = this.names.pop();
+      if (name === undefined) return;
+      this.out += this.startOpen ? '/>' : `</${name}>`;
+      this.startOpen = false;
+      if (this.names.length === 1 && this.idState === 'reading') this.idState = 'done';
+    });
+  }
+
+  private child(): void {
+    if (this.startOpen) {
+      this.out += '>';
+      this.startOpen = false;
+    }
+  }
+
+  private text(t: string): void {
+    if (this.names.length === 0) return;
+    this.child();
+    this.out += escapeXMLText(t);
+    if (this.idState === 'reading' && this.names.length === 2) this.idText += t;
+  }
+
+  read(xml: string): Parsed {
+    this.out = '';
+    this.names = [];
+    this.startOpen = false;
+    this.rootSeen = false;
+    this.rootName = '';
+    this.local = '';
+    this.rootNs = undefined;
+    this.idState = 'none';
+    this.idText = '';
+    this.error = undefined;
+    // close() ends the document and resets the parser for the next one.
+    this.parser.write(xml).close();
+    const error = this.error as Error | undefined;
+    if (error) throw new InvalidPayload(`payload is not well-formed XML: ${error.message.split('\n')[0]}`);
+    if (!this.rootSeen) throw new InvalidPayload('payload holds no element');
+    const id = this.idText.trim();
+    const out = this.out;
+    this.out = '';
+    return {
+      name: this.rootName,
+      local: this.local,
+      ns: this.rootNs,
+      atomId: this.idState === 'none' || !id ? undefined : id,
+      canonical: out,
+    };
+  }
 }
 
 /**

@@ -19,30 +19,40 @@
  *  4. Look for duplicate sequence numbers in each order (see `findDuplicateSeqs`).
  */
 
+import { AFFILIATIONS } from './access.ts';
 import { type Db, openDatabase as openLevel } from './database.ts';
 import { ORDERS, type Order, parseFeedName } from './feedName.ts';
 import {
+  affiliationKey,
+  affiliationPrefix,
+  configKey,
+  DELETED_PREFIX,
   familyPrefix,
   idOfItemKey,
   indexKey,
   indexRange,
   itemKey,
   itemPrefix,
+  jidOfAffiliationKey,
   metaKey,
+  NODE_FAMILIES,
   NODE_PREFIX,
   nameOfNodeKey,
   nidOfKey,
   nodeKey,
   parseSubscriptionKey,
+  parseUserAffiliationKey,
   parseUserSubscriptionKey,
   prefixEnd,
   SERVICE_KEY,
   seqOfIndexKey,
   stampOfIndexKey,
+  userAffiliationKey,
   userSubscriptionKey,
 } from './keys.ts';
 import type { ItemRecord, Subscription } from './model.ts';
 import { decodeRecord, encodeRecord } from './record.ts';
+import { sweepDeleted } from './sweep.ts';
 
 export type ProblemKind =
   /** A registry entry (`n NAME`) that does not name a node number. */
@@ -79,7 +89,17 @@ export type ProblemKind =
   /** A `u` key without its subscription. */
   | 'stray-user-subscription'
   /** A key-value entry (`k`, kv.ts) without its namespace terminator or with a value that is not JSON. */
-  | 'unreadable-kv-entry';
+  | 'unreadable-kv-entry'
+  /** A deleted node whose keys are not all swept yet (the server finishes it when it starts). */
+  | 'unfinished-delete'
+  /** A node configuration (`c`) that cannot be read. */
+  | 'unreadable-config'
+  /** An affiliation (`a`) that names no affiliation. */
+  | 'unreadable-affiliation'
+  /** An affiliation without its by-user key (`b`), or one that holds another value. */
+  | 'missing-user-affiliation'
+  /** A `b` key without its affiliation. */
+  | 'stray-user-affiliation';
 
 export interface Problem {
   kind: ProblemKind;
@@ -221,6 +241,12 @@ interface Findings {
   rebuild: Set<number>;
   /** Node numbers with keys but no registry entry, and whether they have item records. */
   orphans: Map<number, { records: boolean }>;
+  /** Deleted node numbers whose keys are still being swept. */
+  deleting: Set<number>;
+  /** Unreadable configurations and affiliations, to drop (the defaults and `none` apply). */
+  dropKeys: Buffer[];
+  /** The by-user affiliation keys disagree with the affiliations: rebuilt from them. */
+  affiliations: boolean;
   subscriptions: boolean;
   service: boolean;
   /** The largest node number in use (registered or not). */
@@ -303,6 +329,9 @@ export class DatabaseCheck {
       aliases: new Map(),
       rebuild: new Set(),
       orphans: new Map(),
+      deleting: new Set(),
+      dropKeys: [],
+      affiliations: false,
       subscriptions: false,
       service: false,
       maxNid: 0,
@@ -314,6 +343,21 @@ export class DatabaseCheck {
       summary.problems += 1;
       await report({ kind, message });
     };
+
+    // Deleted nodes still being swept: their keys are expected, the sweep is not finished.
+    for await (const chunk of this.chunks(prefixRange(DELETED_PREFIX), KEY_CHUNK)) {
+      for (const [key, value] of chunk) {
+        const nid = nidOfKey(key);
+        if (nid === undefined) continue;
+        f.deleting.add(nid);
+        f.maxNid = Math.max(f.maxNid, nid);
+        const name = (readJson(value) as { name?: unknown } | undefined)?.name;
+        await problem(
+          'unfinished-delete',
+          `node number ${nid}${typeof name === 'string' ? ` (node ${q(name)})` : ''} is deleted, but its keys are not all swept yet`,
+        );
+      }
+    }
 
     // The registry, and each node in it.
     for await (const chunk of this.chunks(prefixRange(NODE_PREFIX), KEY_CHUNK)) {
@@ -342,7 +386,7 @@ export class DatabaseCheck {
     }
 
     // Keys of node numbers that no name registers: one seek per node number and key family.
-    for (const tag of ['m', 'i', 'x', 's'] as const) {
+    for (const tag of NODE_FAMILIES) {
       const family = Buffer.from(tag);
       const end = prefixEnd(family);
       let from: Buffer = family;
@@ -354,7 +398,7 @@ export class DatabaseCheck {
           from = Buffer.concat([key, Buffer.from([0])]);
           continue;
         }
-        if (!f.nodes.has(nid)) {
+        if (!f.nodes.has(nid) && !f.deleting.has(nid)) {
           const orphan = f.orphans.get(nid) ?? { records: false };
           if (tag === 'i') orphan.records = true;
           f.orphans.set(nid, orphan);
@@ -372,6 +416,27 @@ export class DatabaseCheck {
     }
 
     summary.subscriptions = await this.checkSubscriptions(f, problem);
+
+    // Each by-user affiliation key mirrors an affiliation of a node (or of one being swept).
+    for await (const chunk of this.chunks(prefixRange(Buffer.from('b')), KEY_CHUNK)) {
+      const parts = chunk.map(([key]) => parseUserAffiliationKey(key));
+      const originals = await this.db.getMany(
+        parts.map((p) => (p ? affiliationKey(p.nid, p.bareJid) : Buffer.from('a'))),
+      );
+      for (let i = 0; i < chunk.length; i++) {
+        const [key, value] = chunk[i] as [Buffer, Buffer];
+        const p = parts[i];
+        if (p && f.deleting.has(p.nid)) continue;
+        if (p && f.nodes.has(p.nid) && originals[i]?.equals(value)) continue;
+        f.affiliations = true;
+        await problem(
+          'stray-user-affiliation',
+          p
+            ? `${q(p.bareJid)} has a user key for an affiliation with node number ${p.nid} that does not exist`
+            : `the user affiliation key ${key.toString('hex')} is malformed`,
+        );
+      }
+    }
 
     // A binding's own state (kv.ts) is opaque here: only its framing is checked, never repaired.
     for await (const chunk of this.chunks(prefixRange(Buffer.from('k')), RECORD_CHUNK)) {
@@ -467,6 +532,39 @@ export class DatabaseCheck {
           `item ${q(id)} has ${order} seq ${seqOfIndexKey(key)} (stamp ${stampOfIndexKey(key)}), as an item before it has`,
         ),
       );
+    }
+
+    // Its policy: a configuration that can be read, affiliations that name one.
+    const configBuf = await this.db.get(configKey(nid));
+    const config = configBuf && readJson(configBuf);
+    if (configBuf && (typeof config !== 'object' || config === null)) {
+      f.dropKeys.push(configKey(nid));
+      await problem(
+        'unreadable-config',
+        `${at}: its configuration cannot be read (the defaults would apply)`,
+      );
+    }
+    for await (const chunk of this.chunks(prefixRange(affiliationPrefix(nid)), KEY_CHUNK)) {
+      const mirrors = await this.db.getMany(
+        chunk.map(([key]) => userAffiliationKey(jidOfAffiliationKey(key), nid)),
+      );
+      for (let i = 0; i < chunk.length; i++) {
+        const [key, value] = chunk[i] as [Buffer, Buffer];
+        const jid = jidOfAffiliationKey(key);
+        if (!(AFFILIATIONS as readonly string[]).includes(value.toString('utf8'))) {
+          f.dropKeys.push(key);
+          await problem(
+            'unreadable-affiliation',
+            `${at}: the affiliation of ${q(jid)} is ${q(value.toString('utf8'))}`,
+          );
+        } else if (!mirrors[i]?.equals(value)) {
+          f.affiliations = true;
+          await problem(
+            'missing-user-affiliation',
+            `${at}: the affiliation of ${q(jid)} has no user key that agrees`,
+          );
+        }
+      }
     }
 
     // 3. The counters.
@@ -609,6 +707,7 @@ export class DatabaseCheck {
           continue;
         }
         const what = `the subscription of ${q(parts.jid)} to ${parts.order} order of node number ${parts.nid}`;
+        if (f.deleting.has(parts.nid)) continue;
         if (!f.nodes.has(parts.nid)) {
           await broken('dangling-subscription', `${what}: no node has that number`);
           continue;
@@ -642,6 +741,8 @@ export class DatabaseCheck {
         const { key, parts } = users[i] as (typeof users)[number];
         if (!parts) {
           await broken('stray-user-subscription', `the user key ${key.toString('hex')} is malformed`);
+        } else if (f.deleting.has(parts.nid)) {
+          // Swept with its subscription.
         } else if (!subs[i]) {
           await broken(
             'stray-user-subscription',
@@ -669,6 +770,13 @@ export class DatabaseCheck {
     const f = this.findings;
     if (!f) throw new Error('repair needs a check first');
     const out = new Writer(this.db);
+    // Finishes the deletions the server did not (it would when it starts).
+    if (f.deleting.size > 0)
+      await sweepDeleted(this.db, async (ops) => void (await this.db.batch(ops)), {
+        batch: BATCH_OPS,
+        stopped: () => false,
+      });
+    for (const key of f.dropKeys) await out.del(key);
     for (const name of f.dropNames) await out.del(nodeKey(name));
     for (const [nid, names] of f.aliases) {
       const keep = await this.trueName(nid, names);
@@ -681,16 +789,23 @@ export class DatabaseCheck {
         await out.put(nodeKey(name), json({ nid }));
         f.rebuild.add(nid);
       } else {
-        for (const tag of ['m', 'x', 's'] as const) {
-          await this.db.clear(prefixRange(familyPrefix(tag, nid)));
+        for (const tag of NODE_FAMILIES) {
+          if (tag !== 'i') await this.db.clear(prefixRange(familyPrefix(tag, nid)));
         }
       }
     }
     await out.flush();
     for (const nid of f.rebuild) await this.rebuildNode(nid);
-    if (f.subscriptions || f.dropNames.length > 0 || f.aliases.size > 0 || f.orphans.size > 0) {
+    if (
+      f.subscriptions ||
+      f.dropNames.length > 0 ||
+      f.aliases.size > 0 ||
+      f.orphans.size > 0 ||
+      f.deleting.size > 0
+    ) {
       await this.rebuildSubscriptions();
     }
+    if (f.affiliations || f.dropKeys.length > 0 || f.orphans.size > 0) await this.rebuildUserAffiliations(f);
     if (f.service) {
       const nextNid = Math.max(f.nextNid ?? 1, f.maxNid + 1);
       await out.put(SERVICE_KEY, json({ nextNid }));
@@ -779,6 +894,27 @@ export class DatabaseCheck {
       });
     }
     await out.put(metaKey(nid), json({ total, stamp, seq: maxSeq } satisfies NodeMeta));
+    await out.close();
+  }
+
+  /** Rewrites every `b` key from the affiliations of registered nodes. */
+  private async rebuildUserAffiliations(f: Findings): Promise<void> {
+    await this.db.clear(prefixRange(Buffer.from('b')));
+    const registered = new Set(f.nodes.keys());
+    for await (const chunk of this.chunks(prefixRange(NODE_PREFIX), KEY_CHUNK))
+      for (const [, value] of chunk) {
+        const nid = readNid(value);
+        if (nid !== undefined) registered.add(nid);
+      }
+    const out = new Writer(this.db);
+    for await (const chunk of this.chunks(prefixRange(Buffer.from('a')), KEY_CHUNK)) {
+      for (const [key, value] of chunk) {
+        const nid = nidOfKey(key);
+        if (nid === undefined || !registered.has(nid)) continue;
+        if (!(AFFILIATIONS as readonly string[]).includes(value.toString('utf8'))) continue;
+        await out.put(userAffiliationKey(jidOfAffiliationKey(key), nid), value);
+      }
+    }
     await out.close();
   }
 

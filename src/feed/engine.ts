@@ -4,7 +4,7 @@ import type { Element } from 'ltx';
 import { readAtomElementText, readAtomEntry, readTombstone, tombstone } from './atom.ts';
 import { Committer, type Op } from './commit.ts';
 import { type Cursor, formatCursor, GroupChecksum, groupChecksum } from './cursor.ts';
-import { openDatabase } from './database.ts';
+import { type Db, openDatabase } from './database.ts';
 import {
   BadRequest,
   FeedError,
@@ -19,6 +19,8 @@ import {
 } from './errors.ts';
 import { checkItemId, checkNodeName, type FeedName, ORDERS, type Order, parseFeedName } from './feedName.ts';
 import {
+  DELETED_PREFIX,
+  deletedKey,
   indexKey,
   indexRange,
   itemKey,
@@ -26,7 +28,9 @@ import {
   NODE_PREFIX,
   nameOfNodeKey,
   nodeKey,
+  PURGE_PREFIX,
   prefixEnd,
+  purgeKey,
   SERVICE_KEY,
   stampOfIndexKey,
   subscriptionKey,
@@ -46,8 +50,10 @@ import {
   type ReadQuery,
   type Subscription,
 } from './model.ts';
+import { PolicyStore } from './policy.ts';
 import { type PositionSpec, parsePositionSpec } from './positionSpec.ts';
 import { decodeRecord, encodeRecord } from './record.ts';
+import { sweepDeleted } from './sweep.ts';
 import { FeedTail } from './tail.ts';
 
 export interface EngineOptions {
@@ -56,6 +62,17 @@ export interface EngineOptions {
   now?: () => number;
   /** fsync every batch: survives power loss, not only a killed process. Default false. */
   sync?: boolean;
+  /** Keys removed per batch when sweeping a deleted node (default 1,000). */
+  sweepBatch?: number;
+}
+
+/** What policy storage beside the engine (policy.ts) uses: reads, atomic writes, node numbers. */
+export interface EngineStorage {
+  db: Db;
+  /** Writes operations as one atomic batch, in order with the engine's own writes. */
+  write(ops: Op[]): Promise<void>;
+  /** The node number of an existing node (NodeNotFound otherwise). */
+  nid(name: string): Promise<number>;
 }
 
 export interface PublishInput {
@@ -88,6 +105,8 @@ interface NodeState extends NodeMeta {
   pumpScheduled: boolean;
   /** Subscriptions by key, loaded on first use. */
   subscriptions?: Map<string, Subscription>;
+  /** Set once the node is deleted: writes still queued to it are refused. */
+  deleted?: boolean;
 }
 
 type RecordBody = Omit<ItemRecord, 'c' | 'cs' | 'm' | 'ms'>;
@@ -98,6 +117,8 @@ interface QueuedWrite {
   version: RecordBody | ((old: ItemRecord | undefined, stamp: number) => RecordBody | undefined);
   /** The error when the item must exist and does not. */
   missing?: () => Error;
+  /** Part of a purge (see Change.quiet). */
+  quiet?: boolean;
   resolve: (change: Change) => void;
   reject: (error: Error) => void;
 }
@@ -122,6 +143,9 @@ type Bound = { gt: Buffer } | { gte: Buffer };
 
 const json = (value: unknown): Buffer => Buffer.from(JSON.stringify(value));
 const parse = <T>(buf: Buffer): T => JSON.parse(buf.toString('utf8')) as T;
+
+/** Most writes a pump computes in one round (see pump). */
+const MAX_ROUND = 64;
 
 /** XML escaping can grow an attribute up to six times; the page budget counts the worst case. */
 const ITEM_OVERHEAD = 96;
@@ -154,10 +178,17 @@ export class FeedEngine {
   /** The nodes whose state is loaded, for writes that need not wait for anything. */
   private readonly ready = new Map<string, NodeState>();
   private readonly listeners = new Set<ChangeListener>();
+  private readonly purgeListeners = new Set<(node: string) => void>();
+  private readonly purges = new Set<Promise<void>>();
   private nextNid = 1;
   private registry: Promise<void> = Promise.resolve();
   /** Per node name, the last write still being routed to its node (keeps call order). */
   private readonly arrivals = new Map<string, Promise<void>>();
+  private lastName: [string, string] | undefined;
+  private policyStore: PolicyStore | undefined;
+  private readonly sweepBatch: number;
+  private sweeping: Promise<void> = Promise.resolve();
+  private closing = false;
 
   private constructor(
     private readonly db: ClassicLevel<Buffer, Buffer>,
@@ -166,6 +197,7 @@ export class FeedEngine {
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
     this.now = options.now ?? Date.now;
     this.committer = new Committer(db, options.sync ?? false);
+    this.sweepBatch = options.sweepBatch ?? 1000;
   }
 
   /** Opens (creating if needed) the database in `dir`; a database in use is refused. */
@@ -174,11 +206,16 @@ export class FeedEngine {
     const engine = new FeedEngine(db, options);
     const service = await db.get(SERVICE_KEY);
     if (service) engine.nextNid = parse<{ nextNid: number }>(service).nextNid;
+    // A deletion a stop or crash interrupted goes on where it stopped.
+    engine.sweep();
     return engine;
   }
 
   /** Waits for queued writes, then closes the database. */
   async close(): Promise<void> {
+    this.closing = true;
+    await this.sweeping;
+    await Promise.allSettled([...this.purges]);
     await this.committer.drain().catch(() => undefined);
     await this.db.close();
   }
@@ -273,8 +310,11 @@ export class FeedEngine {
     return (await this.loadNode(name)) !== undefined;
   }
 
-  /** Creates an empty node. (async: a bad name rejects, it does not throw at the caller.) */
-  async createNode(name: string): Promise<void> {
+  /**
+   * Creates an empty node, with `init`'s records (its owner, its configuration) in the same batch.
+   * (async: a bad name rejects, it does not throw at the caller.)
+   */
+  async createNode(name: string, init?: (nid: number) => Op[]): Promise<void> {
     checkNodeName(name);
     return this.inRegistry(async () => {
       if (await this.loadNode(name)) throw new NodeExists(name);
@@ -284,8 +324,174 @@ export class FeedEngine {
         { type: 'put', key: SERVICE_KEY, value: json({ nextNid: this.nextNid }) },
         { type: 'put', key: nodeKey(name), value: json({ nid }) },
         { type: 'put', key: metaKey(nid), value: json(meta) },
+        ...(init?.(nid) ?? []),
       ]);
     });
+  }
+
+  /**
+   * Deletes a node: one batch drops its name and marks its number deleted, so the name is free at
+   * once (a new node of that name gets a new number, and starts empty); then its items,
+   * subscriptions, affiliations and configuration are swept in bounded batches. A sweep that a
+   * stop or crash interrupts resumes when the engine opens again.
+   */
+  async deleteNode(name: string): Promise<void> {
+    checkNodeName(name);
+    await this.inRegistry(async () => {
+      const st = await this.requireNode(name);
+      // After every write already queued to the node.
+      await this.serialize(st, async () => {
+        await this.committer.add([
+          { type: 'del', key: nodeKey(name) },
+          { type: 'put', key: deletedKey(st.nid), value: json({ name }) },
+        ]);
+        st.deleted = true;
+        this.nodes.delete(name);
+        this.ready.delete(name);
+      });
+    });
+    this.sweep();
+  }
+
+  /** Starts sweeping deleted nodes' keys, unless a sweep runs already. */
+  private sweep(): void {
+    this.sweeping = this.sweeping.then(() =>
+      sweepDeleted(this.db, (ops) => this.committer.add(ops), {
+        batch: this.sweepBatch,
+        stopped: () => this.closing,
+      }).catch(() => undefined),
+    );
+  }
+
+  /** Resolves once no deleted node is left to sweep (or the engine is closing). */
+  async swept(): Promise<void> {
+    await this.sweeping;
+  }
+
+  /** Node numbers marked deleted whose keys are not all swept yet. */
+  async deletionsPending(): Promise<number> {
+    return (await this.db.keys({ gte: DELETED_PREFIX, lt: prefixEnd(DELETED_PREFIX) }).all()).length;
+  }
+
+  /** Registers a listener for finished purges (resumed ones included). Returns its remover. */
+  onPurge(listener: (node: string) => void): () => void {
+    this.purgeListeners.add(listener);
+    return () => this.purgeListeners.delete(listener);
+  }
+
+  /**
+   * Purges a node: every live item becomes a tombstone, as quiet changes (listeners hear of the
+   * purge once, through onPurge). The items are those the node held when the purge began; they are
+   * walked in creation order (a retraction moves an item in the other order), in chunks, and the
+   * progress is written after each chunk, so a purge that a stop or crash interrupts resumes with
+   * `resumePurges`. Resolves when it is done, or with `wait: false` once it is recorded (from then
+   * on it survives a crash).
+   */
+  async purgeNode(name: string, options: { wait?: boolean } = {}): Promise<void> {
+    const node = parseFeedName(name).node;
+    const st = await this.requireNode(node);
+    const { start, end } = indexRange(st.nid, 'created');
+    const [upTo] = await this.db.keys({ gte: start, lt: end, reverse: true, limit: 1 }).all();
+    if (upTo) {
+      const mark = await this.db.get(purgeKey(st.nid));
+      // A purge under way already is joined (its end is extended to today's last item).
+      const after = mark ? parse<{ after?: string }>(mark).after : undefined;
+      await this.committer.add([
+        { type: 'put', key: purgeKey(st.nid), value: json({ upTo: upTo.toString('hex'), after }) },
+      ]);
+    }
+    const run = this.runPurge(node, st.nid);
+    if (options.wait === false) {
+      // Its mark stays until it is done: a failure here is resumed with the next resumePurges.
+      run.catch(() => undefined);
+      return;
+    }
+    await run;
+  }
+
+  /** Finishes the purges a stop or crash interrupted; resolves when they are done (or closing). */
+  async resumePurges(): Promise<void> {
+    const marks = await this.db.iterator({ gte: PURGE_PREFIX, lt: prefixEnd(PURGE_PREFIX) }).all();
+    for (const [key] of marks) {
+      const nid = key.readUInt32BE(1);
+      // A deleted node's mark is swept with its other keys.
+      const node = await this.nodeName(nid);
+      if (node !== undefined) await this.runPurge(node, nid);
+    }
+  }
+
+  /** The name of the node with this number, if it exists (a walk of the registry, cached once). */
+  async nodeName(nid: number): Promise<string | undefined> {
+    for (const st of this.ready.values()) if (st.nid === nid && !st.deleted) return st.name;
+    for (const name of await this.listNodes()) if ((await this.loadNode(name))?.nid === nid) return name;
+    return undefined;
+  }
+
+  private runPurge(node: string, nid: number): Promise<void> {
+    const run = this.purgeLoop(node, nid);
+    this.purges.add(run);
+    const done = () => this.purges.delete(run);
+    run.then(done, done);
+    return run;
+  }
+
+  private async purgeLoop(node: string, nid: number): Promise<void> {
+    const markKey = purgeKey(nid);
+    for (;;) {
+      if (this.closing) return;
+      const buf = await this.db.get(markKey);
+      if (!buf) break;
+      const mark = parse<{ upTo: string; after?: string }>(buf);
+      const upTo = Buffer.from(mark.upTo, 'hex');
+      const { start } = indexRange(nid, 'created');
+      const lower = mark.after ? { gt: Buffer.from(mark.after, 'hex') } : { gte: start };
+      const chunk = await this.db.iterator({ ...lower, lte: upTo, limit: this.sweepBatch }).all();
+      const ids = chunk.map(([, v]) => v.toString('utf8'));
+      const bufs = ids.length > 0 ? await this.db.getMany(ids.map((id) => itemKey(nid, id))) : [];
+      await Promise.all(
+        ids.map((id, i) => {
+          const b = bufs[i];
+          return b && decodeRecord(b).d !== 1
+            ? this.retract(node, id, { quiet: true }).catch((e) => {
+                if (!(e instanceof ItemNotFound)) throw e;
+              })
+            : undefined;
+        }),
+      );
+      const last = chunk[chunk.length - 1];
+      if (!last || last[0].equals(upTo)) {
+        await this.committer.add([{ type: 'del', key: markKey }]);
+        break;
+      }
+      await this.committer.add([
+        { type: 'put', key: markKey, value: json({ upTo: mark.upTo, after: last[0].toString('hex') }) },
+      ]);
+    }
+    for (const listener of this.purgeListeners) {
+      try {
+        listener(node);
+      } catch {
+        // One binding's failure must not keep the purge from the others.
+      }
+    }
+  }
+
+  /** Access for policy storage beside the engine (policy.ts). */
+  /**
+   * The nodes' policy (configuration, affiliations), one store for every binding: its caches are
+   * kept current by the changes made through it, so bindings must not make their own.
+   */
+  policy(): PolicyStore {
+    this.policyStore ??= new PolicyStore(this);
+    return this.policyStore;
+  }
+
+  storage(): EngineStorage {
+    return {
+      db: this.db,
+      write: (ops) => this.committer.add(ops),
+      nid: async (name) => (await this.requireNode(name)).nid,
+    };
   }
 
   /** Node names in byte order, `max` at most, after `after` if given. */
@@ -329,6 +535,7 @@ export class FeedEngine {
         id: write.id,
         version: write.version,
         missing: write.missing,
+        quiet: write.quiet,
         resolve,
         reject,
       };
@@ -375,9 +582,19 @@ export class FeedEngine {
    */
   private async pump(st: NodeState): Promise<void> {
     st.pumpScheduled = false;
-    const batch = st.queue;
-    st.queue = [];
+    // Rounds of at most MAX_ROUND writes keep a pipeline: one round's batch is written while the
+    // next round reads its previous versions, instead of the thread waiting on each in turn.
+    const batch = st.queue.length > MAX_ROUND ? st.queue.splice(0, MAX_ROUND) : st.queue;
+    if (batch === st.queue) st.queue = [];
+    else if (!st.pumpScheduled) {
+      st.pumpScheduled = true;
+      void this.serialize(st, () => this.pump(st));
+    }
     if (batch.length === 0) return;
+    if (st.deleted) {
+      for (const w of batch) w.reject(new NodeNotFound(st.name));
+      return;
+    }
     const known = new Map<string, ItemRecord>();
     const lookup = new Set<string>();
     for (const w of batch) {
@@ -513,6 +730,7 @@ export class FeedEngine {
       node: st.name,
       kind: old === undefined ? 'create' : rec.d === 1 ? 'retract' : 'update',
       changed: true,
+      ...(w.quiet ? { quiet: true } : {}),
       item: itemView(id, rec),
       total: st.total,
       feeds: {
@@ -541,30 +759,49 @@ export class FeedEngine {
    * Publishes an Atom entry as a new item or a new version of an existing one.
    * Resolves once the change is durable.
    */
-  async publish(node: string, input: PublishInput, options: { autoCreate?: boolean } = {}): Promise<Change> {
-    const name = parseFeedName(node).node;
-    const id = input.id ?? randomUUID();
-    checkItemId(id);
-    // Refuse an oversized text before parsing it (its canonical form is checked below).
-    if (typeof input.entry === 'string' && input.entry.length > this.limits.maxPayloadBytes + 1024) {
-      throw new PayloadTooBig(Buffer.byteLength(input.entry, 'utf8'), this.limits.maxPayloadBytes);
+  publish(node: string, input: PublishInput, options: { autoCreate?: boolean } = {}): Promise<Change> {
+    // Not an async function: the promise of the write itself is returned, one fewer per publish.
+    let name: string;
+    let id: string;
+    let body: RecordBody;
+    try {
+      name = this.baseName(node);
+      id = input.id ?? randomUUID();
+      checkItemId(id);
+      // Refuse an oversized text before parsing it (its canonical form is checked below).
+      if (typeof input.entry === 'string' && input.entry.length > this.limits.maxPayloadBytes + 1024) {
+        throw new PayloadTooBig(Buffer.byteLength(input.entry, 'utf8'), this.limits.maxPayloadBytes);
+      }
+      const { entry, atomId } =
+        typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry);
+      const bytes = Buffer.byteLength(entry, 'utf8');
+      if (bytes > this.limits.maxPayloadBytes) throw new PayloadTooBig(bytes, this.limits.maxPayloadBytes);
+      body = { e: entry };
+      if (input.publisher !== undefined) body.p = input.publisher;
+      if (atomId !== undefined) body.a = atomId;
+    } catch (e) {
+      return Promise.reject(e);
     }
-    const { entry, atomId } =
-      typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry);
-    const bytes = Buffer.byteLength(entry, 'utf8');
-    if (bytes > this.limits.maxPayloadBytes) throw new PayloadTooBig(bytes, this.limits.maxPayloadBytes);
-    const body: RecordBody = { e: entry };
-    if (input.publisher !== undefined) body.p = input.publisher;
-    if (atomId !== undefined) body.a = atomId;
     return this.submit(name, options.autoCreate === true, { id, version: body });
   }
 
+  /** The base name of a node named with or without parameters (the last one asked is kept). */
+  private baseName(node: string): string {
+    if (node !== this.lastName?.[0]) this.lastName = [node, parseFeedName(node).node];
+    return this.lastName[1];
+  }
+
   /** Turns an item into an RFC 6721 tombstone. Retracting a tombstone changes nothing. */
-  async retract(node: string, id: string, options: { publisher?: string } = {}): Promise<Change> {
+  async retract(
+    node: string,
+    id: string,
+    options: { publisher?: string; quiet?: boolean } = {},
+  ): Promise<Change> {
     const name = parseFeedName(node).node;
     checkItemId(id);
     return this.submit(name, false, {
       id,
+      quiet: options.quiet === true,
       version: (old, stamp) => {
         if (!old || old.d === 1) return undefined;
         const body: RecordBody = { d: 1, e: tombstone(old.a ?? id, stamp) };
@@ -941,6 +1178,7 @@ export class FeedEngine {
     feedName: string,
     jid: string,
     bareJid: string,
+    options: { pending?: boolean } = {},
   ): Promise<{ subscription: Subscription; created: boolean }> {
     return this.onSubscription(feedName, jid, async ({ st, feed, key, found }) => {
       if (found) return { subscription: found, created: false };
@@ -951,6 +1189,7 @@ export class FeedEngine {
         jid,
         subid: randomUUID(),
       };
+      if (options.pending) subscription.pending = true;
       const value = json(subscription);
       await this.committer.add([
         { type: 'put', key, value },
@@ -977,6 +1216,22 @@ export class FeedEngine {
     });
   }
 
+  /** Approves a subscription waiting for an owner: from now on it hears of changes. */
+  async approveSubscription(feedName: string, jid: string, bareJid: string): Promise<Subscription> {
+    return this.onSubscription(feedName, jid, async ({ st, feed, key, found }) => {
+      if (!found) throw new NotSubscribed(`${jid} is not subscribed to ${JSON.stringify(feed.requested)}`);
+      if (!found.pending) return found;
+      const { pending: _, ...subscription } = found;
+      const value = json(subscription);
+      await this.committer.add([
+        { type: 'put', key, value },
+        { type: 'put', key: userSubscriptionKey(bareJid, st.nid, feed.order, jid), value },
+      ]);
+      st.subscriptions?.set(key.toString('latin1'), subscription);
+      return subscription;
+    });
+  }
+
   /** Every subscription to a node, any order (for fan-out). */
   async subscriptionsOf(node: string): Promise<Subscription[]> {
     const st = await this.requireNode(node);
@@ -986,8 +1241,16 @@ export class FeedEngine {
   /** A user's subscriptions (any of their resources), across nodes, optionally of one node. */
   async subscriptionsFor(bareJid: string, node?: string): Promise<Subscription[]> {
     const prefix = userPrefix(bareJid);
-    const subs = await this.db.values({ gte: prefix, lt: prefixEnd(prefix) }).all();
-    return subs.map((b) => parse<Subscription>(b)).filter((s) => node === undefined || s.node === node);
+    const entries = await this.db.iterator({ gte: prefix, lt: prefixEnd(prefix) }).all();
+    const out: Subscription[] = [];
+    for (const [key, value] of entries) {
+      const s = parse<Subscription>(value);
+      if (node !== undefined && s.node !== node) continue;
+      // A deleted node's subscriptions wait for the sweep: they are not a later node's.
+      const nid = key.readUInt32BE(prefix.length);
+      if ((await this.loadNode(s.node))?.nid === nid) out.push(s);
+    }
+    return out;
   }
 
   // ---- export / import --------------------------------------------------------------------

@@ -10,7 +10,19 @@ export type FeedErrorCode =
   | 'not-subscribed'
   | 'invalid-subid'
   | 'node-not-empty'
-  | 'storage';
+  | 'storage'
+  /** The requester's affiliation or the node's models do not allow the action. */
+  | 'forbidden'
+  /** A whitelist node, and the requester is not on its list. */
+  | 'closed-node'
+  /** An authorize node's items, and the requester is not (yet) subscribed. */
+  | 'subscription-required'
+  /** A subscription waits for an owner's approval already. */
+  | 'pending-subscription'
+  /** A configuration value the node cannot take. */
+  | 'not-acceptable'
+  /** A publish precondition the node's configuration does not meet. */
+  | 'precondition-not-met';
 
 export class FeedError extends Error {
   readonly code: FeedErrorCode;
@@ -87,5 +99,28 @@ export class StorageError extends FeedError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('storage', message);
     if (options?.cause !== undefined) this.cause = options.cause;
+  }
+}
+
+/** Refused by the rights table (access.ts): the code says which of XEP-0060's refusals it is. */
+export class AccessDenied extends FeedError {
+  // biome-ignore lint/complexity/noUselessConstructor: it narrows the codes to the refusals
+  constructor(
+    code: 'forbidden' | 'closed-node' | 'subscription-required' | 'pending-subscription',
+    message: string,
+  ) {
+    super(code, message);
+  }
+}
+
+export class NotAcceptable extends FeedError {
+  constructor(message: string) {
+    super('not-acceptable', message);
+  }
+}
+
+export class PreconditionNotMet extends FeedError {
+  constructor(message: string) {
+    super('precondition-not-met', message);
   }
 }

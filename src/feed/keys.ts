@@ -10,6 +10,11 @@ import type { Order } from './feedName.ts';
  *   u BAREJID 0 NID ORDER JID   -> (empty): subscriptions by user
  *   g                           -> service counters {nextNid}
  *   k NAMESPACE 0 KEY           -> a binding's own state, JSON (kv.ts)
+ *   c NID                       -> node configuration (nodeConfig.ts)
+ *   a NID BAREJID               -> affiliation of a bare JID with the node ("owner", ...)
+ *   b BAREJID 0 NID             -> the same affiliation, by user
+ *   d NID                       -> a deleted node whose keys are still being swept {name}
+ *   p NID                       -> a purge under way {upTo, after?}: created-index keys, hex
  * NID is a 4-byte node number, so a deleted node's name can be reused with fresh keys;
  * STAMP and SEQ are 8-byte big-endian so that byte order is feed order.
  */
@@ -108,15 +113,65 @@ export function kvKey(namespace: string, key: string): Buffer {
   return Buffer.concat([kvPrefix(namespace), Buffer.from(key, 'utf8')]);
 }
 
+export function configKey(nid: number): Buffer {
+  return withNid('c', nid, 0);
+}
+
+export function affiliationKey(nid: number, bareJid: string): Buffer {
+  return Buffer.concat([withNid('a', nid, 0), Buffer.from(bareJid, 'utf8')]);
+}
+
+export function affiliationPrefix(nid: number): Buffer {
+  return withNid('a', nid, 0);
+}
+
+export function jidOfAffiliationKey(key: Buffer): string {
+  return key.subarray(5).toString('utf8');
+}
+
+/** The by-user mirror of an affiliation key. */
+export function userAffiliationKey(bareJid: string, nid: number): Buffer {
+  const tail = Buffer.allocUnsafe(4);
+  tail.writeUInt32BE(nid, 0);
+  return Buffer.concat([userAffiliationPrefix(bareJid), tail]);
+}
+
+export function userAffiliationPrefix(bareJid: string): Buffer {
+  return Buffer.concat([Buffer.from('b'), Buffer.from(bareJid, 'utf8'), Buffer.from([0])]);
+}
+
+/** The parts of a `b` key, or undefined when it is malformed. */
+export function parseUserAffiliationKey(key: Buffer): { bareJid: string; nid: number } | undefined {
+  const zero = key.indexOf(0, 1);
+  if (key[0] !== 0x62 || zero < 0 || key.length !== zero + 5) return undefined;
+  return { bareJid: key.subarray(1, zero).toString('utf8'), nid: key.readUInt32BE(zero + 1) };
+}
+
+export function deletedKey(nid: number): Buffer {
+  return withNid('d', nid, 0);
+}
+
+export const DELETED_PREFIX = Buffer.from('d');
+
+export function purgeKey(nid: number): Buffer {
+  return withNid('p', nid, 0);
+}
+
+export const PURGE_PREFIX = Buffer.from('p');
+
 // ---- reading keys back (for `smartfeeds check`) -------------------------------------------
 
-/** The node number of a key of a per-node family (`m`, `i`, `x`, `s`); undefined if too short. */
+/** The node number of a key of a per-node family (`m`, `i`, `x`, `s`, `c`, `a`, `d`); undefined if too short. */
 export function nidOfKey(key: Buffer): number | undefined {
   return key.length >= 5 ? key.readUInt32BE(1) : undefined;
 }
 
-/** The prefix of every key of a per-node family (`m`, `i`, `x`, `s`) for one node. */
-export function familyPrefix(tag: 'm' | 'i' | 'x' | 's', nid: number): Buffer {
+/** Families of keys that belong to one node number. */
+export type NodeFamily = 'm' | 'i' | 'x' | 's' | 'c' | 'a' | 'p';
+export const NODE_FAMILIES: readonly NodeFamily[] = ['m', 'i', 'x', 's', 'c', 'a', 'p'];
+
+/** The prefix of every key of a per-node family for one node. */
+export function familyPrefix(tag: NodeFamily, nid: number): Buffer {
   return withNid(tag, nid, 0);
 }
 

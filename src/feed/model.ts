@@ -73,6 +73,8 @@ export interface Change {
   item: Omit<Item, 'cursor'>;
   total: number;
   feeds: Record<Order, FeedPosition>;
+  /** Part of a purge: subscribers hear of the purge once, not of each item. */
+  quiet?: boolean;
 }
 
 export interface Subscription {
@@ -82,6 +84,8 @@ export interface Subscription {
   order: Order;
   jid: string;
   subid: string;
+  /** Waits for an owner's approval (an `authorize` node): hears of nothing until approved. */
+  pending?: true;
 }
 
 /** One line of `smartfeeds export`: everything needed to reproduce the feed exactly. */

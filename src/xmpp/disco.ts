@@ -1,29 +1,46 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
+import { AccessDenied } from '../feed/errors.ts';
 import { parseFeedName } from '../feed/feedName.ts';
 import type { ReadQuery } from '../feed/model.ts';
 import { errors } from './errors.ts';
-import { resultForm } from './forms.ts';
+import { configForm, type FormField, resultForm } from './forms.ts';
 import { NS } from './namespaces.ts';
-import type { Handler } from './request.ts';
+import { authorize, type Handler, type Request, type Service } from './request.ts';
 import { parseRsm, rsmReply } from './rsm.ts';
 import { SHIM_HEADERS } from './shim.ts';
 
 /** The pubsub features this service implements, as XEP-0060 registers their names. */
 const PUBSUB_FEATURES = [
+  'access-authorize',
   'access-open',
+  'access-whitelist',
   'auto-create',
+  'config-node',
+  'create-and-configure',
   'create-nodes',
+  'delete-nodes',
   'instant-nodes',
   'item-ids',
+  'last-published',
+  'manage-subscriptions',
+  'member-affiliation',
+  'meta-data',
+  'modify-affiliations',
+  'outcast-affiliation',
   'persistent-items',
   'publish',
+  'publish-options',
+  'publisher-affiliation',
+  'purge-nodes',
   'retract-items',
   'retrieve-affiliations',
+  'retrieve-default',
   'retrieve-items',
   'retrieve-subscriptions',
   'rsm',
   'subscribe',
+  'subscription-notifications',
 ];
 
 const SERVICE_FEATURES = [
@@ -33,6 +50,7 @@ const SERVICE_FEATURES = [
   ...PUBSUB_FEATURES.map((f) => `${NS.pubsub}#${f}`),
   NS.rsm,
   NS.shim,
+  NS.orderBy,
 ];
 
 function query(ns: string, node: string | undefined, ...children: Element[]): Element {
@@ -43,7 +61,19 @@ function query(ns: string, node: string | undefined, ...children: Element[]): El
 
 const features = (list: readonly string[]) => list.map((f) => xml('feature', { var: f }));
 
-export const discoInfo: Handler = async ({ engine }, req) => {
+/** Whether the requester may read the node: what it may learn of it besides its configuration. */
+async function mayRead(service: Service, req: Request, node: string): Promise<boolean> {
+  try {
+    await authorize(service, req, node, 'retrieve');
+    return true;
+  } catch (e) {
+    if (e instanceof AccessDenied) return false;
+    throw e;
+  }
+}
+
+export const discoInfo: Handler = async (service, req) => {
+  const { engine } = service;
   const node = req.element.attrs.node;
   if (node === undefined) {
     return query(
@@ -58,37 +88,60 @@ export const discoInfo: Handler = async ({ engine }, req) => {
   }
   const feed = parseFeedName(node);
   if (!(await engine.hasNode(feed.node))) throw errors.itemNotFound(`no node ${JSON.stringify(feed.node)}`);
-  const total = await engine.total(feed.node);
+  const config = await service.policy.config(feed.node);
+  const readable = await mayRead(service, req, feed.node);
+  // A whitelist node is not listed to strangers (disco#items): it is not described to them either.
+  if (!readable && config.accessModel === 'whitelist') await authorize(service, req, feed.node, 'retrieve');
+  const meta = configForm(config, 'result', `${NS.pubsub}#meta-data`);
+  meta.append(xml('field', { var: 'pubsub#type' }, xml('value', {}, NS.atom)));
+  const owners = (await service.policy.affiliations(feed.node)).filter(([, a]) => a === 'owner');
+  meta.append(
+    xml('field', { var: 'pubsub#owner', type: 'jid-multi' }, ...owners.map(([j]) => xml('value', {}, j))),
+  );
+  const feedFields: FormField[] = [
+    { var: 'position_specs', type: 'list-multi', values: ['cursor', 'id', 'time'] },
+    { var: 'orders', type: 'list-multi', values: ['created', 'modified'] },
+    { var: 'order', values: [feed.order] },
+    { var: 'item_format', values: ['atom'] },
+  ];
+  // The count is the items' business: on a closed node, only those who may read them learn it.
+  if (readable) feedFields.push({ var: 'total_items', values: [String(await engine.total(feed.node))] });
   return query(
     NS.discoInfo,
     node,
     xml('identity', { category: 'pubsub', type: 'leaf' }),
     ...features([NS.pubsub]),
-    resultForm(`${NS.pubsub}#meta-data`, [
-      { var: 'pubsub#max_items', values: ['max'] },
-      { var: 'pubsub#persist_items', values: ['true'] },
-      { var: 'pubsub#access_model', values: ['open'] },
-      { var: 'pubsub#publish_model', values: ['publishers'] },
-      { var: 'pubsub#notification_type', values: ['headline'] },
-      { var: 'pubsub#type', values: [NS.atom] },
-    ]),
-    resultForm(NS.smartFeed, [
-      { var: 'position_specs', type: 'list-multi', values: ['cursor', 'id', 'time'] },
-      { var: 'orders', type: 'list-multi', values: ['created', 'modified'] },
-      { var: 'order', values: [feed.order] },
-      { var: 'item_format', values: ['atom'] },
-      { var: 'total_items', values: [String(total)] },
-    ]),
+    meta,
+    resultForm(NS.smartFeed, feedFields),
   );
 };
 
-export const discoItems: Handler = async ({ engine, domain }, req) => {
+/** Names the requester may see: a whitelist node is listed only to those who may read it. */
+async function visible(service: Service, req: Request, names: string[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const name of names) {
+    const config = await service.policy.config(name).catch(() => undefined);
+    if (config && (config.accessModel !== 'whitelist' || (await mayRead(service, req, name)))) out.push(name);
+  }
+  return out;
+}
+
+export const discoItems: Handler = async (service, req) => {
+  const { engine, domain } = service;
   const node = req.element.attrs.node;
   const rsm = parseRsm(req.element);
   if (node === undefined) {
     const max = Math.min(rsm?.max ?? engine.limits.maxPageItems, engine.limits.maxPageItems);
     // One more than asked tells whether a further page exists.
-    const names = await engine.listNodes({ ...(rsm?.after ? { after: rsm.after } : {}), max: max + 1 });
+    // Hidden nodes leave gaps: read on until the page is full or the registry ends.
+    const names: string[] = [];
+    let after = rsm?.after;
+    for (;;) {
+      const chunk = await engine.listNodes({ ...(after !== undefined ? { after } : {}), max: max + 1 });
+      names.push(...(await visible(service, req, chunk)));
+      if (chunk.length < max + 1 || names.length > max) break;
+      after = chunk[chunk.length - 1];
+    }
     const page = names.slice(0, max);
     const out = query(NS.discoItems, undefined, ...page.map((n) => xml('item', { jid: domain, node: n })));
     if (rsm || names.length > max) {
@@ -102,6 +155,7 @@ export const discoItems: Handler = async ({ engine, domain }, req) => {
     return out;
   }
   const feed = parseFeedName(node);
+  await authorize(service, req, feed.node, 'retrieve');
   const q: ReadQuery = {};
   if (rsm) {
     q.last = rsm.last;

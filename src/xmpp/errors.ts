@@ -33,6 +33,12 @@ const FEED_ERRORS: Record<FeedErrorCode, [ErrorType, string, string?]> = {
   'invalid-subid': ['modify', 'not-acceptable', 'invalid-subid'],
   'node-not-empty': ['cancel', 'conflict'],
   storage: ['wait', 'internal-server-error'],
+  forbidden: ['auth', 'forbidden'],
+  'closed-node': ['cancel', 'not-allowed', 'closed-node'],
+  'subscription-required': ['auth', 'not-authorized', 'not-subscribed'],
+  'pending-subscription': ['auth', 'not-authorized', 'pending-subscription'],
+  'not-acceptable': ['modify', 'not-acceptable'],
+  'precondition-not-met': ['cancel', 'conflict', 'precondition-not-met'],
 };
 
 export function toStanzaError(e: unknown): StanzaError {

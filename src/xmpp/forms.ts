@@ -1,5 +1,9 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
+import { ACCESS_MODELS, PUBLISH_MODELS } from '../feed/access.ts';
+import { NotAcceptable, PreconditionNotMet } from '../feed/errors.ts';
+import type { NodeConfig } from '../feed/nodeConfig.ts';
+import { errors } from './errors.ts';
 import { NS } from './namespaces.ts';
 
 export interface FormField {
@@ -26,4 +30,198 @@ export function resultForm(formType: string, fields: FormField[]): Element {
 export function hasFields(parent: Element | undefined): boolean {
   const form = parent?.getChild('x', NS.dataForms);
   return (form?.getChildren('field') ?? []).some((f) => f.attrs.var !== 'FORM_TYPE');
+}
+
+/** A submitted XEP-0004 form: its type, FORM_TYPE, and each field's values. */
+export interface ParsedForm {
+  type: string;
+  formType: string | undefined;
+  fields: Map<string, string[]>;
+}
+
+/** Reads the data form in `parent` (or `parent` itself, when it is the form). */
+export function parseForm(parent: Element | undefined): ParsedForm | undefined {
+  const form = parent?.is('x', NS.dataForms) ? parent : parent?.getChild('x', NS.dataForms);
+  if (!form) return undefined;
+  const fields = new Map<string, string[]>();
+  let formType: string | undefined;
+  for (const f of form.getChildren('field')) {
+    const name = f.attrs.var;
+    if (!name) throw errors.badRequest('a form field without var');
+    const values = f.getChildren('value').map((v) => v.getText());
+    if (name === 'FORM_TYPE') formType = values[0];
+    else fields.set(name, values);
+  }
+  return { type: form.attrs.type ?? '', formType, fields };
+}
+
+/** How a node_config field maps to the configuration, and back. */
+interface ConfigField {
+  key?: keyof NodeConfig;
+  type: string;
+  label: string;
+  options?: readonly string[];
+  /** For the fields with one possible value (items are never expired, always persisted). */
+  fixed?: string;
+}
+
+const CONFIG_FIELDS: Record<string, ConfigField> = {
+  'pubsub#title': { key: 'title', type: 'text-single', label: 'A friendly name for the node' },
+  'pubsub#description': { key: 'description', type: 'text-single', label: 'A description of the node' },
+  'pubsub#access_model': {
+    key: 'accessModel',
+    type: 'list-single',
+    label: 'Who may subscribe and retrieve items',
+    options: ACCESS_MODELS,
+  },
+  'pubsub#publish_model': {
+    key: 'publishModel',
+    type: 'list-single',
+    label: 'Who may publish items',
+    options: PUBLISH_MODELS,
+  },
+  'pubsub#notification_type': {
+    key: 'notificationType',
+    type: 'list-single',
+    label: 'Message type of notifications',
+    options: ['headline', 'normal'],
+  },
+  'pubsub#deliver_payloads': {
+    key: 'deliverPayloads',
+    type: 'boolean',
+    label: 'Deliver payloads with notifications',
+  },
+  'pubsub#notify_retract': {
+    key: 'notifyRetract',
+    type: 'boolean',
+    label: 'Notify subscribers of retractions',
+  },
+  'pubsub#notify_delete': {
+    key: 'notifyDelete',
+    type: 'boolean',
+    label: 'Notify subscribers when the node is deleted',
+  },
+  'pubsub#notify_config': {
+    key: 'notifyConfig',
+    type: 'boolean',
+    label: 'Notify subscribers when the configuration changes',
+  },
+  'pubsub#send_last_published_item': {
+    key: 'sendLastPublishedItem',
+    type: 'list-single',
+    label: 'When to send the last published item',
+    options: ['never', 'on_sub'],
+  },
+  'pubsub#max_items': {
+    type: 'text-single',
+    label: 'Items kept: Smart Feeds never expire items',
+    fixed: 'max',
+  },
+  'pubsub#persist_items': { type: 'boolean', label: 'Persist items', fixed: 'true' },
+};
+
+export const NODE_CONFIG_FORM = `${NS.pubsub}#node_config`;
+
+function fieldValue(field: ConfigField, config: NodeConfig): string {
+  if (field.fixed !== undefined) return field.fixed;
+  const v = config[field.key as keyof NodeConfig];
+  return typeof v === 'boolean' ? (v ? 'true' : 'false') : String(v);
+}
+
+/** The node_config form: `form` to fill in, `result` to show (meta-data, notifications). */
+export function configForm(
+  config: NodeConfig,
+  type: 'form' | 'result',
+  formType = NODE_CONFIG_FORM,
+): Element {
+  const form = xml('x', { xmlns: NS.dataForms, type });
+  form.append(xml('field', { var: 'FORM_TYPE', type: 'hidden' }, xml('value', {}, formType)));
+  for (const [name, field] of Object.entries(CONFIG_FIELDS)) {
+    const el = xml('field', { var: name, type: field.type, label: field.label });
+    for (const o of field.options ?? []) el.append(xml('option', {}, xml('value', {}, o)));
+    el.append(xml('value', {}, fieldValue(field, config)));
+    form.append(el);
+  }
+  return form;
+}
+
+function parseBoolean(name: string, value: string): boolean {
+  if (value === 'true' || value === '1') return true;
+  if (value === 'false' || value === '0') return false;
+  throw new NotAcceptable(`${name} must be a boolean, not ${JSON.stringify(value)}`);
+}
+
+/**
+ * The settings a submitted node_config form changes (only the fields it holds). A field this
+ * service does not know, or a value it cannot take, is `not-acceptable`, naming it.
+ */
+export function parseConfigForm(form: ParsedForm): Partial<NodeConfig> {
+  if (form.formType !== undefined && form.formType !== NODE_CONFIG_FORM)
+    throw new NotAcceptable(`FORM_TYPE must be ${NODE_CONFIG_FORM}`);
+  const change: Record<string, unknown> = {};
+  for (const [name, values] of form.fields) {
+    const field = CONFIG_FIELDS[name];
+    if (!field) throw new NotAcceptable(`unknown configuration field ${name}`);
+    if (values.length !== 1) throw new NotAcceptable(`${name} takes exactly one value`);
+    const value = values[0] as string;
+    if (field.fixed !== undefined) {
+      if (value !== field.fixed && !(field.type === 'boolean' && value === '1'))
+        throw new NotAcceptable(`${name} can only be ${field.fixed}`);
+      continue;
+    }
+    if (field.options && !field.options.includes(value))
+      throw new NotAcceptable(
+        `${name} must be one of ${field.options.join(', ')}, not ${JSON.stringify(value)}`,
+      );
+    change[field.key as string] = field.type === 'boolean' ? parseBoolean(name, value) : value;
+  }
+  return change as Partial<NodeConfig>;
+}
+
+/**
+ * publish-options as preconditions (XEP-0060 7.1.5): every field must name a setting and match
+ * the node's value; a field this service does not know cannot be met either.
+ */
+export function checkPreconditions(form: ParsedForm, config: NodeConfig): void {
+  for (const [name, values] of form.fields) {
+    const field = CONFIG_FIELDS[name];
+    if (!field) throw new PreconditionNotMet(`unknown publish option ${name}`);
+    const want = values.join(' ');
+    const have = fieldValue(field, config);
+    const same =
+      field.type === 'boolean'
+        ? (want === '1' ? 'true' : want === '0' ? 'false' : want) === have
+        : want === have;
+    if (!same)
+      throw new PreconditionNotMet(`${name} is ${JSON.stringify(have)}, not ${JSON.stringify(want)}`);
+  }
+}
+
+export const AUTHORIZATION_FORM = `${NS.pubsub}#subscribe_authorization`;
+
+/** XEP-0060 8.6: the form that asks an owner to approve a subscription. */
+export function authorizationForm(node: string, subscriber: string, subid: string): Element {
+  return xml(
+    'x',
+    { xmlns: NS.dataForms, type: 'form' },
+    xml('title', {}, 'PubSub subscriber request'),
+    xml(
+      'instructions',
+      {},
+      'To approve this entity’s subscription request, click the OK button. To deny the request, click the cancel button.',
+    ),
+    xml('field', { var: 'FORM_TYPE', type: 'hidden' }, xml('value', {}, AUTHORIZATION_FORM)),
+    xml('field', { var: 'pubsub#subid', type: 'hidden' }, xml('value', {}, subid)),
+    xml('field', { var: 'pubsub#node', type: 'text-single', label: 'Node ID' }, xml('value', {}, node)),
+    xml(
+      'field',
+      { var: 'pubsub#subscriber_jid', type: 'jid-single', label: 'Subscriber Address' },
+      xml('value', {}, subscriber),
+    ),
+    xml(
+      'field',
+      { var: 'pubsub#allow', type: 'boolean', label: 'Allow this JID to subscribe to this pubsub node?' },
+      xml('value', {}, 'false'),
+    ),
+  );
 }

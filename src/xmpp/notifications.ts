@@ -2,6 +2,8 @@ import { escapeXML } from 'ltx';
 import type { FeedEngine } from '../feed/engine.ts';
 import type { Order } from '../feed/feedName.ts';
 import type { Change, Subscription } from '../feed/model.ts';
+import type { NodeConfig } from '../feed/nodeConfig.ts';
+import type { PolicyStore } from '../feed/policy.ts';
 import type { Log } from '../log.ts';
 import { NS } from './namespaces.ts';
 import { shimHeaders } from './shim.ts';
@@ -33,7 +35,7 @@ export function parseNotificationId(id: string): { node: string; order: Order } 
 }
 
 /** The inner part of a notification for one feed name (everything but the message wrapper). */
-function body(change: Change, feedName: string, order: Order): string {
+function body(change: Change, feedName: string, order: Order, config: NodeConfig): string {
   const { item } = change;
   const pos = change.feeds[order];
   const node = escapeXML(feedName);
@@ -42,7 +44,9 @@ function body(change: Change, feedName: string, order: Order): string {
     items = `<retract id='${escapeXML(item.id)}'/>`;
   } else {
     const publisher = item.publisher === undefined ? '' : ` publisher='${escapeXML(item.publisher)}'`;
-    items = `<item id='${escapeXML(item.id)}'${publisher}>${item.entry}</item>`;
+    items = config.deliverPayloads
+      ? `<item id='${escapeXML(item.id)}'${publisher}>${item.entry}</item>`
+      : `<item id='${escapeXML(item.id)}'${publisher}/>`;
   }
   return (
     `<event xmlns='${NS.pubsubEvent}'><items node='${node}'>${items}</items></event>` +
@@ -50,13 +54,23 @@ function body(change: Change, feedName: string, order: Order): string {
   );
 }
 
+/** One message of a node event that is not an item change (configuration, deletion, approval). */
+export interface EventMessage {
+  to: string;
+  type: 'headline' | 'normal';
+  /** The message's children, serialized. */
+  body: string;
+}
+
+type Queued = Change | { messages: EventMessage[] };
+
 /**
  * Turns committed changes into headline messages, one per subscription that must hear of it,
  * in commit order. The queue of changes is bounded: `ready()` lets writers wait while the
  * connection is slow, so memory stays bounded whatever the number of subscribers.
  */
 export class Notifier {
-  private readonly queue: Change[] = [];
+  private readonly queue: Queued[] = [];
   private running = false;
   private serial = 0;
   private waiters: (() => void)[] = [];
@@ -68,13 +82,23 @@ export class Notifier {
     private readonly engine: FeedEngine,
     private readonly outlet: Outlet,
     private readonly log: Log,
+    private readonly policy: PolicyStore,
     private readonly maxQueued = 64,
   ) {}
 
   /** Takes a committed change (called by the engine's change stream). */
   enqueue(change: Change): void {
-    if (!change.changed) return;
-    this.queue.push(change);
+    if (!change.changed || change.quiet) return;
+    this.push(change);
+  }
+
+  /** Queues messages about a node (after every change queued before them). */
+  send(messages: EventMessage[]): void {
+    if (messages.length > 0) this.push({ messages });
+  }
+
+  private push(entry: Queued): void {
+    this.queue.push(entry);
     this.stats.maxQueued = Math.max(this.stats.maxQueued, this.queue.length);
     if (!this.running) void this.run();
   }
@@ -95,15 +119,18 @@ export class Notifier {
     this.running = true;
     try {
       while (this.queue.length > 0) {
-        const change = this.queue[0] as Change;
+        const next = this.queue[0] as Queued;
         try {
-          await this.deliver(change);
+          if ('messages' in next) await this.deliverMessages(next.messages);
+          else await this.deliver(next);
         } catch (e) {
-          this.log.error('notification failed', {
-            node: change.node,
-            item: change.item.id,
-            error: String(e),
-          });
+          // A change to a node deleted since has nobody left to tell.
+          if ('messages' in next || (e as { code?: string }).code !== 'node-not-found')
+            this.log.error('notification failed', {
+              node: 'messages' in next ? undefined : next.node,
+              item: 'messages' in next ? undefined : next.item.id,
+              error: String(e),
+            });
         }
         this.queue.shift();
         // Let in only as many writers as there is room for, so the queue stays within its bound.
@@ -117,19 +144,34 @@ export class Notifier {
     }
   }
 
+  private async deliverMessages(messages: EventMessage[]): Promise<void> {
+    const from = escapeXML(this.outlet.from);
+    for (const m of messages) {
+      const stanza = `<message type='${m.type}' from='${from}' to='${escapeXML(m.to)}' id='sf.e.${(this.serial++).toString(36)}'>${m.body}</message>`;
+      if (!this.outlet.write(stanza)) {
+        this.stats.dropped += 1;
+        continue;
+      }
+      this.stats.sent += 1;
+      await this.outlet.drained();
+    }
+  }
+
   private async deliver(change: Change): Promise<void> {
+    const config = await this.policy.config(change.node);
+    if (change.kind === 'retract' && !config.notifyRetract) return;
     const subs = await this.engine.subscriptionsOf(change.node);
     const bodies = new Map<string, string>();
     const from = escapeXML(this.outlet.from);
     for (const sub of subs) {
-      if (!change.feeds[sub.order].notify) continue;
+      if (!change.feeds[sub.order].notify || sub.pending) continue;
       let inner = bodies.get(`${sub.feed}\u0000${sub.order}`);
       if (inner === undefined) {
-        inner = body(change, sub.feed, sub.order);
+        inner = body(change, sub.feed, sub.order, config);
         bodies.set(`${sub.feed}\u0000${sub.order}`, inner);
       }
       const id = notificationId(sub, this.serial++);
-      const stanza = `<message type='headline' from='${from}' to='${escapeXML(sub.jid)}' id='${id}'>${inner}</message>`;
+      const stanza = `<message type='${config.notificationType}' from='${from}' to='${escapeXML(sub.jid)}' id='${id}'>${inner}</message>`;
       if (!this.outlet.write(stanza)) {
         this.stats.dropped += 1;
         continue;

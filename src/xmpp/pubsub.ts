@@ -1,17 +1,20 @@
 import { randomUUID } from 'node:crypto';
-import jid from '@xmpp/jid';
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
+import { mayCreate } from '../feed/access.ts';
+import { NodeExists, NodeNotFound } from '../feed/errors.ts';
 import { type FeedName, parseFeedName } from '../feed/feedName.ts';
 import type { Item, ReadQuery } from '../feed/model.ts';
 import { errors } from './errors.ts';
-import { hasFields } from './forms.ts';
+import { askOwners, lastItem, tellSubscriber } from './events.ts';
+import { AUTHORIZATION_FORM, checkPreconditions, hasFields, parseConfigForm, parseForm } from './forms.ts';
 import { NS } from './namespaces.ts';
-import type { Handler, Request, Service } from './request.ts';
+import { OWNER_ROUTES } from './owner.ts';
+import { authorize, type Handler, parseJid, type Request, requireNode, type Service } from './request.ts';
 import { parseRsm, rsmReply } from './rsm.ts';
 
 /** Elements that may stand beside the one verb inside `<pubsub>`. */
-const MODIFIERS = new Set(['set', 'options', 'publish-options', 'configure']);
+const MODIFIERS = new Set(['set', 'options', 'publish-options', 'configure', 'order']);
 
 function verbOf(pubsub: Element): Element {
   const children = pubsub.getChildElements();
@@ -24,17 +27,9 @@ function verbOf(pubsub: Element): Element {
 }
 
 function isModifier(el: Element): boolean {
-  return el.name === 'set' ? el.getNS() === NS.rsm : el.getNS() === NS.pubsub;
-}
-
-function requireNode(verb: Element): FeedName {
-  const node = verb.attrs.node;
-  if (node === undefined || node === '') throw errors.nodeIdRequired();
-  return parseFeedName(node);
-}
-
-function requireAdmin(service: Service, req: Request, what: string): void {
-  if (!service.admins.has(req.bare)) throw errors.forbidden(`only the service's administrators may ${what}`);
+  if (el.name === 'set') return el.getNS() === NS.rsm;
+  if (el.name === 'order') return el.getNS() === NS.orderBy;
+  return el.getNS() === NS.pubsub;
 }
 
 /** An already serialized XML fragment as an ltx child (payloads are stored as text). */
@@ -42,22 +37,12 @@ function raw(text: string): Element {
   return { write: (w: (s: string) => void) => w(text) } as unknown as Element;
 }
 
-function itemElement(item: Item): Element {
+export function itemElement(item: Item): Element {
   const attrs: Record<string, string> = { id: item.id };
   if (item.publisher !== undefined) attrs.publisher = item.publisher;
   const el = xml('item', attrs);
   el.children.push(raw(item.entry));
   return el;
-}
-
-function parseJid(text: string | undefined): { full: string; bare: string } {
-  if (!text) throw errors.invalidJid('the jid attribute is required');
-  try {
-    const parsed = jid(text);
-    return { full: parsed.toString(), bare: parsed.bare().toString() };
-  } catch {
-    throw errors.invalidJid(`not a JID: ${text}`);
-  }
 }
 
 function positiveCount(text: string | undefined, what: string): number | undefined {
@@ -68,9 +53,24 @@ function positiveCount(text: string | undefined, what: string): number | undefin
   return Math.min(Number(text), Number.MAX_SAFE_INTEGER);
 }
 
-const items: Handler = async ({ engine }, req) => {
+/** XEP-0413: `<order by='creation'|'modification'/>` picks the feed, as `?order=` does. */
+function orderedFeed(pubsub: Element, feed: FeedName): FeedName {
+  const order = pubsub.getChild('order', NS.orderBy);
+  if (!order) return feed;
+  const by = order.attrs.by;
+  const wanted = by === 'creation' ? 'created' : by === 'modification' ? 'modified' : undefined;
+  if (!wanted)
+    throw errors.badRequest(`order by must be creation or modification, not ${JSON.stringify(by)}`);
+  if (feed.requested.includes('?') && feed.order !== wanted)
+    throw errors.badRequest(`the node name asks for ${feed.order} order, <order> for ${wanted}`);
+  return { ...feed, order: wanted };
+}
+
+const items: Handler = async (service, req) => {
+  const { engine } = service;
   const verb = verbOf(req.element);
-  const feed = requireNode(verb);
+  const feed = orderedFeed(req.element, requireNode(verb));
+  await authorize(service, req, feed.node, 'retrieve');
   const reply = xml('items', { node: feed.requested });
   const wanted = verb.getChildren('item', NS.pubsub);
   if (wanted.length > 0) {
@@ -100,16 +100,26 @@ const items: Handler = async ({ engine }, req) => {
   return out;
 };
 
+/** A publish to a missing node creates it, owned by the publisher, when the service allows. */
+async function autoCreate(service: Service, req: Request, node: string): Promise<void> {
+  if (await service.engine.hasNode(node)) return;
+  if (!service.autoCreate) throw new NodeNotFound(node);
+  if (!mayCreate(req.bare, service)) throw errors.forbidden('you may not create nodes on this service');
+  await service.policy.createNode(node, req.bare).catch((e) => {
+    if (!(e instanceof NodeExists)) throw e;
+  });
+}
+
 const publish: Handler = async (service, req) => {
   const verb = verbOf(req.element);
   const feed = requireNode(verb);
-  requireAdmin(service, req, 'publish');
-  if (hasFields(req.element.getChild('publish-options', NS.pubsub))) {
-    throw errors.unsupported('publish-options');
-  }
   const its = verb.getChildren('item', NS.pubsub);
   if (its.length === 0) throw errors.itemRequired();
   if (its.length > 1) throw errors.badRequest('publish one item at a time', 'invalid-payload');
+  await autoCreate(service, req, feed.node);
+  const { config } = await authorize(service, req, feed.node, 'publish');
+  const options = parseForm(req.element.getChild('publish-options', NS.pubsub));
+  if (options && options.fields.size > 0) checkPreconditions(options, config);
   const item = its[0] as Element;
   const payloads = item.getChildElements();
   if (payloads.length !== 1) {
@@ -121,11 +131,7 @@ const publish: Handler = async (service, req) => {
   const entry = payloads[0] as Element;
   const id = item.attrs.id ? item.attrs.id : undefined;
   await service.notifier.ready();
-  const change = await service.engine.publish(
-    feed.node,
-    { id, entry, publisher: req.bare },
-    { autoCreate: true },
-  );
+  const change = await service.engine.publish(feed.node, { id, entry, publisher: req.bare });
   return xml(
     'pubsub',
     { xmlns: NS.pubsub },
@@ -136,24 +142,42 @@ const publish: Handler = async (service, req) => {
 const retract: Handler = async (service, req) => {
   const verb = verbOf(req.element);
   const feed = requireNode(verb);
-  requireAdmin(service, req, 'retract items');
   const its = verb.getChildren('item', NS.pubsub);
   if (its.length === 0) throw errors.itemRequired();
   if (its.length > 1) throw errors.badRequest('retract one item at a time');
   const id = (its[0] as Element).attrs.id;
   if (!id) throw errors.itemRequired();
+  const [item] = await service.engine.getItems(feed.node, [id]);
+  // Who published the item decides which right it takes; an unknown item needs the wider one.
+  await authorize(service, req, feed.node, item && item.publisher === req.bare ? 'retract-own' : 'retract');
   await service.notifier.ready();
   await service.engine.retract(feed.node, id, { publisher: req.bare });
   return undefined;
 };
 
-const subscribe: Handler = async ({ engine }, req) => {
+const subscribe: Handler = async (service, req) => {
+  const { engine } = service;
   const verb = verbOf(req.element);
   const feed = requireNode(verb);
   const who = parseJid(verb.attrs.jid);
   if (who.bare !== req.bare) throw errors.invalidJid('the jid must be your own');
   if (hasFields(req.element.getChild('options', NS.pubsub))) throw errors.unsupported('subscription-options');
-  const { subscription } = await engine.subscribe(feed.requested, who.full, who.bare);
+  const { decision, config } = await authorize(service, req, feed.node, 'subscribe');
+  const { subscription, created } = await engine.subscribe(feed.requested, who.full, who.bare, {
+    pending: decision === 'approval',
+  });
+  if (created && subscription.pending) await askOwners(service, subscription);
+  if (created && !subscription.pending && config.sendLastPublishedItem === 'on_sub') {
+    const page = await engine.read(feed, { max: 1, last: true });
+    const last = page.items[0];
+    if (last)
+      lastItem(
+        service,
+        subscription,
+        config,
+        config.deliverPayloads ? itemElement(last) : xml('item', { id: last.id }),
+      );
+  }
   return xml(
     'pubsub',
     { xmlns: NS.pubsub },
@@ -161,7 +185,7 @@ const subscribe: Handler = async ({ engine }, req) => {
       node: feed.requested,
       jid: subscription.jid,
       subid: subscription.subid,
-      subscription: 'subscribed',
+      subscription: subscription.pending ? 'pending' : 'subscribed',
     }),
   );
 };
@@ -184,37 +208,54 @@ const subscriptions: Handler = async ({ engine }, req) => {
   const list = xml('subscriptions', attrs);
   for (const s of await engine.subscriptionsFor(req.bare, node)) {
     list.append(
-      xml('subscription', { node: s.feed, jid: s.jid, subid: s.subid, subscription: 'subscribed' }),
+      xml('subscription', {
+        node: s.feed,
+        jid: s.jid,
+        subid: s.subid,
+        subscription: s.pending ? 'pending' : 'subscribed',
+      }),
     );
   }
   return xml('pubsub', { xmlns: NS.pubsub }, list);
 };
 
-const affiliations: Handler = async (_service, req) => {
+const affiliations: Handler = async ({ engine, policy }, req) => {
   const verb = verbOf(req.element);
   const attrs: Record<string, string> = {};
-  if (verb.attrs.node) attrs.node = parseFeedName(verb.attrs.node).requested;
-  // Until node ownership exists, nobody holds an affiliation to a node.
-  return xml('pubsub', { xmlns: NS.pubsub }, xml('affiliations', attrs));
+  const list = xml('affiliations', attrs);
+  if (verb.attrs.node) {
+    const feed = parseFeedName(verb.attrs.node);
+    attrs.node = feed.requested;
+    const affiliation = (await engine.hasNode(feed.node))
+      ? await policy.affiliation(feed.node, req.bare)
+      : 'none';
+    if (affiliation !== 'none') list.append(xml('affiliation', { node: feed.node, affiliation }));
+  } else {
+    for (const a of await policy.affiliationsOf(req.bare)) list.append(xml('affiliation', a));
+  }
+  return xml('pubsub', { xmlns: NS.pubsub }, list);
 };
 
 const create: Handler = async (service, req) => {
   const verb = verbOf(req.element);
-  requireAdmin(service, req, 'create nodes');
-  if (hasFields(req.element.getChild('configure', NS.pubsub))) throw errors.unsupported('config-node');
+  if (!mayCreate(req.bare, service)) throw errors.forbidden('you may not create nodes on this service');
+  const form = parseForm(req.element.getChild('configure', NS.pubsub));
+  if (form && form.type !== 'submit' && form.fields.size > 0)
+    throw errors.badRequest('a configuration form must be of type submit');
+  const config = form ? parseConfigForm(form) : {};
   const name = verb.attrs.node ? parseFeedName(verb.attrs.node).node : randomUUID();
-  await service.engine.createNode(name);
+  await service.policy.createNode(name, req.bare, config);
   return xml('pubsub', { xmlns: NS.pubsub }, xml('create', { node: name }));
 };
 
-/** XEP-0060 verbs this service does not (yet) offer, with the feature each would need. */
+/** XEP-0060 verbs this service does not offer, with the feature each would need. */
 const UNSUPPORTED: Record<string, string> = {
   options: 'subscription-options',
-  default: 'retrieve-default',
-  configure: 'config-node',
-  delete: 'delete-nodes',
-  purge: 'purge-nodes',
+  default: 'retrieve-default-sub',
 };
+
+/** Owner verbs sent in the plain pubsub namespace. */
+const OWNER_ONLY = new Set(['configure', 'delete', 'purge']);
 
 const ROUTES: Record<string, Handler> = {
   'get items': items,
@@ -236,11 +277,13 @@ export function pubsubHandler(type: 'get' | 'set'): Handler {
     if (handler) return handler(service, req);
     const feature = UNSUPPORTED[verb.name];
     if (feature) throw errors.unsupported(feature);
+    if (OWNER_ONLY.has(verb.name))
+      throw errors.badRequest(`<${verb.name}> is an owner request: send it in ${NS.pubsubOwner}`);
     throw errors.badRequest(`unknown request <${verb.name}> in an IQ of type ${type}`);
   };
 }
 
-/** XEP-0060 section 8: the owner's use cases, with the feature each would need. */
+/** XEP-0060 section 8: the owner's verbs, each with the feature it implements. */
 const OWNER_FEATURES: Record<string, string> = {
   configure: 'config-node',
   default: 'retrieve-default',
@@ -250,10 +293,38 @@ const OWNER_FEATURES: Record<string, string> = {
   affiliations: 'modify-affiliations',
 };
 
-/** The pubsub#owner namespace is not offered yet (node management is a later feature). */
-export const ownerHandler: Handler = async (_service, req) => {
+/** Routes a `<pubsub xmlns='…#owner'>` request by IQ type and verb (owner.ts holds the handlers). */
+export const ownerHandler: Handler = async (service, req) => {
   const verbs = req.element.getChildElements();
-  const feature = verbs.length === 1 ? OWNER_FEATURES[(verbs[0] as Element).name] : undefined;
-  if (!feature) throw errors.badRequest(`<pubsub xmlns='${NS.pubsubOwner}'> must hold one owner request`);
-  throw errors.unsupported(feature);
+  const verb = verbs.length === 1 ? (verbs[0] as Element) : undefined;
+  if (!verb || !OWNER_FEATURES[verb.name])
+    throw errors.badRequest(`<pubsub xmlns='${NS.pubsubOwner}'> must hold one owner request`);
+  const handler = OWNER_ROUTES[`${req.stanza.attrs.type} ${verb.name}`];
+  if (!handler)
+    throw errors.badRequest(`<${verb.name}> does not go in an IQ of type ${req.stanza.attrs.type}`);
+  return handler(service, { ...req, element: verb });
 };
+
+/** XEP-0060 8.6: an owner's answer to an authorization form, sent as a message. */
+export async function authorizationAnswer(service: Service, bare: string, message: Element): Promise<void> {
+  const form = parseForm(message);
+  if (!form || form.formType !== AUTHORIZATION_FORM || form.type !== 'submit') return;
+  const field = (name: string) => form.fields.get(name)?.[0];
+  const feed = parseFeedName(field('pubsub#node') ?? '');
+  const subscriber = parseJid(field('pubsub#subscriber_jid'));
+  const allow = field('pubsub#allow');
+  const req: Request = { from: bare, bare, stanza: message, element: message };
+  await authorize(service, req, feed.node, 'manage');
+  const sub = (await service.engine.subscriptionsOf(feed.node)).find(
+    (s) => s.feed === feed.requested && s.jid === subscriber.full,
+  );
+  const subid = field('pubsub#subid');
+  if (!sub?.pending || (subid !== undefined && subid !== sub.subid)) return;
+  if (allow === 'true' || allow === '1') {
+    await service.engine.approveSubscription(sub.feed, sub.jid, subscriber.bare);
+    tellSubscriber(service, sub, 'subscribed');
+  } else {
+    await service.engine.unsubscribe(sub.feed, sub.jid, subscriber.bare);
+    tellSubscriber(service, sub, 'none');
+  }
+}

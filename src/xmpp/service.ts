@@ -2,14 +2,16 @@ import { type Component, component } from '@xmpp/component';
 import type { IqContext } from '@xmpp/connection';
 import jid from '@xmpp/jid';
 import type { Element } from 'ltx';
+import type { CreatePolicy } from '../feed/access.ts';
 import type { FeedEngine } from '../feed/engine.ts';
 import type { Log } from '../log.ts';
 import { type BackoffOptions, DEFAULT_BACKOFF, Reconnector } from './connection.ts';
 import { discoInfo, discoItems } from './disco.ts';
 import { errorElement, errors, toStanzaError } from './errors.ts';
+import { nodePurged } from './events.ts';
 import { NS } from './namespaces.ts';
 import { Notifier, type Outlet, parseNotificationId } from './notifications.ts';
-import { ownerHandler, pubsubHandler } from './pubsub.ts';
+import { authorizationAnswer, ownerHandler, pubsubHandler } from './pubsub.ts';
 import { RateLimiter, type RateLimitOptions } from './rateLimit.ts';
 import { type Handler, MAX_REQUEST_DEPTH, nestedDeeperThan, type Service } from './request.ts';
 
@@ -19,6 +21,12 @@ export interface ComponentOptions {
   domain: string;
   secret: string;
   admins: readonly string[];
+  /** Who may create nodes (default `admins`). */
+  create?: CreatePolicy;
+  /** The server's own domain, for `create: local` (default: the component's domain less its first label). */
+  localDomain?: string;
+  /** Publishing to a missing node creates it, for those who may create (default true). */
+  autoCreate?: boolean;
   backoff?: BackoffOptions;
   /** Per-sender request limit; absent or a rate of 0: no limit. */
   rateLimit?: RateLimitOptions;
@@ -62,6 +70,10 @@ export class PubsubComponent {
     this.xmpp.on('error', (e) => log.warn('xmpp error', { error: e.message }));
     this.xmpp.on('online', () => log.info('online', { domain: options.domain, service: options.service }));
     this.xmpp.on('offline', () => log.info('offline'));
+    // Purges a stop or crash interrupted finish once their notification can be sent.
+    this.xmpp.once('online', () => {
+      void engine.resumePurges().catch((e) => log.error('resuming purges failed', { error: String(e) }));
+    });
     // Many small stanzas in a row: without TCP_NODELAY, Nagle and delayed ACKs stall each burst.
     this.xmpp.on('status', (status) => {
       if (status === 'connect')
@@ -69,15 +81,25 @@ export class PubsubComponent {
     });
     this.limiter = options.rateLimit?.rate ? new RateLimiter(options.rateLimit) : undefined;
     this.reconnector = new Reconnector(this.xmpp, log, options.backoff ?? DEFAULT_BACKOFF);
-    this.notifier = new Notifier(engine, this.outlet(options.domain), log);
+    const policy = engine.policy();
+    this.notifier = new Notifier(engine, this.outlet(options.domain), log, policy);
     this.service = {
       engine,
       domain: options.domain,
       admins: new Set(options.admins.map((a) => jid(a).bare().toString())),
+      policy,
+      create: options.create ?? 'admins',
+      localDomain: options.localDomain ?? defaultLocalDomain(options.domain),
+      autoCreate: options.autoCreate ?? true,
       notifier: this.notifier,
       log,
     };
-    this.unlisten = engine.onChange((change) => this.notifier.enqueue(change));
+    const unlistenChanges = engine.onChange((change) => this.notifier.enqueue(change));
+    const unlistenPurges = engine.onPurge((node) => void this.purged(node));
+    this.unlisten = () => {
+      unlistenChanges();
+      unlistenPurges();
+    };
     // Before xmpp.js routes it: an error reply echoes the request's child, and echoing (serialising)
     // thousands of nested levels overflows the stack, so no reply would leave at all.
     this.xmpp.prependListener('element', (stanza: Element) => {
@@ -96,6 +118,7 @@ export class PubsubComponent {
       if (ctx.stanza.name === 'message' && ctx.type === 'error') return this.bounced(ctx.stanza);
       if (ctx.stanza.name === 'presence' || (ctx.stanza.name === 'message' && ctx.type === 'chat'))
         return options.chat?.(ctx.stanza);
+      if (ctx.stanza.name === 'message') return this.answered(ctx.stanza);
       return next();
     });
   }
@@ -172,6 +195,31 @@ export class PubsubComponent {
     }
   }
 
+  /** A finished purge (asked now, or resumed after a restart): subscribers hear of it once. */
+  private async purged(node: string): Promise<void> {
+    try {
+      const config = await this.service.policy.config(node);
+      nodePurged(this.service, config, await this.engine.subscriptionsOf(node));
+    } catch {
+      // Deleted since: nobody left to tell.
+    }
+  }
+
+  /** An owner's answer to a subscription authorization form (XEP-0060 8.6). */
+  private async answered(stanza: Element): Promise<void> {
+    if (this.stopping) return;
+    const from = stanza.attrs.from;
+    if (!from) return;
+    try {
+      const bare = jid(from).bare().toString();
+      if (this.limiter && !this.limiter.take(bare)) return;
+      await authorizationAnswer(this.service, bare, stanza);
+    } catch (e) {
+      // A message has no reply to carry an error; the owner sees the subscription still pending.
+      this.log.info('authorization answer refused', { from, error: String(e) });
+    }
+  }
+
   /** A notification bounced with a `cancel` error ends the subscription it was sent for. */
   private async bounced(stanza: Element): Promise<void> {
     const error = stanza.getChild('error');
@@ -202,4 +250,10 @@ export class PubsubComponent {
     this.reconnector.stop();
     if (this.xmpp.status !== 'offline') await this.xmpp.stop().catch(() => undefined);
   }
+}
+
+/** `feeds.example.org` serves `example.org`: the server's own users are those of the parent domain. */
+function defaultLocalDomain(domain: string): string {
+  const dot = domain.indexOf('.');
+  return dot < 0 ? domain : domain.slice(dot + 1);
 }

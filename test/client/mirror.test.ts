@@ -11,7 +11,7 @@ import { parse } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AuthenticationError, canonicalXml, FeedClient, FeedRequestError } from '../../src/client/client.ts';
 import { Mirror, MirrorStore } from '../../src/client/mirror.ts';
-import { SERVICE, Stack } from '../xmpp/stack.ts';
+import { SERVER_TITLE, SERVICE, Stack } from '../xmpp/stack.ts';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
@@ -145,7 +145,7 @@ async function mirrorState(store: MirrorStore): Promise<State> {
 
 async function connect(resource = 'mirror'): Promise<FeedClient> {
   return FeedClient.connect({
-    server: `xmpp://127.0.0.1:${stack.prosody.c2sPort}`,
+    server: `xmpp://127.0.0.1:${stack.server.c2sPort}`,
     jid: 'bob@localhost',
     password: 'bob-pw',
     service: SERVICE,
@@ -237,7 +237,7 @@ function expectNoDoubleApply(applies: Map<string, number>): void {
   expect(twice).toEqual([]);
 }
 
-describe('mirror', () => {
+describe(`mirror on ${SERVER_TITLE}`, () => {
   it('ends equal to the node when started at a random moment under a live writer', async () => {
     const { applies, stats, ops } = await run('m-plain', 1);
     expectNoDoubleApply(applies);
@@ -276,7 +276,7 @@ describe('mirror', () => {
       '--jid',
       'carol@localhost',
       '--server',
-      `xmpp://127.0.0.1:${stack.prosody.c2sPort}`,
+      `xmpp://127.0.0.1:${stack.server.c2sPort}`,
       '--service',
       SERVICE,
       '--node',
@@ -332,11 +332,11 @@ describe('mirror', () => {
   });
 });
 
-describe('client', () => {
+describe(`client on ${SERVER_TITLE}`, () => {
   it('refuses bad credentials with an AuthenticationError', async () => {
     await expect(
       FeedClient.connect({
-        server: `xmpp://127.0.0.1:${stack.prosody.c2sPort}`,
+        server: `xmpp://127.0.0.1:${stack.server.c2sPort}`,
         jid: 'bob@localhost',
         password: 'wrong',
         service: SERVICE,
@@ -392,12 +392,12 @@ function command(
   });
 }
 
-describe('commands', () => {
+describe(`mirror and tail commands on ${SERVER_TITLE}`, () => {
   const login = () => [
     '--jid',
     'bob@localhost',
     '--server',
-    `xmpp://127.0.0.1:${stack.prosody.c2sPort}`,
+    `xmpp://127.0.0.1:${stack.server.c2sPort}`,
     '--service',
     SERVICE,
   ];

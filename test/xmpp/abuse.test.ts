@@ -8,7 +8,7 @@ import { Worker } from 'node:worker_threads';
 import { xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { itemsOf, NS, publishIq, pubsub, rsm, SERVICE, Stack, type User } from './stack.ts';
+import { itemsOf, NS, publishIq, pubsub, rsm, SERVER_TITLE, SERVICE, Stack, type User } from './stack.ts';
 
 const RATE = { rate: 50, burst: 200 };
 const NODE = 'abuse';
@@ -99,7 +99,7 @@ beforeAll(async () => {
   };
   flooder = new Worker(FLOODER, {
     eval: true,
-    workerData: { service: `xmpp://127.0.0.1:${stack.prosody.c2sPort}` },
+    workerData: { service: `xmpp://127.0.0.1:${stack.server.c2sPort}` },
   });
   await new Promise<void>((resolve, reject) => {
     flooder.once('message', () => resolve());
@@ -165,7 +165,7 @@ async function readDuring(n: number, window: number, tag: string) {
   return { report: await report, e2e, inComponent, floodReads: engineReads - readsBefore - e2e.length };
 }
 
-describe('a flooding client', () => {
+describe(`a flooding client on ${SERVER_TITLE}`, () => {
   const base = { e2e: [] as number[], inComponent: [] as number[] };
 
   it('measures the quiet reader alone first', async () => {

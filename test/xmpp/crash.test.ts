@@ -1,4 +1,4 @@
-// Crash test: a real Prosody, the component as its own process (`smartfeeds serve`), and a real
+// Crash test: a real XMPP server (Prosody or ejabberd), the component as its own process (`smartfeeds serve`), and a real
 // client writing continuously while the component is killed (SIGKILL) at random moments and
 // restarted. Afterwards every acknowledged write must be there, `smartfeeds check` must be clean,
 // and cursors taken before the first kill must still page to the end without gaps.
@@ -10,9 +10,9 @@ import { fileURLToPath } from 'node:url';
 import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Prosody, startProsody } from '../../prosody-dev/harness.ts';
+import { startServer, type XmppServer } from '../../prosody-dev/servers.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import { NS, SERVICE } from './stack.ts';
+import { NS, SERVER, SERVER_TITLE, SERVICE } from './stack.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const BIN = join(ROOT, 'bin', 'smartfeeds.mjs');
@@ -37,18 +37,18 @@ function prng(seed: number): () => number {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-let prosody: Prosody;
+let server: XmppServer;
 let data: string;
 
 beforeAll(async () => {
-  prosody = await startProsody({ users: [{ user: 'admin', password: 'admin-pw' }] });
+  server = await startServer(SERVER, { users: [{ user: 'admin', password: 'admin-pw' }] });
   data = await mkdtemp(join(tmpdir(), 'smartfeeds-crash-'));
 });
 
 afterAll(async () => {
-  await prosody?.stop();
+  await server?.stop();
   await rm(data, { recursive: true, force: true });
-  await rm(prosody.dir, { recursive: true, force: true }).catch(() => undefined);
+  await rm(server.dir, { recursive: true, force: true }).catch(() => undefined);
 });
 
 // ---- the component, as a process ----------------------------------------------------------
@@ -66,7 +66,7 @@ async function startComponent(): Promise<Running> {
       BIN,
       'serve',
       '--service',
-      `xmpp://127.0.0.1:${prosody.componentPort}`,
+      `xmpp://127.0.0.1:${server.componentPort}`,
       '--data',
       data,
       '--admin',
@@ -75,7 +75,7 @@ async function startComponent(): Promise<Running> {
     {
       cwd: ROOT,
       // No rate limit: the writer is the only sender and is meant to be fast.
-      env: { ...process.env, SMARTFEEDS_SECRET: prosody.componentSecret, SMARTFEEDS_RATE_LIMIT: '0' },
+      env: { ...process.env, SMARTFEEDS_SECRET: server.componentSecret, SMARTFEEDS_RATE_LIMIT: '0' },
       stdio: ['ignore', 'ignore', 'pipe'],
     },
   );
@@ -230,7 +230,7 @@ class Writer {
       else {
         if (attempt.status === 'error') this.errors += 1;
         else this.unknown += 1;
-        // The component is away (Prosody bounces at once): do not spin.
+        // The component is away (the server bounces at once): do not spin.
         await sleep(100);
       }
     }
@@ -332,12 +332,12 @@ function runCheck(): Promise<{ code: number; stdout: string; stderr: string }> {
 
 // ---- the test -----------------------------------------------------------------------------
 
-describe('kill -9 under load', () => {
+describe(`kill -9 under load, on ${SERVER_TITLE}`, () => {
   it(`loses no acknowledged write and no cursor over ${KILLS} kills`, async () => {
     const started = Date.now();
     const random = prng(SEED);
     const xmpp = client({
-      service: `xmpp://127.0.0.1:${prosody.c2sPort}`,
+      service: `xmpp://127.0.0.1:${server.c2sPort}`,
       domain: 'localhost',
       username: 'admin',
       password: 'admin-pw',

@@ -14,11 +14,17 @@ import { xml } from '@xmpp/client';
 import fc from 'fast-check';
 import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { entry, errorOf, NS, SERVICE, Stack, type User } from './stack.ts';
+import { entry, errorOf, NS, SERVER, SERVER_TITLE, SERVICE, Stack, type User } from './stack.ts';
 
 const PAYLOAD_LIMIT = 4096;
 const MAX_DEPTH = 1000;
 const SEED = 20_261_121;
+/**
+ * The two deepest chains sent, far past the component's limit either way. ejabberd 23.01 dies of
+ * a stanza nested about 3,300 deep from any client (a segmentation fault in its XML library,
+ * fxml 1.1.49): no component can absorb that, so through ejabberd the chains stop below it.
+ */
+const DEEPEST: [number, number] = SERVER === 'ejabberd' ? [2000, 2500] : [5000, 20000];
 
 /** `result`, `type/condition`, or `type/condition/pubsub-condition` (then that one exactly). */
 type Outcome = string;
@@ -71,16 +77,6 @@ interface Case {
   /** The `feature` an `<unsupported/>` error must name. */
   feature?: string;
 }
-
-/** XEP-0060 section 8: the feature each owner use case would need. */
-const OWNER_FEATURES: Record<string, string> = {
-  configure: 'config-node',
-  default: 'retrieve-default',
-  delete: 'delete-nodes',
-  purge: 'purge-nodes',
-  subscriptions: 'manage-subscriptions',
-  affiliations: 'modify-affiliations',
-};
 
 // ---------------------------------------------------------------------------------------------
 // Text
@@ -404,7 +400,7 @@ const payload: fc.Arbitrary<Payload> = fc.oneof(
     outcome: [INVALID_PAYLOAD],
   }),
   // Deep nesting inside the entry: 500 levels fit the payload limit; deeper ones pass it.
-  fc.constantFrom(100, 500, 990, 997, 1001, 5000, 20000).map(
+  fc.constantFrom(100, 500, 990, 997, 1001, ...DEEPEST).map(
     (depth): Payload => ({
       kind: `deep ${depth}`,
       els: () => [xml('entry', { xmlns: NS.atom }, xml('id', {}, 'urn:deep'), xml('deep'))],
@@ -638,19 +634,27 @@ const oddRequest: fc.Arbitrary<Case> = fc.oneof(
       expect: () => [`${NOT_IMPLEMENTED}/unsupported`, BAD],
     }),
   ),
+  // Owner verbs an administrator may use on any node; delete and purge change the world, and have
+  // their own tests (nodes.test.ts). A verb in the wrong IQ type is a bad request.
   fc
     .record({
-      verb: fc.constantFrom(...Object.keys(OWNER_FEATURES)),
+      verb: fc.constantFrom('configure', 'default', 'subscriptions', 'affiliations', 'delete', 'purge'),
       type: fc.constantFrom<'get' | 'set'>('get', 'set'),
     })
+    .filter(({ verb, type }) => !(type === 'set' && (verb === 'delete' || verb === 'purge')))
     .map(
       ({ verb, type }): Case => ({
-        label: `owner ${verb}`,
+        label: `owner ${type} ${verb}`,
         who: 'admin',
         type,
         child: xml('pubsub', { xmlns: NS.owner }, xml(verb, { node: 'h' })),
-        expect: () => [`${NOT_IMPLEMENTED}/unsupported`],
-        feature: OWNER_FEATURES[verb],
+        expect: (world) => {
+          if (verb === 'default') return type === 'get' ? ['result'] : [BAD];
+          if (verb === 'delete' || verb === 'purge') return [BAD];
+          if (!world.nodes.has('h')) return [NOT_FOUND];
+          // A configuration set needs its form; subscriptions and affiliations take empty deltas.
+          return type === 'set' && verb === 'configure' ? [BAD] : ['result'];
+        },
       }),
     ),
   fc
@@ -712,7 +716,7 @@ const oddRequest: fc.Arbitrary<Case> = fc.oneof(
     }),
   ),
   // Deep junk where a request puts nothing: routed (pubsub) or not (unknown namespace).
-  fc.record({ depth: fc.constantFrom(500, 998, 999, 5000, 20000), routed: fc.boolean() }).map(
+  fc.record({ depth: fc.constantFrom(500, 998, 999, ...DEEPEST), routed: fc.boolean() }).map(
     ({ depth, routed }): Case => ({
       label: `deep junk ${depth}`,
       who: 'alice',
@@ -890,7 +894,7 @@ afterAll(async () => {
   await stack?.stop();
 });
 
-describe('hostile requests', () => {
+describe(`hostile requests on ${SERVER_TITLE}`, () => {
   it('each gets the right reply within a second; the component stays up, its memory bounded', async () => {
     const gc = collector();
     gc();
@@ -941,7 +945,8 @@ describe('hostile requests', () => {
         ).toString(),
       );
     }
-    // Prosody itself refuses an IQ of an unknown type; the component never sees it.
+    // The server itself (Prosody or ejabberd) refuses an IQ of an unknown type; the component
+    // never sees it.
     await writeRaw(
       user,
       xml(

@@ -1,6 +1,6 @@
 import { xml } from '@xmpp/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { itemsOf, publishIq, pubsub, rsm, Stack, type User } from './stack.ts';
+import { entry, itemsOf, NS, publishIq, pubsub, rsm, SERVER_TITLE, Stack, type User } from './stack.ts';
 
 let stack: Stack;
 let admin: User;
@@ -32,7 +32,7 @@ function page(after: string | undefined, before: string | undefined, max: number
   return alice.iq('get', pubsub(xml('items', { node: 'big' }), rsm(opts))).then(itemsOf);
 }
 
-describe('RSM paging through a 1,000-item node', () => {
+describe(`RSM paging through a 1,000-item node on ${SERVER_TITLE}`, () => {
   it('forwards: every item once, in order, with count and index', async () => {
     const seen: string[] = [];
     let after: string | undefined;
@@ -86,5 +86,30 @@ describe('RSM paging through a 1,000-item node', () => {
     expect(sinceEpoch.ids).toEqual(big.ids.slice(0, 5));
     const until = await page(undefined, `id:${big.ids[5]}`, 3);
     expect(until.ids).toEqual(big.ids.slice(2, 5));
+  });
+
+  it('delivers a page filled to its byte budget (about 240 KiB) whole', async () => {
+    // Six entries of 60 KiB: the 256 KiB budget holds four, so the reply is about 240 KiB, under
+    // both servers' 512 KiB limit on the component's stanzas. Each must carry it to the client whole.
+    const filler = 'x'.repeat(60 * 1024);
+    for (let i = 0; i < 6; i++) {
+      const payload = entry(`wide-${i}`);
+      payload.append(xml('content', {}, filler));
+      const r = await admin.iq('set', publishIq('wide', `w${i}`, payload));
+      expect(r.attrs.type, r.toString().slice(0, 300)).toBe('result');
+    }
+    const first = await alice.iq('get', pubsub(xml('items', { node: 'wide' }), rsm({ max: 10 })));
+    expect(first.toString().length).toBeGreaterThan(200 * 1024);
+    const got = itemsOf(first);
+    expect(got.ids).toEqual(['w0', 'w1', 'w2', 'w3']);
+    const items = first.getChild('pubsub', NS.pubsub)?.getChild('items')?.getChildren('item') ?? [];
+    for (const item of items) expect(item.getChild('entry', NS.atom)?.getChildText('content')).toBe(filler);
+    const rest = itemsOf(
+      await alice.iq(
+        'get',
+        pubsub(xml('items', { node: 'wide' }), rsm({ max: 10, after: got.last as string })),
+      ),
+    );
+    expect(rest.ids).toEqual(['w4', 'w5']);
   });
 });

@@ -1,6 +1,17 @@
 import { xml } from '@xmpp/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { entry, errorOf, itemsOf, NS, publishIq, pubsub, rsm, Stack, type User } from './stack.ts';
+import {
+  entry,
+  errorOf,
+  itemsOf,
+  NS,
+  publishIq,
+  pubsub,
+  rsm,
+  SERVER_TITLE,
+  Stack,
+  type User,
+} from './stack.ts';
 
 let stack: Stack;
 let admin: User;
@@ -24,7 +35,7 @@ async function publish(node: string, id?: string, payload?: ReturnType<typeof en
   return reply.getChild('pubsub', NS.pubsub)?.getChild('publish')?.getChild('item')?.attrs.id as string;
 }
 
-describe('discovery', () => {
+describe(`discovery on ${SERVER_TITLE}`, () => {
   it('describes the service with its implemented features', async () => {
     const reply = await alice.iq('get', xml('query', { xmlns: NS.info }));
     const q = reply.getChild('query', NS.info);
@@ -41,7 +52,21 @@ describe('discovery', () => {
         NS.shim,
       ]),
     );
-    expect(features).not.toContain(`${NS.pubsub}#config-node`);
+    expect(features).toEqual(
+      expect.arrayContaining(
+        [
+          'access-authorize',
+          'access-whitelist',
+          'config-node',
+          'delete-nodes',
+          'purge-nodes',
+          'modify-affiliations',
+        ].map((f) => `${NS.pubsub}#${f}`),
+      ),
+    );
+    // Only what is implemented: no collections, no presence or roster access.
+    expect(features).not.toContain(`${NS.pubsub}#collections`);
+    expect(features).not.toContain(`${NS.pubsub}#access-presence`);
   });
 
   it('lists the SHIM headers on the shim node', async () => {
@@ -96,7 +121,7 @@ describe('discovery', () => {
   });
 });
 
-describe('publish and retrieve', () => {
+describe(`publish and retrieve on ${SERVER_TITLE}`, () => {
   it('publishes, generates ids, replaces, and returns items in feed order', async () => {
     await publish('pr', 'one');
     const generated = await publish('pr', undefined, entry('gen'));
@@ -160,7 +185,7 @@ describe('publish and retrieve', () => {
   });
 });
 
-describe('errors', () => {
+describe(`errors on ${SERVER_TITLE}`, () => {
   it('answers each bad request with the exact XEP-0060 / XEP-0059 error', async () => {
     await publish('err', 'x');
     const cases: [User, 'get' | 'set', ReturnType<typeof pubsub>, [string, string, string | undefined]][] = [
@@ -289,7 +314,7 @@ describe('errors', () => {
         alice,
         'set',
         xml('pubsub', { xmlns: NS.owner }, xml('configure', { node: 'err' })),
-        ['cancel', 'feature-not-implemented', 'unsupported'],
+        ['auth', 'forbidden', undefined],
       ],
     ];
     for (const [user, type, payload, expected] of cases) {

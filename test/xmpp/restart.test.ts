@@ -1,4 +1,4 @@
-// Prosody restarts under load: Prosody is stopped and started three times while admin@localhost
+// XMPP server restarts under load: the server (Prosody or ejabberd) is stopped and started three times while admin@localhost
 // keeps publishing, updating and retracting (a few requests in flight, a new client after each
 // restart). Afterwards the component is online again by itself, a subscription made before the
 // first restart still exists and still notifies, and every acknowledged write is there with its
@@ -6,7 +6,7 @@
 import { type Client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { NS, pubsub, SERVICE, Stack, type User } from './stack.ts';
+import { NS, pubsub, SERVER_TITLE, SERVICE, Stack, type User } from './stack.ts';
 
 const NODE = 'restart';
 const RESTARTS = 3;
@@ -167,8 +167,8 @@ const isEvent = (item: string) => (m: Element) => {
   return items?.attrs.node === NODE && items.getChild('item')?.attrs.id === item;
 };
 
-describe('Prosody restarts under load', () => {
-  it(`keeps subscriptions and every acknowledged write over ${RESTARTS} Prosody restarts`, async () => {
+describe(`${SERVER_TITLE} restarts under load`, () => {
+  it(`keeps subscriptions and every acknowledged write over ${RESTARTS} ${SERVER_TITLE} restarts`, async () => {
     const started = Date.now();
     let admin: User = await stack.user('admin', 'r0');
     const alice = await stack.user('alice', 'before');
@@ -194,9 +194,9 @@ describe('Prosody restarts under load', () => {
         );
         const t = Date.now();
         const online = new Promise<void>((resolve) => stack.component.xmpp.once('online', () => resolve()));
-        await stack.prosody.stop();
+        await stack.server.stop();
         writer.use(undefined);
-        await stack.prosody.start();
+        await stack.server.start();
         await online;
         admin = await stack.user('admin', `r${r}`);
         writer.use(admin.xmpp);
@@ -269,7 +269,7 @@ describe('Prosody restarts under load', () => {
     expect(writer.acks).toBeGreaterThanOrEqual(RESTARTS * 10);
 
     console.log(
-      `restart test: ${RESTARTS} Prosody restarts (stop to component online + new client: ${restartMs.join(', ')} ms); ` +
+      `restart test: ${RESTARTS} ${SERVER_TITLE} restarts (stop to component online + new client: ${restartMs.join(', ')} ms); ` +
         `writes acknowledged ${writer.acks}, errors ${writer.errors}, unanswered ${writer.unknown} ` +
         `(${landedUnacknowledged} ids show an unacknowledged write that landed); ${ids.length} ids; ` +
         `total ${Date.now() - started} ms`,

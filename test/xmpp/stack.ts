@@ -1,18 +1,19 @@
-// Test support: a real Prosody (prosody-dev/harness.ts), the component on a real LevelDB, and
-// real @xmpp/client users. Nothing here is a mock.
+// Test support: a real XMPP server (Prosody or ejabberd, prosody-dev/servers.ts; vitest.config.ts
+// runs the integration files once per server), the component on a real LevelDB, and real
+// @xmpp/client users. Nothing here is a mock.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
-import { type Prosody, startProsody } from '../../prosody-dev/harness.ts';
+import { type ServerName, startServer, testServer, type XmppServer } from '../../prosody-dev/servers.ts';
 import { type BotOptions, FeedBot } from '../../src/bot/bot.ts';
-import { FeedEngine } from '../../src/feed/engine.ts';
+import { type EngineOptions, FeedEngine } from '../../src/feed/engine.ts';
 import type { Limits } from '../../src/feed/model.ts';
 import { createLog } from '../../src/log.ts';
 import { sendStanza } from '../../src/serve.ts';
 import type { RateLimitOptions } from '../../src/xmpp/rateLimit.ts';
-import { PubsubComponent } from '../../src/xmpp/service.ts';
+import { type ComponentOptions, PubsubComponent } from '../../src/xmpp/service.ts';
 
 export const NS = {
   pubsub: 'http://jabber.org/protocol/pubsub',
@@ -28,6 +29,10 @@ export const NS = {
 };
 
 export const SERVICE = 'feeds.localhost';
+/** The server this run of the file is against; test titles name it. */
+export const SERVER: ServerName = testServer();
+/** `Prosody` or `ejabberd`, for test titles. */
+export const SERVER_TITLE = SERVER === 'ejabberd' ? 'ejabberd' : 'Prosody';
 export const USERS = ['admin', 'alice', 'bob', 'carol'].map((user) => ({ user, password: `${user}-pw` }));
 
 export interface User {
@@ -42,7 +47,7 @@ export interface User {
 }
 
 export class Stack {
-  prosody!: Prosody;
+  server!: XmppServer;
   engine!: FeedEngine;
   component!: PubsubComponent;
   dataDir!: string;
@@ -54,20 +59,35 @@ export class Stack {
   botOptions: BotOptions | undefined;
   bot: FeedBot | undefined;
 
+  /** Service policy (who may create, auto-create) and engine options, kept across restarts. */
+  policy: Pick<ComponentOptions, 'create' | 'autoCreate'> = {};
+  engineOptions: EngineOptions = {};
+
   static async start(
-    options: { limits?: Partial<Limits>; rateLimit?: RateLimitOptions; bot?: BotOptions } = {},
+    options: {
+      limits?: Partial<Limits>;
+      rateLimit?: RateLimitOptions;
+      policy?: Pick<ComponentOptions, 'create' | 'autoCreate'>;
+      engine?: EngineOptions;
+      bot?: BotOptions;
+    } = {},
   ): Promise<Stack> {
     const stack = new Stack();
     stack.rateLimit = options.rateLimit;
     stack.botOptions = options.bot;
-    stack.prosody = await startProsody({ users: USERS });
+    stack.policy = options.policy ?? {};
+    stack.engineOptions = options.engine ?? {};
+    stack.server = await startServer(SERVER, { users: USERS });
     stack.dataDir = await mkdtemp(join(tmpdir(), 'smartfeeds-xmpp-'));
     await stack.startComponent(options.limits);
     return stack;
   }
 
   async startComponent(limits?: Partial<Limits>): Promise<void> {
-    this.engine = await FeedEngine.open(this.dataDir, limits ? { limits } : {});
+    this.engine = await FeedEngine.open(this.dataDir, {
+      ...this.engineOptions,
+      ...(limits ? { limits } : {}),
+    });
     const log = createLog('debug', (line) => this.logs.push(line));
     const bot = this.botOptions
       ? new FeedBot(this.engine, SERVICE, this.botOptions, log, (stanza) =>
@@ -78,10 +98,11 @@ export class Stack {
     this.component = new PubsubComponent(
       this.engine,
       {
-        service: `xmpp://127.0.0.1:${this.prosody.componentPort}`,
+        service: `xmpp://127.0.0.1:${this.server.componentPort}`,
         domain: SERVICE,
-        secret: this.prosody.componentSecret,
+        secret: this.server.componentSecret,
         admins: ['admin@localhost'],
+        ...this.policy,
         backoff: { initialMs: 100, maxMs: 1000 },
         ...(this.rateLimit ? { rateLimit: this.rateLimit } : {}),
         ...(bot ? { chat: (stanza: Element) => bot.receive(stanza) } : {}),
@@ -105,7 +126,7 @@ export class Stack {
 
   async user(name: string, resource = 'test'): Promise<User> {
     const xmpp = client({
-      service: `xmpp://127.0.0.1:${this.prosody.c2sPort}`,
+      service: `xmpp://127.0.0.1:${this.server.c2sPort}`,
       domain: 'localhost',
       username: name,
       password: `${name}-pw`,
@@ -122,7 +143,7 @@ export class Stack {
       }
     });
     const bound = await xmpp.start();
-    // Prosody delivers headlines sent to a bare JID only to resources that sent presence.
+    // Servers deliver headlines sent to a bare JID only to resources that sent presence.
     await xmpp.send(xml('presence'));
     let serial = 0;
     const user: User = {
@@ -167,9 +188,9 @@ export class Stack {
   async stop(): Promise<void> {
     for (const u of this.users) await u.xmpp.stop().catch(() => undefined);
     await this.stopComponent().catch(() => undefined);
-    await this.prosody?.stop();
+    await this.server?.stop();
     await rm(this.dataDir, { recursive: true, force: true });
-    await rm(this.prosody.dir, { recursive: true, force: true }).catch(() => undefined);
+    await rm(this.server.dir, { recursive: true, force: true }).catch(() => undefined);
   }
 }
 

@@ -1,0 +1,245 @@
+/**
+ * HTTP benchmark: requests/s for a 50-item page at 1 % and 99 % depth of a large feed (JSON and
+ * Atom), measured with autocannon, and the server's memory while it holds many long polls.
+ *
+ *   npm run bench:http -- [--items N] [--duration S] [--connections C] [--polls P]
+ *
+ * The server runs in a child process (this file with --serve), so that the load generator does
+ * not share its thread and its memory is measured alone. Everything happens in a temporary
+ * directory, removed at the end.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import autocannon from 'autocannon';
+import { FeedEngine } from '../src/feed/engine.ts';
+import { HttpBinding } from '../src/http/server.ts';
+import { createLog } from '../src/log.ts';
+
+const NODE = 'bench';
+const TOKEN = 'bench-token';
+const PAGE = 50;
+
+const { values } = parseArgs({
+  options: {
+    items: { type: 'string', default: '100000' },
+    duration: { type: 'string', default: '10' },
+    connections: { type: 'string', default: '16' },
+    polls: { type: 'string', default: '5000' },
+    serve: { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  },
+});
+
+if (values.serve !== undefined) await serveMode(values.serve);
+else await benchMode();
+
+/** The server side: the engine and the HTTP binding on a free port; answers `memory` and `held` on stdin. */
+async function serveMode(dir: string): Promise<void> {
+  const engine = await FeedEngine.open(dir);
+  const binding = new HttpBinding(
+    engine,
+    {
+      host: '127.0.0.1',
+      port: 0,
+      tokens: new Map([[TOKEN, 'admin@bench']]),
+      admins: ['admin@bench'],
+      maxHeld: 100_000,
+      maxTimeoutSeconds: 600,
+    },
+    createLog('warn'),
+  );
+  // The server's side of a release: from the write's change event to the last answer sent.
+  let changedAt = 0;
+  let lastAnswerAt = 0;
+  engine.onChange(() => {
+    changedAt = performance.now();
+  });
+  binding.app.addHook('onResponse', async () => {
+    lastAnswerAt = performance.now();
+  });
+  console.log(JSON.stringify({ origin: await binding.start() }));
+  for await (const line of createInterface({ input: process.stdin })) {
+    if (line === 'memory') {
+      // Collect first: what is measured is what is live, not what the collector has not reached yet.
+      (globalThis as { gc?: () => void }).gc?.();
+      const m = process.memoryUsage();
+      console.log(
+        JSON.stringify({
+          rss: m.rss,
+          heapUsed: m.heapUsed,
+          held: binding.polls.held,
+          releaseMs: lastAnswerAt - changedAt,
+        }),
+      );
+    }
+  }
+  await binding.stop();
+  await engine.close();
+}
+
+async function benchMode(): Promise<void> {
+  if (values.help) {
+    console.log(
+      'usage: npm run bench:http -- [--items N (100000)] [--duration S (10)] [--connections C (16)] [--polls P (5000)]',
+    );
+    return;
+  }
+  const N = Number(values.items);
+  const DURATION = Number(values.duration);
+  const CONNECTIONS = Number(values.connections);
+  const POLLS = Number(values.polls);
+  for (const [name, v] of [
+    ['--items', N],
+    ['--duration', DURATION],
+    ['--connections', CONNECTIONS],
+    ['--polls', POLLS],
+  ] as const) {
+    if (!Number.isSafeInteger(v) || v < 1) {
+      console.error(`${name} must be a whole number of 1 or more`);
+      process.exit(2);
+    }
+  }
+  if (N < 200) {
+    console.error('--items must be at least 200 (pages are read at 1 % depth)');
+    process.exit(2);
+  }
+  const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-bench-http-'));
+  let child: ChildProcess | undefined;
+  try {
+    const ids = await fill(dir, N);
+    const engine = await FeedEngine.open(dir);
+    const cursorAt = async (fraction: number) => {
+      const [item] = await engine.getItems(NODE, [ids[Math.floor(N * fraction)] as string]);
+      return item?.cursor as string;
+    };
+    const depths = [
+      ['1 %', await cursorAt(0.01)],
+      ['99 %', await cursorAt(0.99)],
+    ] as const;
+    const last = (await engine.read(NODE, { last: true, max: 1 })).items[0]?.cursor as string;
+    await engine.close();
+
+    child = spawn(
+      process.execPath,
+      ['--expose-gc', '--import', 'tsx', fileURLToPath(import.meta.url), '--serve', dir],
+      {
+        stdio: ['pipe', 'pipe', 'inherit'],
+      },
+    );
+    const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream })[Symbol.asyncIterator]();
+    const nextLine = async () => JSON.parse((await lines.next()).value as string) as Record<string, unknown>;
+    const { origin } = (await nextLine()) as { origin: string };
+    const memory = async () => {
+      child?.stdin?.write('memory\n');
+      return (await nextLine()) as { rss: number; heapUsed: number; held: number; releaseMs: number };
+    };
+
+    console.log(
+      `\n${N.toLocaleString('en')} items of 1 KiB; ${CONNECTIONS} connections, ${DURATION} s each\n`,
+    );
+    console.log('| page of 50 | representation | requests/s | latency p50 | latency p99 | MB/s | errors |');
+    console.log('|---|---|---:|---:|---:|---:|---:|');
+    for (const [label, cursor] of depths) {
+      for (const accept of ['application/json', 'application/atom+xml']) {
+        const result = await autocannon({
+          url: `${origin}/feeds/${NODE}?since=cursor:${cursor}&max=${PAGE}&timeout=0`,
+          headers: { accept },
+          connections: CONNECTIONS,
+          duration: DURATION,
+        });
+        const errors = result.errors + result.non2xx + result.timeouts;
+        console.log(
+          `| since ${label} depth | ${accept} | ${Math.round(result.requests.average).toLocaleString('en')} | ${result.latency.p50} ms | ${result.latency.p99} ms | ${(result.throughput.average / 1e6).toFixed(1)} | ${errors} |`,
+        );
+      }
+    }
+
+    // Long polls: each waits since the last cursor; one write releases them all.
+    const before = await memory();
+    const started = performance.now();
+    // fetch's default pool opens a connection per request: each poll is its own held request.
+    // They are opened 250 at a time, so that the listen backlog does not overflow; a poll that
+    // fails anyway is counted, not fatal.
+    const polls: Promise<number>[] = [];
+    let held = await memory();
+    while (polls.length < POLLS) {
+      const batch = Math.min(250, POLLS - polls.length);
+      for (let i = 0; i < batch; i++)
+        polls.push(
+          fetch(`${origin}/feeds/${NODE}?since=cursor:${last}&timeout=120`).then(
+            async (r) => ((await r.json()) as { count: number }).count,
+            () => -1,
+          ),
+        );
+      const deadline = performance.now() + 30_000;
+      do {
+        await new Promise((r) => setTimeout(r, 50));
+        held = await memory();
+      } while (held.held < polls.length && performance.now() < deadline);
+    }
+    const holdSeconds = (performance.now() - started) / 1000;
+    const released = performance.now();
+    const put = await fetch(`${origin}/feeds/${NODE}/items/wake`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/atom+xml' },
+      body: "<entry xmlns='http://www.w3.org/2005/Atom'><title>wake</title></entry>",
+    });
+    if (put.status !== 201) throw new Error(`the waking write failed: ${put.status}`);
+    const counts = await Promise.all(polls);
+    const releaseMs = performance.now() - released;
+    const serverMs = (await memory()).releaseMs;
+    const mb = (n: number) => `${(n / 1e6).toFixed(1)} MB`;
+    console.log(`\n| ${held.held.toLocaleString('en')} held long polls | server |`);
+    console.log('|---|---:|');
+    console.log(`| rss before / held | ${mb(before.rss)} / ${mb(held.rss)} |`);
+    console.log(`| heap used before / held | ${mb(before.heapUsed)} / ${mb(held.heapUsed)} |`);
+    console.log(
+      `| per held poll (rss / heap) | ${((held.rss - before.rss) / POLLS / 1024).toFixed(1)} KiB / ${((held.heapUsed - before.heapUsed) / POLLS / 1024).toFixed(1)} KiB |`,
+    );
+    console.log(`| time to open and hold them all | ${holdSeconds.toFixed(1)} s |`);
+    console.log(
+      `| one write to all ${held.held.toLocaleString('en')} answered, as the clients saw it | ${releaseMs.toFixed(0)} ms (${counts.filter((c) => c === 1).length} got the item, ${counts.filter((c) => c < 0).length} failed) |`,
+    );
+    console.log(
+      `| the same, in the server: change event to the last answer sent | ${serverMs.toFixed(0)} ms |`,
+    );
+  } finally {
+    child?.stdin?.end();
+    if (child && child.exitCode === null) await new Promise((r) => child?.once('exit', r));
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** Fills the node with `n` 1 KiB entries, 256 writes in flight, and returns their ids. */
+async function fill(dir: string, n: number): Promise<string[]> {
+  const engine = await FeedEngine.open(dir);
+  const width = String(n).length;
+  const ids = Array.from({ length: n }, (_, i) => `item-${String(i).padStart(width, '0')}`);
+  const started = performance.now();
+  try {
+    await engine.createNode(NODE);
+    for (let i = 0; i < n; i += 256) {
+      await Promise.all(
+        ids.slice(i, i + 256).map((id) => {
+          const head = `<entry xmlns="http://www.w3.org/2005/Atom"><id>urn:bench:${id}</id><title>Item ${id}</title><content type="text">`;
+          const tail = '</content></entry>';
+          return engine.publish(NODE, {
+            id,
+            entry: head + 'x'.repeat(1024 - head.length - tail.length) + tail,
+          });
+        }),
+      );
+    }
+  } finally {
+    await engine.close();
+  }
+  console.log(
+    `filled ${n.toLocaleString('en')} items in ${((performance.now() - started) / 1000).toFixed(1)} s`,
+  );
+  return ids;
+}

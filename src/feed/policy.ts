@@ -1,0 +1,149 @@
+import { AFFILIATIONS, type Affiliation, type Standing } from './access.ts';
+import type { Op } from './commit.ts';
+import type { EngineStorage, FeedEngine } from './engine.ts';
+import { BadRequest } from './errors.ts';
+import {
+  affiliationKey,
+  affiliationPrefix,
+  configKey,
+  jidOfAffiliationKey,
+  parseUserAffiliationKey,
+  prefixEnd,
+  userAffiliationKey,
+  userAffiliationPrefix,
+} from './keys.ts';
+import { DEFAULT_NODE_CONFIG, type NodeConfig, readNodeConfig } from './nodeConfig.ts';
+
+const json = (value: unknown): Buffer => Buffer.from(JSON.stringify(value));
+
+/**
+ * A node's policy as stored beside its items: configuration (`c NID`) and affiliations
+ * (`a NID BAREJID`, mirrored by user as `b BAREJID 0 NID`, written together). Node numbers are never reused, so what is cached per number never goes stale.
+ */
+export class PolicyStore {
+  private readonly storage: EngineStorage;
+  private readonly configs = new Map<number, NodeConfig>();
+  private readonly affiliationMaps = new Map<number, Map<string, Affiliation>>();
+
+  constructor(private readonly engine: FeedEngine) {
+    this.storage = engine.storage();
+  }
+
+  /** Creates a node owned by `owner`, with `config` over the defaults, in one batch. */
+  async createNode(node: string, owner: string, config: Partial<NodeConfig> = {}): Promise<void> {
+    const full = { ...DEFAULT_NODE_CONFIG, ...config };
+    await this.engine.createNode(node, (nid): Op[] => [
+      { type: 'put', key: configKey(nid), value: json(full) },
+      { type: 'put', key: affiliationKey(nid, owner), value: Buffer.from('owner') },
+      { type: 'put', key: userAffiliationKey(owner, nid), value: Buffer.from('owner') },
+    ]);
+  }
+
+  /** Deletes a node (engine.deleteNode) and forgets what was cached of its policy. */
+  async deleteNode(node: string): Promise<void> {
+    const nid = await this.storage.nid(node);
+    await this.engine.deleteNode(node);
+    this.configs.delete(nid);
+    this.affiliationMaps.delete(nid);
+  }
+
+  async config(node: string): Promise<NodeConfig> {
+    const nid = await this.storage.nid(node);
+    let config = this.configs.get(nid);
+    if (!config) {
+      const buf = await this.storage.db.get(configKey(nid));
+      config = readNodeConfig(buf ? JSON.parse(buf.toString('utf8')) : undefined);
+      this.configs.set(nid, config);
+    }
+    return config;
+  }
+
+  /** Changes the given settings only; returns the whole new configuration. */
+  async configure(node: string, change: Partial<NodeConfig>): Promise<NodeConfig> {
+    const nid = await this.storage.nid(node);
+    const next = { ...(await this.config(node)), ...change };
+    await this.storage.write([{ type: 'put', key: configKey(nid), value: json(next) }]);
+    this.configs.set(nid, next);
+    return next;
+  }
+
+  private async affiliationMap(node: string): Promise<Map<string, Affiliation>> {
+    const nid = await this.storage.nid(node);
+    let map = this.affiliationMaps.get(nid);
+    if (!map) {
+      map = new Map();
+      const prefix = affiliationPrefix(nid);
+      for await (const [key, value] of this.storage.db.iterator({ gte: prefix, lt: prefixEnd(prefix) })) {
+        map.set(jidOfAffiliationKey(key), value.toString('utf8') as Affiliation);
+      }
+      this.affiliationMaps.set(nid, map);
+    }
+    return map;
+  }
+
+  async affiliation(node: string, bare: string): Promise<Affiliation> {
+    return (await this.affiliationMap(node)).get(bare) ?? 'none';
+  }
+
+  /** Every affiliation with the node but `none`, in byte order of the JIDs. */
+  async affiliations(node: string): Promise<[string, Affiliation][]> {
+    return [...(await this.affiliationMap(node))].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  }
+
+  /** A user's affiliations across nodes: one range read of the by-user mirror (`b`). */
+  async affiliationsOf(bare: string): Promise<{ node: string; affiliation: Affiliation }[]> {
+    const prefix = userAffiliationPrefix(bare);
+    const out: { node: string; affiliation: Affiliation }[] = [];
+    for (const [key, value] of await this.storage.db.iterator({ gte: prefix, lt: prefixEnd(prefix) }).all()) {
+      const nid = parseUserAffiliationKey(key)?.nid;
+      // A deleted node's affiliations wait for the sweep: they are nobody's now.
+      const node = nid === undefined ? undefined : await this.engine.nodeName(nid);
+      if (node !== undefined) out.push({ node, affiliation: value.toString('utf8') as Affiliation });
+    }
+    return out;
+  }
+
+  /** Applies affiliation changes as one batch (`none` removes one). */
+  async setAffiliations(node: string, changes: [string, Affiliation][]): Promise<void> {
+    const nid = await this.storage.nid(node);
+    const map = await this.affiliationMap(node);
+    const next = new Map(map);
+    for (const [jid, affiliation] of changes) {
+      if (!AFFILIATIONS.includes(affiliation)) throw new BadRequest(`unknown affiliation ${affiliation}`);
+      if (affiliation === 'none') next.delete(jid);
+      else next.set(jid, affiliation);
+    }
+    const ops: Op[] = changes.flatMap(([jid, affiliation]): Op[] =>
+      affiliation === 'none'
+        ? [
+            { type: 'del', key: affiliationKey(nid, jid) },
+            { type: 'del', key: userAffiliationKey(jid, nid) },
+          ]
+        : [
+            { type: 'put', key: affiliationKey(nid, jid), value: Buffer.from(affiliation) },
+            { type: 'put', key: userAffiliationKey(jid, nid), value: Buffer.from(affiliation) },
+          ],
+    );
+    await this.storage.write(ops);
+    this.affiliationMaps.set(nid, next);
+  }
+
+  /**
+   * What `bare` is to the node, for the rights table. Subscriptions are looked up only when the
+   * node's models make them matter.
+   */
+  async standing(node: string, bare: string, admin: boolean): Promise<Standing> {
+    const standing: Standing = { affiliation: 'none', admin, subscribed: false, pending: false };
+    if (admin) return standing;
+    standing.affiliation = await this.affiliation(node, bare);
+    if (standing.affiliation === 'owner' || standing.affiliation === 'outcast') return standing;
+    const config = await this.config(node);
+    if (config.accessModel === 'authorize' || config.publishModel !== 'publishers') {
+      for (const s of await this.engine.subscriptionsFor(bare, node)) {
+        if (s.pending) standing.pending = true;
+        else standing.subscribed = true;
+      }
+    }
+    return standing;
+  }
+}

@@ -1,0 +1,57 @@
+import type { Op } from './commit.ts';
+import type { Db } from './database.ts';
+import {
+  DELETED_PREFIX,
+  deletedKey,
+  familyPrefix,
+  jidOfAffiliationKey,
+  NODE_FAMILIES,
+  nidOfKey,
+  parseSubscriptionKey,
+  prefixEnd,
+  userAffiliationKey,
+  userSubscriptionKey,
+} from './keys.ts';
+
+/** A JID's bare part: what `u` keys are stored under. */
+function bareOf(jid: string): string {
+  const slash = jid.indexOf('/');
+  return slash < 0 ? jid : jid.slice(0, slash);
+}
+
+/**
+ * Removes the keys of every node number marked deleted (`d NID`), `batch` keys per atomic write,
+ * then the mark itself. Every batch is whole, so a sweep stopped at any point (`stopped`, a crash)
+ * leaves keys that a later sweep removes: it is resumable by running it again.
+ */
+export async function sweepDeleted(
+  db: Db,
+  write: (ops: Op[]) => Promise<void>,
+  options: { batch: number; stopped: () => boolean },
+): Promise<void> {
+  const marks = await db.keys({ gte: DELETED_PREFIX, lt: prefixEnd(DELETED_PREFIX) }).all();
+  for (const mark of marks) {
+    const nid = nidOfKey(mark);
+    if (nid === undefined) continue;
+    for (const family of NODE_FAMILIES) {
+      const prefix = familyPrefix(family, nid);
+      for (;;) {
+        if (options.stopped()) return;
+        const keys = await db.keys({ gte: prefix, lt: prefixEnd(prefix), limit: options.batch }).all();
+        if (keys.length === 0) break;
+        const ops: Op[] = [];
+        for (const key of keys) {
+          ops.push({ type: 'del', key });
+          // A subscription or an affiliation goes with its per-user key.
+          const sub = family === 's' ? parseSubscriptionKey(key) : undefined;
+          if (sub)
+            ops.push({ type: 'del', key: userSubscriptionKey(bareOf(sub.jid), nid, sub.order, sub.jid) });
+          if (family === 'a')
+            ops.push({ type: 'del', key: userAffiliationKey(jidOfAffiliationKey(key), nid) });
+        }
+        await write(ops);
+      }
+    }
+    await write([{ type: 'del', key: deletedKey(nid) }]);
+  }
+}

@@ -1,0 +1,64 @@
+import { type FeedName, parseFeedName } from '../feed/feedName.ts';
+import { parsePositionSpec } from '../feed/positionSpec.ts';
+import { parseMax } from '../feed/query.ts';
+import { problems } from './errors.ts';
+
+/** A `GET /feeds/{node}` request, checked. */
+export interface FeedQuery {
+  feed: FeedName;
+  /** The parameters as the client spelled them (for the `next` link). */
+  since?: string;
+  until?: string;
+  max?: number;
+  /** Seconds to hold an empty answer (already capped). */
+  timeout: number;
+  callback?: string;
+}
+
+/** The seed's parameters, the feed's own (`order`), and jQuery's JSON-P cache buster `_`. */
+const PARAMETERS = new Set(['since', 'until', 'max', 'timeout', 'callback', 'order', '_']);
+
+export const DEFAULT_TIMEOUT_SECONDS = 55;
+
+/** A JavaScript identifier, ASCII only: anything else in a JSON-P callback could inject script. */
+const CALLBACK = /^[A-Za-z_$][A-Za-z0-9_$]{0,127}$/;
+
+/** Parses the query string of a feed read; every malformed parameter is a 400 naming it. */
+export function parseFeedQuery(node: string, search: string, maxTimeoutSeconds: number): FeedQuery {
+  const params = new URLSearchParams(search);
+  const seen = new Set<string>();
+  for (const key of params.keys()) {
+    if (!PARAMETERS.has(key)) throw problems.badRequest(`unknown parameter ${JSON.stringify(key)}`);
+    if (seen.has(key)) throw problems.badRequest(`parameter ${JSON.stringify(key)} given twice`);
+    seen.add(key);
+  }
+  const order = params.get('order');
+  // The feed name checks the node and the order exactly as the XMPP binding's `node?order=`.
+  const feed = parseFeedName(order === null ? node : `${node}?order=${encodeURIComponent(order)}`);
+  const query: FeedQuery = { feed, timeout: Math.min(DEFAULT_TIMEOUT_SECONDS, maxTimeoutSeconds) };
+  for (const name of ['since', 'until'] as const) {
+    let spec = params.get(name);
+    if (spec === null) continue;
+    // An unencoded "+" of a time offset arrives as a space; no position spec holds a space.
+    if (spec.startsWith('time:')) spec = spec.replace(/ (\d{2}:\d{2})$/, '+$1');
+    parsePositionSpec(spec);
+    query[name] = spec;
+  }
+  const max = params.get('max');
+  if (max !== null) query.max = parseMax(max);
+  const timeout = params.get('timeout');
+  if (timeout !== null) {
+    if (!/^\d{1,9}(\.\d{1,3})?$/.test(timeout))
+      throw problems.badRequest(`timeout must be a number of seconds, not ${JSON.stringify(timeout)}`);
+    query.timeout = Math.min(Number(timeout), maxTimeoutSeconds);
+  }
+  const callback = params.get('callback');
+  if (callback !== null) {
+    if (!CALLBACK.test(callback))
+      throw problems.badRequest(
+        `callback must be a JavaScript identifier (letters, digits, _ and $, at most 128), not ${JSON.stringify(callback)}`,
+      );
+    query.callback = callback;
+  }
+  return query;
+}

@@ -1,0 +1,144 @@
+import type { Order } from '../feed/feedName.ts';
+import { ORDERS } from '../feed/feedName.ts';
+import type { Change } from '../feed/model.ts';
+import { problems } from './errors.ts';
+
+/** How a wait ended: the feed changed, time ran out, the client went away, or the server stops. */
+export type WaitOutcome = 'changed' | 'timeout' | 'gone' | 'closing';
+
+/** One feed's held requests, and the reads they share since its last change. */
+interface FeedWatchers {
+  watchers: Set<Watch>;
+  /** Reads started since the feed's last change, by query: every read here has seen that change. */
+  reads: Map<string, Promise<unknown>>;
+}
+
+/**
+ * One held request's place among a feed's watchers. It notes changes from the moment it joins,
+ * so that a write landing between the request's read and its wait is not missed.
+ */
+export class Watch {
+  private changed = false;
+  private wake: ((outcome: WaitOutcome) => void) | undefined;
+  private ended: WaitOutcome | undefined;
+
+  constructor(
+    private readonly feed: FeedWatchers,
+    private readonly leaveFn: (w: Watch) => void,
+  ) {}
+
+  /** Resolves at the next change (at once if one came since the last wait), or after `ms`. */
+  next(ms: number): Promise<WaitOutcome> {
+    if (this.ended) return Promise.resolve(this.ended);
+    if (this.changed) {
+      this.changed = false;
+      return Promise.resolve('changed');
+    }
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => this.settle('timeout'), ms);
+      this.wake = (outcome) => {
+        clearTimeout(timer);
+        this.wake = undefined;
+        resolve(outcome);
+      };
+    });
+  }
+
+  /**
+   * Runs `read`, or joins the same query's read if one started since the feed's last change: a
+   * write wakes thousands of polls at the same cursor, and one read answers them all.
+   */
+  read<T>(query: string, read: () => Promise<T>): Promise<T> {
+    const { reads } = this.feed;
+    const running = reads.get(query);
+    if (running) return running as Promise<T>;
+    const started = read();
+    reads.set(query, started);
+    const forget = () => {
+      if (reads.get(query) === started) reads.delete(query);
+    };
+    started.then(forget, forget);
+    return started;
+  }
+
+  /** Called by the registry: the feed changed. */
+  notify(): void {
+    if (this.wake) this.settle('changed');
+    else this.changed = true;
+  }
+
+  /** Ends every wait for good (the client left, or the server stops). */
+  end(outcome: 'gone' | 'closing'): void {
+    this.ended ??= outcome;
+    this.settle(outcome);
+  }
+
+  private settle(outcome: WaitOutcome): void {
+    if (outcome === 'changed') this.changed = false;
+    this.wake?.(outcome);
+  }
+
+  leave(): void {
+    this.leaveFn(this);
+  }
+}
+
+/**
+ * The held long polls, by feed. Fed by the engine's change events (no polling); bounded; a
+ * held request costs one small object and one timer.
+ */
+export class LongPolls {
+  private readonly byFeed = new Map<string, FeedWatchers>();
+  private count = 0;
+  private closing = false;
+
+  constructor(private readonly maxHeld: number) {}
+
+  get held(): number {
+    return this.count;
+  }
+
+  private static key(node: string, order: Order): string {
+    return `${order} ${node}`;
+  }
+
+  /** Joins a feed's watchers; refused with 503 when the bound is reached or the server stops. */
+  watch(node: string, order: Order): Watch {
+    if (this.closing) throw problems.busy('the server is shutting down');
+    if (this.count >= this.maxHeld)
+      throw problems.busy(`${this.maxHeld} long polls are held already; retry later`);
+    const key = LongPolls.key(node, order);
+    let feed = this.byFeed.get(key);
+    if (!feed) {
+      feed = { watchers: new Set(), reads: new Map() };
+      this.byFeed.set(key, feed);
+    }
+    const entry = feed;
+    const w = new Watch(entry, (me) => {
+      if (!entry.watchers.delete(me)) return;
+      this.count -= 1;
+      if (entry.watchers.size === 0 && this.byFeed.get(key) === entry) this.byFeed.delete(key);
+    });
+    entry.watchers.add(w);
+    this.count += 1;
+    return w;
+  }
+
+  /** A committed change wakes the watchers of each feed it reaches (a `created` feed: new items only). */
+  onChange(change: Change): void {
+    for (const order of ORDERS) {
+      if (!change.feeds[order].notify) continue;
+      const feed = this.byFeed.get(LongPolls.key(change.node, order));
+      if (!feed) continue;
+      // Reads started before this change may have missed it: the woken start new ones.
+      feed.reads.clear();
+      for (const w of feed.watchers) w.notify();
+    }
+  }
+
+  /** Shutdown: every held request answers now, and no new one is held. */
+  releaseAll(): void {
+    this.closing = true;
+    for (const feed of this.byFeed.values()) for (const w of feed.watchers) w.end('closing');
+  }
+}
