@@ -225,7 +225,8 @@ describe(`a flooding client on ${SERVER_TITLE}`, () => {
     // Without the limit every request reaches the engine, and the reader's p50 grows about 15×
     // (30 ms where it was 2): this bound tells the two apart, with room for a loaded machine.
     expect(quantile(e2e, 0.5)).toBeLessThan(5 * quantile(base.e2e, 0.5) + 15);
-    expect(quantile(inComponent, 0.5)).toBeLessThan(5 * quantile(base.inComponent, 0.5) + 5);
+    // Inside the component a saturated machine adds a few ms of event-loop delay to any request.
+    expect(quantile(inComponent, 0.5)).toBeLessThan(5 * quantile(base.inComponent, 0.5) + 10);
   });
 
   it('serves the flooder again once it slows down', async () => {
