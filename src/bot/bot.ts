@@ -109,6 +109,7 @@ export class FeedBot {
         pollMaxMs: options.pollMaxMs,
         maxFeeds: options.maxFeeds,
         concurrency: options.concurrency,
+        owner: domain,
       },
       log,
       (node) => (this.subscribers.get(node)?.size ?? 0) > 0,

@@ -1,6 +1,7 @@
 import type { FeedEngine } from '../feed/engine.ts';
 import { NodeExists } from '../feed/errors.ts';
 import type { KeyValueStore } from '../feed/kv.ts';
+import { PolicyStore } from '../feed/policy.ts';
 import type { Log } from '../log.ts';
 import { atomEntryOf, fingerprintOf, itemIdOf } from './entry.ts';
 import { type FeedUrlError, nodeNameOf, normalizeFeedUrl } from './feedUrl.ts';
@@ -32,6 +33,8 @@ export interface IngestOptions {
   maxFeeds: number;
   /** Polls running at once. */
   concurrency: number;
+  /** The bare JID that owns the nodes the bot creates (the service's own). */
+  owner: string;
   now?: () => number;
 }
 
@@ -67,6 +70,7 @@ export class FeedIngest {
   private running = 0;
   private stopped = false;
   private readonly now: () => number;
+  private readonly policy: PolicyStore;
 
   constructor(
     private readonly engine: FeedEngine,
@@ -83,6 +87,7 @@ export class FeedIngest {
     private readonly wanted: (node: string) => boolean,
   ) {
     this.now = options.now ?? Date.now;
+    this.policy = new PolicyStore(engine);
   }
 
   async load(): Promise<void> {
@@ -146,9 +151,15 @@ export class FeedIngest {
       await this.store.urls.put(url, node);
       return existing;
     }
-    await this.engine.createNode(node).catch((e) => {
-      if (!(e instanceof NodeExists)) throw e;
-    });
+    // Owned by the service, titled after the feed (set once: the component caches configurations).
+    await this.policy
+      .createNode(node, this.options.owner, {
+        title: (doc.title ?? canonical).slice(0, 256),
+        description: `${canonical}, ingested by the feed bot`,
+      })
+      .catch((e) => {
+        if (!(e instanceof NodeExists)) throw e;
+      });
     const rec: FeedRecord = {
       url: canonical,
       node,

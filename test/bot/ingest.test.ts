@@ -8,6 +8,7 @@ import { FetchError, Fetcher, type FetchLimits } from '../../src/bot/fetcher.ts'
 import { FeedIngest, type FeedRecord, type IngestOptions } from '../../src/bot/ingest.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import type { Change } from '../../src/feed/model.ts';
+import { PolicyStore } from '../../src/feed/policy.ts';
 import { createLog } from '../../src/log.ts';
 import { FeedServer, fixture, rss } from './feedServer.ts';
 
@@ -37,7 +38,14 @@ function makeIngest(options: Partial<IngestOptions> = {}, wanted = () => true): 
       seen: engine.kv<string>('bot.seen'),
       urls: engine.kv<string>('bot.urls'),
     },
-    { pollMinMs: 60_000, pollMaxMs: 600_000, maxFeeds: 100, concurrency: 4, ...options },
+    {
+      pollMinMs: 60_000,
+      pollMaxMs: 600_000,
+      maxFeeds: 100,
+      concurrency: 4,
+      owner: 'feeds.example',
+      ...options,
+    },
     createLog('error', () => {}),
     wanted,
   );
@@ -79,6 +87,9 @@ describe('formats', () => {
     server.document(`/${file}`, () => fixture(file), type);
     const rec = await ingest.add(server.url(`/${file}`));
     expect(rec.title).toBe(title);
+    const policy = new PolicyStore(engine);
+    expect(await policy.config(rec.node)).toMatchObject({ title, accessModel: 'open' });
+    expect(await policy.affiliation(rec.node, 'feeds.example')).toBe('owner');
     expect(rec.node).toMatch(/^feed:127\.0\.0\.1:\d+:[0-9a-f]{24}$/);
     expect(await titles(rec.node)).toEqual(expected);
     const [item] = (await engine.read(rec.node, { last: true, max: 1 })).items;
