@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import type { BotOptions } from './bot/bot.ts';
 import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
 import { isLevel, type Level } from './log.ts';
@@ -29,6 +30,8 @@ export interface Config {
   sync: boolean;
   /** Requests per second and burst allowed to each sender (bare JID); a rate of 0 is no limit. */
   rateLimit: RateLimitOptions;
+  /** The feed bot (src/bot/): on unless turned off. */
+  bot: BotOptions & { enabled: boolean };
   /** The HTTP binding; undefined when `--http` is not given. */
   http: HttpConfig | undefined;
 }
@@ -47,6 +50,27 @@ export interface HttpConfig {
 
 export const HTTP_DEFAULTS = { maxHeld: 10_000, maxTimeoutSeconds: 120 };
 
+export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
+  enabled: true,
+  fetch: {
+    timeoutMs: 20_000,
+    maxBytes: 5 * 1024 * 1024,
+    maxRedirects: 5,
+    allowPrivateAddresses: false,
+    hostConnections: 2,
+    schemes: ['http', 'https'],
+    userAgent: 'smartfeeds-bot/0.1 (the feed bot of a Smart Feeds XMPP service)',
+  },
+  pollMinMs: 5 * 60_000,
+  pollMaxMs: 6 * 3600_000,
+  maxFeeds: 1000,
+  userSubscriptions: 100,
+  queueLength: 200,
+  concurrency: 8,
+  // A burst of 10 commands, then one every two seconds.
+  commandRate: { rate: 0.5, burst: 10 },
+};
+
 export class ConfigError extends Error {}
 
 const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain'> = {
@@ -60,6 +84,7 @@ const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain'> = {
   limits: DEFAULT_LIMITS,
   sync: false,
   rateLimit: DEFAULT_RATE_LIMIT,
+  bot: DEFAULT_BOT,
 };
 
 /** Flags of `serve`, for its help text and parseArgs. */
@@ -82,6 +107,17 @@ export const SERVE_OPTIONS = {
   sync: { type: 'boolean' },
   'rate-limit': { type: 'string' },
   'rate-burst': { type: 'string' },
+  bot: { type: 'string' },
+  'allow-private-addresses': { type: 'boolean' },
+  'bot-schemes': { type: 'string' },
+  'bot-user-subscriptions': { type: 'string' },
+  'bot-feeds': { type: 'string' },
+  'bot-poll-min': { type: 'string' },
+  'bot-poll-max': { type: 'string' },
+  'bot-fetch-timeout': { type: 'string' },
+  'bot-max-bytes': { type: 'string' },
+  'bot-queue': { type: 'string' },
+  'bot-host-connections': { type: 'string' },
   http: { type: 'string' },
   'http-token': { type: 'string', multiple: true },
   'http-max-held': { type: 'string' },
@@ -115,6 +151,17 @@ long option names, "admins" a list); flags win over the environment, which wins 
   --sync                     fsync every write                SMARTFEEDS_SYNC=1
   --rate-limit N             requests/s per sender, 0 = off   SMARTFEEDS_RATE_LIMIT (50)
   --rate-burst N             requests a sender may burst      SMARTFEEDS_RATE_BURST (200)
+  --bot on|off               the feed bot (chat commands)     SMARTFEEDS_BOT (on)
+  --allow-private-addresses  let the bot fetch loopback/private addresses  SMARTFEEDS_ALLOW_PRIVATE_ADDRESSES=1
+  --bot-schemes LIST         schemes fetched: http,https      SMARTFEEDS_BOT_SCHEMES (http,https)
+  --bot-user-subscriptions N subscriptions per chat user      SMARTFEEDS_BOT_USER_SUBSCRIPTIONS (100)
+  --bot-feeds N              feeds followed, service-wide     SMARTFEEDS_BOT_FEEDS (1000)
+  --bot-poll-min SECONDS     shortest poll interval           SMARTFEEDS_BOT_POLL_MIN (300)
+  --bot-poll-max SECONDS     longest poll interval (backoff)  SMARTFEEDS_BOT_POLL_MAX (21600)
+  --bot-fetch-timeout SECONDS  one fetch, start to end        SMARTFEEDS_BOT_FETCH_TIMEOUT (20)
+  --bot-max-bytes N          largest feed document            SMARTFEEDS_BOT_MAX_BYTES (5242880)
+  --bot-queue N              notifications kept per offline user  SMARTFEEDS_BOT_QUEUE (200)
+  --bot-host-connections N   connections to one host at once  SMARTFEEDS_BOT_HOST_CONNECTIONS (2)
   --http HOST:PORT           also serve the feeds over HTTP   SMARTFEEDS_HTTP     (off)
   --http-token TOKEN=JID     a bearer token acting as JID     SMARTFEEDS_HTTP_TOKENS (comma-separated)
                              (repeatable; other users can read a command line: prefer the
@@ -179,6 +226,17 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     sync?: boolean;
     'rate-limit'?: string;
     'rate-burst'?: string;
+    bot?: string;
+    'allow-private-addresses'?: boolean;
+    'bot-schemes'?: string;
+    'bot-user-subscriptions'?: string;
+    'bot-feeds'?: string;
+    'bot-poll-min'?: string;
+    'bot-poll-max'?: string;
+    'bot-fetch-timeout'?: string;
+    'bot-max-bytes'?: string;
+    'bot-queue'?: string;
+    'bot-host-connections'?: string;
     http?: string;
     'http-token'?: string[];
     'http-max-held'?: string;
@@ -254,6 +312,7 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     burst: burstRaw === undefined ? DEFAULTS.rateLimit.burst : positive('rate-burst', burstRaw),
   };
   const syncRaw = pick(flags.sync, 'SMARTFEEDS_SYNC', 'sync');
+  const bot = botConfig(flags, (flag, envName, key) => pick(flag, envName, key));
   const httpRaw = pick(flags.http, 'SMARTFEEDS_HTTP', 'http');
   let http: HttpConfig | undefined;
   if (httpRaw !== undefined) {
@@ -303,7 +362,71 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     limits,
     sync: syncRaw === true || syncRaw === '1' || syncRaw === 'true',
     rateLimit,
+    bot,
     http,
+  };
+}
+
+const truthy = (v: unknown) => v === true || v === '1' || v === 'true' || v === 'on';
+
+/** Seconds (fractions allowed) as milliseconds. */
+function seconds(name: string, value: unknown): number {
+  const n = typeof value === 'number' ? value : value === '' ? Number.NaN : Number(String(value));
+  if (!Number.isFinite(n) || n <= 0)
+    throw new ConfigError(`${name} must be a number of seconds above 0, not ${JSON.stringify(value)}`);
+  return Math.round(n * 1000);
+}
+
+function botConfig(
+  flags: Record<string, unknown>,
+  pick: (flag: unknown, envName: string, key: string) => unknown,
+): BotOptions & { enabled: boolean } {
+  const get = (key: string) => pick(flags[key], `SMARTFEEDS_${key.toUpperCase().replaceAll('-', '_')}`, key);
+  const d = DEFAULT_BOT;
+  const enabledRaw = get('bot');
+  if (
+    enabledRaw !== undefined &&
+    !['on', 'off', true, false, '1', '0', 'true', 'false'].includes(enabledRaw as string)
+  )
+    throw new ConfigError(`bot must be on or off, not ${JSON.stringify(enabledRaw)}`);
+  const num = (key: string, fallback: number) => {
+    const v = get(key);
+    return v === undefined ? fallback : positive(key, v);
+  };
+  const secs = (key: string, fallbackMs: number) => {
+    const v = get(key);
+    return v === undefined ? fallbackMs : seconds(key, v);
+  };
+  const schemesRaw = get('bot-schemes');
+  const schemes =
+    schemesRaw === undefined
+      ? d.fetch.schemes
+      : (Array.isArray(schemesRaw) ? schemesRaw.map(String) : String(schemesRaw).split(','))
+          .map((x) => x.trim().toLowerCase())
+          .filter(Boolean);
+  if (schemes.length === 0 || !schemes.every((x) => x === 'http' || x === 'https'))
+    throw new ConfigError(`bot-schemes must be http, https or both, not ${JSON.stringify(schemesRaw)}`);
+  const pollMinMs = secs('bot-poll-min', d.pollMinMs);
+  const pollMaxMs = secs('bot-poll-max', d.pollMaxMs);
+  if (pollMaxMs < pollMinMs) throw new ConfigError('bot-poll-max must not be less than bot-poll-min');
+  const privateRaw = get('allow-private-addresses');
+  return {
+    enabled: enabledRaw === undefined ? d.enabled : truthy(enabledRaw),
+    fetch: {
+      ...d.fetch,
+      timeoutMs: secs('bot-fetch-timeout', d.fetch.timeoutMs),
+      maxBytes: num('bot-max-bytes', d.fetch.maxBytes),
+      hostConnections: num('bot-host-connections', d.fetch.hostConnections),
+      allowPrivateAddresses: privateRaw === undefined ? false : truthy(privateRaw),
+      schemes,
+    },
+    pollMinMs,
+    pollMaxMs,
+    maxFeeds: num('bot-feeds', d.maxFeeds),
+    userSubscriptions: num('bot-user-subscriptions', d.userSubscriptions),
+    queueLength: num('bot-queue', d.queueLength),
+    concurrency: d.concurrency,
+    commandRate: d.commandRate,
   };
 }
 

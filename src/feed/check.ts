@@ -88,6 +88,8 @@ export type ProblemKind =
   | 'missing-user-subscription'
   /** A `u` key without its subscription. */
   | 'stray-user-subscription'
+  /** A key-value entry (`k`, kv.ts) without its namespace terminator or with a value that is not JSON. */
+  | 'unreadable-kv-entry'
   /** A deleted node whose keys are not all swept yet (the server finishes it when it starts). */
   | 'unfinished-delete'
   /** A node configuration (`c`) that cannot be read. */
@@ -433,6 +435,20 @@ export class DatabaseCheck {
             ? `${q(p.bareJid)} has a user key for an affiliation with node number ${p.nid} that does not exist`
             : `the user affiliation key ${key.toString('hex')} is malformed`,
         );
+      }
+    }
+
+    // A binding's own state (kv.ts) is opaque here: only its framing is checked, never repaired.
+    for await (const chunk of this.chunks(prefixRange(Buffer.from('k')), RECORD_CHUNK)) {
+      for (const [key, value] of chunk) {
+        let readable = key.indexOf(0, 1) > 1;
+        try {
+          JSON.parse(value.toString('utf8'));
+        } catch {
+          readable = false;
+        }
+        if (!readable)
+          await problem('unreadable-kv-entry', `key-value entry ${q(key.toString('utf8'))} cannot be read`);
       }
     }
 

@@ -38,6 +38,7 @@ import {
   userPrefix,
   userSubscriptionKey,
 } from './keys.ts';
+import { KeyValueStore } from './kv.ts';
 import {
   type Change,
   DEFAULT_LIMITS,
@@ -223,6 +224,11 @@ export class FeedEngine {
   onChange(listener: ChangeListener): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  /** A namespaced key-value store for a binding's own state (kv.ts). */
+  kv<T>(namespace: string): KeyValueStore<T> {
+    return new KeyValueStore<T>(this.db, this.committer, namespace);
   }
 
   // ---- nodes ------------------------------------------------------------------------------

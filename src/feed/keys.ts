@@ -9,6 +9,7 @@ import type { Order } from './feedName.ts';
  *   s NID ORDER JID             -> subscription
  *   u BAREJID 0 NID ORDER JID   -> (empty): subscriptions by user
  *   g                           -> service counters {nextNid}
+ *   k NAMESPACE 0 KEY           -> a binding's own state, JSON (kv.ts)
  *   c NID                       -> node configuration (nodeConfig.ts)
  *   a NID BAREJID               -> affiliation of a bare JID with the node ("owner", ...)
  *   b BAREJID 0 NID             -> the same affiliation, by user
@@ -102,6 +103,14 @@ export function userSubscriptionKey(bareJid: string, nid: number, order: Order, 
 
 export function userPrefix(bareJid: string): Buffer {
   return Buffer.concat([Buffer.from('u'), Buffer.from(bareJid, 'utf8'), Buffer.from([0])]);
+}
+
+export function kvPrefix(namespace: string): Buffer {
+  return Buffer.concat([Buffer.from('k'), Buffer.from(namespace, 'utf8'), Buffer.from([0])]);
+}
+
+export function kvKey(namespace: string, key: string): Buffer {
+  return Buffer.concat([kvPrefix(namespace), Buffer.from(key, 'utf8')]);
 }
 
 export function configKey(nid: number): Buffer {

@@ -30,6 +30,8 @@ export interface ComponentOptions {
   backoff?: BackoffOptions;
   /** Per-sender request limit; absent or a rate of 0: no limit. */
   rateLimit?: RateLimitOptions;
+  /** Receives chat messages and presence sent to the component (the feed bot, src/bot/). */
+  chat?: (stanza: Element) => void;
 }
 
 /** The IQ routes: (type, namespace, element) → handler. */
@@ -114,6 +116,8 @@ export class PubsubComponent {
       }
     ).middleware.use((ctx, next) => {
       if (ctx.stanza.name === 'message' && ctx.type === 'error') return this.bounced(ctx.stanza);
+      if (ctx.stanza.name === 'presence' || (ctx.stanza.name === 'message' && ctx.type === 'chat'))
+        return options.chat?.(ctx.stanza);
       if (ctx.stanza.name === 'message') return this.answered(ctx.stanza);
       return next();
     });

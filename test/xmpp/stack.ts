@@ -7,9 +7,11 @@ import { join } from 'node:path';
 import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { type ServerName, startServer, testServer, type XmppServer } from '../../prosody-dev/servers.ts';
+import { type BotOptions, FeedBot } from '../../src/bot/bot.ts';
 import { type EngineOptions, FeedEngine } from '../../src/feed/engine.ts';
 import type { Limits } from '../../src/feed/model.ts';
 import { createLog } from '../../src/log.ts';
+import { sendStanza } from '../../src/serve.ts';
 import type { RateLimitOptions } from '../../src/xmpp/rateLimit.ts';
 import { type ComponentOptions, PubsubComponent } from '../../src/xmpp/service.ts';
 
@@ -53,6 +55,10 @@ export class Stack {
   logs: string[] = [];
   /** The component's per-sender request limit (kept across restarts); none unless a test sets it. */
   rateLimit: RateLimitOptions | undefined;
+  /** The feed bot's options (kept across restarts); no bot unless a test sets them. */
+  botOptions: BotOptions | undefined;
+  bot: FeedBot | undefined;
+
   /** Service policy (who may create, auto-create) and engine options, kept across restarts. */
   policy: Pick<ComponentOptions, 'create' | 'autoCreate'> = {};
   engineOptions: EngineOptions = {};
@@ -63,10 +69,12 @@ export class Stack {
       rateLimit?: RateLimitOptions;
       policy?: Pick<ComponentOptions, 'create' | 'autoCreate'>;
       engine?: EngineOptions;
+      bot?: BotOptions;
     } = {},
   ): Promise<Stack> {
     const stack = new Stack();
     stack.rateLimit = options.rateLimit;
+    stack.botOptions = options.bot;
     stack.policy = options.policy ?? {};
     stack.engineOptions = options.engine ?? {};
     stack.server = await startServer(SERVER, { users: USERS });
@@ -80,6 +88,13 @@ export class Stack {
       ...this.engineOptions,
       ...(limits ? { limits } : {}),
     });
+    const log = createLog('debug', (line) => this.logs.push(line));
+    const bot = this.botOptions
+      ? new FeedBot(this.engine, SERVICE, this.botOptions, log, (stanza) =>
+          sendStanza(this.component, stanza),
+        )
+      : undefined;
+    this.bot = bot;
     this.component = new PubsubComponent(
       this.engine,
       {
@@ -90,15 +105,21 @@ export class Stack {
         ...this.policy,
         backoff: { initialMs: 100, maxMs: 1000 },
         ...(this.rateLimit ? { rateLimit: this.rateLimit } : {}),
+        ...(bot ? { chat: (stanza: Element) => bot.receive(stanza) } : {}),
       },
-      createLog('debug', (line) => this.logs.push(line)),
+      log,
     );
+    if (bot) {
+      await bot.start();
+      this.component.xmpp.on('online', () => void bot.connected());
+    }
     const online = new Promise<void>((resolve) => this.component.xmpp.once('online', () => resolve()));
     await this.component.start();
     await online;
   }
 
   async stopComponent(): Promise<void> {
+    await this.bot?.stop();
     await this.component.stop();
     await this.engine.close();
   }

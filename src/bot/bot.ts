@@ -1,0 +1,331 @@
+import jid from '@xmpp/jid';
+import xml from '@xmpp/xml';
+import { type Element, parse as parseXml } from 'ltx';
+import type { FeedEngine } from '../feed/engine.ts';
+import type { Change } from '../feed/model.ts';
+import type { Log } from '../log.ts';
+import { RateLimiter, type RateLimitOptions } from '../xmpp/rateLimit.ts';
+import { type Command, parseCommand } from './commands.ts';
+import { type ChatUser, Delivery } from './delivery.ts';
+import { FeedUrlError } from './feedUrl.ts';
+import { Fetcher, type FetchLimits } from './fetcher.ts';
+import { FeedIngest, type FeedRecord, IngestRefusal } from './ingest.ts';
+
+export interface BotOptions {
+  fetch: FetchLimits;
+  pollMinMs: number;
+  pollMaxMs: number;
+  /** Feeds followed at most, service-wide. */
+  maxFeeds: number;
+  /** Subscriptions one user may hold. */
+  userSubscriptions: number;
+  /** Notifications kept for an offline user; older ones are dropped. */
+  queueLength: number;
+  /** Polls running at once. */
+  concurrency: number;
+  /** Chat commands per second and burst per user (a subscribe costs a fetch and may make a node). */
+  commandRate: RateLimitOptions;
+}
+
+/** A chat subscription, kept under `BARE\0NODE` in `bot.subs`. */
+interface ChatSubscription {
+  node: string;
+  /** The address the user gave. */
+  url: string;
+  since: number;
+}
+
+/** Sends a stanza; false when the component is not online. */
+export type Send = (stanza: Element) => boolean;
+
+const HELP = `I turn RSS, Atom and JSON feeds into chat messages, and each feed into a Smart Feed node.
+  subscribe URL     get each new entry of the feed at URL as a message
+  unsubscribe URL   stop
+  list              your subscriptions, with each feed's health
+  help              this text
+Allow me to see your presence and I keep what arrives while you are offline until you are back.`;
+
+function ago(ms: number): string {
+  const s = Math.max(0, Math.round(ms / 1000));
+  if (s < 120) return `${s} s`;
+  if (s < 7200) return `${Math.round(s / 60)} min`;
+  if (s < 172800) return `${Math.round(s / 3600)} h`;
+  return `${Math.round(s / 86400)} days`;
+}
+
+/** A feed's health for `list`. */
+function health(rec: FeedRecord | undefined, now: number): string {
+  if (!rec) return 'unknown';
+  const next = `next check in ${ago(rec.nextPollAt - now)}`;
+  if (rec.failures === 0)
+    return `ok, checked ${rec.lastSuccessAt ? `${ago(now - rec.lastSuccessAt)} ago` : 'never'}; ${next}`;
+  return `failing (${rec.failures} ${rec.failures === 1 ? 'time' : 'times in a row'}: ${rec.lastError ?? 'unknown error'}); ${next}`;
+}
+
+/** The title and link of a stored Atom entry, for a notification. */
+function titleAndLink(entry: string): { title: string; link: string | undefined } {
+  try {
+    const el = parseXml(entry);
+    const link = el.getChildren('link').find((l) => !l.attrs.rel || l.attrs.rel === 'alternate');
+    return { title: el.getChildText('title')?.trim() || '(untitled)', link: link?.attrs.href };
+  } catch {
+    return { title: '(untitled)', link: undefined };
+  }
+}
+
+/**
+ * The feed bot: chat users subscribe to outside feeds by command; each feed is ingested into a
+ * node of its own, and each new entry goes to the feed's chat subscribers as a chat message.
+ */
+export class FeedBot {
+  readonly ingest: FeedIngest;
+  readonly delivery: Delivery;
+  private readonly fetcher: Fetcher;
+  /** Chat subscribers per node (loaded at start, kept with the store). */
+  private readonly subscribers = new Map<string, Set<string>>();
+  private readonly subs;
+  /** Per user, the command being answered: a user's commands run one at a time. */
+  private readonly commands = new Map<string, Promise<void>>();
+  private readonly unlisten: () => void;
+  private readonly limiter: RateLimiter;
+  private serial = 0;
+
+  constructor(
+    private readonly engine: FeedEngine,
+    private readonly domain: string,
+    private readonly options: BotOptions,
+    private readonly log: Log,
+    private readonly send: Send,
+  ) {
+    this.fetcher = new Fetcher(options.fetch);
+    this.limiter = new RateLimiter(options.commandRate);
+    this.subs = engine.kv<ChatSubscription>('bot.subs');
+    this.ingest = new FeedIngest(
+      engine,
+      this.fetcher,
+      { feeds: engine.kv('bot.feeds'), seen: engine.kv('bot.seen'), urls: engine.kv('bot.urls') },
+      {
+        pollMinMs: options.pollMinMs,
+        pollMaxMs: options.pollMaxMs,
+        maxFeeds: options.maxFeeds,
+        concurrency: options.concurrency,
+        owner: domain,
+      },
+      log,
+      (node) => (this.subscribers.get(node)?.size ?? 0) > 0,
+    );
+    this.delivery = new Delivery(
+      { users: engine.kv<ChatUser>('bot.users'), queue: engine.kv<string>('bot.queue') },
+      (to, body) => this.send(this.chat(to, body)),
+      options.queueLength,
+      log,
+    );
+    this.unlisten = engine.onChange((change) => this.changed(change));
+  }
+
+  async start(): Promise<void> {
+    await this.ingest.load();
+    for (const [key, sub] of await this.subs.entries()) {
+      const bare = key.slice(0, key.indexOf('\0'));
+      this.subscriberSet(sub.node).add(bare);
+    }
+    this.ingest.start();
+  }
+
+  async stop(): Promise<void> {
+    this.unlisten();
+    await this.ingest.stop();
+    await Promise.allSettled(this.commands.values());
+    await this.delivery.settled();
+    await this.fetcher.close();
+  }
+
+  /**
+   * The component is online (again): who is online is learnt anew from presence, so users who
+   * granted presence are probed; the others get what waited while the component was away.
+   */
+  async connected(): Promise<void> {
+    this.delivery.reset();
+    for (const [bare, user] of await this.engine.kv<ChatUser>('bot.users').entries()) {
+      if (user.presence === 'subscribed') this.send(this.presenceTo(bare, 'probe'));
+      else void this.delivery.flush(bare);
+    }
+  }
+
+  private subscriberSet(node: string): Set<string> {
+    let set = this.subscribers.get(node);
+    if (!set) {
+      set = new Set();
+      this.subscribers.set(node, set);
+    }
+    return set;
+  }
+
+  private chat(to: string, body: string): Element {
+    const id = `bot-${Date.now().toString(36)}-${(this.serial++).toString(36)}`;
+    return xml('message', { type: 'chat', from: this.domain, to, id }, xml('body', {}, body));
+  }
+
+  private presenceTo(to: string, type?: string): Element {
+    return xml('presence', type ? { from: this.domain, to, type } : { from: this.domain, to });
+  }
+
+  /** A new item of a followed feed: one chat message to each of its chat subscribers. */
+  private changed(change: Change): void {
+    if (change.kind !== 'create' || !change.changed) return;
+    const subscribers = this.subscribers.get(change.node);
+    if (!subscribers || subscribers.size === 0) return;
+    const feed = this.ingest.feed(change.node);
+    const { title, link } = titleAndLink(change.item.entry);
+    const body = `${feed?.title ?? feed?.url ?? change.node}: ${title}${link ? `\n${link}` : ''}`;
+    for (const bare of subscribers) void this.delivery.notify(bare, body);
+  }
+
+  /** The hook the component hands chat messages and presence addressed to it. */
+  receive(stanza: Element): void {
+    const { from, to } = stanza.attrs as { from?: string; to?: string };
+    let sender: ReturnType<typeof jid>;
+    try {
+      if (!from || !to || jid(to).toString() !== this.domain) return;
+      sender = jid(from);
+    } catch {
+      return;
+    }
+    if (!sender.local) return;
+    const bare = sender.bare().toString();
+    if (stanza.name === 'presence') void this.onPresence(bare, sender.resource, stanza.attrs.type);
+    else if (stanza.name === 'message' && stanza.attrs.type === 'chat') {
+      const body = stanza.getChildText('body');
+      if (body === null || body === undefined) return;
+      if (!this.limiter.take(bare)) {
+        this.send(this.chat(from, 'You are sending commands too fast; wait a few seconds and try again.'));
+        return;
+      }
+      const prev = this.commands.get(bare) ?? Promise.resolve();
+      const next = prev.then(() => this.onCommand(bare, from, parseCommand(body)));
+      this.commands.set(bare, next);
+      void next.then(() => {
+        if (this.commands.get(bare) === next) this.commands.delete(bare);
+      });
+    }
+  }
+
+  private async onPresence(bare: string, resource: string, type: string | undefined): Promise<void> {
+    try {
+      switch (type) {
+        case undefined:
+          return await this.delivery.presence(bare, resource, true);
+        case 'unavailable':
+          return await this.delivery.presence(bare, resource, false);
+        case 'subscribe':
+          // Anyone may see the bot's presence.
+          this.send(this.presenceTo(bare, 'subscribed'));
+          this.send(this.presenceTo(bare));
+          return;
+        case 'unsubscribe':
+          this.send(this.presenceTo(bare, 'unsubscribed'));
+          return;
+        case 'subscribed':
+          return await this.delivery.setPresence(bare, 'subscribed');
+        case 'unsubscribed':
+          return await this.delivery.setPresence(bare, 'declined');
+        case 'probe':
+          this.send(this.presenceTo(bare));
+          return;
+        default:
+          return;
+      }
+    } catch (e) {
+      this.log.warn('presence not handled', { jid: bare, error: String(e) });
+    }
+  }
+
+  private async onCommand(bare: string, from: string, command: Command): Promise<void> {
+    let answer: string;
+    try {
+      answer = await this.answer(bare, command);
+    } catch (e) {
+      this.log.error('chat command failed', { jid: bare, command: command.name, error: String(e) });
+      answer = 'Something went wrong on my side; please try again later.';
+    }
+    this.send(this.chat(from, answer));
+  }
+
+  private async answer(bare: string, command: Command): Promise<string> {
+    switch (command.name) {
+      case 'help':
+        return HELP;
+      case 'too-long':
+        return 'That message is too long to be a command. Send "help" for the commands.';
+      case 'unknown':
+        return `I do not know the command "${command.word}". Send "help" for the commands.`;
+      case 'usage':
+        return `Usage: ${command.command} URL (one address).`;
+      case 'list':
+        return this.list(bare);
+      case 'subscribe':
+        return this.subscribe(bare, command.url);
+      case 'unsubscribe':
+        return this.unsubscribe(bare, command.url);
+    }
+  }
+
+  private async list(bare: string): Promise<string> {
+    const subs = await this.subs.entries(`${bare}\0`);
+    if (subs.length === 0) return 'You have no subscriptions. Send "subscribe URL" to add one.';
+    const now = Date.now();
+    const lines = subs.map(([, sub], i) => {
+      const rec = this.ingest.feed(sub.node);
+      return `${i + 1}. ${rec?.title ?? '(untitled)'} — ${rec?.url ?? sub.url} — ${health(rec, now)}`;
+    });
+    return `Your subscriptions (${subs.length}):\n${lines.join('\n')}`;
+  }
+
+  private async subscribe(bare: string, url: string): Promise<string> {
+    let known: string | undefined;
+    try {
+      known = await this.ingest.nodeOf(url);
+    } catch (e) {
+      if (e instanceof FeedUrlError) return `I cannot subscribe you: ${e.message}.`;
+      throw e;
+    }
+    if (known && (await this.subs.get(`${bare}\0${known}`)))
+      return `You are already subscribed to ${this.ingest.feed(known)?.title ?? url}.`;
+    const count = (await this.subs.entries(`${bare}\0`)).length;
+    if (count >= this.options.userSubscriptions)
+      return `You have ${count} subscriptions, the most one user may have. Unsubscribe from one first.`;
+    let rec: FeedRecord;
+    try {
+      rec = await this.ingest.add(url);
+    } catch (e) {
+      if (e instanceof IngestRefusal) return `I cannot subscribe you: ${e.message}.`;
+      throw e;
+    }
+    if (await this.subs.get(`${bare}\0${rec.node}`))
+      return `You are already subscribed to ${rec.title ?? rec.url}.`;
+    await this.subs.put(`${bare}\0${rec.node}`, { node: rec.node, url, since: Date.now() });
+    this.subscriberSet(rec.node).add(bare);
+    const user = await this.delivery.user(bare);
+    if (!user) {
+      // Ask to see the user's presence, to deliver only while they are online.
+      await this.delivery.setPresence(bare, 'asked');
+      this.send(this.presenceTo(bare, 'subscribe'));
+    }
+    const total = await this.engine.total(rec.node);
+    return `Subscribed to ${rec.title ?? rec.url} (${rec.url}). It holds ${total} entries; new ones will come here. Node: ${rec.node}`;
+  }
+
+  private async unsubscribe(bare: string, url: string): Promise<string> {
+    let node: string | undefined;
+    try {
+      node = await this.ingest.nodeOf(url);
+    } catch (e) {
+      if (e instanceof FeedUrlError) return `${e.message}.`;
+      throw e;
+    }
+    if (!node || !(await this.subs.get(`${bare}\0${node}`))) return `You are not subscribed to ${url}.`;
+    await this.subs.del(`${bare}\0${node}`);
+    this.subscribers.get(node)?.delete(bare);
+    return `Unsubscribed from ${this.ingest.feed(node)?.title ?? url}.`;
+  }
+}

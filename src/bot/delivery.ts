@@ -1,0 +1,137 @@
+import type { KeyValueStore } from '../feed/kv.ts';
+import type { Log } from '../log.ts';
+
+/** What the bot knows of a chat user, kept in the `bot.users` store. */
+export interface ChatUser {
+  /**
+   * The user's answer to the bot's presence subscription request: `asked` (none yet),
+   * `subscribed` (the bot sees when they are online) or `declined`.
+   */
+  presence: 'asked' | 'subscribed' | 'declined';
+  /** The next queue sequence number. */
+  seq: number;
+  /** Notifications dropped from the full queue since it was last delivered. */
+  dropped: number;
+}
+
+const seqKey = (bare: string, seq: number) => `${bare}\0${String(seq).padStart(12, '0')}`;
+
+/**
+ * Per-user delivery of chat notifications, in order. A user whose presence the bot sees gets
+ * messages while online; while offline they wait in a bounded persistent queue (oldest dropped,
+ * counted) and are sent when the user comes back. A user who did not (or not yet) grant presence
+ * gets messages at once, so that the server's offline storage holds them.
+ */
+export class Delivery {
+  /** Online resources per bare JID, from presence. */
+  private readonly online = new Map<string, Set<string>>();
+  /** Per user, the last operation: notifications and flushes run one at a time, in call order. */
+  private readonly chains = new Map<string, Promise<void>>();
+
+  constructor(
+    private readonly store: { users: KeyValueStore<ChatUser>; queue: KeyValueStore<string> },
+    /** Sends a chat message; false when it could not leave (the component is offline). */
+    private readonly send: (to: string, body: string) => boolean,
+    private readonly queueLength: number,
+    private readonly log: Log,
+  ) {}
+
+  private run(bare: string, step: () => Promise<void>): Promise<void> {
+    const prev = this.chains.get(bare) ?? Promise.resolve();
+    const next = prev
+      .then(step)
+      .catch((e) => this.log.warn('delivery failed', { jid: bare, error: String(e) }));
+    this.chains.set(bare, next);
+    void next.then(() => {
+      if (this.chains.get(bare) === next) this.chains.delete(bare);
+    });
+    return next;
+  }
+
+  isOnline(bare: string): boolean {
+    return (this.online.get(bare)?.size ?? 0) > 0;
+  }
+
+  async user(bare: string): Promise<ChatUser | undefined> {
+    return this.store.users.get(bare);
+  }
+
+  async setPresence(bare: string, presence: ChatUser['presence']): Promise<void> {
+    return this.run(bare, async () => {
+      const user = (await this.store.users.get(bare)) ?? { presence, seq: 0, dropped: 0 };
+      await this.store.users.put(bare, { ...user, presence });
+      // A user who declines is sent everything queued so far: the server stores it offline.
+      if (presence === 'declined') await this.flushNow(bare);
+    });
+  }
+
+  /** Queues or sends one notification to a user. */
+  notify(bare: string, body: string): Promise<void> {
+    return this.run(bare, async () => {
+      const user = await this.store.users.get(bare);
+      const queueing = user?.presence === 'subscribed' && !this.isOnline(bare);
+      if (!queueing && (await this.hasQueue(bare)) === false && this.send(bare, body)) return;
+      await this.enqueue(bare, user ?? { presence: 'asked', seq: 0, dropped: 0 }, body);
+      if (!queueing) await this.flushNow(bare);
+    });
+  }
+
+  private async hasQueue(bare: string): Promise<boolean> {
+    return (await this.store.queue.entries(`${bare}\0`, 1)).length > 0;
+  }
+
+  private async enqueue(bare: string, user: ChatUser, body: string): Promise<void> {
+    const queued = await this.store.queue.entries(`${bare}\0`);
+    const over = Math.max(0, queued.length + 1 - this.queueLength);
+    const ops: { key: string; value?: string }[] = queued.slice(0, over).map(([key]) => ({ key }));
+    ops.push({ key: seqKey(bare, user.seq), value: body });
+    await this.store.queue.batch(ops);
+    await this.store.users.put(bare, { ...user, seq: user.seq + 1, dropped: user.dropped + over });
+  }
+
+  /** A resource of the user came online or went away. */
+  presence(bare: string, resource: string, available: boolean): Promise<void> {
+    const set = this.online.get(bare) ?? new Set<string>();
+    if (available) set.add(resource);
+    else set.delete(resource);
+    if (set.size > 0) this.online.set(bare, set);
+    else this.online.delete(bare);
+    return available ? this.flush(bare) : Promise.resolve();
+  }
+
+  /** Sends the user's queue, oldest first, after a note of how many were dropped. */
+  flush(bare: string): Promise<void> {
+    return this.run(bare, () => this.flushNow(bare));
+  }
+
+  private async flushNow(bare: string): Promise<void> {
+    const user = await this.store.users.get(bare);
+    if (!user) return;
+    if (user.dropped > 0) {
+      const n = user.dropped;
+      const note = `${n} older notification${n === 1 ? ' was' : 's were'} dropped while you were away (the queue keeps the last ${this.queueLength}).`;
+      if (!this.send(bare, note)) return;
+      await this.store.users.put(bare, { ...user, dropped: 0 });
+    }
+    for (;;) {
+      const chunk = await this.store.queue.entries(`${bare}\0`, 64);
+      if (chunk.length === 0) return;
+      const sent: string[] = [];
+      for (const [key, body] of chunk) {
+        if (!this.send(bare, body)) break;
+        sent.push(key);
+      }
+      await this.store.queue.batch(sent.map((key) => ({ key })));
+      if (sent.length < chunk.length) return;
+    }
+  }
+
+  /** Forgets who is online (the connection to the server was lost: presence comes again). */
+  reset(): void {
+    this.online.clear();
+  }
+
+  async settled(): Promise<void> {
+    await Promise.allSettled([...this.chains.values()]);
+  }
+}
