@@ -1,7 +1,7 @@
 import type { FeedEngine } from '../feed/engine.ts';
 import { NodeExists } from '../feed/errors.ts';
 import type { KeyValueStore } from '../feed/kv.ts';
-import { PolicyStore } from '../feed/policy.ts';
+import type { PolicyStore } from '../feed/policy.ts';
 import type { Log } from '../log.ts';
 import { atomEntryOf, fingerprintOf, itemIdOf } from './entry.ts';
 import { type FeedUrlError, nodeNameOf, normalizeFeedUrl } from './feedUrl.ts';
@@ -87,7 +87,8 @@ export class FeedIngest {
     private readonly wanted: (node: string) => boolean,
   ) {
     this.now = options.now ?? Date.now;
-    this.policy = new PolicyStore(engine);
+    // The engine's one policy store: the XMPP and HTTP bindings read the same, cached, configuration.
+    this.policy = engine.policy();
   }
 
   async load(): Promise<void> {
@@ -151,7 +152,7 @@ export class FeedIngest {
       await this.store.urls.put(url, node);
       return existing;
     }
-    // Owned by the service, titled after the feed (set once: the component caches configurations).
+    // Owned by the service, titled after the feed (kept in step when the feed's title changes).
     await this.policy
       .createNode(node, this.options.owner, {
         title: (doc.title ?? canonical).slice(0, 256),
@@ -240,7 +241,10 @@ export class FeedIngest {
         const doc = parseDocument(decodeDocument(got.body, got.contentType));
         const counts = await this.publish(node, doc.entries);
         outcome = { ...counts, notModified: false };
-        if (doc.title) next.title = doc.title;
+        if (doc.title) {
+          if (doc.title !== rec.title) await this.policy.configure(node, { title: doc.title.slice(0, 256) });
+          next.title = doc.title;
+        }
         if (doc.link) next.link = doc.link;
         delete next.etag;
         delete next.lastModified;

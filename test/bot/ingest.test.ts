@@ -314,6 +314,16 @@ describe('identity and change detection', () => {
     expect(changes[0]?.item.entry).toContain('Second summary, corrected');
   });
 
+  it("titles the node after the feed, and follows the feed's title when it changes", async () => {
+    let doc = rss('First title', entries(['t1']));
+    server.document('/retitled.xml', () => doc);
+    const rec = await ingest.add(server.url('/retitled.xml'));
+    expect((await engine.policy().config(rec.node)).title).toBe('First title');
+    doc = rss('Second title', entries(['t1']));
+    await ingest.poll(rec.node);
+    expect((await engine.policy().config(rec.node)).title).toBe('Second title');
+  });
+
   it('entries without guid are known by link; without link by a hash of the title', async () => {
     let doc = fixture('rss091.xml').toString();
     server.document('/noguid.xml', () => doc);
