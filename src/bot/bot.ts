@@ -2,6 +2,7 @@ import jid from '@xmpp/jid';
 import xml from '@xmpp/xml';
 import { type Element, parse as parseXml } from 'ltx';
 import type { FeedEngine } from '../feed/engine.ts';
+import type { KeyValueStore } from '../feed/kv.ts';
 import type { Change } from '../feed/model.ts';
 import type { Log } from '../log.ts';
 import { RateLimiter, type RateLimitOptions } from '../xmpp/rateLimit.ts';
@@ -83,6 +84,13 @@ export class FeedBot {
   private readonly fetcher: Fetcher;
   /** Chat subscribers per node (loaded at start, kept with the store). */
   private readonly subscribers = new Map<string, Set<string>>();
+  /**
+   * Per feed node, the created-order cursor of the last new entry announced to chat subscribers,
+   * written once its messages are sent or queued: after a restart, what came after it (written
+   * but never announced, because the process stopped in between) is announced then.
+   */
+  private readonly announced: KeyValueStore<string>;
+  private readonly announcing = new Map<string, Promise<void>>();
   private readonly subs;
   /** Per user, the command being answered: a user's commands run one at a time. */
   private readonly commands = new Map<string, Promise<void>>();
@@ -100,6 +108,7 @@ export class FeedBot {
     this.fetcher = new Fetcher(options.fetch);
     this.limiter = new RateLimiter(options.commandRate);
     this.subs = engine.kv<ChatSubscription>('bot.subs');
+    this.announced = engine.kv<string>('bot.announced');
     this.ingest = new FeedIngest(
       engine,
       this.fetcher,
@@ -129,12 +138,49 @@ export class FeedBot {
       const bare = key.slice(0, key.indexOf('\0'));
       this.subscriberSet(sub.node).add(bare);
     }
+    // Entries written after the last one announced, before the process stopped, are announced
+    // first (each node's announcements are chained, so later ones wait for these).
+    for (const node of this.subscribers.keys()) this.inOrder(node, () => this.catchUp(node));
     this.ingest.start();
+  }
+
+  /** Runs `step` after every earlier announcement step of the node. */
+  private inOrder(node: string, step: () => Promise<void>): void {
+    const next = (this.announcing.get(node) ?? Promise.resolve())
+      .then(step)
+      .catch((e) => this.log.warn('announcing failed', { node, error: String(e) }));
+    this.announcing.set(node, next);
+    void next.then(() => {
+      if (this.announcing.get(node) === next) this.announcing.delete(node);
+    });
+  }
+
+  private async catchUp(node: string): Promise<void> {
+    let since = await this.announced.get(node);
+    if (since === undefined) return this.markAnnounced(node);
+    for (;;) {
+      const page = await this.engine.read(`${node}?order=created`, { since: `cursor:${since}`, max: 100 });
+      for (const item of page.items) {
+        if (item.deleted) continue;
+        await this.announce(node, item.entry);
+        await this.announced.put(node, item.cursor);
+        since = item.cursor;
+      }
+      if (page.items.length === 0 || page.atEnd) return;
+    }
+  }
+
+  /** Takes the feed's current end as announced (a feed the bot starts to announce). */
+  private async markAnnounced(node: string): Promise<void> {
+    if ((await this.announced.get(node)) !== undefined) return;
+    const last = (await this.engine.read(`${node}?order=created`, { last: true, max: 1 })).items[0];
+    if (last) await this.announced.put(node, last.cursor);
   }
 
   async stop(): Promise<void> {
     this.unlisten();
     await this.ingest.stop();
+    await Promise.allSettled([...this.announcing.values()]);
     await Promise.allSettled(this.commands.values());
     await this.delivery.settled();
     await this.fetcher.close();
@@ -173,12 +219,24 @@ export class FeedBot {
   /** A new item of a followed feed: one chat message to each of its chat subscribers. */
   private changed(change: Change): void {
     if (change.kind !== 'create' || !change.changed) return;
-    const subscribers = this.subscribers.get(change.node);
+    const { node } = change;
+    // Feeds the bot announces: it follows them, or someone subscribed to them by chat.
+    if (!this.ingest.feed(node) && !this.subscribers.has(node)) return;
+    const cursor = change.feeds.created.cursor;
+    this.inOrder(node, async () => {
+      await this.announce(node, change.item.entry);
+      if (cursor) await this.announced.put(node, cursor);
+    });
+  }
+
+  /** One chat message per subscriber of the node; resolves once each is sent or queued. */
+  private async announce(node: string, entry: string): Promise<void> {
+    const subscribers = this.subscribers.get(node);
     if (!subscribers || subscribers.size === 0) return;
-    const feed = this.ingest.feed(change.node);
-    const { title, link } = titleAndLink(change.item.entry);
-    const body = `${feed?.title ?? feed?.url ?? change.node}: ${title}${link ? `\n${link}` : ''}`;
-    for (const bare of subscribers) void this.delivery.notify(bare, body);
+    const feed = this.ingest.feed(node);
+    const { title, link } = titleAndLink(entry);
+    const body = `${feed?.title ?? feed?.url ?? node}: ${title}${link ? `\n${link}` : ''}`;
+    await Promise.all([...subscribers].map((bare) => this.delivery.notify(bare, body)));
   }
 
   /** The hook the component hands chat messages and presence addressed to it. */
@@ -305,6 +363,7 @@ export class FeedBot {
       return `You are already subscribed to ${rec.title ?? rec.url}.`;
     await this.subs.put(`${bare}\0${rec.node}`, { node: rec.node, url, since: Date.now() });
     this.subscriberSet(rec.node).add(bare);
+    this.inOrder(rec.node, () => this.markAnnounced(rec.node));
     const user = await this.delivery.user(bare);
     if (!user) {
       // Ask to see the user's presence, to deliver only while they are online.

@@ -7,6 +7,7 @@ import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BotOptions } from '../../src/bot/bot.ts';
 import { DEFAULT_BOT } from '../../src/config.ts';
+import { FeedEngine } from '../../src/feed/engine.ts';
 import { FeedServer, rss } from '../bot/feedServer.ts';
 import { itemsOf, NS, pubsub, rsm, SERVICE, Stack, type User } from './stack.ts';
 
@@ -327,6 +328,27 @@ describe('delivery', () => {
       'Queue: Entry q6\nhttps://example.org/q6',
       'Queue: Entry q7\nhttps://example.org/q7',
     ]);
+  });
+
+  it('an entry written but never announced (the process stopped in between) is announced after a restart', async () => {
+    await stack.stopComponent();
+    // What a crash right after the write would leave: the entry is in the node, no message went out.
+    const engine = await FeedEngine.open(stack.dataDir);
+    try {
+      await engine.publish(qNode, {
+        id: 'q8',
+        entry: `<entry xmlns="http://www.w3.org/2005/Atom"><id>q8</id><title>Entry q8</title><link href="https://example.org/q8"/></entry>`,
+      });
+    } finally {
+      await engine.close();
+    }
+    await stack.startComponent();
+    await carol.waitMessages(1, (m) => isChat(m) && /Entry q8/.test(m.getChildText('body') ?? ''));
+    expect(
+      bodies(carol)
+        .filter((b) => b.startsWith('Queue:'))
+        .slice(-2),
+    ).toEqual(['Queue: Entry q7\nhttps://example.org/q7', 'Queue: Entry q8\nhttps://example.org/q8']);
   });
 
   it('a flood of commands is answered with a request to slow down', async () => {
