@@ -40,9 +40,13 @@ function parseStrict(xml: string): Parsed {
   } catch (e) {
     // A parser that threw may be left mid-document: the next parse gets a fresh one.
     if (!(e instanceof InvalidPayload)) reader = undefined;
+    if (e instanceof TooDeep) throw new InvalidPayload(`payload is not well-formed XML: ${e.message}`);
     throw e;
   }
 }
+
+/** Thrown from inside the parser to stop it: the parser is then dropped. */
+class TooDeep extends Error {}
 
 /** One saxes parser, reused: a parse then costs no parser construction. Parses are synchronous. */
 let reader: StrictReader | undefined;
@@ -78,8 +82,8 @@ class StrictReader {
         return;
       }
       if (names.length >= MAX_ENTRY_DEPTH) {
-        this.error ??= new Error(`elements nest more than ${MAX_ENTRY_DEPTH} deep`);
-        return;
+        // Stop at once: saxes's namespace scopes make each deeper level cost more than the last.
+        throw new TooDeep(`elements nest more than ${MAX_ENTRY_DEPTH} deep`);
       }
       this.child();
       if (names.length === 0) {

@@ -22,6 +22,8 @@ describe('readAtomEntry nesting', () => {
       }
       expect(error).toBeInstanceOf(InvalidPayload);
       expect((error as Error).message).toMatch(/nest more than 1000 deep/);
+      // The parse stopped midway; the next one starts clean.
+      expect(readAtomEntry(`<entry xmlns='${ATOM}'><id>after</id></entry>`).atomId).toBe('after');
     }
   });
 });
