@@ -326,6 +326,9 @@ export class FeedEngine {
         { type: 'put', key: metaKey(nid), value: json(meta) },
         ...(init?.(nid) ?? []),
       ]);
+      // A lookup started before this write (a concurrent publish asking whether the node exists)
+      // may still be cached, and would say it does not: the next lookup reads again.
+      this.nodes.delete(name);
     });
   }
 

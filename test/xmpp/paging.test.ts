@@ -17,7 +17,7 @@ beforeAll(async () => {
     const replies = await Promise.all(
       ids.slice(i, i + 100).map((id) => admin.iq('set', publishIq('big', id))),
     );
-    for (const r of replies) expect(r.attrs.type).toBe('result');
+    for (const r of replies) expect(r.attrs.type, r.toString()).toBe('result');
   }
 }, 120_000);
 
