@@ -58,6 +58,8 @@ class Writer {
   private stopped = false;
   private paused: Promise<void> | undefined;
   private resume: (() => void) | undefined;
+  /** Resolves the pause() that waits for the write in progress to finish. */
+  private rested: (() => void) | undefined;
   private done: Promise<void> | undefined;
   ops = 0;
 
@@ -72,7 +74,10 @@ class Writer {
 
   private async run(): Promise<void> {
     while (!this.stopped) {
-      if (this.paused) await this.paused;
+      if (this.paused) {
+        this.rested?.();
+        await this.paused;
+      }
       if (this.stopped) break;
       const r = this.random();
       const engine = stack.engine;
@@ -101,9 +106,13 @@ class Writer {
     }
   }
 
-  pause(): void {
+  /** Holds the writer; resolves once no write is in progress (the engine may then be closed). */
+  pause(): Promise<void> {
     this.paused ??= new Promise<void>((resolve) => {
       this.resume = resolve;
+    });
+    return new Promise<void>((resolve) => {
+      this.rested = resolve;
     });
   }
 
@@ -211,8 +220,7 @@ async function run(
       (client.xmpp as unknown as { socket: { destroy(): void } }).socket.destroy();
     }
     if (faults.restartComponent) {
-      writer.pause();
-      await sleep(50);
+      await writer.pause();
       await stack.stopComponent();
       await sleep(300);
       await stack.startComponent();
