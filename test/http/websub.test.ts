@@ -13,7 +13,7 @@ import { FeedEngine } from '../../src/feed/engine.ts';
 import { HubStore } from '../../src/feed/hubStore.ts';
 import type { Collection } from '../../src/http/collection.ts';
 import type { HubOptions } from '../../src/http/websub/hub.ts';
-import { entry, feedUrl, type HttpStack, startHttp } from './support.ts';
+import { entry, feedUrl, type HttpStack, startHttp, TOKENS } from './support.ts';
 
 const FO = 'http://fanout.org/protocol/atom';
 const ATOM = 'http://www.w3.org/2005/Atom';
@@ -212,9 +212,12 @@ describe('subscription', () => {
       });
       expect(r.status).toBe(202);
       await waitFor('the verification', () => sub.verifications.length === 1);
-      // The hub decides right after the answer; a later correct subscription proves it is listening.
-      const witness = await subscriber();
-      await subscribe(s, witness, feedUrl(s.origin, 'picky'));
+      // The hub logs its decision once the answer is in.
+      await waitFor('the decision', () =>
+        s.logs.some((l) => l.includes('websub verification') && l.includes(JSON.stringify(sub.url))),
+      );
+      const decision = JSON.parse(s.logs.find((l) => l.includes(JSON.stringify(sub.url))) as string);
+      expect(decision.verified).toBe(false);
       expect(active(s, sub.url)).toBe(false);
     }
   });
@@ -232,6 +235,31 @@ describe('subscription', () => {
       expect(v.get('hub.challenge')).toBeNull();
     }
     expect(active(s, sub.url)).toBe(false);
+  });
+
+  it('denies a topic the subscriber may not read, and verifies one its token may read', async () => {
+    await s.engine.policy().createNode('closed', 'alice@localhost', { accessModel: 'whitelist' });
+    const sub = await subscriber();
+    const topic = feedUrl(s.origin, 'closed');
+    const r = await hubPost(s, { 'hub.mode': 'subscribe', 'hub.callback': sub.url, 'hub.topic': topic });
+    expect(r.status).toBe(202);
+    await waitFor('the denial', () => sub.verifications.length === 1);
+    expect(sub.verifications[0]?.get('hub.mode')).toBe('denied');
+    const owner = await fetch(`${s.origin}/hub`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/x-www-form-urlencoded',
+        authorization: `Bearer ${TOKENS.alice}`,
+      },
+      body: new URLSearchParams({
+        'hub.mode': 'subscribe',
+        'hub.callback': sub.url,
+        'hub.topic': topic,
+      }).toString(),
+    });
+    expect(owner.status).toBe(202);
+    await waitFor('the subscription', () => active(s, sub.url, 'closed'));
+    expect(sub.verifications[1]?.get('hub.mode')).toBe('subscribe');
   });
 
   it('answers malformed requests with 400, other bodies with 415, other methods with 405', async () => {
@@ -342,6 +370,31 @@ describe('delivery', () => {
     await publish('retry', 'c');
     await waitFor('both deliveries', () => sub.deliveries.length === 2);
     expect(sub.deliveries.map((d) => d.id)).toEqual(['b', 'c']);
+  });
+
+  it('gives a delivery up after the retry time, and goes on with the next', async () => {
+    const local = await startHttp({ http: { websub: { ...FAST, retryForMs: 200 } } });
+    try {
+      await local.engine.publish('giveup', { id: 'a', entry: entry('a') }, { autoCreate: true });
+      const sub = await subscriber();
+      let failed = 0;
+      sub.answer = (d) => {
+        if (d.id !== 'b') return 200;
+        failed += 1;
+        return 503;
+      };
+      await subscribe(local, sub, feedUrl(local.origin, 'giveup'));
+      const b = await local.engine.publish('giveup', { id: 'b', entry: entry('b') });
+      await local.engine.publish('giveup', { id: 'c', entry: entry('c') });
+      await waitFor('the next delivery', () => sub.deliveries.length === 1);
+      expect(failed).toBeGreaterThan(1);
+      // What was given up shows as a gap: c's previous cursor is b's, which the subscriber never saw.
+      expect(sub.deliveries[0]?.id).toBe('c');
+      expect(sub.deliveries[0]?.prev).toBe(b.feeds.modified.cursor);
+      expect(local.logs.some((l) => l.includes('websub delivery given up'))).toBe(true);
+    } finally {
+      await local.stop();
+    }
   });
 
   it('ends the subscription on 410 Gone', async () => {
