@@ -24,8 +24,26 @@ export type Outcome =
   | { kind: 'gone' }
   | { kind: 'given-up'; attempts: number; error: string };
 
+/** Bodies already written for a change, by feed, topic and hub: subscribers of one topic share it. */
+const rendered = new WeakMap<Change, Map<string, string>>();
+
 /** The Atom document a subscriber is sent for one change of its feed. */
 export function notificationBody(change: Change, sub: HubSubscription): string {
+  let forChange = rendered.get(change);
+  if (!forChange) {
+    forChange = new Map();
+    rendered.set(change, forChange);
+  }
+  const key = `${sub.order}\n${sub.topic}\n${sub.hub}`;
+  let body = forChange.get(key);
+  if (body === undefined) {
+    body = render(change, sub);
+    forChange.set(key, body);
+  }
+  return body;
+}
+
+function render(change: Change, sub: HubSubscription): string {
   const position = change.feeds[sub.order];
   return atomFeed({
     page: {
