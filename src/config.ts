@@ -46,9 +46,12 @@ export interface HttpConfig {
   maxHeld: number;
   /** The longest `timeout` a request may ask, in seconds. */
   maxTimeoutSeconds: number;
+  /** The WebSub hub: private callbacks allowed, default lease, queue bound, retry time. */
+  websub: { allowPrivate: boolean; leaseSeconds: number; maxQueue: number; retryForMs: number };
 }
 
 export const HTTP_DEFAULTS = { maxHeld: 10_000, maxTimeoutSeconds: 120 };
+export const WEBSUB_DEFAULTS = { leaseSeconds: 864_000, maxQueue: 1_000, retrySeconds: 3_600 };
 
 export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
   enabled: true,
@@ -122,6 +125,10 @@ export const SERVE_OPTIONS = {
   'http-token': { type: 'string', multiple: true },
   'http-max-held': { type: 'string' },
   'http-max-timeout': { type: 'string' },
+  'websub-allow-private': { type: 'boolean' },
+  'websub-lease': { type: 'string' },
+  'websub-queue': { type: 'string' },
+  'websub-retry': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -168,6 +175,11 @@ long option names, "admins" a list); flags win over the environment, which wins 
                              environment or the file, key "http-tokens": {"TOKEN": "JID"})
   --http-max-held N          long polls held at once          SMARTFEEDS_HTTP_MAX_HELD (10000)
   --http-max-timeout S       longest long poll, in seconds    SMARTFEEDS_HTTP_MAX_TIMEOUT (120)
+  --websub-allow-private     WebSub callbacks may be loopback, private or link-local addresses
+                                                              SMARTFEEDS_WEBSUB_ALLOW_PRIVATE=1 (off)
+  --websub-lease S           lease when a subscriber asks none SMARTFEEDS_WEBSUB_LEASE (864000)
+  --websub-queue N           deliveries waiting per subscriber SMARTFEEDS_WEBSUB_QUEUE (1000)
+  --websub-retry S           how long one delivery is retried  SMARTFEEDS_WEBSUB_RETRY (3600)
 `;
 
 type Raw = Partial<Record<string, unknown>>;
@@ -241,6 +253,10 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     'http-token'?: string[];
     'http-max-held'?: string;
     'http-max-timeout'?: string;
+    'websub-allow-private'?: boolean;
+    'websub-lease'?: string;
+    'websub-queue'?: string;
+    'websub-retry'?: string;
   };
   let file: Raw = {};
   const configPath = flags.config ?? env.SMARTFEEDS_CONFIG;
@@ -319,6 +335,14 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     const { host, port } = hostPort(text('http', httpRaw));
     const heldRaw = pick(flags['http-max-held'], 'SMARTFEEDS_HTTP_MAX_HELD', 'http-max-held');
     const timeoutRaw = pick(flags['http-max-timeout'], 'SMARTFEEDS_HTTP_MAX_TIMEOUT', 'http-max-timeout');
+    const privateRaw = pick(
+      flags['websub-allow-private'],
+      'SMARTFEEDS_WEBSUB_ALLOW_PRIVATE',
+      'websub-allow-private',
+    );
+    const leaseRaw = pick(flags['websub-lease'], 'SMARTFEEDS_WEBSUB_LEASE', 'websub-lease');
+    const queueRaw = pick(flags['websub-queue'], 'SMARTFEEDS_WEBSUB_QUEUE', 'websub-queue');
+    const retryRaw = pick(flags['websub-retry'], 'SMARTFEEDS_WEBSUB_RETRY', 'websub-retry');
     http = {
       host,
       port,
@@ -328,6 +352,15 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
         timeoutRaw === undefined
           ? HTTP_DEFAULTS.maxTimeoutSeconds
           : nonNegative('http-max-timeout', timeoutRaw),
+      websub: {
+        allowPrivate: privateRaw === true || privateRaw === '1' || privateRaw === 'true',
+        leaseSeconds:
+          leaseRaw === undefined ? WEBSUB_DEFAULTS.leaseSeconds : positive('websub-lease', leaseRaw),
+        maxQueue: queueRaw === undefined ? WEBSUB_DEFAULTS.maxQueue : positive('websub-queue', queueRaw),
+        retryForMs:
+          1000 *
+          (retryRaw === undefined ? WEBSUB_DEFAULTS.retrySeconds : nonNegative('websub-retry', retryRaw)),
+      },
     };
   }
   const create = String(pick(flags.create, 'SMARTFEEDS_CREATE', 'create') ?? DEFAULTS.create);

@@ -61,6 +61,7 @@ export async function serve(config: Config): Promise<number> {
           creating: { create: config.create, localDomain: config.localDomain, autoCreate: config.autoCreate },
           maxHeld: config.http.maxHeld,
           maxTimeoutSeconds: config.http.maxTimeoutSeconds,
+          websub: config.http.websub,
         },
         log,
       )

@@ -115,6 +115,46 @@ describe('http options', () => {
     );
   });
 
+  it('reads the WebSub hub options, private callbacks off by default', () => {
+    const c = loadConfig(['--secret', 's', '--http', 'h:1'], {});
+    expect(c.http?.websub).toEqual({
+      allowPrivate: false,
+      leaseSeconds: 864_000,
+      maxQueue: 1_000,
+      retryForMs: 3_600_000,
+    });
+    const set = loadConfig(
+      [
+        '--secret',
+        's',
+        '--http',
+        'h:1',
+        '--websub-lease',
+        '60',
+        '--websub-queue',
+        '5',
+        '--websub-retry',
+        '2',
+      ],
+      { SMARTFEEDS_WEBSUB_ALLOW_PRIVATE: '1' },
+    );
+    expect(set.http?.websub).toEqual({
+      allowPrivate: true,
+      leaseSeconds: 60,
+      maxQueue: 5,
+      retryForMs: 2_000,
+    });
+    expect(
+      loadConfig(['--secret', 's', '--http', 'h:1', '--websub-allow-private'], {}).http?.websub.allowPrivate,
+    ).toBe(true);
+    expect(() => loadConfig(['--secret', 's', '--http', 'h:1', '--websub-queue', '0'], {})).toThrow(
+      /websub-queue/,
+    );
+    expect(() => loadConfig(['--secret', 's', '--http', 'h:1', '--websub-lease', 'x'], {})).toThrow(
+      /websub-lease/,
+    );
+  });
+
   it('takes bearer tokens from flags, else the environment, else the file', async () => {
     const tokens = (argv: string[], env: NodeJS.ProcessEnv = {}) =>
       Object.fromEntries(loadConfig(['--secret', 's', '--http', 'h:1', ...argv], env).http?.tokens ?? []);

@@ -22,6 +22,7 @@
 import { AFFILIATIONS } from './access.ts';
 import { type Db, openDatabase as openLevel } from './database.ts';
 import { ORDERS, type Order, parseFeedName } from './feedName.ts';
+import { readHubSubscription } from './hubStore.ts';
 import {
   affiliationKey,
   affiliationPrefix,
@@ -40,6 +41,7 @@ import {
   nameOfNodeKey,
   nidOfKey,
   nodeKey,
+  parseHubKey,
   parseSubscriptionKey,
   parseUserAffiliationKey,
   parseUserSubscriptionKey,
@@ -99,7 +101,9 @@ export type ProblemKind =
   /** An affiliation without its by-user key (`b`), or one that holds another value. */
   | 'missing-user-affiliation'
   /** A `b` key without its affiliation. */
-  | 'stray-user-affiliation';
+  | 'stray-user-affiliation'
+  /** A WebSub subscription (`h`) that cannot be read or disagrees with its key or node. */
+  | 'unreadable-hub-subscription';
 
 export interface Problem {
   kind: ProblemKind;
@@ -564,6 +568,21 @@ export class DatabaseCheck {
             `${at}: the affiliation of ${q(jid)} has no user key that agrees`,
           );
         }
+      }
+    }
+
+    // Its WebSub subscriptions: each names this node, its key's order and callback.
+    for await (const chunk of this.chunks(prefixRange(familyPrefix('h', nid)), KEY_CHUNK)) {
+      for (const [key, value] of chunk) {
+        const parts = parseHubKey(key);
+        const sub = readHubSubscription(value);
+        if (parts && sub && sub.node === name && sub.order === parts.order && sub.callback === parts.callback)
+          continue;
+        f.dropKeys.push(key);
+        await problem(
+          'unreadable-hub-subscription',
+          `${at}: the WebSub subscription ${q(parts?.callback ?? key.toString('hex'))} cannot be read`,
+        );
       }
     }
 

@@ -15,6 +15,7 @@ import type { Order } from './feedName.ts';
  *   b BAREJID 0 NID             -> the same affiliation, by user
  *   d NID                       -> a deleted node whose keys are still being swept {name}
  *   p NID                       -> a purge under way {upTo, after?}: created-index keys, hex
+ *   h NID ORDER CALLBACK        -> a WebSub subscription of a feed (hubStore.ts), JSON
  * NID is a 4-byte node number, so a deleted node's name can be reused with fresh keys;
  * STAMP and SEQ are 8-byte big-endian so that byte order is feed order.
  */
@@ -159,16 +160,32 @@ export function purgeKey(nid: number): Buffer {
 
 export const PURGE_PREFIX = Buffer.from('p');
 
+/** A WebSub callback's subscription to one feed of a node. */
+export function hubKey(nid: number, order: Order, callback: string): Buffer {
+  const head = withNid('h', nid, 1);
+  head[5] = ORDER_BYTE[order];
+  return Buffer.concat([head, Buffer.from(callback, 'utf8')]);
+}
+
+export const HUB_PREFIX = Buffer.from('h');
+
+/** The parts of an `h` key, or undefined when it is malformed. */
+export function parseHubKey(key: Buffer): { nid: number; order: Order; callback: string } | undefined {
+  const order = orderOfByte(key[5]);
+  if (key[0] !== 0x68 || key.length < 7 || !order) return undefined;
+  return { nid: key.readUInt32BE(1), order, callback: key.subarray(6).toString('utf8') };
+}
+
 // ---- reading keys back (for `smartfeeds check`) -------------------------------------------
 
-/** The node number of a key of a per-node family (`m`, `i`, `x`, `s`, `c`, `a`, `d`); undefined if too short. */
+/** The node number of a key of a per-node family (`m`, `i`, `x`, `s`, `c`, `a`, `d`, `h`); undefined if too short. */
 export function nidOfKey(key: Buffer): number | undefined {
   return key.length >= 5 ? key.readUInt32BE(1) : undefined;
 }
 
 /** Families of keys that belong to one node number. */
-export type NodeFamily = 'm' | 'i' | 'x' | 's' | 'c' | 'a' | 'p';
-export const NODE_FAMILIES: readonly NodeFamily[] = ['m', 'i', 'x', 's', 'c', 'a', 'p'];
+export type NodeFamily = 'm' | 'i' | 'x' | 's' | 'c' | 'a' | 'p' | 'h';
+export const NODE_FAMILIES: readonly NodeFamily[] = ['m', 'i', 'x', 's', 'c', 'a', 'p', 'h'];
 
 /** The prefix of every key of a per-node family for one node. */
 export function familyPrefix(tag: NodeFamily, nid: number): Buffer {

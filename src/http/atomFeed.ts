@@ -28,8 +28,11 @@ export function atomFeed(view: PageView): string {
     `<updated>${new Date(newest).toISOString()}</updated>`,
     `<link rel="self" type="application/atom+xml" href="${escapeXML(view.url)}"/>`,
   ];
+  if (view.hub) parts.push(`<link rel="hub" href="${escapeXML(view.hub)}"/>`);
   if (view.next) parts.push(`<link rel="next" type="application/atom+xml" href="${escapeXML(view.next)}"/>`);
   parts.push(`<fo:total>${total}</fo:total>`);
+  if (view.prevCursor !== undefined)
+    parts.push(`<fo:prev_cursor>${escapeXML(view.prevCursor)}</fo:prev_cursor>`);
   const last = items[items.length - 1];
   if (last) parts.push(`<fo:last_cursor>${escapeXML(last.cursor)}</fo:last_cursor>`);
   for (const item of items) parts.push(item.deleted ? deletedEntry(item) : entry(item, view.url));

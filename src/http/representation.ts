@@ -13,6 +13,9 @@ export interface PageView {
   node: string;
   /** A ready URL for the next page, when there is one. */
   next: string | undefined;
+  /** A WebSub notification's: the hub's URL, and the feed's last cursor before the change. */
+  hub?: string;
+  prevCursor?: string;
 }
 
 export type Representation = 'json' | 'atom';

@@ -13,6 +13,7 @@ import { problemBody, problems, toProblem } from './errors.ts';
 import { type FeedQuery, parseFeedQuery } from './feedQuery.ts';
 import { LongPolls } from './longPoll.ts';
 import { negotiate, type PageView, type Representation, render } from './representation.ts';
+import { HUB_PATH, Hub, type HubOptions } from './websub/hub.ts';
 
 export interface HttpOptions {
   host: string;
@@ -25,6 +26,8 @@ export interface HttpOptions {
   creating?: CreateOptions;
   maxHeld: number;
   maxTimeoutSeconds: number;
+  /** The WebSub hub's settings over its defaults (`HUB_DEFAULTS`). */
+  websub?: Partial<HubOptions>;
 }
 
 /** What a handler answers: the binding adds validators, caching and conditional responses. */
@@ -64,6 +67,7 @@ export class HttpBinding {
   readonly app: FastifyInstance;
   readonly polls: LongPolls;
   readonly access: Access;
+  readonly hub: Hub;
   /** `http://HOST:PORT` once listening. */
   origin = '';
   private stopping = false;
@@ -114,6 +118,8 @@ export class HttpBinding {
           }),
       });
     }
+    this.hub = new Hub(engine, this.access, options.websub ?? {}, log);
+    this.hub.register(this.app, (request) => this.originOf(request));
     for (const [url, methods] of allowed) {
       const allow = methods.includes('GET') ? [...methods, 'HEAD'] : methods;
       const others = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'].filter((m) => !allow.includes(m));
@@ -178,6 +184,7 @@ export class HttpBinding {
 
   /** Listens; resolves with the origin (`http://HOST:PORT`). */
   async start(): Promise<string> {
+    await this.hub.start();
     await this.app.listen({ host: this.options.host, port: this.options.port });
     const address = this.app.server.address() as AddressInfo;
     const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
@@ -196,6 +203,7 @@ export class HttpBinding {
     this.stopping = true;
     this.polls.releaseAll();
     await this.app.close();
+    await this.hub.stop();
     this.unlisten();
   }
 }
@@ -301,11 +309,13 @@ const readFeed: RouteHandler = async (ctx) => {
   if (holdable) page = await hold(ctx, query);
   if (!page) return undefined;
   const url = feedUrl(origin, query.feed.node, query);
+  const hub = `${origin}${HUB_PATH}`;
   const view: PageView = {
     page,
     url,
     node: query.feed.node,
     next: nextUrl(url, query, page, pageItems),
+    hub,
   };
   const { type, body, etag } = renderOnce(view, representation, query.callback);
   // A full page of the created order, ending before the feed's end, keeps its items.
@@ -316,7 +326,9 @@ const readFeed: RouteHandler = async (ctx) => {
     (page.items.length === pageItems || page.truncated) &&
     page.items.length > 0;
   const cache = jid !== undefined ? 'private, no-cache' : cacheable ? CACHEABLE_PAGE : 'no-cache';
-  return { status: 200, type, body, etag, cache, headers: { vary: 'Accept, Authorization' } };
+  // WebSub discovery: every feed is a topic of this server's hub.
+  const link = `<${hub}>; rel="hub", <${url}>; rel="self"`;
+  return { status: 200, type, body, etag, cache, headers: { vary: 'Accept, Authorization', link } };
 };
 
 /** Renderings of pages that long polls share (one read answers many), by page and spelling. */

@@ -6,7 +6,9 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli.ts';
 import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
+import { HubStore } from '../../src/feed/hubStore.ts';
 import {
+  hubKey,
   indexKey,
   itemKey,
   metaKey,
@@ -174,6 +176,22 @@ interface Case {
 }
 
 const cases: Case[] = [
+  {
+    kind: 'unreadable-hub-subscription',
+    corrupt: async (db, blog) => {
+      await db.put(hubKey(blog, 'modified', 'https://sub.example/a'), Buffer.from('{"node":'));
+      // Readable, but naming another node than its key's.
+      const other = {
+        node: 'news',
+        order: 'modified',
+        callback: 'https://sub.example/b',
+        topic: 't',
+        hub: 'h',
+        expires: 1,
+      };
+      await db.put(hubKey(blog, 'modified', other.callback), Buffer.from(JSON.stringify(other)));
+    },
+  },
   {
     kind: 'missing-index-entry',
     corrupt: async (db, blog) => {
@@ -380,6 +398,33 @@ describe('smartfeeds check', () => {
       expect(await content(dir)).toEqual(before);
     });
   }
+
+  it('passes WebSub subscriptions the hub stored, and sweeps them with their node', async () => {
+    const dir = await build();
+    const engine = await FeedEngine.open(dir);
+    const store = new HubStore(engine);
+    const sub = {
+      order: 'created',
+      callback: 'https://sub.example/x',
+      topic: 't',
+      hub: 'h',
+      expires: 1,
+    } as const;
+    await store.put({ ...sub, node: 'blog' });
+    await store.put({ ...sub, node: 'news', secret: 's' });
+    expect((await store.all()).map((x) => x.node).sort()).toEqual(['blog', 'news']);
+    await engine.deleteNode('news');
+    await engine.swept();
+    expect((await store.all()).map((x) => x.node)).toEqual(['blog']);
+    await engine.close();
+    const { code, lines } = await check(dir);
+    expect(lines.at(-1)).toMatch(/: clean$/);
+    expect(code).toBe(0);
+    await raw(dir, async (db) => {
+      const keys = await db.keys({ gte: Buffer.from('h'), lt: Buffer.from('i') }).all();
+      expect(keys).toHaveLength(1);
+    });
+  });
 
   it('reports an unreadable record, and leaves it to a person', async () => {
     const dir = await build();

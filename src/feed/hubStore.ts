@@ -1,0 +1,85 @@
+import type { EngineStorage, FeedEngine } from './engine.ts';
+import { NodeNotFound } from './errors.ts';
+import type { Order } from './feedName.ts';
+import { HUB_PREFIX, hubKey, parseHubKey, prefixEnd } from './keys.ts';
+
+/** A verified WebSub subscription of one callback to one feed, as stored (`h NID ORDER CALLBACK`). */
+export interface HubSubscription {
+  node: string;
+  order: Order;
+  callback: string;
+  /** The topic URL the subscriber gave: the `self` link of what it is sent. */
+  topic: string;
+  /** The hub URL it subscribed at: the `hub` link of what it is sent. */
+  hub: string;
+  /** The HMAC key of `X-Hub-Signature`, when the subscriber gave one. */
+  secret?: string;
+  /** When the lease ends, in ms since the epoch. */
+  expires: number;
+}
+
+/**
+ * WebSub subscriptions stored beside their node: keyed by node number, so that a deleted node's
+ * subscriptions are swept with it and a new node of the same name starts with none.
+ */
+export class HubStore {
+  private readonly storage: EngineStorage;
+
+  constructor(engine: FeedEngine) {
+    this.storage = engine.storage();
+  }
+
+  async put(sub: HubSubscription): Promise<void> {
+    const nid = await this.storage.nid(sub.node);
+    const value = Buffer.from(JSON.stringify(sub));
+    await this.storage.write([{ type: 'put', key: hubKey(nid, sub.order, sub.callback), value }]);
+  }
+
+  /** Removes a subscription; a node deleted meanwhile took it with it. */
+  async remove(node: string, order: Order, callback: string): Promise<void> {
+    let nid: number;
+    try {
+      nid = await this.storage.nid(node);
+    } catch (e) {
+      if (e instanceof NodeNotFound) return;
+      throw e;
+    }
+    await this.storage.write([{ type: 'del', key: hubKey(nid, order, callback) }]);
+  }
+
+  /**
+   * Every readable subscription of an existing node. A record whose node number is no longer its
+   * node's (deleted, not yet swept) or that cannot be read is left out: `check` reports it.
+   */
+  async all(): Promise<HubSubscription[]> {
+    const out: HubSubscription[] = [];
+    const nids = new Map<string, number | undefined>();
+    for await (const [key, value] of this.storage.db.iterator({
+      gte: HUB_PREFIX,
+      lt: prefixEnd(HUB_PREFIX),
+    })) {
+      const parts = parseHubKey(key);
+      const sub = parts && readHubSubscription(value);
+      if (!parts || !sub || sub.order !== parts.order || sub.callback !== parts.callback) continue;
+      if (!nids.has(sub.node)) nids.set(sub.node, await this.storage.nid(sub.node).catch(() => undefined));
+      if (nids.get(sub.node) === parts.nid) out.push(sub);
+    }
+    return out;
+  }
+}
+
+/** A stored record, checked field by field; undefined when it is not one. */
+export function readHubSubscription(value: Buffer): HubSubscription | undefined {
+  let v: Partial<Record<keyof HubSubscription, unknown>>;
+  try {
+    v = JSON.parse(value.toString('utf8'));
+  } catch {
+    return undefined;
+  }
+  if (!v || typeof v !== 'object') return undefined;
+  const strings = [v.node, v.callback, v.topic, v.hub].every((s) => typeof s === 'string');
+  const order = v.order === 'modified' || v.order === 'created';
+  const secret = v.secret === undefined || typeof v.secret === 'string';
+  if (!strings || !order || !secret || typeof v.expires !== 'number') return undefined;
+  return v as HubSubscription;
+}
