@@ -179,6 +179,7 @@ export class FeedEngine {
   private readonly ready = new Map<string, NodeState>();
   private readonly listeners = new Set<ChangeListener>();
   private readonly purgeListeners = new Set<(node: string) => void>();
+  private readonly deleteListeners = new Set<(node: string) => void>();
   private readonly purges = new Set<Promise<void>>();
   private nextNid = 1;
   private registry: Promise<void> = Promise.resolve();
@@ -353,6 +354,13 @@ export class FeedEngine {
         this.ready.delete(name);
       });
     });
+    for (const listener of this.deleteListeners) {
+      try {
+        listener(name);
+      } catch {
+        // One binding's failure must not keep the deletion from the others.
+      }
+    }
     this.sweep();
   }
 
@@ -374,6 +382,12 @@ export class FeedEngine {
   /** Node numbers marked deleted whose keys are not all swept yet. */
   async deletionsPending(): Promise<number> {
     return (await this.db.keys({ gte: DELETED_PREFIX, lt: prefixEnd(DELETED_PREFIX) }).all()).length;
+  }
+
+  /** Registers a listener for deleted nodes (called once the deletion is written). Returns its remover. */
+  onDelete(listener: (node: string) => void): () => void {
+    this.deleteListeners.add(listener);
+    return () => this.deleteListeners.delete(listener);
   }
 
   /** Registers a listener for finished purges (resumed ones included). Returns its remover. */

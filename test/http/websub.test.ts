@@ -200,6 +200,23 @@ describe('subscription', () => {
     expect(d.body).toContain('<title>title second</title>');
   });
 
+  it("ends a deleted node's subscriptions: a new node of the same name does not reach them", async () => {
+    await publish('doomed', 'a');
+    const sub = await subscriber();
+    await subscribe(s, sub, feedUrl(s.origin, 'doomed'));
+    await publish('doomed', 'b');
+    await waitFor('the delivery', () => sub.deliveries.length === 1);
+    await s.engine.deleteNode('doomed');
+    await publish('doomed', 'reborn');
+    // A change to another subscribed feed, delivered after it, shows the hub is not just slow.
+    const witness = await subscriber();
+    await publish('witness', 'x');
+    await subscribe(s, witness, feedUrl(s.origin, 'witness'));
+    await publish('witness', 'y');
+    await waitFor('the witness delivery', () => witness.deliveries.length === 1);
+    expect(sub.deliveries.map((d) => d.id)).toEqual(['b']);
+  });
+
   it('does not activate on a wrong or missing challenge or a non-2xx answer', async () => {
     await publish('picky', 'a');
     for (const mode of ['wrong', 'none', 'echo-404'] as const) {

@@ -115,7 +115,26 @@ export class Hub {
   /** Loads the stored subscriptions and starts listening to the engine's changes. */
   async start(): Promise<void> {
     for (const sub of await this.store.all()) this.activate(sub);
-    this.unlisten = this.engine.onChange((change) => this.onChange(change));
+    const unlistenChanges = this.engine.onChange((change) => this.onChange(change));
+    // A deleted node's subscriptions end with it (its stored ones are swept with its keys): a later
+    // node of the same name must not reach them.
+    const unlistenDeletes = this.engine.onDelete((node) => this.forget(node));
+    this.unlisten = () => {
+      unlistenChanges();
+      unlistenDeletes();
+    };
+  }
+
+  private forget(node: string): void {
+    for (const order of ['modified', 'created'] as const) {
+      const feed = this.byFeed.get(feedKey(node, order));
+      if (!feed) continue;
+      for (const active of feed.values()) {
+        active.queue.stop();
+        clearTimeout(active.expiry);
+      }
+      this.byFeed.delete(feedKey(node, order));
+    }
   }
 
   /** Stops every delivery and verification; the subscriptions stay stored. */
