@@ -217,6 +217,27 @@ describe('subscription', () => {
     expect(sub.deliveries.map((d) => d.id)).toEqual(['b']);
   });
 
+  it('refuses a new subscription beyond its limit, and still renews one it holds', async () => {
+    const small = await startHttp({ http: { websub: { ...FAST, maxSubscriptions: 1 } } });
+    try {
+      await small.engine.publish('capped', { id: 'a', entry: entry('a') }, { autoCreate: true });
+      const first = await subscriber();
+      await subscribe(small, first, feedUrl(small.origin, 'capped'));
+      const second = await subscriber();
+      const refused = await hubPost(small, {
+        'hub.mode': 'subscribe',
+        'hub.callback': second.url,
+        'hub.topic': feedUrl(small.origin, 'capped'),
+      });
+      expect(refused.status).toBe(503);
+      expect(second.verifications).toEqual([]);
+      // Renewing the one it holds is no new subscription.
+      await subscribe(small, first, feedUrl(small.origin, 'capped'));
+    } finally {
+      await small.stop();
+    }
+  });
+
   it('does not activate on a wrong or missing challenge or a non-2xx answer', async () => {
     await publish('picky', 'a');
     for (const mode of ['wrong', 'none', 'echo-404'] as const) {

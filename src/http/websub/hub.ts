@@ -27,6 +27,10 @@ export interface HubOptions {
   retryForMs: number;
   /** Deliveries waiting per subscription; beyond it the oldest are dropped. */
   maxQueue: number;
+  /** Active subscriptions the hub holds; a new one beyond it is refused (503). */
+  maxSubscriptions: number;
+  /** Verifications in progress; a request beyond it is refused (503). */
+  maxVerifying: number;
 }
 
 export const HUB_DEFAULTS: HubOptions = {
@@ -39,6 +43,8 @@ export const HUB_DEFAULTS: HubOptions = {
   retryMaxMs: 5 * 60_000,
   retryForMs: 60 * 60_000,
   maxQueue: 1_000,
+  maxSubscriptions: 10_000,
+  maxVerifying: 64,
 };
 
 /** The hub's path, under the binding's origin. */
@@ -180,6 +186,16 @@ export class Hub {
     const intent = await this.intent(String(request.body ?? ''), request, origin);
     // Verification runs after the answer: WebSub's hub answers 202 and calls back.
     const key = `${feedKey(intent.feed?.node ?? '', intent.feed?.order ?? 'modified')} ${intent.callback.href}`;
+    // Every subscription holds a queue and timers, every verification a request: both are bounded.
+    if (this.verifying.size >= this.options.maxVerifying && !this.verifying.has(key))
+      throw problems.busy('too many subscription requests are being verified; retry later');
+    if (intent.mode === 'subscribe' && intent.feed) {
+      const known = this.byFeed.get(feedKey(intent.feed.node, intent.feed.order))?.has(intent.callback.href);
+      let count = 0;
+      for (const feed of this.byFeed.values()) count += feed.size;
+      if (!known && count >= this.options.maxSubscriptions)
+        throw problems.busy(`the hub holds ${count} subscriptions, its limit`);
+    }
     const run = (this.verifying.get(key) ?? Promise.resolve()).then(() => this.verify(intent));
     const tracked = run.catch((e) => this.log.error('websub verification failed', { error: String(e) }));
     this.verifying.set(key, tracked);
