@@ -6,9 +6,11 @@ import { Committer, type Op } from './commit.ts';
 import { type Cursor, formatCursor, GroupChecksum, groupChecksum } from './cursor.ts';
 import { type Db, openDatabase } from './database.ts';
 import {
+  AppendOnly,
   BadRequest,
   FeedError,
   InvalidSubid,
+  ItemExists,
   ItemNotFound,
   NodeExists,
   NodeNotEmpty,
@@ -753,7 +755,12 @@ export class FeedEngine {
    * Publishes an Atom entry as a new item or a new version of an existing one.
    * Resolves once the change is durable.
    */
-  publish(node: string, input: PublishInput, options: { autoCreate?: boolean } = {}): Promise<Change> {
+  publish(
+    node: string,
+    input: PublishInput,
+    /** appendOnly: an existing id is refused (`item-exists`), decided with the write itself. */
+    options: { autoCreate?: boolean; appendOnly?: boolean } = {},
+  ): Promise<Change> {
     // Not an async function: the promise of the write itself is returned, one fewer per publish.
     let name: string;
     let id: string;
@@ -776,7 +783,15 @@ export class FeedEngine {
     } catch (e) {
       return Promise.reject(e);
     }
-    return this.submit(name, options.autoCreate === true, { id, version: body });
+    if (!options.appendOnly) return this.submit(name, options.autoCreate === true, { id, version: body });
+    const fresh = body;
+    return this.submit(name, options.autoCreate === true, {
+      id,
+      version: (old) => {
+        if (old) throw new ItemExists(name, id);
+        return fresh;
+      },
+    });
   }
 
   /** The base name of a node named with or without parameters (the last one asked is kept). */
@@ -789,10 +804,12 @@ export class FeedEngine {
   async retract(
     node: string,
     id: string,
-    options: { publisher?: string; quiet?: boolean } = {},
+    /** appendOnly: the node's items are never retracted (`append-only`). */
+    options: { publisher?: string; quiet?: boolean; appendOnly?: boolean } = {},
   ): Promise<Change> {
     const name = parseFeedName(node).node;
     checkItemId(id);
+    if (options.appendOnly) throw new AppendOnly(name);
     return this.submit(name, false, {
       id,
       quiet: options.quiet === true,
