@@ -1123,6 +1123,28 @@ export class FeedEngine {
     }
   }
 
+  /**
+   * The id of the item at `position` (0-based) of a feed, or undefined past its end. It walks the
+   * feed's index from its start, so its cost grows with the position: for what has no cursor yet
+   * (the first item of a fixed-size Atom archive document).
+   */
+  async idAt(feedName: string | FeedName, position: number): Promise<string | undefined> {
+    const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
+    const st = await this.requireNode(feed.node);
+    const { start, end } = indexRange(st.nid, feed.order);
+    const ids = this.db.values({ gte: start, lt: end });
+    try {
+      for (let passed = 0; ; ) {
+        const chunk = await ids.nextv(1000);
+        if (chunk.length === 0) return undefined;
+        if (position < passed + chunk.length) return chunk[position - passed]?.toString('utf8');
+        passed += chunk.length;
+      }
+    } finally {
+      await ids.close();
+    }
+  }
+
   /** The items with these ids (tombstones included), in the order asked; unknown ids are left out. */
   async getItems(feedName: string | FeedName, ids: readonly string[]): Promise<Item[]> {
     const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;

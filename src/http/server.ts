@@ -7,6 +7,7 @@ import { checkItemId, parseFeedName } from '../feed/feedName.ts';
 import type { Change, Page } from '../feed/model.ts';
 import type { Log } from '../log.ts';
 import { Access, type CreateOptions } from './access.ts';
+import { readArchive } from './archive.ts';
 import { entryDocument, itemUrl } from './atomFeed.ts';
 import { readHttpFeed } from './cloudEvents.ts';
 import { activityItem } from './collection.ts';
@@ -448,4 +449,6 @@ const ROUTES: [method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, RouteHand
   ['PUT', '/feeds/:node/items/:id', putItem, true],
   ['DELETE', '/feeds/:node/items/:id', deleteItem, true],
   ['GET', '/http-feeds/:node', readHttpFeed, false],
+  ['GET', '/archive/:node', readArchive, false],
+  ['GET', '/archive/:node/:n', readArchive, false],
 ];
