@@ -38,8 +38,9 @@ async function fetchDoc(url: string, headers: Record<string, string> = {}): Prom
   expect(feed.is('feed', ATOM)).toBe(true);
   const links: Record<string, string> = {};
   for (const l of feed.getChildren('link', ATOM)) {
-    expect(links[l.attrs.rel], `one ${l.attrs.rel} link`).toBeUndefined();
-    links[l.attrs.rel] = l.attrs.href;
+    const rel = l.attrs.rel as string;
+    expect(links[rel], `one ${rel} link`).toBeUndefined();
+    links[rel] = l.attrs.href;
   }
   const ids = feed.getChildren('entry', ATOM).map((e) => e.getChildText('id', FO) as string);
   return {
