@@ -40,7 +40,7 @@ async function fetchDoc(url: string, headers: Record<string, string> = {}): Prom
   for (const l of feed.getChildren('link', ATOM)) {
     const rel = l.attrs.rel as string;
     expect(links[rel], `one ${rel} link`).toBeUndefined();
-    links[rel] = l.attrs.href;
+    links[rel] = l.attrs.href as string;
   }
   const ids = feed.getChildren('entry', ATOM).map((e) => e.getChildText('id', FO) as string);
   return {
