@@ -5,7 +5,18 @@ import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Problem } from '../http/support.ts';
 import { type HttpStack, entry as httpEntry, startHttp, TOKENS } from '../http/support.ts';
-import { entry, errorOf, NS, publishIq, pubsub, SERVER_TITLE, Stack, type User } from './stack.ts';
+import {
+  entry,
+  errorOf,
+  itemsOf,
+  NS,
+  publishIq,
+  pubsub,
+  rsm,
+  SERVER_TITLE,
+  Stack,
+  type User,
+} from './stack.ts';
 
 const DATA_FORMS = 'jabber:x:data';
 
@@ -137,5 +148,29 @@ describe(`append-only nodes on ${SERVER_TITLE}`, () => {
     expect(((await del.json()) as Problem).code).toBe('append-only');
     const [one, two] = await stack.engine.getItems('log', ['one', 'two']);
     expect([one?.deleted, two?.entry]).toEqual([false, expect.stringContaining('<title>two</title>')]);
+  });
+
+  it('shows the same items with the same cursors over XMPP, HTTP Feeds and the Atom archives', async () => {
+    for (const order of ['', '?order=created']) {
+      const node = `log${order}`;
+      const page = itemsOf(await alice.iq('get', pubsub(xml('items', { node }), rsm({ max: 250 }))));
+      const res = await fetch(`${http.origin}/http-feeds/log${order}`);
+      const events = (await res.json()) as { id: string; subject: string }[];
+      expect(
+        events.map((e) => e.subject),
+        node,
+      ).toEqual(page.ids);
+      // RSM spells a cursor as a position spec; an event id is the bare cursor.
+      const ends = [events[0]?.id, events[events.length - 1]?.id].map((id) => `cursor:${id}`);
+      expect(ends, node).toEqual([page.first, page.last]);
+    }
+    const recent = await fetch(`${http.origin}/archive/log`);
+    const text = await recent.text();
+    const archived = [...text.matchAll(/<fo:id [^>]*>([^<]*)<\/fo:id>/g)].map((m) => m[1]).reverse();
+    const created = itemsOf(
+      await alice.iq('get', pubsub(xml('items', { node: 'log?order=created' }), rsm({ max: 250 }))),
+    );
+    // Fewer items than one archive document: the recent document holds them all.
+    expect(archived).toEqual(created.ids);
   });
 });
