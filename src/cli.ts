@@ -91,6 +91,9 @@ const EXIT_CODE: Record<FeedErrorCode, number> = {
   'pending-subscription': 1,
   'not-acceptable': 1,
   'precondition-not-met': 1,
+  // The command line is the operator's: it may correct an append-only node, so never meets these.
+  'item-exists': 1,
+  'append-only': 1,
 };
 
 /** Reports a failure on stderr and gives the exit code: the one place errors become messages. */

@@ -6,9 +6,11 @@ import { Committer, type Op } from './commit.ts';
 import { type Cursor, formatCursor, GroupChecksum, groupChecksum } from './cursor.ts';
 import { type Db, openDatabase } from './database.ts';
 import {
+  AppendOnly,
   BadRequest,
   FeedError,
   InvalidSubid,
+  ItemExists,
   ItemNotFound,
   NodeExists,
   NodeNotEmpty,
@@ -776,7 +778,12 @@ export class FeedEngine {
    * Publishes an Atom entry as a new item or a new version of an existing one.
    * Resolves once the change is durable.
    */
-  publish(node: string, input: PublishInput, options: { autoCreate?: boolean } = {}): Promise<Change> {
+  publish(
+    node: string,
+    input: PublishInput,
+    /** appendOnly: an existing id is refused (`item-exists`), decided with the write itself. */
+    options: { autoCreate?: boolean; appendOnly?: boolean } = {},
+  ): Promise<Change> {
     // Not an async function: the promise of the write itself is returned, one fewer per publish.
     let name: string;
     let id: string;
@@ -799,7 +806,15 @@ export class FeedEngine {
     } catch (e) {
       return Promise.reject(e);
     }
-    return this.submit(name, options.autoCreate === true, { id, version: body });
+    if (!options.appendOnly) return this.submit(name, options.autoCreate === true, { id, version: body });
+    const fresh = body;
+    return this.submit(name, options.autoCreate === true, {
+      id,
+      version: (old) => {
+        if (old) throw new ItemExists(name, id);
+        return fresh;
+      },
+    });
   }
 
   /** The base name of a node named with or without parameters (the last one asked is kept). */
@@ -812,10 +827,12 @@ export class FeedEngine {
   async retract(
     node: string,
     id: string,
-    options: { publisher?: string; quiet?: boolean } = {},
+    /** appendOnly: the node's items are never retracted (`append-only`). */
+    options: { publisher?: string; quiet?: boolean; appendOnly?: boolean } = {},
   ): Promise<Change> {
     const name = parseFeedName(node).node;
     checkItemId(id);
+    if (options.appendOnly) throw new AppendOnly(name);
     return this.submit(name, false, {
       id,
       quiet: options.quiet === true,
@@ -1126,6 +1143,28 @@ export class FeedEngine {
       return { items, total, atStart, atEnd, truncated };
     } finally {
       void snapshot.close().catch(() => undefined);
+    }
+  }
+
+  /**
+   * The id of the item at `position` (0-based) of a feed, or undefined past its end. It walks the
+   * feed's index from its start, so its cost grows with the position: for what has no cursor yet
+   * (the first item of a fixed-size Atom archive document).
+   */
+  async idAt(feedName: string | FeedName, position: number): Promise<string | undefined> {
+    const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
+    const st = await this.requireNode(feed.node);
+    const { start, end } = indexRange(st.nid, feed.order);
+    const ids = this.db.values({ gte: start, lt: end });
+    try {
+      for (let passed = 0; ; ) {
+        const chunk = await ids.nextv(1000);
+        if (chunk.length === 0) return undefined;
+        if (position < passed + chunk.length) return chunk[position - passed]?.toString('utf8');
+        passed += chunk.length;
+      }
+    } finally {
+      await ids.close();
     }
   }
 

@@ -22,7 +22,11 @@ export type FeedErrorCode =
   /** A configuration value the node cannot take. */
   | 'not-acceptable'
   /** A publish precondition the node's configuration does not meet. */
-  | 'precondition-not-met';
+  | 'precondition-not-met'
+  /** Publishing an id that exists to an append-only node. */
+  | 'item-exists'
+  /** Retracting from an append-only node. */
+  | 'append-only';
 
 export class FeedError extends Error {
   readonly code: FeedErrorCode;
@@ -122,5 +126,19 @@ export class NotAcceptable extends FeedError {
 export class PreconditionNotMet extends FeedError {
   constructor(message: string) {
     super('precondition-not-met', message);
+  }
+}
+
+/** An append-only node keeps every item as first published: an existing id cannot be published again. */
+export class ItemExists extends FeedError {
+  constructor(node: string, id: string) {
+    super('item-exists', `node ${JSON.stringify(node)} is append-only and has an item ${JSON.stringify(id)}`);
+  }
+}
+
+/** An append-only node's items are never retracted. */
+export class AppendOnly extends FeedError {
+  constructor(node: string) {
+    super('append-only', `node ${JSON.stringify(node)} is append-only: its items cannot be retracted`);
   }
 }

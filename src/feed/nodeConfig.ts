@@ -18,6 +18,15 @@ export interface NodeConfig {
   notifyConfig: boolean;
   /** `on_sub`: a new subscriber is sent the feed's last item. */
   sendLastPublishedItem: 'never' | 'on_sub';
+  /** The CloudEvents `type` of the node's items in the HTTP Feeds view. */
+  eventType: string;
+  /**
+   * Items are never replaced nor retracted, so documents listing them never change (the Atom
+   * archives need that). Cannot be turned off once the node has items: cached archives would lie.
+   */
+  appendOnly: boolean;
+  /** Entries per Atom archive document; fixed once the node has items (archive URLs depend on it). */
+  archiveSize: number;
 }
 
 export const DEFAULT_NODE_CONFIG: Readonly<NodeConfig> = {
@@ -31,7 +40,12 @@ export const DEFAULT_NODE_CONFIG: Readonly<NodeConfig> = {
   notifyDelete: true,
   notifyConfig: false,
   sendLastPublishedItem: 'never',
+  eventType: 'org.smartfeeds.entry',
+  appendOnly: false,
+  archiveSize: 100,
 };
+
+export const MAX_ARCHIVE_SIZE = 250;
 
 /** A stored configuration over the defaults: settings added later get their default. */
 export function readNodeConfig(stored: unknown): NodeConfig {

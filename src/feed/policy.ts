@@ -1,7 +1,7 @@
 import { AFFILIATIONS, type Affiliation, type Standing } from './access.ts';
 import type { Op } from './commit.ts';
 import type { EngineStorage, FeedEngine } from './engine.ts';
-import { BadRequest } from './errors.ts';
+import { BadRequest, NotAcceptable } from './errors.ts';
 import {
   affiliationKey,
   affiliationPrefix,
@@ -61,7 +61,16 @@ export class PolicyStore {
   /** Changes the given settings only; returns the whole new configuration. */
   async configure(node: string, change: Partial<NodeConfig>): Promise<NodeConfig> {
     const nid = await this.storage.nid(node);
-    const next = { ...(await this.config(node)), ...change };
+    const current = await this.config(node);
+    const next = { ...current, ...change };
+    const settled = next.archiveSize !== current.archiveSize || (current.appendOnly && !next.appendOnly);
+    // Archive documents are cached forever: what they hold, and where, must not move under them.
+    if (settled && (await this.engine.total(node)) > 0)
+      throw new NotAcceptable(
+        next.archiveSize !== current.archiveSize
+          ? 'the archive size cannot change once the node has items'
+          : 'an append-only node with items stays append-only (its archive documents are immutable)',
+      );
     await this.storage.write([{ type: 'put', key: configKey(nid), value: json(next) }]);
     this.configs.set(nid, next);
     return next;

@@ -51,7 +51,7 @@ function foId(id: string): Element {
   return createElement('fo:id', { 'xmlns:fo': FANOUT_NS }, id);
 }
 
-function entry(item: Item, feedUrl: string): string {
+export function entry(item: Item, feedUrl: string): string {
   const el = parse(item.entry);
   // RFC 4287 requires an id, a title and an updated date of every entry; a stored entry may lack them.
   const missing: Element[] = [];
@@ -65,7 +65,7 @@ function entry(item: Item, feedUrl: string): string {
   return el.toString();
 }
 
-function deletedEntry(item: Item): string {
+export function deletedEntry(item: Item): string {
   const stored = parse(item.entry);
   const el = createElement('at:deleted-entry', { 'xmlns:at': TOMBSTONE_NS });
   for (const [name, value] of Object.entries(stored.attrs)) if (name !== 'xmlns') el.attrs[name] = value;

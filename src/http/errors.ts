@@ -33,6 +33,8 @@ const FEED_STATUS: Record<FeedErrorCode, number> = {
   'pending-subscription': 403,
   'not-acceptable': 400,
   'precondition-not-met': 412,
+  'item-exists': 409,
+  'append-only': 409,
 };
 
 /** Fastify's own errors (bodies, content types) that a client caused, by their code. */

@@ -7,7 +7,9 @@ import { checkItemId, parseFeedName } from '../feed/feedName.ts';
 import type { Change, Page } from '../feed/model.ts';
 import type { Log } from '../log.ts';
 import { Access, type CreateOptions } from './access.ts';
+import { readArchive } from './archive.ts';
 import { entryDocument, itemUrl } from './atomFeed.ts';
+import { readHttpFeed } from './cloudEvents.ts';
 import { activityItem } from './collection.ts';
 import { problemBody, problems, toProblem } from './errors.ts';
 import { type FeedQuery, parseFeedQuery } from './feedQuery.ts';
@@ -31,7 +33,7 @@ export interface HttpOptions {
 }
 
 /** What a handler answers: the binding adds validators, caching and conditional responses. */
-interface Answer {
+export interface Answer {
   status: number;
   type: string;
   body: string;
@@ -42,14 +44,14 @@ interface Answer {
   etag?: string;
 }
 
-interface Context {
+export interface Context {
   binding: HttpBinding;
   request: FastifyRequest;
   reply: FastifyReply;
   params: Record<string, string>;
 }
 
-type RouteHandler = (ctx: Context) => Promise<Answer | undefined>;
+export type RouteHandler = (ctx: Context) => Promise<Answer | undefined>;
 
 /** Only the Atom body of a write is parsed; everything else is a 415 before any work. */
 const ATOM = 'application/atom+xml';
@@ -209,7 +211,7 @@ export class HttpBinding {
 }
 
 /** A strong validator: a digest of the exact bytes (so of the representation too). */
-function etagOf(body: string): string {
+export function etagOf(body: string): string {
   return `"${createHash('sha256').update(body).digest('base64url').slice(0, 32)}"`;
 }
 
@@ -227,7 +229,7 @@ function matches(header: string | undefined, etag: string): boolean {
 
 // ---- handlers -----------------------------------------------------------------------------
 
-function searchOf(request: FastifyRequest): string {
+export function searchOf(request: FastifyRequest): string {
   const q = request.url.indexOf('?');
   return q < 0 ? '' : request.url.slice(q + 1);
 }
@@ -253,7 +255,7 @@ function nextUrl(url: string, query: FeedQuery, page: Page, pageItems: number): 
 }
 
 /** Reads again at each change of the feed until an item comes, time runs out or the client leaves. */
-async function hold(ctx: Context, query: FeedQuery): Promise<Page | undefined> {
+export async function hold(ctx: Context, query: FeedQuery): Promise<Page | undefined> {
   const { binding, reply } = ctx;
   const watch = binding.polls.watch(query.feed.node, query.feed.order);
   binding.log.debug('long poll held', { feed: query.feed.requested, held: binding.polls.held });
@@ -387,11 +389,12 @@ function writer(ctx: Context): string {
 async function publishBody(ctx: Context, node: string, id: string): Promise<Answer> {
   const { binding, request } = ctx;
   await binding.access.mayPublish(node, writer(ctx));
-  const change = await binding.engine.publish(node, {
-    id,
-    entry: request.body as string,
-    publisher: writer(ctx),
-  });
+  const { appendOnly } = await binding.engine.policy().config(node);
+  const change = await binding.engine.publish(
+    node,
+    { id, entry: request.body as string, publisher: writer(ctx) },
+    { appendOnly },
+  );
   return written(ctx, node, change, change.kind === 'create' ? 201 : 200);
 }
 
@@ -440,7 +443,8 @@ const deleteItem: RouteHandler = async (ctx) => {
   checkItemId(id);
   const [existing] = await ctx.binding.engine.getItems(node, [id]);
   await ctx.binding.access.mayRetract(node, writer(ctx), existing?.publisher);
-  const change = await ctx.binding.engine.retract(node, id, { publisher: writer(ctx) });
+  const { appendOnly } = await ctx.binding.engine.policy().config(node);
+  const change = await ctx.binding.engine.retract(node, id, { publisher: writer(ctx), appendOnly });
   if (!change.changed) {
     // Retracting a tombstone changes nothing and reports no position: give its current one.
     const [item] = await ctx.binding.engine.getItems(node, [id]);
@@ -456,4 +460,7 @@ const ROUTES: [method: 'GET' | 'POST' | 'PUT' | 'DELETE', url: string, RouteHand
   ['GET', '/feeds/:node/items/:id', readItem, false],
   ['PUT', '/feeds/:node/items/:id', putItem, true],
   ['DELETE', '/feeds/:node/items/:id', deleteItem, true],
+  ['GET', '/http-feeds/:node', readHttpFeed, false],
+  ['GET', '/archive/:node', readArchive, false],
+  ['GET', '/archive/:node/:n', readArchive, false],
 ];

@@ -39,6 +39,8 @@ const FEED_ERRORS: Record<FeedErrorCode, [ErrorType, string, string?]> = {
   'pending-subscription': ['auth', 'not-authorized', 'pending-subscription'],
   'not-acceptable': ['modify', 'not-acceptable'],
   'precondition-not-met': ['cancel', 'conflict', 'precondition-not-met'],
+  'item-exists': ['cancel', 'conflict'],
+  'append-only': ['cancel', 'not-allowed'],
 };
 
 export function toStanzaError(e: unknown): StanzaError {

@@ -2,7 +2,7 @@ import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
 import { ACCESS_MODELS, PUBLISH_MODELS } from '../feed/access.ts';
 import { NotAcceptable, PreconditionNotMet } from '../feed/errors.ts';
-import type { NodeConfig } from '../feed/nodeConfig.ts';
+import { MAX_ARCHIVE_SIZE, type NodeConfig } from '../feed/nodeConfig.ts';
 import { errors } from './errors.ts';
 import { NS } from './namespaces.ts';
 
@@ -63,6 +63,8 @@ interface ConfigField {
   options?: readonly string[];
   /** For the fields with one possible value (items are never expired, always persisted). */
   fixed?: string;
+  /** A whole number within these bounds. */
+  integer?: [min: number, max: number];
 }
 
 const CONFIG_FIELDS: Record<string, ConfigField> = {
@@ -118,6 +120,22 @@ const CONFIG_FIELDS: Record<string, ConfigField> = {
     fixed: 'max',
   },
   'pubsub#persist_items': { type: 'boolean', label: 'Persist items', fixed: 'true' },
+  'smartfeeds#append_only': {
+    key: 'appendOnly',
+    type: 'boolean',
+    label: 'Append-only: items are never replaced nor retracted (needed for Atom archives)',
+  },
+  'smartfeeds#event_type': {
+    key: 'eventType',
+    type: 'text-single',
+    label: 'CloudEvents type of the items (HTTP Feeds view)',
+  },
+  'smartfeeds#archive_size': {
+    key: 'archiveSize',
+    type: 'text-single',
+    label: 'Entries per Atom archive document (fixed once the node has items)',
+    integer: [1, MAX_ARCHIVE_SIZE],
+  },
 };
 
 export const NODE_CONFIG_FORM = `${NS.pubsub}#node_config`;
@@ -151,6 +169,15 @@ function parseBoolean(name: string, value: string): boolean {
   throw new NotAcceptable(`${name} must be a boolean, not ${JSON.stringify(value)}`);
 }
 
+function parseInteger(name: string, value: string, [min, max]: [number, number]): number {
+  const n = /^\d{1,9}$/.test(value) ? Number(value) : Number.NaN;
+  if (!(n >= min && n <= max))
+    throw new NotAcceptable(
+      `${name} must be a whole number from ${min} to ${max}, not ${JSON.stringify(value)}`,
+    );
+  return n;
+}
+
 /**
  * The settings a submitted node_config form changes (only the fields it holds). A field this
  * service does not know, or a value it cannot take, is `not-acceptable`, naming it.
@@ -173,7 +200,12 @@ export function parseConfigForm(form: ParsedForm): Partial<NodeConfig> {
       throw new NotAcceptable(
         `${name} must be one of ${field.options.join(', ')}, not ${JSON.stringify(value)}`,
       );
-    change[field.key as string] = field.type === 'boolean' ? parseBoolean(name, value) : value;
+    change[field.key as string] =
+      field.type === 'boolean'
+        ? parseBoolean(name, value)
+        : field.integer
+          ? parseInteger(name, value, field.integer)
+          : value;
   }
   return change as Partial<NodeConfig>;
 }

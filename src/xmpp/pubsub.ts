@@ -131,7 +131,11 @@ const publish: Handler = async (service, req) => {
   const entry = payloads[0] as Element;
   const id = item.attrs.id ? item.attrs.id : undefined;
   await service.notifier.ready();
-  const change = await service.engine.publish(feed.node, { id, entry, publisher: req.bare });
+  const change = await service.engine.publish(
+    feed.node,
+    { id, entry, publisher: req.bare },
+    { appendOnly: config.appendOnly },
+  );
   return xml(
     'pubsub',
     { xmlns: NS.pubsub },
@@ -149,9 +153,14 @@ const retract: Handler = async (service, req) => {
   if (!id) throw errors.itemRequired();
   const [item] = await service.engine.getItems(feed.node, [id]);
   // Who published the item decides which right it takes; an unknown item needs the wider one.
-  await authorize(service, req, feed.node, item && item.publisher === req.bare ? 'retract-own' : 'retract');
+  const { config } = await authorize(
+    service,
+    req,
+    feed.node,
+    item && item.publisher === req.bare ? 'retract-own' : 'retract',
+  );
   await service.notifier.ready();
-  await service.engine.retract(feed.node, id, { publisher: req.bare });
+  await service.engine.retract(feed.node, id, { publisher: req.bare, appendOnly: config.appendOnly });
   return undefined;
 };
 

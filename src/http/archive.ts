@@ -1,0 +1,158 @@
+import { escapeXML } from 'ltx';
+import { ATOM_NS, TOMBSTONE_NS } from '../feed/atom.ts';
+import type { FeedEngine } from '../feed/engine.ts';
+import { type FeedName, parseFeedName } from '../feed/feedName.ts';
+import type { Item } from '../feed/model.ts';
+import { deletedEntry, entry, FANOUT_NS } from './atomFeed.ts';
+import { problems } from './errors.ts';
+import { type Answer, type Context, etagOf, searchOf } from './server.ts';
+
+/**
+ * Atom archives (RFC 5005 section 4, the Simplefeed seed) of an append-only node: its `created`
+ * order cut into documents of `archiveSize` entries. Document n (from 1) holds entries
+ * (n-1)·size+1 … n·size; every document before the last is complete and never changes, the last
+ * (the working one) fills up, and `/archive/{node}` shows it as the recent document.
+ */
+
+export const HISTORY_NS = 'http://purl.org/syndication/history/1.0';
+/** Complete archive documents never change. */
+const IMMUTABLE = 'max-age=31536000, immutable';
+/** The recent and working documents change with each write: a short freshness, then revalidation. */
+const RECENT = 'max-age=5';
+const ATOM_TYPE = 'application/atom+xml; charset=utf-8';
+const DOCUMENT_NUMBER = /^[1-9]\d{0,14}$/;
+
+interface ArchiveDocument {
+  /** 1-based; the working document is the last. */
+  number: number;
+  /** The working document's number (so, the number of documents). */
+  working: number;
+  /** Newest first, as the seed orders every document. */
+  items: Item[];
+}
+
+/** Reads document `number` of the node, or undefined past the working document. */
+async function readDocument(
+  engine: FeedEngine,
+  feed: FeedName,
+  size: number,
+  number: number | 'recent',
+): Promise<ArchiveDocument | undefined> {
+  // The total fixes what the documents hold for this answer: items written meanwhile wait for the next.
+  const total = await engine.total(feed.node);
+  const working = Math.floor(total / size) + 1;
+  const n = number === 'recent' ? working : number;
+  if (n > working) return undefined;
+  const start = (n - 1) * size;
+  const count = Math.min(size, total - start);
+  const items: Item[] = [];
+  if (count > 0) {
+    // The created order never moves an item, so the item before the document is found by position.
+    let since = start === 0 ? undefined : await engine.idAt(feed, start - 1);
+    if (since !== undefined) since = `id:${since}`;
+    while (items.length < count) {
+      const page = await engine.read(feed, {
+        ...(since !== undefined ? { since } : {}),
+        max: count - items.length,
+      });
+      const last = page.items[page.items.length - 1];
+      if (!last) break;
+      items.push(...page.items);
+      // A page cut short by its byte budget goes on from its last item.
+      since = `cursor:${last.cursor}`;
+    }
+  }
+  return { number: n, working, items: items.reverse() };
+}
+
+function link(rel: string, href: string): string {
+  return `<link rel="${rel}" type="application/atom+xml" href="${escapeXML(href)}"/>`;
+}
+
+/** The Atom document: the feed's id and title in each, RFC 5005 links, `fh:archive` when complete. */
+function render(doc: ArchiveDocument, base: string, node: string, recent: boolean): string {
+  const complete = doc.number < doc.working;
+  const newest = doc.items.reduce((m, i) => Math.max(m, i.modified), 0);
+  const documentUrl = (n: number) => `${base}/${n}`;
+  const parts = [
+    '<?xml version="1.0" encoding="utf-8"?>\n',
+    `<feed xmlns="${ATOM_NS}" xmlns:fh="${HISTORY_NS}" xmlns:fo="${FANOUT_NS}" xmlns:at="${TOMBSTONE_NS}">`,
+    // One logical feed: every document carries the same id.
+    `<id>${escapeXML(base)}</id>`,
+    `<title>${escapeXML(node)}</title>`,
+    `<updated>${new Date(newest).toISOString()}</updated>`,
+  ];
+  if (complete) parts.push('<fh:archive/>');
+  parts.push(link('self', recent ? base : documentUrl(doc.number)));
+  if (recent) parts.push(link('via', documentUrl(doc.number)));
+  else parts.push(link('current', base));
+  if (doc.number > 1) parts.push(link('prev-archive', documentUrl(doc.number - 1)));
+  if (complete) parts.push(link('next-archive', documentUrl(doc.number + 1)));
+  const feedUrl = base.replace(/\/archive\//, '/feeds/');
+  for (const item of doc.items) parts.push(item.deleted ? deletedEntry(item) : entry(item, feedUrl));
+  parts.push('</feed>\n');
+  return parts.join('');
+}
+
+/** HTTP-date of a stamp, to the second (what Last-Modified can say). */
+const httpDate = (ms: number) => new Date(ms).toUTCString();
+
+/** `GET /archive/{node}` (recent) and `GET /archive/{node}/{n}`. */
+export async function readArchive(ctx: Context): Promise<Answer> {
+  const { binding, request, params } = ctx;
+  const feed = parseFeedName(params.node ?? '');
+  const extra = [...new URLSearchParams(searchOf(request)).keys()][0];
+  if (extra !== undefined)
+    throw problems.badRequest(`an archive document takes no parameter, not ${JSON.stringify(extra)}`);
+  const wanted = params.n;
+  if (wanted !== undefined && !DOCUMENT_NUMBER.test(wanted))
+    throw problems.badRequest(`an archive document is numbered from 1, not ${JSON.stringify(wanted)}`);
+  const origin = binding.originOf(request);
+  const jid = binding.access.caller(request.headers.authorization);
+  await binding.access.mayRead(feed.node, jid);
+  const config = await binding.engine.policy().config(feed.node);
+  if (!config.appendOnly)
+    throw problems.notFound(
+      `node ${JSON.stringify(feed.node)} is not append-only: it has no archive documents`,
+    );
+  const created: FeedName = { node: feed.node, order: 'created', requested: `${feed.node}?order=created` };
+  const doc = await readDocument(
+    binding.engine,
+    created,
+    config.archiveSize,
+    wanted === undefined ? 'recent' : Number(wanted),
+  );
+  if (!doc) throw problems.notFound(`node ${JSON.stringify(feed.node)} has no archive document ${wanted}`);
+  const base = `${origin}/archive/${encodeURIComponent(feed.node)}`;
+  const body = render(doc, base, feed.node, wanted === undefined);
+  const etag = etagOf(body);
+  // Shared caches may keep what anyone may read; a node with an access list is the reader's own.
+  const scope = config.accessModel === 'open' && jid === undefined ? 'public' : 'private';
+  const complete = doc.number < doc.working;
+  const headers: Record<string, string> = { vary: 'Authorization' };
+  const newest = doc.items[0]?.modified;
+  if (!complete && newest !== undefined) {
+    headers['last-modified'] = httpDate(newest);
+    // If-None-Match wins when both are sent (RFC 9110 section 13.2.2); the binding answers it.
+    // The date has whole seconds: a later write in the same second as the newest entry must not
+    // look unmodified, so only a date at or after the newest entry's exact stamp is a 304.
+    const since = Date.parse(request.headers['if-modified-since'] ?? '');
+    if (request.headers['if-none-match'] === undefined && since >= newest)
+      return {
+        status: 304,
+        type: ATOM_TYPE,
+        body: '',
+        etag,
+        headers: { ...headers, etag },
+        cache: `${scope}, ${RECENT}`,
+      };
+  }
+  return {
+    status: 200,
+    type: ATOM_TYPE,
+    body,
+    etag,
+    headers,
+    cache: `${scope}, ${complete ? IMMUTABLE : RECENT}`,
+  };
+}

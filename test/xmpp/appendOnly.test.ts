@@ -1,0 +1,176 @@
+// Append-only nodes against a real XMPP server, with real users, and the HTTP binding of the same
+// engine: the option in the node configuration form, and the refusals it brings either way.
+import { xml } from '@xmpp/client';
+import type { Element } from 'ltx';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Problem } from '../http/support.ts';
+import { type HttpStack, entry as httpEntry, startHttp, TOKENS } from '../http/support.ts';
+import {
+  entry,
+  errorOf,
+  itemsOf,
+  NS,
+  publishIq,
+  pubsub,
+  rsm,
+  SERVER_TITLE,
+  Stack,
+  type User,
+} from './stack.ts';
+
+const DATA_FORMS = 'jabber:x:data';
+
+let stack: Stack;
+let http: HttpStack;
+let alice: User;
+
+beforeAll(async () => {
+  stack = await Stack.start({ policy: { create: 'local' } });
+  http = await startHttp({ engine: stack.engine });
+  alice = await stack.user('alice');
+}, 60_000);
+
+afterAll(async () => {
+  await http?.stop();
+  await stack?.stop();
+});
+
+const owner = (...children: Element[]) => xml('pubsub', { xmlns: NS.owner }, ...children);
+
+function configForm(fields: Record<string, string>): Element {
+  return xml(
+    'x',
+    { xmlns: DATA_FORMS, type: 'submit' },
+    xml('field', { var: 'FORM_TYPE', type: 'hidden' }, xml('value', {}, `${NS.pubsub}#node_config`)),
+    ...Object.entries(fields).map(([name, value]) => xml('field', { var: name }, xml('value', {}, value))),
+  );
+}
+
+const configure = (user: User, node: string, fields: Record<string, string>) =>
+  user.iq('set', owner(xml('configure', { node }, configForm(fields))));
+
+async function fieldsOf(user: User, node: string): Promise<Record<string, string[]>> {
+  const reply = await user.iq('get', owner(xml('configure', { node })));
+  expect(reply.attrs.type, reply.toString()).toBe('result');
+  const x = reply.getChild('pubsub', NS.owner)?.getChild('configure')?.getChild('x', DATA_FORMS);
+  const out: Record<string, string[]> = {};
+  for (const f of x?.getChildren('field') ?? [])
+    out[f.attrs.var as string] = f.getChildren('value').map((v) => v.getText());
+  return out;
+}
+
+const retractIq = (node: string, id: string) => pubsub(xml('retract', { node }, xml('item', { id })));
+
+describe(`append-only nodes on ${SERVER_TITLE}`, () => {
+  it('shows the options in the configuration form, append-only off by default', async () => {
+    const created = await alice.iq('set', pubsub(xml('create', { node: 'plain' })));
+    expect(created.attrs.type, created.toString()).toBe('result');
+    const fields = await fieldsOf(alice, 'plain');
+    expect(fields['smartfeeds#append_only']).toEqual(['false']);
+    expect(fields['smartfeeds#event_type']).toEqual(['org.smartfeeds.entry']);
+    expect(fields['smartfeeds#archive_size']).toEqual(['100']);
+    // A plain node replaces and retracts as before.
+    expect((await alice.iq('set', publishIq('plain', 'a'))).attrs.type).toBe('result');
+    expect((await alice.iq('set', publishIq('plain', 'a'))).attrs.type).toBe('result');
+    expect((await alice.iq('set', retractIq('plain', 'a'))).attrs.type).toBe('result');
+  });
+
+  it('refuses republishing an id (conflict) and retracting (not-allowed) over XMPP', async () => {
+    const created = await alice.iq(
+      'set',
+      pubsub(
+        xml('create', { node: 'log' }),
+        xml('configure', {}, configForm({ 'smartfeeds#append_only': '1' })),
+      ),
+    );
+    expect(created.attrs.type, created.toString()).toBe('result');
+    expect((await fieldsOf(alice, 'log'))['smartfeeds#append_only']).toEqual(['true']);
+    expect((await alice.iq('set', publishIq('log', 'one'))).attrs.type).toBe('result');
+    const again = await alice.iq('set', publishIq('log', 'one', entry('one', 'changed')));
+    expect(errorOf(again)).toEqual(['cancel', 'conflict', undefined]);
+    const retract = await alice.iq('set', retractIq('log', 'one'));
+    expect(errorOf(retract)).toEqual(['cancel', 'not-allowed', undefined]);
+    // Nothing changed: the item is still its first version.
+    const [item] = await stack.engine.getItems('log', ['one']);
+    expect(item?.deleted).toBe(false);
+    expect(item?.entry).toContain('title one');
+    // Items without an id still get a fresh one.
+    expect((await alice.iq('set', publishIq('log', undefined))).attrs.type).toBe('result');
+    expect(await stack.engine.total('log')).toBe(2);
+  });
+
+  it('keeps the option on, and the archive size fixed, once the node has items', async () => {
+    const off = await configure(alice, 'log', { 'smartfeeds#append_only': 'false' });
+    expect(errorOf(off)).toEqual(['modify', 'not-acceptable', undefined]);
+    const size = await configure(alice, 'log', { 'smartfeeds#archive_size': '10' });
+    expect(errorOf(size)).toEqual(['modify', 'not-acceptable', undefined]);
+    // An empty node takes both, and a plain node with items may become append-only.
+    const empty = await alice.iq('set', pubsub(xml('create', { node: 'empty' })));
+    expect(empty.attrs.type).toBe('result');
+    const set = await configure(alice, 'empty', {
+      'smartfeeds#append_only': 'true',
+      'smartfeeds#archive_size': '7',
+    });
+    expect(set.attrs.type, set.toString()).toBe('result');
+    expect((await configure(alice, 'plain', { 'smartfeeds#append_only': 'true' })).attrs.type).toBe('result');
+    for (const bad of ['0', '251', 'ten', '-1', '1.5']) {
+      const r = await configure(alice, 'empty', { 'smartfeeds#archive_size': bad });
+      expect(errorOf(r), bad).toEqual(['modify', 'not-acceptable', undefined]);
+    }
+    const type = await configure(alice, 'empty', { 'smartfeeds#event_type': 'org.example.log' });
+    expect(type.attrs.type).toBe('result');
+    expect((await fieldsOf(alice, 'empty'))['smartfeeds#event_type']).toEqual(['org.example.log']);
+  });
+
+  it('refuses the same over HTTP: 409 for PUT, POST of a known Atom id, and DELETE', async () => {
+    const auth = { authorization: `Bearer ${TOKENS.admin}`, 'content-type': 'application/atom+xml' };
+    const url = `${http.origin}/feeds/log/items/one`;
+    const put = await fetch(url, { method: 'PUT', headers: auth, body: httpEntry('changed') });
+    expect(put.status).toBe(409);
+    expect(((await put.json()) as Problem).code).toBe('item-exists');
+    const fresh = await fetch(`${http.origin}/feeds/log/items/two`, {
+      method: 'PUT',
+      headers: auth,
+      body: httpEntry('two', 'urn:test:two'),
+    });
+    expect(fresh.status).toBe(201);
+    // A POSTed entry's Atom id is its item id: posting it again would replace it.
+    const post = () =>
+      fetch(`${http.origin}/feeds/log`, {
+        method: 'POST',
+        headers: auth,
+        body: httpEntry('p', 'urn:test:p'),
+      });
+    expect((await post()).status).toBe(201);
+    expect((await post()).status).toBe(409);
+    const del = await fetch(url, { method: 'DELETE', headers: auth });
+    expect(del.status).toBe(409);
+    expect(((await del.json()) as Problem).code).toBe('append-only');
+    const [one, two] = await stack.engine.getItems('log', ['one', 'two']);
+    expect([one?.deleted, two?.entry]).toEqual([false, expect.stringContaining('<title>two</title>')]);
+  });
+
+  it('shows the same items with the same cursors over XMPP, HTTP Feeds and the Atom archives', async () => {
+    for (const order of ['', '?order=created']) {
+      const node = `log${order}`;
+      const page = itemsOf(await alice.iq('get', pubsub(xml('items', { node }), rsm({ max: 250 }))));
+      const res = await fetch(`${http.origin}/http-feeds/log${order}`);
+      const events = (await res.json()) as { id: string; subject: string }[];
+      expect(
+        events.map((e) => e.subject),
+        node,
+      ).toEqual(page.ids);
+      // RSM spells a cursor as a position spec; an event id is the bare cursor.
+      const ends = [events[0]?.id, events[events.length - 1]?.id].map((id) => `cursor:${id}`);
+      expect(ends, node).toEqual([page.first, page.last]);
+    }
+    const recent = await fetch(`${http.origin}/archive/log`);
+    const text = await recent.text();
+    const archived = [...text.matchAll(/<fo:id [^>]*>([^<]*)<\/fo:id>/g)].map((m) => m[1]).reverse();
+    const created = itemsOf(
+      await alice.iq('get', pubsub(xml('items', { node: 'log?order=created' }), rsm({ max: 250 }))),
+    );
+    // Fewer items than one archive document: the recent document holds them all.
+    expect(archived).toEqual(created.ids);
+  });
+});
