@@ -29,6 +29,7 @@ import {
   configKey,
   DELETED_PREFIX,
   familyPrefix,
+  INDEX_KEY_BYTES,
   idOfItemKey,
   indexKey,
   indexRange,
@@ -103,7 +104,9 @@ export type ProblemKind =
   /** A `b` key without its affiliation. */
   | 'stray-user-affiliation'
   /** A WebSub subscription (`h`) that cannot be read or disagrees with its key or node. */
-  | 'unreadable-hub-subscription';
+  | 'unreadable-hub-subscription'
+  /** A remembered created-order position (`r`, engine.createdIdAt) whose index entry is not there. */
+  | 'stale-position-mark';
 
 export interface Problem {
   kind: ProblemKind;
@@ -586,6 +589,26 @@ export class DatabaseCheck {
       }
     }
 
+    // Remembered created-order positions (engine.createdIdAt) name index entries that are there.
+    for await (const chunk of this.chunks(prefixRange(familyPrefix('r', nid)), KEY_CHUNK)) {
+      const named = await this.db.getMany(chunk.map(([, value]) => value.subarray(0, INDEX_KEY_BYTES)));
+      for (let i = 0; i < chunk.length; i++) {
+        const [key, value] = chunk[i] as [Buffer, Buffer];
+        const entry = value.subarray(0, INDEX_KEY_BYTES);
+        const wanted = indexRange(nid, 'created');
+        const inIndex =
+          entry.length === INDEX_KEY_BYTES &&
+          entry.compare(wanted.start) >= 0 &&
+          entry.compare(wanted.end) < 0;
+        if (inIndex && named[i]?.equals(value.subarray(INDEX_KEY_BYTES))) continue;
+        f.dropKeys.push(key);
+        await problem(
+          'stale-position-mark',
+          `${at}: the remembered created-order position ${key.toString('hex')} names no index entry`,
+        );
+      }
+    }
+
     // 3. The counters.
     if (meta) {
       if (meta.total !== records)
@@ -856,6 +879,8 @@ export class DatabaseCheck {
    */
   private async rebuildNode(nid: number): Promise<void> {
     await this.db.clear(prefixRange(familyPrefix('x', nid)));
+    // A rebuilt index may give items other places: remembered positions are found again.
+    await this.db.clear(prefixRange(familyPrefix('r', nid)));
     let maxSeq = 0;
     for await (const chunk of this.chunks(prefixRange(itemPrefix(nid)), RECORD_CHUNK)) {
       for (const [, value] of chunk) {

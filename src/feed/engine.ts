@@ -21,11 +21,14 @@ import {
 } from './errors.ts';
 import { checkItemId, checkNodeName, type FeedName, ORDERS, type Order, parseFeedName } from './feedName.ts';
 import {
+  blockOfMarkKey,
   DELETED_PREFIX,
   deletedKey,
+  INDEX_KEY_BYTES,
   indexKey,
   indexRange,
   itemKey,
+  markKey,
   metaKey,
   NODE_PREFIX,
   nameOfNodeKey,
@@ -1147,24 +1150,70 @@ export class FeedEngine {
   }
 
   /**
-   * The id of the item at `position` (0-based) of a feed, or undefined past its end. It walks the
-   * feed's index from its start, so its cost grows with the position: for what has no cursor yet
-   * (the first item of a fixed-size Atom archive document).
+   * The id of the item at `position` (0-based) of a node's `created` order, or undefined past its
+   * end: for what has no cursor yet (the first item of a fixed-size Atom archive document).
+   *
+   * The created order only grows at its end (a new version or a retraction keeps an item's place,
+   * an import needs an empty node), so a position, once filled, keeps its item. Every `stride`-th
+   * position passed is remembered (`r` keys) as the created-index key and id found there, and a
+   * walk starts from the nearest remembered position below the one asked: asking for successive
+   * multiples of `stride` reads about `stride` index entries each, and any one index entry is
+   * walked over once, however deep the node.
    */
-  async idAt(feedName: string | FeedName, position: number): Promise<string | undefined> {
-    const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
-    const st = await this.requireNode(feed.node);
-    const { start, end } = indexRange(st.nid, feed.order);
-    const ids = this.db.values({ gte: start, lt: end });
+  async createdIdAt(node: string, position: number, stride: number): Promise<string | undefined> {
+    if (!Number.isSafeInteger(position) || position < 0) throw new RangeError('position must be >= 0');
+    if (!Number.isSafeInteger(stride) || stride < 1 || stride >= 2 ** 32)
+      throw new RangeError('stride must be a positive 32-bit integer');
+    const st = await this.requireNode(parseFeedName(node).node);
+    const nid = st.nid;
+    // Block b ends at position b·stride-1; the one asked is in block `want`'s reach.
+    const want = Math.floor((position + 1) / stride);
+    const snapshot = this.db.snapshot();
     try {
-      for (let passed = 0; ; ) {
-        const chunk = await ids.nextv(1000);
-        if (chunk.length === 0) return undefined;
-        if (position < passed + chunk.length) return chunk[position - passed]?.toString('utf8');
-        passed += chunk.length;
+      let from: Buffer | undefined;
+      let at = -1; // the position of `from`
+      let block = 0;
+      if (want > 0) {
+        const [found] = await this.db
+          .iterator({
+            gt: markKey(nid, stride, 0),
+            lte: markKey(nid, stride, want),
+            reverse: true,
+            limit: 1,
+            snapshot,
+          })
+          .all();
+        if (found) {
+          block = blockOfMarkKey(found[0]);
+          from = found[1].subarray(0, INDEX_KEY_BYTES);
+          at = block * stride - 1;
+          if (at === position) return found[1].subarray(INDEX_KEY_BYTES).toString('utf8');
+        }
+      }
+      const { start, end } = indexRange(nid, 'created');
+      const entries = this.db.iterator({ ...(from ? { gt: from } : { gte: start }), lt: end, snapshot });
+      const marks: Op[] = [];
+      try {
+        for (;;) {
+          const chunk = await entries.nextv(1000);
+          if (chunk.length === 0) return undefined;
+          for (const [key, id] of chunk) {
+            at += 1;
+            if ((at + 1) % stride === 0) {
+              block = (at + 1) / stride;
+              marks.push({ type: 'put', key: markKey(nid, stride, block), value: Buffer.concat([key, id]) });
+            }
+            if (at === position) return id.toString('utf8');
+          }
+          if (marks.length >= 1000) await this.committer.add(marks.splice(0));
+        }
+      } finally {
+        await entries.close();
+        // What was walked over is remembered even when the position lies past the end.
+        if (marks.length > 0 && !st.deleted) await this.committer.add(marks);
       }
     } finally {
-      await ids.close();
+      void snapshot.close().catch(() => undefined);
     }
   }
 

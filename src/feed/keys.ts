@@ -16,6 +16,8 @@ import type { Order } from './feedName.ts';
  *   d NID                       -> a deleted node whose keys are still being swept {name}
  *   p NID                       -> a purge under way {upTo, after?}: created-index keys, hex
  *   h NID ORDER CALLBACK        -> a WebSub subscription of a feed (hubStore.ts), JSON
+ *   r NID STRIDE BLOCK          -> created-index key + id of the item at position BLOCK·STRIDE-1 of
+ *                                  the created order (engine.createdIdAt), remembered as found
  * NID is a 4-byte node number, so a deleted node's name can be reused with fresh keys;
  * STAMP and SEQ are 8-byte big-endian so that byte order is feed order.
  */
@@ -63,12 +65,28 @@ export function itemPrefix(nid: number): Buffer {
   return withNid('i', nid, 0);
 }
 
+/** The length of an index key (`x` NID ORDER STAMP SEQ). */
+export const INDEX_KEY_BYTES = 22;
+
 export function indexKey(nid: number, order: Order, stamp: number, seq: number): Buffer {
   const buf = withNid('x', nid, 17);
   buf[5] = ORDER_BYTE[order];
   u64(buf, 6, stamp);
   u64(buf, 14, seq);
   return buf;
+}
+
+/** Where the created order's position BLOCK·STRIDE-1 is remembered (engine.createdIdAt). */
+export function markKey(nid: number, stride: number, block: number): Buffer {
+  const buf = withNid('r', nid, 12);
+  buf.writeUInt32BE(stride, 5);
+  u64(buf, 9, block);
+  return buf;
+}
+
+/** The block number of a `markKey`. */
+export function blockOfMarkKey(key: Buffer): number {
+  return readU64(key, 9);
 }
 
 /** The first key of the feed's index (inclusive) and the first key after it (exclusive). */
@@ -178,14 +196,14 @@ export function parseHubKey(key: Buffer): { nid: number; order: Order; callback:
 
 // ---- reading keys back (for `smartfeeds check`) -------------------------------------------
 
-/** The node number of a key of a per-node family (`m`, `i`, `x`, `s`, `c`, `a`, `d`, `h`); undefined if too short. */
+/** The node number of a key of a per-node family (`m`, `i`, `x`, `s`, `c`, `a`, `d`, `h`, `r`); undefined if too short. */
 export function nidOfKey(key: Buffer): number | undefined {
   return key.length >= 5 ? key.readUInt32BE(1) : undefined;
 }
 
 /** Families of keys that belong to one node number. */
-export type NodeFamily = 'm' | 'i' | 'x' | 's' | 'c' | 'a' | 'p' | 'h';
-export const NODE_FAMILIES: readonly NodeFamily[] = ['m', 'i', 'x', 's', 'c', 'a', 'p', 'h'];
+export type NodeFamily = 'm' | 'i' | 'x' | 's' | 'c' | 'a' | 'p' | 'h' | 'r';
+export const NODE_FAMILIES: readonly NodeFamily[] = ['m', 'i', 'x', 's', 'c', 'a', 'p', 'h', 'r'];
 
 /** The prefix of every key of a per-node family for one node. */
 export function familyPrefix(tag: NodeFamily, nid: number): Buffer {

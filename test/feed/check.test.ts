@@ -11,6 +11,7 @@ import {
   hubKey,
   indexKey,
   itemKey,
+  markKey,
   metaKey,
   nodeKey,
   SERVICE_KEY,
@@ -176,6 +177,17 @@ interface Case {
 }
 
 const cases: Case[] = [
+  {
+    kind: 'stale-position-mark',
+    corrupt: async (db, blog) => {
+      // A remembered position whose entry is gone, and one naming an entry of the other order.
+      const a = await record(db, blog, 'a');
+      const gone = Buffer.concat([indexKey(blog, 'created', a.c + 99, 0), Buffer.from('a')]);
+      await db.put(markKey(blog, 2, 1), gone);
+      const wrongOrder = Buffer.concat([indexKey(blog, 'modified', a.m, a.ms), Buffer.from('a')]);
+      await db.put(markKey(blog, 2, 2), wrongOrder);
+    },
+  },
   {
     kind: 'unreadable-hub-subscription',
     corrupt: async (db, blog) => {
