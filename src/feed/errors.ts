@@ -136,9 +136,9 @@ export class ItemExists extends FeedError {
   }
 }
 
-/** An append-only node's items are never retracted. */
+/** An append-only node's items are never retracted, one by one or by a purge. */
 export class AppendOnly extends FeedError {
-  constructor(node: string) {
-    super('append-only', `node ${JSON.stringify(node)} is append-only: its items cannot be retracted`);
+  constructor(node: string, what: 'retracted' | 'purged' = 'retracted') {
+    super('append-only', `node ${JSON.stringify(node)} is append-only: its items cannot be ${what}`);
   }
 }

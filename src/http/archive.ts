@@ -29,6 +29,8 @@ interface ArchiveDocument {
   working: number;
   /** Newest first, as the seed orders every document. */
   items: Item[];
+  /** Public document numbers are `base + number` (see `numberingOf`). */
+  base: number;
 }
 
 /** Reads document `number` of the node, or undefined past the working document. */
@@ -37,9 +39,9 @@ async function readDocument(
   feed: FeedName,
   size: number,
   number: number | 'recent',
+  /** The node's total, read once: it fixes what the documents hold for this answer. */
+  total: number,
 ): Promise<ArchiveDocument | undefined> {
-  // The total fixes what the documents hold for this answer: items written meanwhile wait for the next.
-  const total = await engine.total(feed.node);
   const working = Math.floor(total / size) + 1;
   const n = number === 'recent' ? working : number;
   if (n > working) return undefined;
@@ -47,8 +49,9 @@ async function readDocument(
   const count = Math.min(size, total - start);
   const items: Item[] = [];
   if (count > 0) {
-    // The created order never moves an item, so the item before the document is found by position.
-    let since = start === 0 ? undefined : await engine.idAt(feed, start - 1);
+    // The created order never moves an item, so the item before the document is found by position
+    // (remembered by the engine at every document's end: one read once the node has been walked).
+    let since = start === 0 ? undefined : await engine.createdIdAt(feed.node, start - 1, size);
     if (since !== undefined) since = `id:${since}`;
     while (items.length < count) {
       const page = await engine.read(feed, {
@@ -62,7 +65,7 @@ async function readDocument(
       since = `cursor:${last.cursor}`;
     }
   }
-  return { number: n, working, items: items.reverse() };
+  return { number: n, working, items: items.reverse(), base: 0 };
 }
 
 function link(rel: string, href: string): string {
@@ -73,7 +76,7 @@ function link(rel: string, href: string): string {
 function render(doc: ArchiveDocument, base: string, node: string, recent: boolean): string {
   const complete = doc.number < doc.working;
   const newest = doc.items.reduce((m, i) => Math.max(m, i.modified), 0);
-  const documentUrl = (n: number) => `${base}/${n}`;
+  const documentUrl = (n: number) => `${base}/${doc.base + n}`;
   const parts = [
     '<?xml version="1.0" encoding="utf-8"?>\n',
     `<feed xmlns="${ATOM_NS}" xmlns:fh="${HISTORY_NS}" xmlns:fo="${FANOUT_NS}" xmlns:at="${TOMBSTONE_NS}">`,
@@ -92,6 +95,54 @@ function render(doc: ArchiveDocument, base: string, node: string, recent: boolea
   for (const item of doc.items) parts.push(item.deleted ? deletedEntry(item) : entry(item, feedUrl));
   parts.push('</feed>\n');
   return parts.join('');
+}
+
+/**
+ * How a node name's documents are numbered across its incarnations (key-value namespace
+ * `archive`). Complete documents are cached for a year, so a node deleted and created again under
+ * the same name must not hand out a URL that meant another document: its documents are numbered
+ * after every number the name's earlier node showed (`highest`), which is written each time a
+ * higher one is shown, once per document at most.
+ */
+interface Numbering {
+  /** The node number (incarnation) these numbers belong to. */
+  nid: number;
+  /** Document 1 of this incarnation has public number base + 1. */
+  base: number;
+  /** The highest public number shown so far. */
+  highest: number;
+}
+
+/** Per engine and node name, the numbering updates under way (read-modify-write, one at a time). */
+const numberings = new WeakMap<FeedEngine, Map<string, Promise<unknown>>>();
+
+/** The node's numbering, with `working` (its working document's number) recorded as shown. */
+function numberingOf(engine: FeedEngine, node: string, working: number): Promise<Numbering> {
+  let chains = numberings.get(engine);
+  if (!chains) {
+    chains = new Map();
+    numberings.set(engine, chains);
+  }
+  const previous = chains.get(node) ?? Promise.resolve();
+  const run = previous.then(async () => {
+    const store = engine.kv<Numbering>('archive');
+    const nid = await engine.storage().nid(node);
+    const stored = await store.get(node);
+    const current: Numbering =
+      stored?.nid === nid ? stored : { nid, base: stored?.highest ?? 0, highest: stored?.highest ?? 0 };
+    if (current.base + working > current.highest || current !== stored) {
+      const next = { ...current, highest: Math.max(current.highest, current.base + working) };
+      await store.put(node, next);
+      return next;
+    }
+    return current;
+  });
+  const settled = run.catch(() => undefined);
+  chains.set(node, settled);
+  void settled.then(() => {
+    if (chains.get(node) === settled) chains.delete(node);
+  });
+  return run;
 }
 
 /** HTTP-date of a stamp, to the second (what Last-Modified can say). */
@@ -116,13 +167,16 @@ export async function readArchive(ctx: Context): Promise<Answer> {
       `node ${JSON.stringify(feed.node)} is not append-only: it has no archive documents`,
     );
   const created: FeedName = { node: feed.node, order: 'created', requested: `${feed.node}?order=created` };
-  const doc = await readDocument(
-    binding.engine,
-    created,
-    config.archiveSize,
-    wanted === undefined ? 'recent' : Number(wanted),
-  );
+  // Items written from here on wait for the next answer.
+  const total = await binding.engine.total(feed.node);
+  const numbering = await numberingOf(binding.engine, feed.node, Math.floor(total / config.archiveSize) + 1);
+  const number = wanted === undefined ? 'recent' : Number(wanted) - numbering.base;
+  const doc =
+    number === 'recent' || number >= 1
+      ? await readDocument(binding.engine, created, config.archiveSize, number, total)
+      : undefined;
   if (!doc) throw problems.notFound(`node ${JSON.stringify(feed.node)} has no archive document ${wanted}`);
+  doc.base = numbering.base;
   const base = `${origin}/archive/${encodeURIComponent(feed.node)}`;
   const body = render(doc, base, feed.node, wanted === undefined);
   const etag = etagOf(body);

@@ -1,7 +1,7 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
 import { AFFILIATIONS, type Affiliation } from '../feed/access.ts';
-import { NotSubscribed } from '../feed/errors.ts';
+import { AppendOnly, NotSubscribed } from '../feed/errors.ts';
 import { DEFAULT_NODE_CONFIG } from '../feed/nodeConfig.ts';
 import { errors, StanzaError } from './errors.ts';
 import { configurationChanged, nodeDeleted, revokeUnentitled, tellSubscriber } from './events.ts';
@@ -52,7 +52,9 @@ const setDelete: Handler = async (service, req) => {
 
 const setPurge: Handler = async (service, req) => {
   const feed = requireNode(req.element);
-  await authorize(service, req, feed.node, 'purge');
+  const { config } = await authorize(service, req, feed.node, 'purge');
+  // A purge makes every item a tombstone: archive documents of an append-only node never change.
+  if (config.appendOnly) throw new AppendOnly(feed.node, 'purged');
   // Answered once the purge is recorded; subscribers hear of it once, when it is done (service.ts
   // listens to the engine's purges), so a large node does not keep the owner's request waiting.
   await service.engine.purgeNode(feed.node, { wait: false });

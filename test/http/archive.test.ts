@@ -188,6 +188,29 @@ describe('Atom archives', () => {
     expect((await fetch(`${s.origin}/archive/log`, { method: 'DELETE' })).status).toBe(405);
   });
 
+  it("numbers a node created again under a deleted one's name after every number the old one showed", async () => {
+    await appendOnlyNode('again', 2);
+    await publishRange('again', 1, 5);
+    const base = `${s.origin}/archive/again`;
+    const old = await fetchDoc(base);
+    expect(old.links.via).toBe(`${base}/3`);
+    const oldFirst = await fetchDoc(`${base}/1`);
+    expect(oldFirst.ids).toEqual(['e0002', 'e0001']);
+    await s.engine.policy().deleteNode('again');
+    await appendOnlyNode('again', 2);
+    await publishRange('again', 101, 103);
+    // URLs that were cached for a year as the old node's documents never name the new node's.
+    const recent = await fetchDoc(base);
+    expect(recent.ids).toEqual(['e0103']);
+    expect(recent.links).toEqual({ self: base, via: `${base}/5`, 'prev-archive': `${base}/4` });
+    const first = await fetchDoc(`${base}/4`);
+    expect(first.ids).toEqual(['e0102', 'e0101']);
+    expect(first.links['prev-archive']).toBeUndefined();
+    expect(first.links['next-archive']).toBe(`${base}/5`);
+    for (const n of [1, 2, 3]) expect((await fetchDoc(`${base}/${n}`)).status, `document ${n}`).toBe(404);
+    expect((await fetchDoc(`${base}/5`)).ids).toEqual(['e0103']);
+  });
+
   it('applies the access model, and keeps a private node out of shared caches', async () => {
     await s.engine.policy().createNode('closed', 'alice@localhost', {
       appendOnly: true,

@@ -90,6 +90,9 @@ describe(`append-only nodes on ${SERVER_TITLE}`, () => {
     expect(errorOf(again)).toEqual(['cancel', 'conflict', undefined]);
     const retract = await alice.iq('set', retractIq('log', 'one'));
     expect(errorOf(retract)).toEqual(['cancel', 'not-allowed', undefined]);
+    // Nor a purge, which would retract them all.
+    const purge = await alice.iq('set', owner(xml('purge', { node: 'log' })));
+    expect(errorOf(purge)).toEqual(['cancel', 'not-allowed', undefined]);
     // Nothing changed: the item is still its first version.
     const [item] = await stack.engine.getItems('log', ['one']);
     expect(item?.deleted).toBe(false);
