@@ -170,6 +170,21 @@ export function readAtomEntry(xml: string): AtomEntry {
   return { entry: canonical, atomId };
 }
 
+/** What `readAtomEntries` gives for one text: the checked entry, or why it was refused. */
+export type EntryResult = AtomEntry | { invalid: string };
+
+/** `readAtomEntry` over many texts, each refusal given as its message (for the parse thread). */
+export function readAtomEntries(texts: readonly string[]): EntryResult[] {
+  return texts.map((text) => {
+    try {
+      return readAtomEntry(text);
+    } catch (e) {
+      if (e instanceof InvalidPayload) return { invalid: e.message };
+      return { invalid: `payload cannot be read: ${(e as Error).message}` };
+    }
+  });
+}
+
 /** Checks that XML text is an RFC 6721 tombstone (an imported deleted item) and re-serializes it. */
 export function readTombstone(xml: string): string {
   const { local, ns, canonical } = parseStrict(xml);

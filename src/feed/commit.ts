@@ -45,6 +45,11 @@ export class Committer {
     });
   }
 
+  /** Whether a batch is being written (later changes then wait for the next). */
+  get busy(): boolean {
+    return this.flushing;
+  }
+
   /** Throws the error that stopped writes, if one did. */
   check(): void {
     if (this.failure) throw this.failure;

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { ClassicLevel } from 'classic-level';
 import type { Element } from 'ltx';
-import { readAtomElementText, readAtomEntry, readTombstone, tombstone } from './atom.ts';
+import { type AtomEntry, readAtomElementText, readAtomEntry, readTombstone, tombstone } from './atom.ts';
 import { Committer, type Op } from './commit.ts';
 import { type Cursor, formatCursor, GroupChecksum, groupChecksum } from './cursor.ts';
 import { type Db, openDatabase } from './database.ts';
@@ -55,6 +55,7 @@ import {
   type ReadQuery,
   type Subscription,
 } from './model.ts';
+import { EntryParser } from './parsePool.ts';
 import { PolicyStore } from './policy.ts';
 import { type PositionSpec, parsePositionSpec } from './positionSpec.ts';
 import { decodeRecord, encodeRecord } from './record.ts';
@@ -124,6 +125,8 @@ interface QueuedWrite {
   missing?: () => Error;
   /** Part of a purge (see Change.quiet). */
   quiet?: boolean;
+  /** Settles once `version` can be used: with the error that refuses the write, if one does. */
+  ready?: Promise<Error | undefined>;
   resolve: (change: Change) => void;
   reject: (error: Error) => void;
 }
@@ -179,6 +182,10 @@ export class FeedEngine {
   readonly limits: Limits;
   private readonly now: () => number;
   private readonly committer: Committer;
+  /** Parses entries on a second thread while writes are being written (parsePool.ts). */
+  private readonly parser = new EntryParser();
+  /** Publishes called in the current turn of the event loop (see busy). */
+  private publishesThisTurn = 0;
   private readonly nodes = new Map<string, Promise<NodeState | undefined>>();
   /** The nodes whose state is loaded, for writes that need not wait for anything. */
   private readonly ready = new Map<string, NodeState>();
@@ -220,6 +227,16 @@ export class FeedEngine {
   /** Waits for queued writes, then closes the database. */
   async close(): Promise<void> {
     this.closing = true;
+    // Writes asked for before closing are written: those finding their node, those whose entry
+    // is being parsed, and every round they make.
+    await Promise.allSettled([...this.arrivals.values()]);
+    await this.parser.close();
+    for (let chains: Promise<void>[] = []; ; ) {
+      const now = [...this.ready.values()].map((st) => st.chain);
+      if (now.length === chains.length && now.every((c, i) => c === chains[i])) break;
+      chains = now;
+      await Promise.allSettled(chains);
+    }
     await this.sweeping;
     await Promise.allSettled([...this.purges]);
     await this.committer.drain().catch(() => undefined);
@@ -558,6 +575,7 @@ export class FeedEngine {
         version: write.version,
         missing: write.missing,
         quiet: write.quiet,
+        ready: write.ready,
         resolve,
         reject,
       };
@@ -606,11 +624,20 @@ export class FeedEngine {
     st.pumpScheduled = false;
     // Rounds of at most MAX_ROUND writes keep a pipeline: one round's batch is written while the
     // next round reads its previous versions, instead of the thread waiting on each in turn.
-    const batch = st.queue.length > MAX_ROUND ? st.queue.splice(0, MAX_ROUND) : st.queue;
+    let batch = st.queue.length > MAX_ROUND ? st.queue.splice(0, MAX_ROUND) : st.queue;
     if (batch === st.queue) st.queue = [];
     else if (!st.pumpScheduled) {
       st.pumpScheduled = true;
       void this.serialize(st, () => this.pump(st));
+    }
+    if (batch.some((w) => w.ready !== undefined)) {
+      // Entries parsed on the parse thread: the round waits for its own, in order.
+      const refused = await Promise.all(batch.map((w) => w.ready));
+      batch = batch.filter((w, i) => {
+        const error = refused[i];
+        if (error) w.reject(error);
+        return error === undefined;
+      });
     }
     if (batch.length === 0) return;
     if (st.deleted) {
@@ -799,13 +826,14 @@ export class FeedEngine {
       if (typeof input.entry === 'string' && input.entry.length > this.limits.maxPayloadBytes + 1024) {
         throw new PayloadTooBig(Buffer.byteLength(input.entry, 'utf8'), this.limits.maxPayloadBytes);
       }
-      const { entry, atomId } =
-        typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry);
-      const bytes = Buffer.byteLength(entry, 'utf8');
-      if (bytes > this.limits.maxPayloadBytes) throw new PayloadTooBig(bytes, this.limits.maxPayloadBytes);
-      body = { e: entry };
-      if (input.publisher !== undefined) body.p = input.publisher;
-      if (atomId !== undefined) body.a = atomId;
+      if (typeof input.entry === 'string' && this.busy()) {
+        // Busy: the text is parsed on the parse thread while this one computes and writes.
+        return this.publishParsed(name, id, this.parser.parse(input.entry), input.publisher, options);
+      }
+      body = this.bodyOf(
+        typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry),
+        input.publisher,
+      );
     } catch (e) {
       return Promise.reject(e);
     }
@@ -816,6 +844,63 @@ export class FeedEngine {
       version: (old) => {
         if (old) throw new ItemExists(name, id);
         return fresh;
+      },
+    });
+  }
+
+  /**
+   * Whether this publish finds the engine busy: a batch being written, entries being parsed, or
+   * another publish earlier in the same turn. A lone publish is parsed at once (no thread hop).
+   */
+  private busy(): boolean {
+    const busy = this.committer.busy || this.parser.pending > 0 || this.publishesThisTurn > 0;
+    if (this.publishesThisTurn++ === 0)
+      queueMicrotask(() => {
+        this.publishesThisTurn = 0;
+      });
+    return busy;
+  }
+
+  /** A checked entry's record body; refuses one whose canonical form is over the limit. */
+  private bodyOf({ entry, atomId }: AtomEntry, publisher: string | undefined): RecordBody {
+    const bytes = Buffer.byteLength(entry, 'utf8');
+    if (bytes > this.limits.maxPayloadBytes) throw new PayloadTooBig(bytes, this.limits.maxPayloadBytes);
+    const body: RecordBody = { e: entry };
+    if (publisher !== undefined) body.p = publisher;
+    if (atomId !== undefined) body.a = atomId;
+    return body;
+  }
+
+  /**
+   * A publish whose entry is being parsed: queued at once, in call order, and computed when its
+   * round has every entry it holds (a refused entry refuses its write alone).
+   */
+  private publishParsed(
+    name: string,
+    id: string,
+    parsed: Promise<AtomEntry>,
+    publisher: string | undefined,
+    options: { autoCreate?: boolean; appendOnly?: boolean },
+  ): Promise<Change> {
+    let body: RecordBody | undefined;
+    const ready = parsed.then(
+      (entry) => {
+        try {
+          body = this.bodyOf(entry, publisher);
+          return undefined;
+        } catch (e) {
+          return e as Error;
+        }
+      },
+      (e: Error) => e,
+    );
+    const appendOnly = options.appendOnly === true;
+    return this.submit(name, options.autoCreate === true, {
+      id,
+      ready,
+      version: (old) => {
+        if (old && appendOnly) throw new ItemExists(name, id);
+        return body;
       },
     });
   }
