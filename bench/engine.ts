@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { ClassicLevel } from 'classic-level';
+import { openDatabase } from '../src/feed/database.ts';
 import { FeedEngine } from '../src/feed/engine.ts';
 import { indexKey, itemKey, metaKey } from '../src/feed/keys.ts';
 import { encodeRecord } from '../src/feed/record.ts';
@@ -85,8 +85,8 @@ const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFracti
 // ---- (a) raw classic-level baseline -------------------------------------------------------
 
 async function raw(dir: string): Promise<{ seconds: number; bytes: number }> {
-  const db = new ClassicLevel<Buffer, Buffer>(dir, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
-  await db.open();
+  // Opened as the engine opens its database (same encodings and LevelDB options).
+  const db = await openDatabase(dir);
   let bytes = 0;
   const nid = 1;
   const stamp = Date.now();
