@@ -12,7 +12,7 @@ import { createInterface } from 'node:readline';
 import { text as streamText } from 'node:stream/consumers';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import jid from '@xmpp/jid';
-import { AuthenticationError, FeedClient, FeedRequestError } from './client/client.ts';
+import { AuthenticationError, FeedClient, FeedRequestError, parseAccountJid } from './client/client.ts';
 import { FeedFollower, type FeedSink } from './client/follow.ts';
 import { Mirror, MirrorStore, modifiedFeed } from './client/mirror.ts';
 import { ConfigError, configFrom, SERVE_OPTIONS, SERVE_USAGE, type ServeFlags } from './config.ts';
@@ -688,9 +688,12 @@ async function clientFrom(values: Values): Promise<{ client: FeedClient; service
   if (password === undefined) throw new UsageError('--password (or $SMARTFEEDS_PASSWORD) is required');
   if (!service) throw new UsageError('--service JID (the pubsub service) is required');
   if (!node) throw new UsageError('--node NODE is required');
-  const domain = jid.slice(jid.indexOf('@') + 1).split('/')[0];
-  if (!jid.includes('@') || !domain)
-    throw new UsageError(`--jid must be user@host, not ${JSON.stringify(jid)}`);
+  let domain: string;
+  try {
+    domain = parseAccountJid(jid).domain;
+  } catch (e) {
+    throw new UsageError(`--jid: ${(e as Error).message}`);
+  }
   const server = str(values, 'server') ?? `xmpp://${domain}:5222`;
   const client = await FeedClient.connect({
     server,

@@ -310,6 +310,41 @@ describe('smartfeeds command', () => {
     expect(r.stdout).toBe('');
   });
 
+  it.each([
+    ['empty', '', /--jid USER@HOST is required/],
+    ['without a user', 'localhost', /--jid: not a user's JID \(user@domain\): "localhost"/],
+    ['with an empty user', '@localhost', /--jid: not a user's JID \(user@domain\): "@localhost"/],
+    ['with an empty domain', 'bob@', /--jid: not a user's JID \(user@domain\): "bob@"/],
+    [
+      'with an empty domain and a resource',
+      'bob@/res',
+      /--jid: not a user's JID \(user@domain\): "bob@\/res"/,
+    ],
+    [
+      'with a user part over 1023 bytes',
+      `${'u'.repeat(1024)}@localhost`,
+      /--jid: not a user's JID: its user part is 1024 bytes, over 1023/,
+    ],
+  ])('tail --jid %s exits 2 before connecting', async (_, account, message) => {
+    // Port 1 refuses connections: a JID that got past the check would fail with exit 1, not 2.
+    const r = await run([
+      'tail',
+      '--jid',
+      account,
+      '--password',
+      'pw',
+      '--server',
+      'xmpp://127.0.0.1:1',
+      '--service',
+      'feeds.localhost',
+      '--node',
+      'blog',
+    ]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(message);
+    expect(r.stdout).toBe('');
+  });
+
   it('refuses unknown nodes, bad node parameters and bad payloads', async () => {
     const unknown = await run(['items', '--data', data, 'missing']);
     expect(unknown.code).toBe(2);
