@@ -155,6 +155,16 @@ describe('smartfeeds command', () => {
     const notJson = await run(['publish', '--data', data, 'other', '--jsonl'], '{"id": "j4"\n');
     expect(notJson.code).toBe(1);
     expect(notJson.stderr).toMatch(/line 1: not JSON/);
+    for (const [line, message] of [
+      ['[1]', /line 1: not a JSON object/],
+      ['{"id": "j5"}', /line 1: "entry" must be a string holding one Atom entry/],
+      [JSON.stringify({ entry: entry('J6'), publisher: 6 }), /line 1: "publisher" must be a string/],
+    ] as const) {
+      const bad = await run(['publish', '--data', data, 'other', '--jsonl'], `${line}\n`);
+      expect(bad.code).toBe(1);
+      expect(bad.stderr).toMatch(message);
+    }
+    expect(ids(await items('other'))).toEqual(['j1']);
   });
 
   it('updates move an item to the end of the modified order only', async () => {
