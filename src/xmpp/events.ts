@@ -60,24 +60,28 @@ export function configurationChanged(
   service.notifier.send(audience(subs).map((s) => ({ to: s.jid, type: config.notificationType, body })));
 }
 
-export function nodeDeleted(service: Service, config: NodeConfig, subs: readonly Subscription[]): void {
+/** Each approved subscriber gets `<delete/>` or `<purge/>` naming the feed it subscribed to. */
+function tellNodeGone(
+  service: Service,
+  config: NodeConfig,
+  subs: readonly Subscription[],
+  what: 'delete' | 'purge',
+): void {
   service.notifier.send(
     audience(subs).map((s) => ({
       to: s.jid,
       type: config.notificationType,
-      body: event(xml('delete', { node: s.feed })),
+      body: event(xml(what, { node: s.feed })),
     })),
   );
 }
 
+export function nodeDeleted(service: Service, config: NodeConfig, subs: readonly Subscription[]): void {
+  tellNodeGone(service, config, subs, 'delete');
+}
+
 export function nodePurged(service: Service, config: NodeConfig, subs: readonly Subscription[]): void {
-  service.notifier.send(
-    audience(subs).map((s) => ({
-      to: s.jid,
-      type: config.notificationType,
-      body: event(xml('purge', { node: s.feed })),
-    })),
-  );
+  tellNodeGone(service, config, subs, 'purge');
 }
 
 /** `send_last_published_item = on_sub`: the feed's last item, to a new subscriber. */
