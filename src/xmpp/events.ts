@@ -1,6 +1,7 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
 import { decide } from '../feed/access.ts';
+import { bareOf } from '../feed/keys.ts';
 import type { Subscription } from '../feed/model.ts';
 import type { NodeConfig } from '../feed/nodeConfig.ts';
 import { authorizationForm, configForm } from './forms.ts';
@@ -122,9 +123,4 @@ export async function revokeUnentitled(
     await engine.unsubscribe(sub.feed, sub.jid, bare).catch(() => undefined);
     tellSubscriber(service, sub, 'none');
   }
-}
-
-function bareOf(jid: string): string {
-  const slash = jid.indexOf('/');
-  return slash < 0 ? jid : jid.slice(0, slash);
 }
