@@ -12,7 +12,7 @@ import { createInterface } from 'node:readline';
 import { text as streamText } from 'node:stream/consumers';
 import { type ParseArgsConfig, parseArgs } from 'node:util';
 import jid from '@xmpp/jid';
-import { AuthenticationError, FeedClient, FeedRequestError } from './client/client.ts';
+import { AuthenticationError, FeedClient, FeedRequestError, parseAccountJid } from './client/client.ts';
 import { FeedFollower, type FeedSink } from './client/follow.ts';
 import { Mirror, MirrorStore, modifiedFeed } from './client/mirror.ts';
 import { ConfigError, configFrom, SERVE_OPTIONS, SERVE_USAGE, type ServeFlags } from './config.ts';
@@ -255,6 +255,40 @@ function published(change: Change): string {
   return JSON.stringify({ id: change.item.id, cursor: change.feeds.modified.cursor });
 }
 
+/** A line of JSON input that must hold an object: not JSON is a SyntaxError, another value a TypeError. */
+function parseJsonObject(text: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new SyntaxError(`not JSON: ${(e as Error).message}`);
+  }
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    throw new TypeError('not a JSON object');
+  }
+  return value as Record<string, unknown>;
+}
+
+/**
+ * Checks fields' types in order: a missing required field, or one of another type, is a
+ * TypeError `"NAME" must be WHAT` (WHAT defaults to `a TYPE`). Other fields are not looked at.
+ */
+function checkFieldTypes(
+  r: Record<string, unknown>,
+  fields: readonly (readonly [
+    name: string,
+    type: 'string' | 'number' | 'boolean',
+    required: boolean,
+    what?: string,
+  ])[],
+): void {
+  for (const [name, type, required, what] of fields) {
+    if (r[name] === undefined ? required : typeof r[name] !== type) {
+      throw new TypeError(`"${name}" must be ${what ?? `a ${type}`}`);
+    }
+  }
+}
+
 /** The engine's own checks on one publish, done before it is queued so a bad line stops the run first. */
 function checkPublish(id: string | undefined, entry: string, maxPayloadBytes: number): void {
   if (id !== undefined) checkItemId(id);
@@ -265,20 +299,13 @@ function checkPublish(id: string | undefined, entry: string, maxPayloadBytes: nu
 
 /** One `--jsonl` line: `{"id"?: string, "entry": string, "publisher"?: string}` (other fields ignored). */
 function parsePublishLine(text: string): { id?: string; entry: string; publisher?: string } {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (e) {
-    throw new Error(`not JSON: ${(e as Error).message}`);
-  }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw new Error('not a JSON object');
-  }
-  const { id, entry, publisher } = value as Record<string, unknown>;
-  if (typeof entry !== 'string') throw new Error('"entry" must be a string holding one Atom entry');
-  if (id !== undefined && typeof id !== 'string') throw new Error('"id" must be a string');
-  if (publisher !== undefined && typeof publisher !== 'string')
-    throw new Error('"publisher" must be a string');
+  const r = parseJsonObject(text);
+  checkFieldTypes(r, [
+    ['entry', 'string', true, 'a string holding one Atom entry'],
+    ['id', 'string', false],
+    ['publisher', 'string', false],
+  ]);
+  const { id, entry, publisher } = r as { id?: string; entry: string; publisher?: string };
   return { id, entry, publisher };
 }
 
@@ -545,17 +572,8 @@ ${COMMON_DETAILS}`,
 
 /** One `export` line, its fields checked for type (the engine checks their values). */
 function parseExportLine(text: string): ExportRecord {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (e) {
-    throw new SyntaxError(`not JSON: ${(e as Error).message}`);
-  }
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-    throw new TypeError('not a JSON object');
-  }
-  const r = value as Record<string, unknown>;
-  const fields: [string, string, boolean][] = [
+  const r = parseJsonObject(text);
+  checkFieldTypes(r, [
     ['id', 'string', true],
     ['created', 'string', true],
     ['modified', 'string', true],
@@ -565,12 +583,7 @@ function parseExportLine(text: string): ExportRecord {
     ['entry', 'string', true],
     ['publisher', 'string', false],
     ['atomId', 'string', false],
-  ];
-  for (const [name, type, required] of fields) {
-    if (r[name] === undefined ? required : typeof r[name] !== type) {
-      throw new TypeError(`"${name}" must be a ${type}`);
-    }
-  }
+  ]);
   return r as unknown as ExportRecord;
 }
 
@@ -688,9 +701,12 @@ async function clientFrom(values: Values): Promise<{ client: FeedClient; service
   if (password === undefined) throw new UsageError('--password (or $SMARTFEEDS_PASSWORD) is required');
   if (!service) throw new UsageError('--service JID (the pubsub service) is required');
   if (!node) throw new UsageError('--node NODE is required');
-  const domain = jid.slice(jid.indexOf('@') + 1).split('/')[0];
-  if (!jid.includes('@') || !domain)
-    throw new UsageError(`--jid must be user@host, not ${JSON.stringify(jid)}`);
+  let domain: string;
+  try {
+    domain = parseAccountJid(jid).domain;
+  } catch (e) {
+    throw new UsageError(`--jid: ${(e as Error).message}`);
+  }
   const server = str(values, 'server') ?? `xmpp://${domain}:5222`;
   const client = await FeedClient.connect({
     server,

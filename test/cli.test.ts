@@ -155,6 +155,16 @@ describe('smartfeeds command', () => {
     const notJson = await run(['publish', '--data', data, 'other', '--jsonl'], '{"id": "j4"\n');
     expect(notJson.code).toBe(1);
     expect(notJson.stderr).toMatch(/line 1: not JSON/);
+    for (const [line, message] of [
+      ['[1]', /line 1: not a JSON object/],
+      ['{"id": "j5"}', /line 1: "entry" must be a string holding one Atom entry/],
+      [JSON.stringify({ entry: entry('J6'), publisher: 6 }), /line 1: "publisher" must be a string/],
+    ] as const) {
+      const bad = await run(['publish', '--data', data, 'other', '--jsonl'], `${line}\n`);
+      expect(bad.code).toBe(1);
+      expect(bad.stderr).toMatch(message);
+    }
+    expect(ids(await items('other'))).toEqual(['j1']);
   });
 
   it('updates move an item to the end of the modified order only', async () => {
@@ -305,6 +315,41 @@ describe('smartfeeds command', () => {
     [['--last', '--since', 'id:a'], /--last cannot be used with --since/],
   ])('items %j exits 2 naming the problem', async (args, message) => {
     const r = await run(['items', '--data', data, 'blog', ...args]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(message);
+    expect(r.stdout).toBe('');
+  });
+
+  it.each([
+    ['empty', '', /--jid USER@HOST is required/],
+    ['without a user', 'localhost', /--jid: not a user's JID \(user@domain\): "localhost"/],
+    ['with an empty user', '@localhost', /--jid: not a user's JID \(user@domain\): "@localhost"/],
+    ['with an empty domain', 'bob@', /--jid: not a user's JID \(user@domain\): "bob@"/],
+    [
+      'with an empty domain and a resource',
+      'bob@/res',
+      /--jid: not a user's JID \(user@domain\): "bob@\/res"/,
+    ],
+    [
+      'with a user part over 1023 bytes',
+      `${'u'.repeat(1024)}@localhost`,
+      /--jid: not a user's JID: its user part is 1024 bytes, over 1023/,
+    ],
+  ])('tail --jid %s exits 2 before connecting', async (_, account, message) => {
+    // Port 1 refuses connections: a JID that got past the check would fail with exit 1, not 2.
+    const r = await run([
+      'tail',
+      '--jid',
+      account,
+      '--password',
+      'pw',
+      '--server',
+      'xmpp://127.0.0.1:1',
+      '--service',
+      'feeds.localhost',
+      '--node',
+      'blog',
+    ]);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(message);
     expect(r.stdout).toBe('');

@@ -49,6 +49,19 @@ export interface PollOutcome {
 
 const key = (node: string, item: string) => `${node}\0${item}`;
 
+/**
+ * The run under way for `key` in `running`, else a new one from `start`, kept there until it
+ * settles: concurrent callers for one key share one run.
+ */
+function joinOrStart<V>(running: Map<string, Promise<V>>, key: string, start: () => Promise<V>): Promise<V> {
+  let run = running.get(key);
+  if (!run) {
+    run = start().finally(() => running.delete(key));
+    running.set(key, run);
+  }
+  return run;
+}
+
 /** Entries to publish, oldest first: by date when every one has one, else the reverse of the document. */
 function oldestFirst(entries: RemoteEntry[]): RemoteEntry[] {
   const reversed = [...entries].reverse();
@@ -118,12 +131,7 @@ export class FeedIngest {
     } catch (e) {
       return Promise.reject(new IngestRefusal((e as FeedUrlError).message));
     }
-    let adding = this.adding.get(url);
-    if (!adding) {
-      adding = this.ingestNew(url).finally(() => this.adding.delete(url));
-      this.adding.set(url, adding);
-    }
-    return adding;
+    return joinOrStart(this.adding, url, () => this.ingestNew(url));
   }
 
   private async ingestNew(url: string): Promise<FeedRecord> {
@@ -221,12 +229,7 @@ export class FeedIngest {
 
   /** Polls one feed now (a poll already running is joined, not repeated). */
   poll(node: string): Promise<PollOutcome> {
-    let polling = this.polling.get(node);
-    if (!polling) {
-      polling = this.pollOnce(node).finally(() => this.polling.delete(node));
-      this.polling.set(node, polling);
-    }
-    return polling;
+    return joinOrStart(this.polling, node, () => this.pollOnce(node));
   }
 
   private async pollOnce(node: string): Promise<PollOutcome> {

@@ -5,6 +5,7 @@
  */
 import { EventEmitter } from 'node:events';
 import { type Client, client, xml } from '@xmpp/client';
+import jid, { type JID } from '@xmpp/jid';
 import { type Element, escapeXML, escapeXMLText } from 'ltx';
 import { type BackoffOptions, backoffDelay } from '../backoff.ts';
 
@@ -115,11 +116,11 @@ export class FeedClient extends EventEmitter<FeedClientEvents> {
 
   private constructor(private readonly options: FeedClientOptions) {
     super();
-    const [local, domain] = splitJid(options.jid);
+    const account = parseAccountJid(options.jid);
     this.xmpp = client({
       service: options.server,
-      domain,
-      username: local,
+      domain: account.domain,
+      username: account.local,
       password: options.password,
       ...(options.resource ? { resource: options.resource } : {}),
     });
@@ -257,13 +258,32 @@ export class FeedClient extends EventEmitter<FeedClientEvents> {
   }
 }
 
-function splitJid(jid: string): [string, string] {
-  const at = jid.indexOf('@');
-  const slash = jid.indexOf('/');
-  if (at <= 0 || at === jid.length - 1 || (slash >= 0 && slash < at)) {
-    throw new Error(`--jid must be user@domain, not ${JSON.stringify(jid)}`);
+/** The longest local or domain part of a JID, in bytes (RFC 7622, sections 3.2 and 3.3). */
+const MAX_JID_PART_BYTES = 1023;
+
+/**
+ * The account to log in as, `user@domain` (a resource, if any, is ignored: FeedClientOptions
+ * has its own), parsed by @xmpp/jid. A JID without a user or a domain, or with a part over
+ * 1023 bytes, is an Error that says so.
+ */
+export function parseAccountJid(text: string): JID {
+  const notAccount = () => new Error(`not a user's JID (user@domain): ${JSON.stringify(text)}`);
+  let parsed: JID;
+  try {
+    parsed = jid(text);
+  } catch {
+    throw notAccount(); // @xmpp/jid's own refusal: no domain
   }
-  return [jid.slice(0, at), jid.slice(at + 1, slash < 0 ? undefined : slash)];
+  if (!parsed.local || !parsed.domain || parsed.domain.includes('@')) throw notAccount();
+  for (const [part, value] of [
+    ['user', parsed.local],
+    ['domain', parsed.domain],
+  ] as const) {
+    const bytes = Buffer.byteLength(value, 'utf8');
+    if (bytes > MAX_JID_PART_BYTES)
+      throw new Error(`not a user's JID: its ${part} part is ${bytes} bytes, over ${MAX_JID_PART_BYTES}`);
+  }
+  return parsed;
 }
 
 /**

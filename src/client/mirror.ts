@@ -35,24 +35,15 @@ export class MirrorStore implements FeedSink {
    * service is refused: its items would mix with this one's.
    */
   static async open(dir: string, source: { service: string; node: string }): Promise<MirrorStore> {
-    const db = new ClassicLevel<Buffer, Buffer>(dir, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
-    try {
-      await db.open();
-    } catch (e) {
-      const cause = (e as { cause?: { code?: string } }).cause;
-      if (cause?.code === 'LEVEL_LOCKED') throw new Error(`the mirror ${dir} is in use by another process`);
-      throw new Error(`cannot open the mirror ${dir}: ${(e as Error).message}`);
+    const { db, meta } = await MirrorStore.openDatabase(dir, true);
+    if (meta && (meta.service !== source.service || meta.node !== source.node)) {
+      await db.close();
+      throw new Error(
+        `${dir} mirrors ${meta.node} on ${meta.service}, not ${source.node} on ${source.service}`,
+      );
     }
     const store = new MirrorStore(db);
-    const raw = await db.get(META);
-    if (raw) {
-      const meta = JSON.parse(raw.toString('utf8')) as Meta;
-      if (meta.service !== source.service || meta.node !== source.node) {
-        await db.close();
-        throw new Error(
-          `${dir} mirrors ${meta.node} on ${meta.service}, not ${source.node} on ${source.service}`,
-        );
-      }
+    if (meta) {
       store.meta = meta;
     } else {
       store.meta = { ...source, cursor: undefined };
@@ -63,20 +54,38 @@ export class MirrorStore implements FeedSink {
 
   /** Opens a copy to read it, whatever it mirrors. */
   static async openExisting(dir: string): Promise<MirrorStore> {
-    const db = new ClassicLevel<Buffer, Buffer>(dir, {
-      keyEncoding: 'buffer',
-      valueEncoding: 'buffer',
-      createIfMissing: false,
-    });
-    await db.open();
-    const raw = await db.get(META);
-    if (!raw) {
+    const { db, meta } = await MirrorStore.openDatabase(dir, false);
+    if (!meta) {
       await db.close();
       throw new Error(`${dir} is not a mirror`);
     }
     const store = new MirrorStore(db);
-    store.meta = JSON.parse(raw.toString('utf8')) as Meta;
+    store.meta = meta;
     return store;
+  }
+
+  /**
+   * Opens the database in `dir` and reads what it mirrors (undefined: nothing yet). A directory
+   * another process holds, or that cannot be opened, is an Error that says so.
+   */
+  private static async openDatabase(
+    dir: string,
+    createIfMissing: boolean,
+  ): Promise<{ db: ClassicLevel<Buffer, Buffer>; meta: Meta | undefined }> {
+    const db = new ClassicLevel<Buffer, Buffer>(dir, {
+      keyEncoding: 'buffer',
+      valueEncoding: 'buffer',
+      createIfMissing,
+    });
+    try {
+      await db.open();
+    } catch (e) {
+      const cause = (e as { cause?: { code?: string } }).cause;
+      if (cause?.code === 'LEVEL_LOCKED') throw new Error(`the mirror ${dir} is in use by another process`);
+      throw new Error(`cannot open the mirror ${dir}: ${(e as Error).message}`);
+    }
+    const raw = await db.get(META);
+    return { db, meta: raw ? (JSON.parse(raw.toString('utf8')) as Meta) : undefined };
   }
 
   get source(): { service: string; node: string } {

@@ -26,6 +26,7 @@ import { readHubSubscription } from './hubStore.ts';
 import {
   affiliationKey,
   affiliationPrefix,
+  bareOf,
   configKey,
   DELETED_PREFIX,
   familyPrefix,
@@ -215,12 +216,6 @@ function agrees(sub: Subscription, key: { order: Order; jid: string }): boolean 
   } catch {
     return false;
   }
-}
-
-/** A JID's bare part: what the XMPP binding stores `u` keys under. */
-function bareOf(jid: string): string {
-  const slash = jid.indexOf('/');
-  return slash < 0 ? jid : jid.slice(0, slash);
 }
 
 function position(rec: ItemRecord, order: Order): [number, number] {

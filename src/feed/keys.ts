@@ -116,6 +116,12 @@ export function subscriptionPrefix(nid: number): Buffer {
   return withNid('s', nid, 0);
 }
 
+/** A subscriber JID's bare part (all before the first `/`): what `u` keys are stored under. */
+export function bareOf(jid: string): string {
+  const slash = jid.indexOf('/');
+  return slash < 0 ? jid : jid.slice(0, slash);
+}
+
 export function userSubscriptionKey(bareJid: string, nid: number, order: Order, jid: string): Buffer {
   return Buffer.concat([userPrefix(bareJid), subscriptionKey(nid, order, jid).subarray(1)]);
 }

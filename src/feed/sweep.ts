@@ -1,6 +1,7 @@
 import type { Op } from './commit.ts';
 import type { Db } from './database.ts';
 import {
+  bareOf,
   DELETED_PREFIX,
   deletedKey,
   familyPrefix,
@@ -12,12 +13,6 @@ import {
   userAffiliationKey,
   userSubscriptionKey,
 } from './keys.ts';
-
-/** A JID's bare part: what `u` keys are stored under. */
-function bareOf(jid: string): string {
-  const slash = jid.indexOf('/');
-  return slash < 0 ? jid : jid.slice(0, slash);
-}
 
 /**
  * Removes the keys of every node number marked deleted (`d NID`), `batch` keys per atomic write,

@@ -1,8 +1,8 @@
-import { type FeedName, parseFeedName } from '../feed/feedName.ts';
+import type { FeedName } from '../feed/feedName.ts';
 import type { Item } from '../feed/model.ts';
 import { parsePositionSpec } from '../feed/positionSpec.ts';
 import { problems } from './errors.ts';
-import type { FeedQuery } from './feedQuery.ts';
+import { type FeedQuery, parseFeedParameters } from './feedQuery.ts';
 import { type Answer, type Context, etagOf, hold, searchOf } from './server.ts';
 
 /**
@@ -39,15 +39,7 @@ interface HttpFeedQuery {
 
 /** Checks the query string; every malformed parameter is a 400 naming it. */
 export function parseHttpFeedQuery(node: string, search: string, maxTimeoutSeconds: number): HttpFeedQuery {
-  const params = new URLSearchParams(search);
-  const seen = new Set<string>();
-  for (const key of params.keys()) {
-    if (!PARAMETERS.has(key)) throw problems.badRequest(`unknown parameter ${JSON.stringify(key)}`);
-    if (seen.has(key)) throw problems.badRequest(`parameter ${JSON.stringify(key)} given twice`);
-    seen.add(key);
-  }
-  const order = params.get('order');
-  const feed = parseFeedName(order === null ? node : `${node}?order=${encodeURIComponent(order)}`);
+  const { params, feed } = parseFeedParameters(node, search, PARAMETERS);
   const query: HttpFeedQuery = { feed, timeoutMs: 0 };
   const last = params.get('lastEventId');
   // An empty lastEventId is a client that has seen nothing yet (the seed's first request).

@@ -23,18 +23,31 @@ export const DEFAULT_TIMEOUT_SECONDS = 55;
 /** A JavaScript identifier, ASCII only: anything else in a JSON-P callback could inject script. */
 const CALLBACK = /^[A-Za-z_$][A-Za-z0-9_$]{0,127}$/;
 
-/** Parses the query string of a feed read; every malformed parameter is a 400 naming it. */
-export function parseFeedQuery(node: string, search: string, maxTimeoutSeconds: number): FeedQuery {
+/**
+ * The first checks of a feed's query string, for every view of a feed: each parameter is one of
+ * `known` and given once (else a 400 naming it); the feed is the node in its `order`, checked
+ * exactly as the XMPP binding's `node?order=`.
+ */
+export function parseFeedParameters(
+  node: string,
+  search: string,
+  known: ReadonlySet<string>,
+): { params: URLSearchParams; feed: FeedName } {
   const params = new URLSearchParams(search);
   const seen = new Set<string>();
   for (const key of params.keys()) {
-    if (!PARAMETERS.has(key)) throw problems.badRequest(`unknown parameter ${JSON.stringify(key)}`);
+    if (!known.has(key)) throw problems.badRequest(`unknown parameter ${JSON.stringify(key)}`);
     if (seen.has(key)) throw problems.badRequest(`parameter ${JSON.stringify(key)} given twice`);
     seen.add(key);
   }
   const order = params.get('order');
-  // The feed name checks the node and the order exactly as the XMPP binding's `node?order=`.
   const feed = parseFeedName(order === null ? node : `${node}?order=${encodeURIComponent(order)}`);
+  return { params, feed };
+}
+
+/** Parses the query string of a feed read; every malformed parameter is a 400 naming it. */
+export function parseFeedQuery(node: string, search: string, maxTimeoutSeconds: number): FeedQuery {
+  const { params, feed } = parseFeedParameters(node, search, PARAMETERS);
   const query: FeedQuery = { feed, timeout: Math.min(DEFAULT_TIMEOUT_SECONDS, maxTimeoutSeconds) };
   for (const name of ['since', 'until'] as const) {
     let spec = params.get(name);

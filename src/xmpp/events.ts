@@ -1,6 +1,7 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
 import { decide } from '../feed/access.ts';
+import { bareOf } from '../feed/keys.ts';
 import type { Subscription } from '../feed/model.ts';
 import type { NodeConfig } from '../feed/nodeConfig.ts';
 import { authorizationForm, configForm } from './forms.ts';
@@ -60,24 +61,28 @@ export function configurationChanged(
   service.notifier.send(audience(subs).map((s) => ({ to: s.jid, type: config.notificationType, body })));
 }
 
-export function nodeDeleted(service: Service, config: NodeConfig, subs: readonly Subscription[]): void {
+/** Each approved subscriber gets `<delete/>` or `<purge/>` naming the feed it subscribed to. */
+function tellNodeGone(
+  service: Service,
+  config: NodeConfig,
+  subs: readonly Subscription[],
+  what: 'delete' | 'purge',
+): void {
   service.notifier.send(
     audience(subs).map((s) => ({
       to: s.jid,
       type: config.notificationType,
-      body: event(xml('delete', { node: s.feed })),
+      body: event(xml(what, { node: s.feed })),
     })),
   );
 }
 
+export function nodeDeleted(service: Service, config: NodeConfig, subs: readonly Subscription[]): void {
+  tellNodeGone(service, config, subs, 'delete');
+}
+
 export function nodePurged(service: Service, config: NodeConfig, subs: readonly Subscription[]): void {
-  service.notifier.send(
-    audience(subs).map((s) => ({
-      to: s.jid,
-      type: config.notificationType,
-      body: event(xml('purge', { node: s.feed })),
-    })),
-  );
+  tellNodeGone(service, config, subs, 'purge');
 }
 
 /** `send_last_published_item = on_sub`: the feed's last item, to a new subscriber. */
@@ -118,9 +123,4 @@ export async function revokeUnentitled(
     await engine.unsubscribe(sub.feed, sub.jid, bare).catch(() => undefined);
     tellSubscriber(service, sub, 'none');
   }
-}
-
-function bareOf(jid: string): string {
-  const slash = jid.indexOf('/');
-  return slash < 0 ? jid : jid.slice(0, slash);
 }
