@@ -29,6 +29,7 @@ import {
   type RunningServer,
   readPidFile,
   rememberUser,
+  runningServer,
   type ServerStartOptions,
   serverProcess,
   serverSetup,
@@ -54,10 +55,8 @@ export interface Ejabberd extends RunningServer {
 }
 
 export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabberd> {
-  const { componentDomain, componentSecret, c2sPort, componentPort, dir } = await serverSetup(
-    opts,
-    'smartfeeds-ejabberd-',
-  );
+  const setup = await serverSetup(opts, 'smartfeeds-ejabberd-');
+  const { componentDomain, componentSecret, c2sPort, componentPort, dir } = setup;
   // ejabberdctl splits its options on blanks and sources its cfg in a shell.
   if (!/^[\w./-]+$/.test(dir)) throw new Error(`the ejabberd directory must be a plain path: ${dir}`);
   const files = {
@@ -168,8 +167,7 @@ export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabber
 
   const server = serverProcess({
     name: 'ejabberd',
-    c2sPort,
-    componentPort,
+    setup,
     files,
     startTimeoutMs: START_TIMEOUT_MS,
     stopGraceMs: STOP_GRACE_MS,
@@ -197,23 +195,7 @@ export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabber
     logTail,
   });
 
-  const ejabberd: Ejabberd = {
-    name: 'ejabberd',
-    host: HOST,
-    c2sPort,
-    componentPort,
-    componentDomain,
-    componentSecret,
-    dir,
-    users,
-    get pid() {
-      return server.pid;
-    },
-    stop: server.stop,
-    start: server.start,
-    register,
-    logTail,
-  };
+  const ejabberd: Ejabberd = runningServer('ejabberd', setup, server, { users, register, logTail });
 
   await server.start();
   try {

@@ -24,6 +24,7 @@ import {
   type RunningServer,
   readPidFile,
   rememberUser,
+  runningServer,
   type ServerStartOptions,
   serverProcess,
   serverSetup,
@@ -48,10 +49,8 @@ export interface Prosody extends RunningServer {
 }
 
 export async function startProsody(opts: ProsodyOptions = {}): Promise<Prosody> {
-  const { componentDomain, componentSecret, c2sPort, componentPort, dir } = await serverSetup(
-    opts,
-    'smartfeeds-prosody-',
-  );
+  const setup = await serverSetup(opts, 'smartfeeds-prosody-');
+  const { componentDomain, componentSecret, c2sPort, componentPort, dir } = setup;
   const files = {
     config: path.join(dir, 'prosody.cfg.lua'),
     data: path.join(dir, 'data'),
@@ -121,8 +120,7 @@ export async function startProsody(opts: ProsodyOptions = {}): Promise<Prosody> 
   let logOffset = 0;
   const server = serverProcess({
     name: 'Prosody',
-    c2sPort,
-    componentPort,
+    setup,
     files,
     startTimeoutMs: START_TIMEOUT_MS,
     stopGraceMs: STOP_GRACE_MS,
@@ -150,23 +148,7 @@ export async function startProsody(opts: ProsodyOptions = {}): Promise<Prosody> 
     logTail,
   });
 
-  const prosody: Prosody = {
-    name: 'prosody',
-    host: HOST,
-    c2sPort,
-    componentPort,
-    componentDomain,
-    componentSecret,
-    dir,
-    users,
-    get pid() {
-      return server.pid;
-    },
-    stop: server.stop,
-    start: server.start,
-    register,
-    logTail,
-  };
+  const prosody: Prosody = runningServer('prosody', setup, server, { users, register, logTail });
 
   for (const { user, password } of opts.users ?? []) await register(user, password);
   await server.start();

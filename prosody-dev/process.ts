@@ -134,8 +134,8 @@ export function rememberUser(users: RunningServer['users'], user: string, passwo
 export interface ServerProcessSpec {
   /** `Prosody` or `ejabberd`, for messages. */
   name: string;
-  c2sPort: number;
-  componentPort: number;
+  /** The ports it must listen on. */
+  setup: ServerSetup;
   files: { pid: string; log: string; console: string };
   startTimeoutMs: number;
   stopGraceMs: number;
@@ -173,7 +173,8 @@ export interface ServerProcess {
 
 /** Runs a server process as `spec` says; stopped when this Node process exits (see installExitHook). */
 export function serverProcess(spec: ServerProcessSpec): ServerProcess {
-  const { name, c2sPort, componentPort, files } = spec;
+  const { name, files } = spec;
+  const { c2sPort, componentPort } = spec.setup;
   let child: ChildProcess | undefined;
   let childExited = true;
   let serverPid: number | undefined;
@@ -271,6 +272,32 @@ export function serverProcess(spec: ServerProcessSpec): ServerProcess {
     },
     start,
     stop,
+  };
+}
+
+/** The RunningServer of `setup`, run by `proc`, with its `users` as register() leaves them. */
+export function runningServer<N extends string>(
+  name: N,
+  setup: ServerSetup,
+  proc: ServerProcess,
+  parts: Pick<RunningServer, 'users' | 'register' | 'logTail'>,
+): RunningServer & { name: N } {
+  return {
+    name,
+    host: HOST,
+    c2sPort: setup.c2sPort,
+    componentPort: setup.componentPort,
+    componentDomain: setup.componentDomain,
+    componentSecret: setup.componentSecret,
+    dir: setup.dir,
+    users: parts.users,
+    get pid() {
+      return proc.pid;
+    },
+    stop: proc.stop,
+    start: proc.start,
+    register: parts.register,
+    logTail: parts.logTail,
   };
 }
 
