@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { freePort } from './harness.ts';
+import { freePort } from './process.ts';
 import { SERVER_NAMES, type ServerName, startServer } from './servers.ts';
 
 const { values } = parseArgs({

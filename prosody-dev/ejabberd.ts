@@ -12,34 +12,35 @@
  *   is started or shared.
  * - Users are registered with `ejabberdctl register`, which needs the node running: start() first.
  * - ejabberd is stopped by the pid of its Erlang VM (SIGTERM makes it stop cleanly): stop(), the
- *   process 'exit' hook below, and an Erlang watchdog (-eval in an args file given only to the
+ *   process 'exit' hook (process.ts), and an Erlang watchdog (-eval in an args file given only to the
  *   server) that stops the node within a second once the Node process that started it is gone.
  */
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { closeSync, openSync, readdirSync, readFileSync } from 'node:fs';
-import { chown, copyFile, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
-import os from 'node:os';
+import { copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import {
+  checkUserName,
+  chownAll,
   freePort,
-  isAlive,
-  listensOn,
+  HOST,
   type RunningServer,
   readPidFile,
+  rememberUser,
+  runningServer,
   type ServerStartOptions,
-  signal,
-  sleep,
-  waitFor,
-} from './harness.ts';
+  serverProcess,
+  serverSetup,
+  logTail as tailLogs,
+  userIds,
+} from './process.ts';
 
 const execFileP = promisify(execFile);
 
 export const EJABBERD_TEMPLATE_PATH = fileURLToPath(new URL('./ejabberd.yml.template', import.meta.url));
 
-const HOST = 'localhost';
 const EJABBERDCTL = 'ejabberdctl';
 // The Erlang VM boots in a second or two on a quiet machine; the test machine is shared.
 const START_TIMEOUT_MS = 30_000;
@@ -54,17 +55,8 @@ export interface Ejabberd extends RunningServer {
 }
 
 export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabberd> {
-  const componentDomain = opts.componentDomain ?? 'feeds.localhost';
-  const componentSecret = opts.componentSecret ?? randomBytes(16).toString('hex');
-  if (!/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/i.test(componentDomain)) {
-    throw new Error(`invalid component domain: ${componentDomain}`);
-  }
-  const c2sPort = opts.c2sPort ?? (await freePort());
-  let componentPort = opts.componentPort ?? (await freePort());
-  while (componentPort === c2sPort && opts.componentPort === undefined) componentPort = await freePort();
-  if (componentPort === c2sPort) throw new Error(`c2s and component port are both ${c2sPort}`);
-
-  const dir = opts.dir ?? (await mkdtemp(path.join(os.tmpdir(), 'smartfeeds-ejabberd-')));
+  const setup = await serverSetup(opts, 'smartfeeds-ejabberd-');
+  const { componentDomain, componentSecret, c2sPort, componentPort, dir } = setup;
   // ejabberdctl splits its options on blanks and sources its cfg in a shell.
   if (!/^[\w./-]+$/.test(dir)) throw new Error(`the ejabberd directory must be a plain path: ${dir}`);
   const files = {
@@ -109,22 +101,8 @@ export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabber
   );
 
   const ids = await ejabberdIds();
-  const chownAll = async () => {
-    if (!ids) return;
-    for (const p of [
-      dir,
-      files.spool,
-      files.logs,
-      files.config,
-      files.inetrc,
-      files.watchdog,
-      files.console,
-    ]) {
-      await chown(p, ids.uid, ids.gid).catch((err: NodeJS.ErrnoException) => {
-        if (err.code !== 'ENOENT') throw err;
-      });
-    }
-  };
+  const chownFiles = () =>
+    chownAll(ids, [dir, files.spool, files.logs, files.config, files.inetrc, files.watchdog, files.console]);
 
   /** Rewritten on every start: a fresh distribution port and cookie (neither outlives the node). */
   const writeCtlConfig = async (distPort: number) => {
@@ -153,20 +131,8 @@ export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabber
     files.logs,
   ];
 
-  let child: ChildProcess | undefined;
-  let childExited = true;
-  let beamPid: number | undefined;
-  let killOnExit: (() => void) | undefined;
-
-  const logTail = async (lines = 50): Promise<string> => {
-    const tail = async (file: string) => {
-      const text = await readFile(file, 'utf8').catch(() => '');
-      return text.trimEnd().split('\n').slice(-lines).join('\n');
-    };
-    const log = await tail(files.log);
-    const consoleOut = await tail(files.console);
-    return consoleOut ? `${log}\n--- ejabberd stdout/stderr ---\n${consoleOut}` : log;
-  };
+  const logTail = (lines?: number) => tailLogs(files, 'ejabberd', lines);
+  const users: Ejabberd['users'] = [];
 
   const ctl = async (...args: string[]): Promise<string> => {
     try {
@@ -186,8 +152,8 @@ export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabber
   };
 
   const register = async (user: string, password: string): Promise<void> => {
-    if (!/^[^\s@/"'&<>:]+$/.test(user)) throw new Error(`invalid username: ${user}`);
-    if (!child || childExited) throw new Error('ejabberd must be running to register a user');
+    checkUserName(user);
+    if (!server.running) throw new Error('ejabberd must be running to register a user');
     try {
       await ctl('register', user, HOST, password);
     } catch (err) {
@@ -196,123 +162,47 @@ export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabber
       await ctl('unregister', user, HOST);
       await ctl('register', user, HOST, password);
     }
-    const jid = `${user.toLowerCase()}@${HOST}`;
-    const existing = ejabberd.users.find((u) => u.jid === jid);
-    if (existing) existing.password = password;
-    else ejabberd.users.push({ user, password, jid });
+    rememberUser(users, user, password);
   };
 
-  const start = async (): Promise<void> => {
-    if (child && !childExited) return;
-    await rm(files.pid, { force: true });
-    await writeCtlConfig(await freePort());
-    const consoleFd = openSync(files.console, 'a');
-    await chownAll();
-    const proc = spawn(EJABBERDCTL, [...ctlArgs, 'foreground'], {
-      // A process group of its own: Ctrl+C in a terminal reaches every process of the foreground
-      // group, and the Erlang VM dies of SIGINT at once, while SIGTERM (stop()) shuts it down cleanly.
-      detached: true,
-      stdio: ['ignore', consoleFd, consoleFd],
-      env: { ...process.env, VMARGS: files.watchdog },
-    });
-    closeSync(consoleFd);
-    child = proc;
-    childExited = false;
-    beamPid = undefined;
-    const spawnError = new Promise<Error>((resolve) => proc.once('error', resolve));
-    proc.once('exit', () => {
-      if (child === proc) childExited = true;
-    });
-    // The harness must not keep Node alive by itself; stop() / the exit hook / the watchdog clean up.
-    proc.unref();
-    killOnExit = () => {
-      if (beamPid !== undefined) signal(beamPid, 'SIGTERM');
-    };
-    liveKillers.add(killOnExit);
-    installExitHook();
-
-    const deadline = Date.now() + START_TIMEOUT_MS;
-    let failure: string | undefined;
-    for (;;) {
-      const err = await Promise.race([spawnError, sleep(100).then(() => undefined)]);
-      if (err) failure = `could not spawn ${EJABBERDCTL}: ${err.message}`;
-      else if (childExited)
-        failure = `ejabberd exited during startup (code ${proc.exitCode}, signal ${proc.signalCode})`;
-      if (failure) break;
-      beamPid ??= await readPidFile(files.pid);
-      // ejabberd binds its ports before it has started; `status` answers 0 only once it has.
-      if (
-        beamPid !== undefined &&
-        (await listensOn(beamPid, c2sPort)) &&
-        (await listensOn(beamPid, componentPort)) &&
-        (await ctl('status').then(
-          () => true,
-          () => false,
-        ))
-      ) {
-        return;
-      }
-      if (Date.now() > deadline) {
-        failure = `ejabberd did not listen on c2s port ${c2sPort} and component port ${componentPort} within ${START_TIMEOUT_MS} ms`;
-        break;
-      }
-    }
-    await stop();
-    throw new Error(`${failure}\n--- tail of ${files.log} ---\n${await logTail(40)}`);
-  };
-
-  const stop = async (): Promise<void> => {
-    const proc = child;
-    if (!proc) return;
-    if (!childExited) beamPid ??= await readPidFile(files.pid);
-    const pid = beamPid;
-    let targets: number[] = [];
-    const stopped = () =>
-      (childExited || child !== proc) &&
-      (pid === undefined || !isAlive(pid)) &&
-      targets.every((p) => !isAlive(p));
-    if (!stopped()) {
-      // The VM stops cleanly on SIGTERM. Without its pid (stopped before it wrote its pid file),
-      // signal everything ejabberdctl started: su puts the VM in a session of its own.
-      targets = pid !== undefined ? [pid] : descendants(proc.pid as number);
-      for (const p of targets) signal(p, 'SIGTERM');
-      if (!(await waitFor(stopped, STOP_GRACE_MS))) {
-        for (const p of [...targets, proc.pid]) if (p !== undefined) signal(p, 'SIGKILL');
-        if (!(await waitFor(stopped, STOP_GRACE_MS))) {
-          throw new Error(`ejabberd (pid ${pid ?? proc.pid}) did not exit after SIGKILL`);
-        }
-      }
-    }
-    if (killOnExit) liveKillers.delete(killOnExit);
-    killOnExit = undefined;
-    child = undefined;
-    beamPid = undefined;
-  };
-
-  const ejabberd: Ejabberd = {
+  const server = serverProcess({
     name: 'ejabberd',
-    host: HOST,
-    c2sPort,
-    componentPort,
-    componentDomain,
-    componentSecret,
-    dir,
-    users: [],
-    get pid() {
-      return child && !childExited ? beamPid : undefined;
-    },
-    stop,
-    start,
-    register,
+    setup,
+    files,
+    startTimeoutMs: START_TIMEOUT_MS,
+    stopGraceMs: STOP_GRACE_MS,
+    prepare: async () => writeCtlConfig(await freePort()),
+    chown: chownFiles,
+    command: () => ({
+      file: EJABBERDCTL,
+      args: [...ctlArgs, 'foreground'],
+      options: {
+        // A process group of its own: Ctrl+C in a terminal reaches every process of the foreground
+        // group, and the Erlang VM dies of SIGINT at once, while SIGTERM (stop()) shuts it down cleanly.
+        detached: true,
+        env: { ...process.env, VMARGS: files.watchdog },
+      },
+    }),
+    findPid: () => readPidFile(files.pid),
+    // The child is ejabberdctl (a shell script), not the VM.
+    childIsServer: false,
+    // ejabberd binds its ports before it has started; `status` answers 0 only once it has.
+    ready: () =>
+      ctl('status').then(
+        () => true,
+        () => false,
+      ),
     logTail,
-  };
+  });
 
-  await start();
+  const ejabberd: Ejabberd = runningServer('ejabberd', setup, server, { users, register, logTail });
+
+  await server.start();
   try {
     // One short-lived Erlang node per call: run them side by side.
     await Promise.all((opts.users ?? []).map(({ user, password }) => register(user, password)));
   } catch (err) {
-    await stop();
+    await server.stop();
     throw err;
   }
   // In the order asked, whatever order the calls finished in.
@@ -322,38 +212,6 @@ export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabber
 }
 
 // ---------------------------------------------------------------------------------------------
-
-/** Stops every running harness ejabberd when this Node process exits normally or via process.exit(). */
-const liveKillers = new Set<() => void>();
-let exitHookInstalled = false;
-function installExitHook(): void {
-  if (exitHookInstalled) return;
-  exitHookInstalled = true;
-  process.on('exit', () => {
-    for (const kill of liveKillers) kill();
-  });
-}
-
-/** Every process below `root`, from /proc (children before their own children). */
-function descendants(root: number): number[] {
-  const parents = new Map<number, number>();
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue;
-    try {
-      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
-      // pid (comm) state ppid ...
-      parents.set(Number(name), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
-    } catch {
-      // exited meanwhile
-    }
-  }
-  const out: number[] = [];
-  for (let i = -1; i < out.length; i++) {
-    const parent = i < 0 ? root : (out[i] as number);
-    for (const [pid, ppid] of parents) if (ppid === parent) out.push(pid);
-  }
-  return out;
-}
 
 function renderTemplate(template: string, values: Record<string, string>): string {
   return template.replace(/\{\{(\w+)\}\}/g, (m, key: string) => {
@@ -367,14 +225,8 @@ let idsPromise: Promise<{ uid: number; gid: number } | undefined> | undefined;
 /** uid/gid of the `ejabberd` user when we are root (ejabberdctl switches to it), else undefined. */
 function ejabberdIds(): Promise<{ uid: number; gid: number } | undefined> {
   idsPromise ??= (async () => {
-    let ids: { uid: number; gid: number };
-    try {
-      const uid = Number((await execFileP('id', ['-u', 'ejabberd'])).stdout.trim());
-      const gid = Number((await execFileP('id', ['-g', 'ejabberd'])).stdout.trim());
-      ids = { uid, gid };
-    } catch {
-      throw new Error('there is no "ejabberd" user: install ejabberd (apt-get install -y ejabberd)');
-    }
+    const ids = await userIds('ejabberd');
+    if (!ids) throw new Error('there is no "ejabberd" user: install ejabberd (apt-get install -y ejabberd)');
     const me = process.getuid?.();
     if (me === ids.uid) return undefined;
     if (me !== 0) throw new Error('ejabberdctl runs only as root or as the ejabberd user');

@@ -11,9 +11,7 @@ import { parse } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AuthenticationError, canonicalXml, FeedClient, FeedRequestError } from '../../src/client/client.ts';
 import { Mirror, MirrorStore } from '../../src/client/mirror.ts';
-import { SERVER_TITLE, SERVICE, Stack } from '../xmpp/stack.ts';
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+import { rng, SERVER_TITLE, SERVICE, Stack, sleep } from '../xmpp/stack.ts';
 
 let stack: Stack;
 const dirs: string[] = [];
@@ -31,18 +29,6 @@ async function tempDir(): Promise<string> {
   const d = await mkdtemp(join(tmpdir(), 'smartfeeds-mirror-'));
   dirs.push(d);
   return d;
-}
-
-/** A seeded pseudo-random generator, so that a failing run can be replayed from its seed. */
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
 }
 
 const atom = (id: string, version: number) =>

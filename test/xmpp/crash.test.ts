@@ -2,20 +2,15 @@
 // client writing continuously while the component is killed (SIGKILL) at random moments and
 // restarted. Afterwards every acknowledged write must be there, `smartfeeds check` must be clean,
 // and cursors taken before the first kill must still page to the end without gaps.
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { execFile } from 'node:child_process';
 import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startServer, type XmppServer } from '../../prosody-dev/servers.ts';
+import { describe, expect, it } from 'vitest';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import { NS, SERVER, SERVER_TITLE, SERVICE } from './stack.ts';
+import { BIN, ROOT, type ServeProcess, spawnServe, untilLogged, useServerAndData } from './serveProcess.ts';
+import { iqWithin, NS, rng, SERVER_TITLE, sleep } from './stack.ts';
+import { checkAttempts, title, Writer } from './writer.ts';
 
-const ROOT = fileURLToPath(new URL('../..', import.meta.url));
-const BIN = join(ROOT, 'bin', 'smartfeeds.mjs');
 const NODE = 'crash';
 const KILLS = 20;
 /** Writes in flight at once. */
@@ -23,227 +18,46 @@ const LANES = 4;
 /** Fixed, so that a failure can be replayed (timings still vary from run to run). */
 const SEED = 0x5eed_f33d;
 
-/** mulberry32: a small seeded PRNG. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
-  };
-}
-
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-let server: XmppServer;
-let data: string;
-
-beforeAll(async () => {
-  server = await startServer(SERVER, { users: [{ user: 'admin', password: 'admin-pw' }] });
-  data = await mkdtemp(join(tmpdir(), 'smartfeeds-crash-'));
-});
-
-afterAll(async () => {
-  await server?.stop();
-  await rm(data, { recursive: true, force: true });
-  await rm(server.dir, { recursive: true, force: true }).catch(() => undefined);
-});
+const env = useServerAndData('smartfeeds-crash-');
 
 // ---- the component, as a process ----------------------------------------------------------
 
-interface Running {
-  child: ChildProcess;
-  log: () => string;
-  exited: Promise<void>;
-}
-
-async function startComponent(): Promise<Running> {
-  const child = spawn(
-    process.execPath,
-    [
-      BIN,
-      'serve',
-      '--service',
-      `xmpp://127.0.0.1:${server.componentPort}`,
-      '--data',
-      data,
-      '--admin',
-      'admin@localhost',
-    ],
-    {
-      cwd: ROOT,
-      // No rate limit: the writer is the only sender and is meant to be fast.
-      env: { ...process.env, SMARTFEEDS_SECRET: server.componentSecret, SMARTFEEDS_RATE_LIMIT: '0' },
-      stdio: ['ignore', 'ignore', 'pipe'],
-    },
-  );
-  let log = '';
-  child.stderr?.on('data', (d) => {
-    log += String(d);
-  });
-  let gone = false;
-  const exited = new Promise<void>((resolve) =>
-    child.once('exit', () => {
-      gone = true;
-      resolve();
-    }),
-  );
-  const deadline = Date.now() + 30_000;
-  while (!log.includes('"msg":"online"')) {
-    if (gone) throw new Error(`the component exited before it was online:\n${log}`);
-    if (Date.now() > deadline) {
-      child.kill('SIGKILL');
-      throw new Error(`the component was not online within 30 s:\n${log}`);
-    }
-    await sleep(25);
+async function startComponent(): Promise<ServeProcess> {
+  // No rate limit: the writer is the only sender and is meant to be fast.
+  const component = spawnServe(env, ['--admin', 'admin@localhost'], { SMARTFEEDS_RATE_LIMIT: '0' });
+  if (!(await untilLogged(component, '"msg":"online"', 30_000, 25))) {
+    if (component.closed()) throw new Error(`the component exited before it was online:\n${component.log()}`);
+    component.child.kill('SIGKILL');
+    throw new Error(`the component was not online within 30 s:\n${component.log()}`);
   }
-  return { child, log: () => log, exited };
+  return component;
 }
 
 // ---- the writer ---------------------------------------------------------------------------
 
-interface Attempt {
-  /** A number unique among all attempts: the version a publish writes. */
-  n: number;
-  kind: 'publish' | 'retract';
-  /** ack: a result came back; error: an error came back; unknown: no answer (may have landed). */
-  status: 'pending' | 'ack' | 'error' | 'unknown';
-}
-
-const title = (id: string, n: number) => `${id}#${n}`;
-
-class Writer {
-  /** Every attempt per item id, in the order sent (one at a time per id). */
-  readonly attempts = new Map<string, Attempt[]>();
-  /** One publish each to nodes of their own, by node. */
-  readonly sides = new Map<string, { id: string; attempt: Attempt }>();
-  private readonly waiting = new Map<string, { attempt: Attempt; done: () => void }>();
-  /** Answers to requests given up on: a late result still counts as acknowledged. */
-  private readonly late = new Map<string, Attempt>();
-  private readonly busy = new Set<string>();
-  private readonly ids: string[] = [];
-  private serial = 0;
-  private running = true;
-  private lanes: Promise<void>[] = [];
-  acks = 0;
-  errors = 0;
-  unknown = 0;
-
-  constructor(
-    private readonly xmpp: Client,
-    private readonly random: () => number,
-  ) {
-    xmpp.on('stanza', (s: Element) => {
-      if (s.name !== 'iq' || (s.attrs.type !== 'result' && s.attrs.type !== 'error')) return;
-      const id = s.attrs.id as string;
-      const ok = s.attrs.type === 'result';
-      const w = this.waiting.get(id);
-      if (w) {
-        this.waiting.delete(id);
-        w.attempt.status = ok ? 'ack' : 'error';
-        w.done();
-      } else if (ok && this.late.has(id)) {
-        (this.late.get(id) as Attempt).status = 'ack';
+/** LANES lanes on the same ids (one write in flight per id), now and then creating a node. */
+function newWriter(random: () => number): Writer {
+  return new Writer({
+    node: NODE,
+    lanes: LANES,
+    urn: 'crash',
+    // Generous: a live component answers in milliseconds; a dead one's requests are abandoned.
+    answerTimeoutMs: 15_000,
+    // The component is away (the server bounces at once): do not spin.
+    retryDelayMs: 100,
+    pick: (_lane, writer) => {
+      if (random() < 0.005) {
+        // Now and then a new node, created by its first publish (registry and counters in one batch).
+        const id = `side${writer.sides.size}`;
+        return { node: `side-${writer.sides.size}`, id, kind: 'publish' };
       }
-      if (ok) this.late.delete(id);
-    });
-  }
-
-  start(): void {
-    this.lanes = Array.from({ length: LANES }, () => this.lane());
-  }
-
-  async stop(): Promise<void> {
-    this.running = false;
-    await Promise.all(this.lanes);
-  }
-
-  /**
-   * The component died: nothing in flight can be applied any more (it either was, before the
-   * kill, or never will be), so stop waiting for answers that cannot come.
-   */
-  abandon(): void {
-    for (const [iqId, w] of this.waiting) {
-      w.attempt.status = 'unknown';
-      this.late.set(iqId, w.attempt);
-      w.done();
-    }
-    this.waiting.clear();
-  }
-
-  private pick(): { node: string; id: string; kind: 'publish' | 'retract' } {
-    if (this.random() < 0.005) {
-      // Now and then a new node, created by its first publish (registry and counters in one batch).
-      const id = `side${this.sides.size}`;
-      return { node: `side-${this.sides.size}`, id, kind: 'publish' };
-    }
-    const free = this.ids.filter((id) => !this.busy.has(id));
-    if (free.length === 0 || this.random() < 0.3)
-      return { node: NODE, id: `i${this.ids.length}`, kind: 'publish' };
-    const id = free[Math.floor(this.random() * free.length)] as string;
-    return { node: NODE, id, kind: this.random() < 0.25 ? 'retract' : 'publish' };
-  }
-
-  private async lane(): Promise<void> {
-    while (this.running) {
-      const { node, id, kind } = this.pick();
-      const attempt: Attempt = { n: ++this.serial, kind, status: 'pending' };
-      if (node !== NODE) this.sides.set(node, { id, attempt });
-      else {
-        if (!this.attempts.has(id)) {
-          this.ids.push(id);
-          this.attempts.set(id, []);
-        }
-        (this.attempts.get(id) as Attempt[]).push(attempt);
-      }
-      this.busy.add(id);
-      const iqId = `w${attempt.n}`;
-      const payload =
-        kind === 'publish'
-          ? xml(
-              'publish',
-              { node },
-              xml(
-                'item',
-                { id },
-                xml(
-                  'entry',
-                  { xmlns: NS.atom },
-                  xml('id', {}, `urn:crash:${id}`),
-                  xml('title', {}, title(id, attempt.n)),
-                ),
-              ),
-            )
-          : xml('retract', { node: NODE }, xml('item', { id }));
-      const answered = new Promise<void>((resolve) => this.waiting.set(iqId, { attempt, done: resolve }));
-      // Generous: a live component answers in milliseconds; a dead one's requests are abandoned.
-      const timer = setTimeout(() => this.abandonOne(iqId), 15_000);
-      await this.xmpp
-        .send(xml('iq', { type: 'set', to: SERVICE, id: iqId }, xml('pubsub', { xmlns: NS.pubsub }, payload)))
-        .catch(() => this.abandonOne(iqId));
-      await answered;
-      clearTimeout(timer);
-      this.busy.delete(id);
-      if (attempt.status === 'ack') this.acks += 1;
-      else {
-        if (attempt.status === 'error') this.errors += 1;
-        else this.unknown += 1;
-        // The component is away (the server bounces at once): do not spin.
-        await sleep(100);
-      }
-    }
-  }
-
-  private abandonOne(iqId: string): void {
-    const w = this.waiting.get(iqId);
-    if (!w) return;
-    this.waiting.delete(iqId);
-    w.attempt.status = 'unknown';
-    this.late.set(iqId, w.attempt);
-    w.done();
-  }
+      const ids = writer.ids;
+      const free = ids.filter((id) => !writer.busy.has(id));
+      if (free.length === 0 || random() < 0.3) return { node: NODE, id: `i${ids.length}`, kind: 'publish' };
+      const id = free[Math.floor(random() * free.length)] as string;
+      return { node: NODE, id, kind: random() < 0.25 ? 'retract' : 'publish' };
+    },
+  });
 }
 
 // ---- reading ------------------------------------------------------------------------------
@@ -260,29 +74,8 @@ interface Page {
   count: number | undefined;
 }
 
-async function iq(
-  xmpp: Client,
-  child: Element,
-  timeoutMs = 15_000,
-  type: 'get' | 'set' = 'get',
-): Promise<Element> {
-  const id = `r${Math.random().toString(36).slice(2)}`;
-  return new Promise<Element>((resolve, reject) => {
-    const timer = setTimeout(() => {
-      xmpp.removeListener('stanza', on);
-      reject(new Error(`no answer to ${child.toString()}`));
-    }, timeoutMs);
-    const on = (s: Element) => {
-      if (s.name === 'iq' && s.attrs.id === id) {
-        clearTimeout(timer);
-        xmpp.removeListener('stanza', on);
-        resolve(s);
-      }
-    };
-    xmpp.on('stanza', on);
-    xmpp.send(xml('iq', { type, to: SERVICE, id }, child)).catch(reject);
-  });
-}
+const iq = (xmpp: Client, child: Element, timeoutMs = 15_000, type: 'get' | 'set' = 'get') =>
+  iqWithin(xmpp, type, child, timeoutMs);
 
 async function page(xmpp: Client, feed: string, rsm: { after?: string; before?: string; max: number }) {
   const set = xml('set', { xmlns: NS.rsm });
@@ -323,7 +116,7 @@ async function readToEnd(xmpp: Client, feed: string, after?: string): Promise<Re
 
 function runCheck(): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
-    execFile(process.execPath, [BIN, 'check', '--data', data], { cwd: ROOT }, (error, stdout, stderr) => {
+    execFile(process.execPath, [BIN, 'check', '--data', env.data], { cwd: ROOT }, (error, stdout, stderr) => {
       if (error && typeof error.code !== 'number') reject(error);
       else resolve({ code: error ? (error.code as number) : 0, stdout, stderr });
     });
@@ -335,9 +128,9 @@ function runCheck(): Promise<{ code: number; stdout: string; stderr: string }> {
 describe(`kill -9 under load, on ${SERVER_TITLE}`, () => {
   it(`loses no acknowledged write and no cursor over ${KILLS} kills`, async () => {
     const started = Date.now();
-    const random = prng(SEED);
+    const random = rng(SEED);
     const xmpp = client({
-      service: `xmpp://127.0.0.1:${server.c2sPort}`,
+      service: `xmpp://127.0.0.1:${env.server.c2sPort}`,
       domain: 'localhost',
       username: 'admin',
       password: 'admin-pw',
@@ -346,7 +139,8 @@ describe(`kill -9 under load, on ${SERVER_TITLE}`, () => {
     xmpp.reconnect.stop();
     xmpp.on('error', () => {});
     await xmpp.start();
-    const writer = new Writer(xmpp, random);
+    const writer = newWriter(random);
+    writer.use(xmpp);
     let component = await startComponent();
     const startTimes: number[] = [];
     try {
@@ -393,27 +187,7 @@ describe(`kill -9 under load, on ${SERVER_TITLE}`, () => {
       // Every acknowledged write is there: the last acknowledged version of each id, or a later
       // attempt (an unacknowledged write may have landed); and nothing that was never written.
       const state = new Map(modified.map((i) => [i.id, i]));
-      const lost: string[] = [];
-      let landedUnacknowledged = 0;
-      for (const [id, attempts] of writer.attempts) {
-        const got = state.get(id);
-        const lastAck = attempts.map((a) => a.status).lastIndexOf('ack');
-        const describe = () =>
-          `${id}: have ${got ? (got.deleted ? 'tombstone' : got.title) : 'nothing'}; attempts ${attempts
-            .map((a) => `${a.kind}#${a.n}:${a.status}`)
-            .join(' ')}`;
-        const candidates = attempts.slice(Math.max(lastAck, 0));
-        const fits = (a: Attempt) =>
-          got !== undefined &&
-          (a.kind === 'retract' ? got.deleted : !got.deleted && got.title === title(id, a.n));
-        if (lastAck >= 0 && !candidates.some(fits)) lost.push(describe());
-        if (
-          candidates.some((a) => a.status !== 'ack' && fits(a)) &&
-          !(lastAck >= 0 && fits(attempts[lastAck] as Attempt))
-        )
-          landedUnacknowledged += 1;
-        if (lastAck < 0 && got && !attempts.some(fits)) lost.push(describe());
-      }
+      const { lost, landedUnacknowledged } = checkAttempts(writer.attempts, (id) => state.get(id));
       for (const id of state.keys()) if (!writer.attempts.has(id)) lost.push(`${id}: never written`);
       expect(lost).toEqual([]);
       const { count } = await page(xmpp, NODE, { max: 0 });
@@ -446,7 +220,7 @@ describe(`kill -9 under load, on ${SERVER_TITLE}`, () => {
 
       // No gap: each suffix starts no later than the first item stamped after the cursor's time
       // (the cursor's own item may have moved since, and then it reads as time:T).
-      const engine = await FeedEngine.open(data);
+      const engine = await FeedEngine.open(env.data);
       try {
         // Nodes created under fire: each acknowledged one is there with its item.
         let sidesAcknowledged = 0;

@@ -269,3 +269,49 @@ export function headers(message: Element): Record<string, string> {
     out[h.attrs.name as string] = h.getText();
   return out;
 }
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** A seeded pseudo-random generator (mulberry32), so that a failing run can be replayed from its seed. */
+export function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 2 ** 32;
+  };
+}
+
+/**
+ * An IQ to the service on any connection, with a timeout (User.iq waits forever, which a restart or
+ * a killed component would make it do). Resolves with the reply, result or error.
+ */
+export async function iqWithin(
+  xmpp: Client,
+  type: 'get' | 'set',
+  child: Element,
+  timeoutMs: number,
+): Promise<Element> {
+  const id = `r${Math.random().toString(36).slice(2)}`;
+  return new Promise<Element>((resolve, reject) => {
+    const timer = setTimeout(() => {
+      xmpp.removeListener('stanza', on);
+      reject(new Error(`no answer to ${child.toString()}`));
+    }, timeoutMs);
+    const on = (s: Element) => {
+      if (s.name === 'iq' && s.attrs.id === id) {
+        clearTimeout(timer);
+        xmpp.removeListener('stanza', on);
+        resolve(s);
+      }
+    };
+    xmpp.on('stanza', on);
+    xmpp.send(xml('iq', { type, to: SERVICE, id }, child)).catch((e: unknown) => {
+      clearTimeout(timer);
+      xmpp.removeListener('stanza', on);
+      reject(e);
+    });
+  });
+}
