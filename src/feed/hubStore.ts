@@ -14,6 +14,11 @@ export interface HubSubscription {
   hub: string;
   /** The HMAC key of `X-Hub-Signature`, when the subscriber gave one. */
   secret?: string;
+  /**
+   * Whose access it was granted by: the bare JID of the bearer token it was made with (none: an
+   * anonymous reader). Each delivery is checked against the node's access as it is then.
+   */
+  reader?: string;
   /** When the lease ends, in ms since the epoch. */
   expires: number;
 }
@@ -80,6 +85,7 @@ export function readHubSubscription(value: Buffer): HubSubscription | undefined 
   const strings = [v.node, v.callback, v.topic, v.hub].every((s) => typeof s === 'string');
   const order = v.order === 'modified' || v.order === 'created';
   const secret = v.secret === undefined || typeof v.secret === 'string';
-  if (!strings || !order || !secret || typeof v.expires !== 'number') return undefined;
+  const reader = v.reader === undefined || typeof v.reader === 'string';
+  if (!strings || !order || !secret || !reader || typeof v.expires !== 'number') return undefined;
   return v as HubSubscription;
 }

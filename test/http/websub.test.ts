@@ -300,6 +300,56 @@ describe('subscription', () => {
     expect(sub.verifications[1]?.get('hub.mode')).toBe('subscribe');
   });
 
+  it('ends a subscription, telling the subscriber, once its reader may no longer read the node', async () => {
+    const policy = s.engine.policy();
+    await policy.createNode('members', 'admin@localhost', { accessModel: 'whitelist' });
+    await policy.setAffiliations('members', [['alice@localhost', 'member']]);
+    await policy.createNode('public', 'admin@localhost');
+    const member = await subscriber();
+    const anonymous = await subscriber();
+    const alice = { authorization: `Bearer ${TOKENS.alice}` };
+    const form = (sub: Subscriber, node: string) =>
+      new URLSearchParams({
+        'hub.mode': 'subscribe',
+        'hub.callback': sub.url,
+        'hub.topic': feedUrl(s.origin, node),
+      });
+    const post = (body: URLSearchParams, headers = {}) =>
+      fetch(`${s.origin}/hub`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded', ...headers },
+        body: body.toString(),
+      });
+    expect((await post(form(member, 'members'), alice)).status).toBe(202);
+    expect((await post(form(anonymous, 'public'))).status).toBe(202);
+    await waitFor(
+      'both subscriptions',
+      () => active(s, member.url, 'members') && active(s, anonymous.url, 'public'),
+    );
+    await s.engine.publish('members', { id: 'm1', entry: entry('m1') });
+    await s.engine.publish('public', { id: 'p1', entry: entry('p1') });
+    await waitFor(
+      'the first deliveries',
+      () => member.deliveries.length === 1 && anonymous.deliveries.length === 1,
+    );
+
+    // Alice is no longer a member; the public node is closed to anyone without an affiliation.
+    await policy.setAffiliations('members', [['alice@localhost', 'none']]);
+    await policy.configure('public', { accessModel: 'whitelist' });
+    await s.engine.publish('members', { id: 'm2', entry: entry('m2') });
+    await s.engine.publish('public', { id: 'p2', entry: entry('p2') });
+    for (const sub of [member, anonymous]) {
+      await waitFor('the denial', () => sub.verifications.at(-1)?.get('hub.mode') === 'denied');
+      expect(sub.verifications.at(-1)?.get('hub.reason')).toBeTruthy();
+      expect(active(s, sub.url)).toBe(false);
+    }
+    expect(member.deliveries.map((d) => d.id)).toEqual(['m1']);
+    expect(anonymous.deliveries.map((d) => d.id)).toEqual(['p1']);
+    const stored = (await new HubStore(s.engine).all()).map((x) => x.callback);
+    expect(stored).not.toContain(member.url);
+    expect(stored).not.toContain(anonymous.url);
+  });
+
   it('answers malformed requests with 400, other bodies with 415, other methods with 405', async () => {
     const sub = await subscriber();
     const topic = feedUrl(s.origin, 'basic');

@@ -70,6 +70,8 @@ interface Intent {
   secret: string | undefined;
   /** The feed the topic names, when it names one the caller may read. */
   feed: FeedName | undefined;
+  /** The caller's bare JID, from its bearer token (none: anonymous). */
+  reader: string | undefined;
   denial: string;
 }
 
@@ -86,6 +88,8 @@ export class Hub {
   /** Verifications per subscription run one after another, in the order they were asked. */
   private readonly verifying = new Map<string, Promise<void>>();
   private readonly inFlight = new Set<Promise<void>>();
+  /** Changes being checked against the access of their subscribers, one after another. */
+  private pushing: Promise<void> = Promise.resolve();
   private readonly abort = new AbortController();
   private unlisten: (() => void) | undefined;
   private stopping = false;
@@ -170,13 +174,80 @@ export class Hub {
   private onChange(change: Change): void {
     // A purge's tombstones are quiet; the subscriber finds them by the gap in fo:prev_cursor.
     if (!change.changed || change.quiet) return;
+    const now = Date.now();
+    const to: Active[] = [];
     for (const order of ['modified', 'created'] as const) {
       if (!change.feeds[order].notify) continue;
       const feed = this.byFeed.get(feedKey(change.node, order));
       if (!feed) continue;
-      const now = Date.now();
-      for (const active of feed.values()) if (active.queue.sub.expires > now) active.queue.push(change);
+      for (const active of feed.values()) if (active.queue.sub.expires > now) to.push(active);
     }
+    if (to.length === 0) return;
+    // Deliveries are checked against the node's access as it is now, one change after another
+    // (so each subscriber's deliveries stay in feed order).
+    this.pushing = this.pushing
+      .then(() => this.push(change, to))
+      .catch((e) => this.log.error('websub delivery not queued', { error: String(e) }));
+  }
+
+  /** Queues a change for the subscriptions whose reader may still read the node; ends the others. */
+  private async push(change: Change, to: readonly Active[]): Promise<void> {
+    if (this.stopping) return;
+    const verdicts = new Map<string | undefined, string | undefined>();
+    for (const active of to) {
+      const { sub } = active.queue;
+      // Ended meanwhile (unsubscribed, expired, its node deleted): nothing to deliver.
+      if (this.byFeed.get(feedKey(sub.node, sub.order))?.get(sub.callback) !== active) continue;
+      if (!verdicts.has(sub.reader)) verdicts.set(sub.reader, await this.refusal(sub.node, sub.reader));
+      const refusal = verdicts.get(sub.reader);
+      if (refusal === undefined) active.queue.push(change);
+      else await this.revoke(sub, refusal);
+    }
+  }
+
+  /** Why `reader` may not read the node now, or undefined when it may. */
+  private async refusal(node: string, reader: string | undefined): Promise<string | undefined> {
+    try {
+      await this.access.mayRead(node, reader);
+      return undefined;
+    } catch (e) {
+      if (e instanceof FeedError || (e as { status?: number }).status !== undefined)
+        return (e as Error).message;
+      throw e;
+    }
+  }
+
+  /**
+   * Ends a subscription whose reader lost access to its node (WebSub section 5.2: a hub may deny
+   * a subscription at any time), and tells the subscriber with `hub.mode=denied`.
+   */
+  private async revoke(sub: HubSubscription, reason: string): Promise<void> {
+    this.log.info('websub subscription revoked', { callback: sub.callback, topic: sub.topic, reason });
+    this.deactivate(sub.node, sub.order, sub.callback);
+    await this.store
+      .remove(sub.node, sub.order, sub.callback)
+      .catch((e) => this.log.error('websub revocation not stored', { error: String(e) }));
+    const url = new URL(sub.callback);
+    for (const [k, v] of Object.entries({
+      'hub.mode': 'denied',
+      'hub.topic': sub.topic,
+      'hub.reason': reason,
+    }))
+      url.searchParams.append(k, v);
+    const told = callCallback(
+      url,
+      { method: 'GET' },
+      {
+        allowPrivate: this.options.allowPrivate,
+        timeoutMs: this.options.timeoutMs,
+        signal: this.abort.signal,
+      },
+    ).then(
+      () => undefined,
+      () => undefined,
+    );
+    this.inFlight.add(told);
+    void told.finally(() => this.inFlight.delete(told));
   }
 
   private async request(request: FastifyRequest, reply: FastifyReply, origin: string): Promise<FastifyReply> {
@@ -245,21 +316,19 @@ export class Hub {
       throw problems.badRequest('hub.secret must be under 200 bytes');
     let feed: FeedName | undefined;
     let denial = '';
+    // A bad token is the request's error (401), before anything is verified.
+    const reader = this.access.caller(request.headers.authorization);
     try {
-      feed = await this.topicFeed(topic, origin, request.headers.authorization);
+      feed = await this.topicFeed(topic, origin, reader);
     } catch (e) {
       denial = e instanceof FeedError || e instanceof Error ? e.message : 'unknown topic';
       if ((e as { status?: number }).status === 401) throw e;
     }
-    return { mode, callback, topic, hub: `${origin}${HUB_PATH}`, leaseSeconds, secret, feed, denial };
+    return { mode, callback, topic, hub: `${origin}${HUB_PATH}`, leaseSeconds, secret, feed, reader, denial };
   }
 
   /** The feed a topic URL names: one of this server's feeds that the caller may read. */
-  private async topicFeed(
-    topic: string,
-    origin: string,
-    authorization: string | undefined,
-  ): Promise<FeedName> {
+  private async topicFeed(topic: string, origin: string, reader: string | undefined): Promise<FeedName> {
     let url: URL;
     try {
       url = new URL(topic);
@@ -277,8 +346,7 @@ export class Hub {
       throw new Error('the topic is not a feed of this hub');
     }
     const feed = parseFeedName(url.search ? `${node}?${url.search.slice(1)}` : node);
-    const jid = this.access.caller(authorization);
-    await this.access.mayRead(feed.node, jid);
+    await this.access.mayRead(feed.node, reader);
     return feed;
   }
 
@@ -337,6 +405,7 @@ export class Hub {
       hub: intent.hub,
       expires: Date.now() + intent.leaseSeconds * 1000,
       ...(intent.secret !== undefined ? { secret: intent.secret } : {}),
+      ...(intent.reader !== undefined ? { reader: intent.reader } : {}),
     };
     await this.store.put(sub);
     this.activate(sub);
