@@ -127,6 +127,8 @@ interface QueuedWrite {
   quiet?: boolean;
   /** Settles once `version` can be used: with the error that refuses the write, if one does. */
   ready?: Promise<Error | undefined>;
+  /** The id was generated for this write (a random UUID): no item has it, none is read. */
+  generated?: boolean;
   resolve: (change: Change) => void;
   reject: (error: Error) => void;
 }
@@ -576,6 +578,7 @@ export class FeedEngine {
         missing: write.missing,
         quiet: write.quiet,
         ready: write.ready,
+        generated: write.generated,
         resolve,
         reject,
       };
@@ -647,6 +650,7 @@ export class FeedEngine {
     const known = new Map<string, ItemRecord>();
     const lookup = new Set<string>();
     for (const w of batch) {
+      if (w.generated) continue;
       const pending = st.pending.get(w.id);
       if (pending) known.set(w.id, pending);
       else lookup.add(w.id);
@@ -655,7 +659,7 @@ export class FeedEngine {
       this.committer.check();
       // Only this pump writes the node's items, so what is read here is the latest durable state.
       const ids = [...lookup];
-      const bufs = await this.db.getMany(ids.map((id) => itemKey(st.nid, id)));
+      const bufs = ids.length > 0 ? await this.db.getMany(ids.map((id) => itemKey(st.nid, id))) : [];
       bufs.forEach((buf, i) => {
         if (buf) known.set(ids[i] as string, decodeRecord(buf));
       });
@@ -818,6 +822,8 @@ export class FeedEngine {
     let name: string;
     let id: string;
     let body: RecordBody;
+    // A generated id is new: its write reads no previous version.
+    const generated = input.id === undefined ? true : undefined;
     try {
       name = this.baseName(node);
       id = input.id ?? randomUUID();
@@ -828,7 +834,8 @@ export class FeedEngine {
       }
       if (typeof input.entry === 'string' && this.busy()) {
         // Busy: the text is parsed on the parse thread while this one computes and writes.
-        return this.publishParsed(name, id, this.parser.parse(input.entry), input.publisher, options);
+        const parsed = this.parser.parse(input.entry);
+        return this.publishParsed(name, { id, generated }, parsed, input.publisher, options);
       }
       body = this.bodyOf(
         typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry),
@@ -837,10 +844,12 @@ export class FeedEngine {
     } catch (e) {
       return Promise.reject(e);
     }
-    if (!options.appendOnly) return this.submit(name, options.autoCreate === true, { id, version: body });
+    if (!options.appendOnly)
+      return this.submit(name, options.autoCreate === true, { id, generated, version: body });
     const fresh = body;
     return this.submit(name, options.autoCreate === true, {
       id,
+      generated,
       version: (old) => {
         if (old) throw new ItemExists(name, id);
         return fresh;
@@ -877,7 +886,7 @@ export class FeedEngine {
    */
   private publishParsed(
     name: string,
-    id: string,
+    { id, generated }: { id: string; generated: true | undefined },
     parsed: Promise<AtomEntry>,
     publisher: string | undefined,
     options: { autoCreate?: boolean; appendOnly?: boolean },
@@ -897,6 +906,7 @@ export class FeedEngine {
     const appendOnly = options.appendOnly === true;
     return this.submit(name, options.autoCreate === true, {
       id,
+      generated,
       ready,
       version: (old) => {
         if (old && appendOnly) throw new ItemExists(name, id);

@@ -1,5 +1,5 @@
 import { createElement, parse as parseXml } from 'ltx';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { FeedEngine } from '../../src/feed/engine.ts';
 import {
   BadRequest,
@@ -1285,6 +1285,28 @@ describe('restart', () => {
 });
 
 describe('concurrency', () => {
+  it('reads no previous version for a generated id, and still finds those of ids given', async () => {
+    const busy = await h.open(await h.dir());
+    await busy.createNode('n');
+    await busy.publish('n', { id: 'known', entry: entry('known v1') });
+    const getMany = vi.spyOn(busy.storage().db, 'getMany');
+    const writes = Array.from({ length: 200 }, (_, i) =>
+      busy.publish(
+        'n',
+        i === 100 ? { id: 'known', entry: entry('known v2') } : { entry: entry(`anonymous ${i}`) },
+      ),
+    );
+    const changes = await Promise.all(writes);
+    const asked = getMany.mock.calls.flatMap(([keys]) =>
+      (keys as Buffer[]).map((k) => k.toString('utf8').slice(5)),
+    );
+    getMany.mockRestore();
+    expect(asked).toEqual(['known']);
+    expect(changes[100]?.kind).toBe('update');
+    expect(changes.filter((c) => c.kind === 'create').length).toBe(199);
+    expect(await busy.total('n')).toBe(200);
+  });
+
   it('500 publishes started at once: all acknowledged, exact totals and previous-cursor chain', async () => {
     let calls = 0;
     // Many writes share a millisecond; the clock also steps back now and then.
