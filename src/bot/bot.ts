@@ -26,6 +26,8 @@ export interface BotOptions {
   concurrency: number;
   /** Chat commands per second and burst per user (a subscribe costs a fetch and may make a node). */
   commandRate: RateLimitOptions;
+  /** How long a feed just subscribed to is kept from being forgotten at the cap (default 60 s). */
+  reserveMs?: number;
 }
 
 /** A chat subscription, kept under `BARE\0NODE` in `bot.subs`. */
@@ -119,6 +121,7 @@ export class FeedBot {
         maxFeeds: options.maxFeeds,
         concurrency: options.concurrency,
         owner: domain,
+        ...(options.reserveMs !== undefined ? { reserveMs: options.reserveMs } : {}),
       },
       log,
       (node) => (this.subscribers.get(node)?.size ?? 0) > 0,

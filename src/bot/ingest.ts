@@ -35,6 +35,11 @@ export interface IngestOptions {
   concurrency: number;
   /** The bare JID that owns the nodes the bot creates (the service's own). */
   owner: string;
+  /**
+   * A feed handed out by `add` is not forgotten at the cap for this long: its subscription is
+   * being made (default 60 s).
+   */
+  reserveMs?: number;
   now?: () => number;
 }
 
@@ -78,6 +83,8 @@ function oldestFirst(entries: RemoteEntry[]): RemoteEntry[] {
 export class FeedIngest {
   private readonly feeds = new Map<string, FeedRecord>();
   private readonly adding = new Map<string, Promise<FeedRecord>>();
+  /** When `add` last handed out each feed (its caller is about to subscribe to it). */
+  private readonly handedOut = new Map<string, number>();
   private readonly polling = new Map<string, Promise<PollOutcome>>();
   private timer: NodeJS.Timeout | undefined;
   private running = 0;
@@ -131,14 +138,17 @@ export class FeedIngest {
     } catch (e) {
       return Promise.reject(new IngestRefusal((e as FeedUrlError).message));
     }
-    return joinOrStart(this.adding, url, () => this.ingestNew(url));
+    return joinOrStart(this.adding, url, () => this.ingestNew(url)).then((rec) => {
+      this.handedOut.set(rec.node, this.now());
+      return rec;
+    });
   }
 
   private async ingestNew(url: string): Promise<FeedRecord> {
     const known = await this.nodeOf(url);
     const knownRec = known === undefined ? undefined : this.feeds.get(known);
     if (knownRec) return knownRec;
-    if (this.feeds.size >= this.options.maxFeeds)
+    if (this.feeds.size >= this.options.maxFeeds && !(await this.forgetDormant()))
       throw new IngestRefusal(`the service follows ${this.options.maxFeeds} feeds already, its limit`);
     let got: FetchResult;
     try {
@@ -186,6 +196,33 @@ export class FeedIngest {
     if (url !== canonical) await this.store.urls.put(url, node);
     this.log.info('feed added', { url: canonical, node, entries: doc.entries.length, format: doc.format });
     return rec;
+  }
+
+  /**
+   * Makes room under the feed cap: forgets the dormant feed (no chat subscriber, not handed out
+   * within `reserveMs`, not being polled) fetched longest ago. Its node and items stay, as any
+   * node's; it is no longer polled, and a later subscription to its address ingests it again
+   * into the same node (entries already seen are not published twice). Returns whether one was.
+   */
+  private async forgetDormant(): Promise<boolean> {
+    const now = this.now();
+    let oldest: FeedRecord | undefined;
+    for (const rec of this.feeds.values()) {
+      if (this.wanted(rec.node) || this.polling.has(rec.node)) continue;
+      if (now - (this.handedOut.get(rec.node) ?? -Infinity) < (this.options.reserveMs ?? 60_000)) continue;
+      if (!oldest || (rec.lastSuccessAt ?? 0) < (oldest.lastSuccessAt ?? 0)) oldest = rec;
+    }
+    if (!oldest) return false;
+    const { node } = oldest;
+    this.feeds.delete(node);
+    this.handedOut.delete(node);
+    const aliases = (await this.store.urls.entries())
+      .filter(([, n]) => n === node)
+      .map(([url]) => ({ key: url }));
+    await this.store.urls.batch(aliases);
+    await this.store.feeds.del(node);
+    this.log.info('dormant feed forgotten', { url: oldest.url, node });
+    return true;
   }
 
   /**

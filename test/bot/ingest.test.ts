@@ -29,7 +29,10 @@ let fetcher: Fetcher;
 let ingest: FeedIngest;
 let changes: Change[];
 
-function makeIngest(options: Partial<IngestOptions> = {}, wanted = () => true): FeedIngest {
+function makeIngest(
+  options: Partial<IngestOptions> = {},
+  wanted: (node: string) => boolean = () => true,
+): FeedIngest {
   return new FeedIngest(
     engine,
     fetcher,
@@ -247,6 +250,46 @@ describe('refusals', () => {
     await expect(capped.add(server.url('/b.xml'))).rejects.toThrow(/follows 1 feeds already/);
     // An address already followed is not a new feed.
     await expect(capped.add(server.url('/a.xml'))).resolves.toMatchObject({ title: 'A' });
+  });
+
+  it('makes room under the cap by forgetting the dormant feed fetched longest ago, keeping its node', async () => {
+    const subscribed = new Set<string>();
+    const capped = makeIngest({ maxFeeds: 2, reserveMs: 0 }, (node) => subscribed.has(node));
+    await capped.load();
+    let aEntries = [{ id: 'a1' }];
+    server.document('/a.xml', () => rss('A', aEntries));
+    server.document('/b.xml', () => rss('B', [{ id: 'b1' }]));
+    server.document('/c.xml', () => rss('C', [{ id: 'c1' }]));
+    server.document('/d.xml', () => rss('D', [{ id: 'd1' }]));
+    const a = await capped.add(server.url('/a.xml'));
+    const b = await capped.add(server.url('/b.xml'));
+    // Both have chat subscribers: nothing can be forgotten.
+    subscribed.add(a.node);
+    subscribed.add(b.node);
+    await expect(capped.add(server.url('/c.xml'))).rejects.toThrow(/follows 2 feeds already/);
+    // A loses its subscriber: it is forgotten for C, its node and items stay.
+    subscribed.delete(a.node);
+    const c = await capped.add(server.url('/c.xml'));
+    expect(capped.feed(a.node)).toBeUndefined();
+    expect(capped.feed(c.node)).toBeDefined();
+    expect(await capped.nodeOf(server.url('/a.xml'))).toBeUndefined();
+    expect(await titles(a.node)).toEqual(['Entry a1']);
+    // B still has its subscriber and C was just added: D finds no room... until C is unwanted.
+    subscribed.add(c.node);
+    await expect(capped.add(server.url('/d.xml'))).rejects.toThrow(/follows 2 feeds already/);
+    // A again (B dormant now): ingested into the same node; the entry it had is not published twice.
+    subscribed.delete(b.node);
+    aEntries = [{ id: 'a1' }, { id: 'a2' }];
+    const again = await capped.add(server.url('/a.xml'));
+    expect(again.node).toBe(a.node);
+    expect(capped.feed(b.node)).toBeUndefined();
+    expect((await titles(a.node)).sort()).toEqual(['Entry a1', 'Entry a2']);
+    // It is remembered after a restart of the ingest as it is now.
+    const reloaded = makeIngest({ maxFeeds: 2 }, () => true);
+    await reloaded.load();
+    expect(reloaded.feed(a.node)).toBeDefined();
+    expect(reloaded.feed(b.node)).toBeUndefined();
+    expect(reloaded.feed(c.node)).toBeDefined();
   });
 });
 
