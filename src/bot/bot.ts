@@ -255,19 +255,48 @@ export class FeedBot {
     if (!sender.local) return;
     const bare = sender.bare().toString();
     if (stanza.name === 'presence') void this.onPresence(bare, sender.resource, stanza.attrs.type);
-    else if (stanza.name === 'message' && stanza.attrs.type === 'chat') {
+    else if (stanza.name === 'message' && stanza.attrs.type === 'error') {
+      // One of our chat messages bounced for good (no such user, or they refuse it): stop.
+      const error = stanza.getChild('error');
+      if (error?.attrs.type === 'cancel' && String(stanza.attrs.id ?? '').startsWith('bot-'))
+        this.inCommandOrder(bare, () => this.onBounce(bare, error));
+    } else if (stanza.name === 'message' && stanza.attrs.type === 'chat') {
       const body = stanza.getChildText('body');
       if (body === null || body === undefined) return;
       if (!this.limiter.take(bare)) {
         this.send(this.chat(from, 'You are sending commands too fast; wait a few seconds and try again.'));
         return;
       }
-      const prev = this.commands.get(bare) ?? Promise.resolve();
-      const next = prev.then(() => this.onCommand(bare, from, parseCommand(body)));
-      this.commands.set(bare, next);
-      void next.then(() => {
-        if (this.commands.get(bare) === next) this.commands.delete(bare);
-      });
+      this.inCommandOrder(bare, () => this.onCommand(bare, from, parseCommand(body)));
+    }
+  }
+
+  /** Runs a user's commands (and bounces) one after another, in the order they came. */
+  private inCommandOrder(bare: string, step: () => Promise<void>): void {
+    const prev = this.commands.get(bare) ?? Promise.resolve();
+    const next = prev.then(step);
+    this.commands.set(bare, next);
+    void next.then(() => {
+      if (this.commands.get(bare) === next) this.commands.delete(bare);
+    });
+  }
+
+  /** Ends every chat subscription of a user whose messages bounce, and drops what waits for them. */
+  private async onBounce(bare: string, error: Element): Promise<void> {
+    try {
+      const subs = await this.subs.entries(`${bare}\0`);
+      await this.subs.batch(subs.map(([key]) => ({ key })));
+      for (const [, sub] of subs) this.subscribers.get(sub.node)?.delete(bare);
+      await this.delivery.forget(bare);
+      const condition = error.getChildElements().find((c) => c.name !== 'text')?.name ?? 'unknown';
+      if (subs.length > 0)
+        this.log.info('chat subscriptions ended by a bounce', {
+          jid: bare,
+          condition,
+          subscriptions: subs.length,
+        });
+    } catch (e) {
+      this.log.warn('bounce not handled', { jid: bare, error: String(e) });
     }
   }
 

@@ -126,6 +126,16 @@ export class Delivery {
     }
   }
 
+  /** Forgets a user whose messages bounce: their record and queued messages go. */
+  forget(bare: string): Promise<void> {
+    this.online.delete(bare);
+    return this.run(bare, async () => {
+      const queued = await this.store.queue.entries(`${bare}\0`);
+      await this.store.queue.batch(queued.map(([key]) => ({ key })));
+      await this.store.users.del(bare);
+    });
+  }
+
   /** Forgets who is online (the connection to the server was lost: presence comes again). */
   reset(): void {
     this.online.clear();

@@ -60,12 +60,15 @@ export class PubsubComponent {
   private stopping = false;
   private settled: (() => void)[] = [];
   private readonly unlisten: () => void;
+  /** Where chat messages, presence and bounces of chat messages go (the feed bot), if anywhere. */
+  private readonly chat: ((stanza: Element) => void) | undefined;
 
   constructor(
     private readonly engine: FeedEngine,
     options: ComponentOptions,
     private readonly log: Log,
   ) {
+    this.chat = options.chat;
     this.xmpp = component({ service: options.service, domain: options.domain, password: options.secret });
     this.xmpp.on('error', (e) => log.warn('xmpp error', { error: e.message }));
     this.xmpp.on('online', () => log.info('online', { domain: options.domain, service: options.service }));
@@ -226,7 +229,9 @@ export class PubsubComponent {
     if (error?.attrs.type !== 'cancel') return;
     const target = parseNotificationId(stanza.attrs.id ?? '');
     const from = stanza.attrs.from;
-    if (!target || !from) return;
+    // Not a notification's: the chat side (the feed bot) may have sent it.
+    if (!target) return this.chat?.(stanza);
+    if (!from) return;
     try {
       const who = jid(from);
       const feed = target.order === 'created' ? `${target.node}?order=created` : target.node;

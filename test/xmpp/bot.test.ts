@@ -371,4 +371,40 @@ describe('delivery', () => {
     expect(answers.filter((a) => a?.startsWith('I turn RSS')).length).toBeGreaterThanOrEqual(40);
     await flooder.xmpp.stop();
   });
+
+  // Last: it ends carol's subscriptions, which the tests above use.
+  it('ends the chat subscriptions of a user whose messages bounce for good, not for a passing error', async () => {
+    http.document('/bounce.xml', () => rss('Bouncy', entries(['b1'])));
+    const carol = await connect('carol');
+    const held = async () => (await stack.engine.kv('bot.subs').entries('carol@localhost\0')).length;
+    expect(await ask(carol, `subscribe ${http.url('/bounce.xml')}`)).toMatch(/^Subscribed to Bouncy/);
+    const bounce = (type: string, condition: string) =>
+      carol.xmpp.send(
+        xml(
+          'message',
+          { to: SERVICE, type: 'error', id: 'bot-123-4' },
+          xml('error', { type }, xml(condition, { xmlns: 'urn:ietf:params:xml:ns:xmpp-stanzas' })),
+        ),
+      );
+    // A temporary failure, and a bounce of something the bot did not send, change nothing.
+    await bounce('wait', 'remote-server-timeout');
+    await carol.xmpp.send(
+      xml(
+        'message',
+        { to: SERVICE, type: 'error', id: 'other-1' },
+        xml(
+          'error',
+          { type: 'cancel' },
+          xml('service-unavailable', { xmlns: 'urn:ietf:params:xml:ns:xmpp-stanzas' }),
+        ),
+      ),
+    );
+    const before = await held();
+    expect(before).toBeGreaterThan(0);
+    expect(await ask(carol, 'list')).toMatch(new RegExp(`^Your subscriptions \\(${before}\\)`));
+    await bounce('cancel', 'service-unavailable');
+    await until(async () => (await held()) === 0);
+    expect(await ask(carol, 'list')).toBe('You have no subscriptions. Send "subscribe URL" to add one.');
+    await carol.xmpp.stop();
+  });
 });
