@@ -9,6 +9,7 @@ import {
   AppendOnly,
   BadRequest,
   FeedError,
+  InvalidPayload,
   InvalidSubid,
   ItemExists,
   ItemNotFound,
@@ -160,6 +161,8 @@ const MAX_ROUND = 64;
 /** XML escaping can grow an attribute up to six times; the page budget counts the worst case. */
 const ITEM_OVERHEAD = 96;
 const PAGE_OVERHEAD = 512;
+/** Index entries read at once while resolving a cursor's stamp group (see read). */
+const LEAD_CHUNK = 256;
 
 function itemView(id: string, rec: ItemRecord): Omit<Item, 'cursor'> {
   return {
@@ -761,16 +764,15 @@ export class FeedEngine {
     const seq = st.seq + 1;
     const previous = { modified: st.tails.modified.lastCursor(), created: st.tails.created.lastCursor() };
     const idBuf = Buffer.from(id, 'utf8');
-    let rec: ItemRecord;
-    if (old) {
-      rec = { ...body, c: old.c, cs: old.cs, m: stamp, ms: seq };
-      ops.push({ type: 'del', key: indexKey(st.nid, 'modified', old.m, old.ms) });
-    } else {
-      rec = { ...body, c: stamp, cs: seq, m: stamp, ms: seq };
-      ops.push({ type: 'put', key: indexKey(st.nid, 'created', stamp, seq), value: idBuf });
-    }
+    const rec: ItemRecord = old
+      ? { ...body, c: old.c, cs: old.cs, m: stamp, ms: seq }
+      : { ...body, c: stamp, cs: seq, m: stamp, ms: seq };
+    // Encoded before any operation is added: a write refused here leaves nothing in the round's batch.
+    const value = encodeRecord(rec);
+    if (old) ops.push({ type: 'del', key: indexKey(st.nid, 'modified', old.m, old.ms) });
+    else ops.push({ type: 'put', key: indexKey(st.nid, 'created', stamp, seq), value: idBuf });
     ops.push({ type: 'put', key: indexKey(st.nid, 'modified', stamp, seq), value: idBuf });
-    ops.push({ type: 'put', key: itemKey(st.nid, id), value: encodeRecord(rec) });
+    ops.push({ type: 'put', key: itemKey(st.nid, id), value });
 
     st.seq = seq;
     st.stamp = stamp;
@@ -874,6 +876,9 @@ export class FeedEngine {
   private bodyOf({ entry, atomId }: AtomEntry, publisher: string | undefined): RecordBody {
     const bytes = Buffer.byteLength(entry, 'utf8');
     if (bytes > this.limits.maxPayloadBytes) throw new PayloadTooBig(bytes, this.limits.maxPayloadBytes);
+    // The record keeps the Atom id in a 16-bit length (record.ts).
+    if (atomId !== undefined && Buffer.byteLength(atomId, 'utf8') > 0xffff)
+      throw new InvalidPayload('the entry\'s Atom <id> is longer than 65,535 bytes');
     const body: RecordBody = { e: entry };
     if (publisher !== undefined) body.p = publisher;
     if (atomId !== undefined) body.a = atomId;
@@ -1097,10 +1102,29 @@ export class FeedEngine {
         const it = this.db.iterator({ gte: start, lt: range.end, snapshot });
         try {
           // Usually one read: the cursor's group up to it (or some of the id's group), then the page.
-          const slack = since?.type === 'cursor' ? since.cursor.o + 1 : after ? 16 : 0;
-          let want = max + 1 + slack;
-          let got = await take(it, want);
-          let ended = got.length < want;
+          let got: Entry[];
+          let ended: boolean;
+          let want: number;
+          if (since?.type === 'cursor') {
+            // O comes from the client and bounds nothing by itself: the group is read in chunks
+            // for as long as it lasts (stamp T), up to the cursor and a page past it.
+            const { t, o } = since.cursor;
+            got = [];
+            ended = false;
+            for (let left = o + 1 + max + 1; left > 0 && !ended; ) {
+              const n = Math.min(left, LEAD_CHUNK);
+              const chunk = await take(it, n);
+              ended = chunk.length < n;
+              for (const e of chunk) got.push(e);
+              left -= chunk.length;
+              const last = chunk[chunk.length - 1];
+              if (!last || stampOfIndexKey(last.key) !== t) break;
+            }
+          } else {
+            want = max + 1 + (after ? 16 : 0);
+            got = await take(it, want);
+            ended = got.length < want;
+          }
           let head = got;
           if (since?.type === 'cursor') {
             const { t, o, c } = since.cursor;

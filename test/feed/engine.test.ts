@@ -880,6 +880,48 @@ describe('reads', () => {
   });
 });
 
+describe('a write refused in its round', () => {
+  it('leaves nothing of itself in the batch the round commits', async () => {
+    let now = T0;
+    const e = await h.open(await h.dir(), { now: () => now, limits: { maxPayloadBytes: 256 * 1024 } });
+    await e.createNode('n');
+    await e.publish('n', { id: 'old', entry: entry('v1') });
+    now = T0 + 1000;
+    const hugeId = `<entry xmlns="${ATOM}"><id>${'x'.repeat(70_000)}</id></entry>`;
+    const results = await Promise.allSettled([
+      // Refused when its record is made (a publisher too long for the record), and before it.
+      e.publish('n', { id: 'old', entry: entry('v2'), publisher: `${'p'.repeat(70_000)}@x` }),
+      e.publish('n', { id: 'new', entry: entry('n') }),
+      e.publish('n', { id: 'bad-new', entry: hugeId }),
+      e.publish('n', { id: 'new2', entry: entry('n2') }),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(['rejected', 'fulfilled', 'rejected', 'fulfilled']);
+    expect(ids(await e.read('n'))).toEqual(['old', 'new', 'new2']);
+    expect(ids(await e.read('n?order=created'))).toEqual(['old', 'new', 'new2']);
+    expect(await e.total('n')).toBe(3);
+    const [old] = await e.getItems('n', ['old']);
+    expect(old?.entry).toContain('v1');
+  });
+});
+
+describe('cursors a client makes up', () => {
+  it('resolves a cursor deep in a large stamp group, and survives an absurd offset', async () => {
+    const big = await h.open(await h.dir(), { now: () => T0 });
+    await big.createNode('g');
+    const group = Array.from({ length: 700 }, (_, i) => `g${String(i).padStart(3, '0')}`);
+    for (let i = 0; i < group.length; i += 100)
+      await Promise.all(group.slice(i, i + 100).map((id) => big.publish('g', { id, entry: entry(id) })));
+    // All 700 share one millisecond: a cursor at offset 550 is read across several chunks.
+    const deep = await big.read('g', { since: cursorOf(T0, group, 550), max: 5 });
+    expect(ids(deep)).toEqual(group.slice(551, 556));
+    // An offset no group has (it once made the read allocate without bound): time:T, the whole group.
+    for (const o of [700, 9_000_000_000_000_000, Number.MAX_SAFE_INTEGER]) {
+      const page = await big.read('g', { since: `cursor:${T0}_${o}_0`, max: 3 });
+      expect(ids(page), String(o)).toEqual(group.slice(0, 3));
+    }
+  });
+});
+
 describe('page byte budget', () => {
   const N = 40;
   let small: FeedEngine;
