@@ -45,6 +45,15 @@ function parseStrict(xml: string): Parsed {
   }
 }
 
+/**
+ * An attribute value as text that reads back the same: a parser turns a raw tab, line feed or
+ * carriage return in an attribute into a space, so they are written as character references.
+ */
+function escapeAttribute(value: string): string {
+  const escaped = escapeXML(value);
+  return /[\t\n\r]/.test(escaped) ? escaped.replace(/[\t\n\r]/g, (c) => `&#${c.charCodeAt(0)};`) : escaped;
+}
+
 /** Thrown from inside the parser to stop it: the parser is then dropped. */
 class TooDeep extends Error {}
 
@@ -96,7 +105,7 @@ class StrictReader {
       }
       let out = `<${tag.name}`;
       for (const [name, attr] of Object.entries(tag.attributes))
-        out += ` ${name}="${escapeXML(typeof attr === 'string' ? attr : attr.value)}"`;
+        out += ` ${name}="${escapeAttribute(typeof attr === 'string' ? attr : attr.value)}"`;
       this.out += out;
       names.push(tag.name);
       this.startOpen = true;
@@ -125,7 +134,7 @@ class StrictReader {
   private text(t: string): void {
     if (this.names.length === 0) return;
     this.child();
-    this.out += escapeXMLText(t);
+    this.out += escapeText(t);
     if (this.idState === 'reading' && this.names.length === 2) this.idText += t;
   }
 
@@ -229,7 +238,48 @@ export function readAtomElementText(el: Element): AtomEntry {
     while (up && up.attrs.xmlns === undefined) up = up.parent;
     if (up?.attrs.xmlns) copy.attrs.xmlns = up.attrs.xmlns;
   }
-  return { entry: copy.toString(), atomId };
+  return { entry: serialize(copy), atomId };
+}
+
+/**
+ * An element tree as XML text in the form the strict reader writes (ltx's form, but for the
+ * characters a parser would not read back: CR, and tab/LF/CR in attribute values, become
+ * character references). Iterative: payloads nest deep.
+ */
+function serialize(root: Element): string {
+  let out = '';
+  const stack: (Element | string)[] = [root];
+  while (stack.length > 0) {
+    const next = stack.pop() as Element | string;
+    if (typeof next === 'string') {
+      out += next;
+      continue;
+    }
+    out += `<${next.name}`;
+    for (const [name, value] of Object.entries(next.attrs)) {
+      if (value === null || value === undefined) continue;
+      out += ` ${name}="${escapeAttribute(typeof value === 'string' ? value : String(value))}"`;
+    }
+    if (next.children.length === 0) {
+      out += '/>';
+      continue;
+    }
+    out += '>';
+    stack.push(`</${next.name}>`);
+    for (let i = next.children.length - 1; i >= 0; i--) {
+      const child = next.children[i] as Element | string | number | null | undefined;
+      if (child === null || child === undefined) continue;
+      if (typeof child === 'object') stack.push(child);
+      else stack.push(escapeText(String(child)));
+    }
+  }
+  return out;
+}
+
+/** Text content that reads back the same: a raw CR would come back as a line feed. */
+function escapeText(text: string): string {
+  const escaped = escapeXMLText(text);
+  return escaped.includes('\r') ? escaped.replace(/\r/g, '&#13;') : escaped;
 }
 
 /** Namespace prefixes used by element and attribute names under `root` (iteratively: payloads nest deep). */

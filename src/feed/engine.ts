@@ -189,6 +189,8 @@ export class FeedEngine {
   private readonly committer: Committer;
   /** Parses entries on a second thread while writes are being written (parsePool.ts). */
   private readonly parser = new EntryParser();
+  /** Reads that acknowledged writes still wait for (an update's created cursor): close() waits. */
+  private readonly lookups = new Set<Promise<void>>();
   /** Publishes called in the current turn of the event loop (see busy). */
   private publishesThisTurn = 0;
   private readonly nodes = new Map<string, Promise<NodeState | undefined>>();
@@ -242,6 +244,8 @@ export class FeedEngine {
       chains = now;
       await Promise.allSettled(chains);
     }
+    await this.committer.drain().catch(() => undefined);
+    await Promise.allSettled([...this.lookups]);
     await this.sweeping;
     await Promise.allSettled([...this.purges]);
     await this.committer.drain().catch(() => undefined);
@@ -593,7 +597,17 @@ export class FeedEngine {
       }
       const prev = this.arrivals.get(name) ?? Promise.resolve();
       const step = prev
-        .then(async () => this.enqueue(await this.nodeFor(name, autoCreate), queued))
+        .then(async () => {
+          // A node is not created for an entry that turns out to be refused.
+          if (autoCreate && queued.ready && !this.ready.has(name)) {
+            const refused = await queued.ready;
+            if (refused) {
+              reject(refused);
+              return;
+            }
+          }
+          this.enqueue(await this.nodeFor(name, autoCreate), queued);
+        })
         .catch(reject);
       this.arrivals.set(name, step);
       void step.then(() => {
@@ -723,11 +737,15 @@ export class FeedEngine {
           for (const { w, change, rec } of written) {
             settle(w, rec);
             if (change.feeds.created.cursor) w.resolve(change);
-            else
-              this.cursorOf(st, w.id, 'created').then((cursor) => {
+            else {
+              // An update's place in the created order is read after its commit; close() waits for it.
+              const lookup = this.cursorOf(st, w.id, 'created').then((cursor) => {
                 change.feeds.created.cursor = cursor;
                 w.resolve(change);
               }, w.reject);
+              this.lookups.add(lookup);
+              void lookup.finally(() => this.lookups.delete(lookup));
+            }
           }
         },
         (e) => {
@@ -878,7 +896,7 @@ export class FeedEngine {
     if (bytes > this.limits.maxPayloadBytes) throw new PayloadTooBig(bytes, this.limits.maxPayloadBytes);
     // The record keeps the Atom id in a 16-bit length (record.ts).
     if (atomId !== undefined && Buffer.byteLength(atomId, 'utf8') > 0xffff)
-      throw new InvalidPayload('the entry\'s Atom <id> is longer than 65,535 bytes');
+      throw new InvalidPayload("the entry's Atom <id> is longer than 65,535 bytes");
     const body: RecordBody = { e: entry };
     if (publisher !== undefined) body.p = publisher;
     if (atomId !== undefined) body.a = atomId;
@@ -1205,7 +1223,8 @@ export class FeedEngine {
         return decodeRecord(b);
       });
       // Keep within the byte budget: forwards keep the oldest items, backwards the newest.
-      let budget = this.limits.maxPageBytes - PAGE_OVERHEAD;
+      // The reply names the node once (as asked, escaped: up to six bytes a byte).
+      let budget = this.limits.maxPageBytes - PAGE_OVERHEAD - 6 * Buffer.byteLength(feed.requested, 'utf8');
       let keep = 0;
       const sizes = records.map(
         (r, i) =>
@@ -1324,7 +1343,10 @@ export class FeedEngine {
             }
             if (at === position) return id.toString('utf8');
           }
-          if (marks.length >= 1000) await this.committer.add(marks.splice(0));
+          if (marks.length >= 1000) {
+            if (st.deleted) return undefined;
+            await this.committer.add(marks.splice(0));
+          }
         }
       } finally {
         await entries.close();

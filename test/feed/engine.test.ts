@@ -1,3 +1,4 @@
+import xml from '@xmpp/xml';
 import { createElement, parse as parseXml } from 'ltx';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { FeedEngine } from '../../src/feed/engine.ts';
@@ -14,6 +15,8 @@ import {
   PayloadTooBig,
 } from '../../src/feed/errors.ts';
 import type { Change, ExportRecord, Page, ReadQuery } from '../../src/feed/model.ts';
+import { itemElement } from '../../src/xmpp/pubsub.ts';
+import { rsmReply } from '../../src/xmpp/rsm.ts';
 import { ATOM, Clock, cursorOf, entry, Harness, ids, stored, T0 } from './support.ts';
 
 const TOMBSTONE_NS = 'http://purl.org/atompub/tombstones/1.0';
@@ -972,6 +975,21 @@ describe('page byte budget', () => {
       page = await small.read('n', { until: page.items[0]?.cursor, max: 250 });
     }
     expect(seen).toEqual(all);
+  });
+
+  it('counts the node name the reply carries, however long and however escaped', async () => {
+    // The XMPP reply: <pubsub><items node=NAME> with each item, and the RSM set.
+    const name = "'".repeat(1024);
+    const wide = await h.open(await h.dir(), { limits: { maxPageBytes: 16 * 1024 } });
+    await wide.createNode(name);
+    for (let i = 0; i < 12; i++)
+      await wide.publish(name, { id: `w${i}`, entry: entry(`${i}`, undefined, 2 * 1024) });
+    const page = await wide.read(name, { max: 250 });
+    expect(page.truncated).toBe(true);
+    const items = xml('items', { node: name });
+    for (const item of page.items) items.append(itemElement(item));
+    const reply = xml('pubsub', { xmlns: 'http://jabber.org/protocol/pubsub' }, items, rsmReply(page));
+    expect(Buffer.byteLength(reply.toString(), 'utf8')).toBeLessThanOrEqual(16 * 1024);
   });
 
   it('does not truncate pages that fit', async () => {

@@ -129,6 +129,32 @@ describe('publishes parsed on the parse thread', () => {
     expect(first?.entry).toContain('twice 11');
   });
 
+  it('does not auto-create a node for an entry it refuses', async () => {
+    const engine = await h.open(await h.dir());
+    const [, refused] = await Promise.allSettled([
+      engine.publish('other', { entry: entry('fine') }, { autoCreate: true }),
+      // Parsed on the parse thread (a second publish in the same turn), after the node was looked up.
+      engine.publish('never', { entry: '<not-an-entry/>' }, { autoCreate: true }),
+    ]);
+    expect(refused.status === 'rejected' && refused.reason).toBeInstanceOf(InvalidPayload);
+    expect(await engine.hasNode('never')).toBe(false);
+    expect(await engine.hasNode('other')).toBe(true);
+  });
+
+  it('acknowledges updates pending at close, created cursor included', async () => {
+    const dir = await h.dir();
+    const engine = await h.open(dir);
+    await engine.createNode('u');
+    for (let i = 0; i < 50; i++) await engine.publish('u', { id: `i${i}`, entry: entry(`v1 ${i}`) });
+    const updates = Array.from({ length: 50 }, (_, i) =>
+      engine.publish('u', { id: `i${i}`, entry: entry(`v2 ${i}`) }),
+    );
+    await h.close(engine);
+    const settled = await Promise.allSettled(updates);
+    expect(settled.filter((r) => r.status === 'rejected')).toEqual([]);
+    for (const r of settled) if (r.status === 'fulfilled') expect(r.value.feeds.created.cursor).not.toBe('');
+  });
+
   it('writes what was being parsed when the engine closes', async () => {
     const dir = await h.dir();
     let engine = await h.open(dir);
