@@ -535,12 +535,19 @@ export class FeedEngine {
     };
   }
 
-  /** Node names in byte order, `max` at most, after `after` if given. */
-  async listNodes(options: { after?: string; max?: number } = {}): Promise<string[]> {
-    const end = prefixEnd(NODE_PREFIX);
+  /**
+   * Node names in byte order, `max` at most, after `after` and before `before` if given: the
+   * first `max` of that range, or with `last` its last `max` (still in byte order).
+   */
+  async listNodes(
+    options: { after?: string; before?: string; max?: number; last?: boolean } = {},
+  ): Promise<string[]> {
     const lower = options.after === undefined ? { gte: NODE_PREFIX } : { gt: nodeKey(options.after) };
-    const keys = await this.db.keys({ ...lower, lt: end, limit: options.max ?? -1 }).all();
-    return keys.map(nameOfNodeKey);
+    const upper = options.before === undefined ? prefixEnd(NODE_PREFIX) : nodeKey(options.before);
+    const reverse = options.last === true;
+    const keys = await this.db.keys({ ...lower, lt: upper, reverse, limit: options.max ?? -1 }).all();
+    const names = keys.map(nameOfNodeKey);
+    return reverse ? names.reverse() : names;
   }
 
   /** Items in the node, tombstones included. */

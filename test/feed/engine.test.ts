@@ -1115,6 +1115,11 @@ describe('nodes', () => {
     await engine.createNode('é');
     expect(await engine.listNodes()).toEqual(['a', 'b', 'n', 'é']);
     expect(await engine.listNodes({ after: 'a', max: 2 })).toEqual(['b', 'n']);
+    // Backwards: the last names of the range, before a name or to the end, still in byte order.
+    expect(await engine.listNodes({ last: true, max: 2 })).toEqual(['n', 'é']);
+    expect(await engine.listNodes({ before: 'n', last: true, max: 5 })).toEqual(['a', 'b']);
+    expect(await engine.listNodes({ before: 'é', last: true, max: 1 })).toEqual(['n']);
+    expect(await engine.listNodes({ after: 'a', before: 'é' })).toEqual(['b', 'n']);
     await rejects(engine.total('nope'), NodeNotFound);
   });
 });
