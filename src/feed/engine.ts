@@ -125,6 +125,8 @@ interface QueuedWrite {
   missing?: () => Error;
   /** Part of a purge (see Change.quiet). */
   quiet?: boolean;
+  /** See Change.notify. */
+  notify?: true;
   /** Settles once `version` can be used: with the error that refuses the write, if one does. */
   ready?: Promise<Error | undefined>;
   /** The id was generated for this write (a random UUID): no item has it, none is read. */
@@ -584,6 +586,7 @@ export class FeedEngine {
         version: write.version,
         missing: write.missing,
         quiet: write.quiet,
+        notify: write.notify,
         ready: write.ready,
         generated: write.generated,
         resolve,
@@ -791,6 +794,7 @@ export class FeedEngine {
       kind: old === undefined ? 'create' : rec.d === 1 ? 'retract' : 'update',
       changed: true,
       ...(w.quiet ? { quiet: true } : {}),
+      ...(w.notify ? { notify: true } : {}),
       item: itemView(id, rec),
       total: st.total,
       feeds: {
@@ -932,8 +936,11 @@ export class FeedEngine {
   async retract(
     node: string,
     id: string,
-    /** appendOnly: the node's items are never retracted (`append-only`). */
-    options: { publisher?: string; quiet?: boolean; appendOnly?: boolean } = {},
+    /**
+     * appendOnly: the node's items are never retracted (`append-only`); notify: the change
+     * carries `notify` (subscribers are told whatever the node's settings).
+     */
+    options: { publisher?: string; quiet?: boolean; appendOnly?: boolean; notify?: boolean } = {},
   ): Promise<Change> {
     const name = parseFeedName(node).node;
     checkItemId(id);
@@ -941,6 +948,7 @@ export class FeedEngine {
     return this.submit(name, false, {
       id,
       quiet: options.quiet === true,
+      ...(options.notify ? { notify: true as const } : {}),
       version: (old, stamp) => {
         if (!old || old.d === 1) return undefined;
         const body: RecordBody = { d: 1, e: tombstone(old.a ?? id, stamp) };

@@ -398,6 +398,13 @@ describe('retract', () => {
     expect((await engine.retract('n', 'b', { publisher: 'bob@x' })).item.publisher).toBe('bob@x');
   });
 
+  it('carries notify to the change when asked, and only then', async () => {
+    await publishAll(['a', 'b']);
+    expect((await engine.retract('n', 'a', { notify: true })).notify).toBe(true);
+    expect((await engine.retract('n', 'b')).notify).toBeUndefined();
+    expect(changes.filter((c) => c.kind === 'retract').map((c) => c.notify)).toEqual([true, undefined]);
+  });
+
   it('retracting a tombstone succeeds and changes nothing: no write, no event', async () => {
     await publishAll(['a', 'b']);
     const first = await engine.retract('n', 'a');
