@@ -10,15 +10,18 @@ import { authorize, type Handler, type Request, type Service } from './request.t
 import { parseRsm, rsmReply } from './rsm.ts';
 import { SHIM_HEADERS } from './shim.ts';
 
-/** The pubsub features this service implements, as XEP-0060 registers their names. */
+/**
+ * The pubsub features this service always implements, as XEP-0060 registers their names
+ * (`auto-create` depends on the service's settings: see serviceFeatures).
+ */
 const PUBSUB_FEATURES = [
   'access-authorize',
   'access-open',
   'access-whitelist',
-  'auto-create',
   'config-node',
   'create-and-configure',
   'create-nodes',
+  'delete-items',
   'delete-nodes',
   'instant-nodes',
   'item-ids',
@@ -43,15 +46,19 @@ const PUBSUB_FEATURES = [
   'subscription-notifications',
 ];
 
-const SERVICE_FEATURES = [
-  NS.discoInfo,
-  NS.discoItems,
-  NS.pubsub,
-  ...PUBSUB_FEATURES.map((f) => `${NS.pubsub}#${f}`),
-  NS.rsm,
-  NS.shim,
-  NS.orderBy,
-];
+/** The service's disco#info features: those it always has, and those its settings turn on. */
+function serviceFeatures(service: Service): string[] {
+  const pubsub = service.autoCreate ? [...PUBSUB_FEATURES, 'auto-create'].sort() : PUBSUB_FEATURES;
+  return [
+    NS.discoInfo,
+    NS.discoItems,
+    NS.pubsub,
+    ...pubsub.map((f) => `${NS.pubsub}#${f}`),
+    NS.rsm,
+    NS.shim,
+    NS.orderBy,
+  ];
+}
 
 function query(ns: string, node: string | undefined, ...children: Element[]): Element {
   const attrs: Record<string, string> = { xmlns: ns };
@@ -80,7 +87,7 @@ export const discoInfo: Handler = async (service, req) => {
       NS.discoInfo,
       undefined,
       xml('identity', { category: 'pubsub', type: 'service', name: 'Smart Feeds' }),
-      ...features(SERVICE_FEATURES),
+      ...features(serviceFeatures(service)),
     );
   }
   if (node === NS.shim) {
