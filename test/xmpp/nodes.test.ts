@@ -349,6 +349,62 @@ describe('access models', () => {
     expect(await total(alice, 'wl-auth')).toEqual({ access: 'authorize', total: '0' });
   });
 
+  it('pages the node list (XEP-0059) forwards and backwards, counting the nodes each may see', async () => {
+    const list = async (user: User, ...set: Element[]) => {
+      const reply = await ok(
+        user.iq(
+          'get',
+          xml(
+            'query',
+            { xmlns: NS.items },
+            ...(set.length > 0 ? [xml('set', { xmlns: NS.rsm }, ...set)] : []),
+          ),
+        ),
+      );
+      const q = reply.getChild('query', NS.items);
+      const rsmSet = q?.getChild('set', NS.rsm);
+      return {
+        names: (q?.getChildren('item') ?? []).map((i) => i.attrs.node as string),
+        first: rsmSet?.getChildText('first') ?? undefined,
+        count: rsmSet?.getChildText('count') ?? undefined,
+      };
+    };
+    const max = (n: number) => xml('max', {}, String(n));
+    for (const name of ['list-a', 'list-b', 'list-c', 'wl-2']) await create(alice, name);
+    const seen = (await list(carol)).names;
+    expect(seen.length).toBeGreaterThan(4);
+    expect(seen).not.toContain('wl');
+    const count = String(seen.length);
+    // <before/> is the last page; <before>X</before> the page that ends just before X.
+    expect(await list(carol, max(2), xml('before'))).toEqual({
+      names: seen.slice(-2),
+      first: seen.at(-2),
+      count,
+    });
+    expect((await list(carol, max(2), xml('before', {}, seen.at(-2) as string))).names).toEqual(
+      seen.slice(-4, -2),
+    );
+    expect((await list(carol, max(2), xml('after', {}, seen[0] as string))).names).toEqual(seen.slice(1, 3));
+    // Backwards from the end, page by page: every node carol may see, once (wl leaves a gap).
+    const walked: string[] = [];
+    let before: string | undefined = '';
+    while (before !== undefined) {
+      const page = await list(carol, max(2), xml('before', {}, before));
+      walked.unshift(...page.names);
+      expect(page.count).toBe(count);
+      before = page.first;
+    }
+    expect(walked).toEqual(seen);
+    // <max>0</max>: the count alone; bob, a member of wl, sees it and counts it.
+    expect(await list(carol, max(0))).toEqual({ names: [], first: undefined, count });
+    expect(await list(bob, max(0))).toEqual({
+      names: [],
+      first: undefined,
+      count: String((await list(bob)).names.length),
+    });
+    expect((await list(bob)).names).toContain('wl');
+  });
+
   it('authorize: pending until an owner approves through the form; the subscriber is told', async () => {
     await create(alice, 'auth', { 'pubsub#access_model': 'authorize' });
     await ok(alice.iq('set', publishIq('auth', 'a1')));
