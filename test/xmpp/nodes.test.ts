@@ -290,6 +290,33 @@ describe('publish models and affiliations', () => {
         'precondition-not-met',
       ]);
   });
+
+  it('creates a missing node with the publish-options as its configuration (XEP-0060 7.1.5)', async () => {
+    const publishTo = (node: string, fields: Record<string, string>) =>
+      pubsub(
+        xml('publish', { node }, xml('item', { id: 'p' }, entry('p'))),
+        xml('publish-options', {}, form(`${NS.pubsub}#publish-options`, fields)),
+      );
+    await ok(
+      alice.iq('set', publishTo('pre-new', { 'pubsub#access_model': 'whitelist', 'pubsub#title': 'T' })),
+    );
+    const config = await configOf(alice, 'pre-new');
+    expect(config['pubsub#access_model']).toEqual(['whitelist']);
+    expect(config['pubsub#title']).toEqual(['T']);
+    expect(itemsOf(await alice.iq('get', pubsub(xml('items', { node: 'pre-new' })))).ids).toEqual(['p']);
+    expect(errorOf(await bob.iq('get', pubsub(xml('items', { node: 'pre-new' }))))).toEqual(CLOSED);
+    // A value the node cannot take is the configure error, and no node is left behind.
+    const refused: Record<string, string>[] = [
+      { 'pubsub#access_model': 'nonsense' },
+      { 'pubsub#unknown_option': 'x' },
+    ];
+    for (const fields of refused) {
+      const [type, condition] = errorOf(await alice.iq('set', publishTo('pre-bad', fields)));
+      expect([type, condition], JSON.stringify(fields)).toEqual(['modify', 'not-acceptable']);
+      const info = await alice.iq('get', xml('query', { xmlns: NS.info, node: 'pre-bad' }));
+      expect(errorOf(info)).toEqual(['cancel', 'item-not-found', undefined]);
+    }
+  });
 });
 
 describe('access models', () => {
