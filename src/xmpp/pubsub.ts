@@ -185,7 +185,9 @@ const retract: Handler = async (service, req) => {
     item && item.publisher === req.bare ? 'retract-own' : 'retract',
   );
   await service.notifier.ready();
-  await service.engine.retract(feed.node, id, { publisher: req.bare, appendOnly: config.appendOnly });
+  // XEP-0060 7.2.2.1: notify='true' (or '1') asks that subscribers be told of this retraction.
+  const notify = verb.attrs.notify === 'true' || verb.attrs.notify === '1';
+  await service.engine.retract(feed.node, id, { publisher: req.bare, appendOnly: config.appendOnly, notify });
   return undefined;
 };
 

@@ -634,6 +634,30 @@ describe('configuration', () => {
     expect(after[2]?.getChild('event', NS.event)?.getChild('items')?.getChild('item')?.attrs.id).toBe('s3');
   });
 
+  it("tells a retraction asked with notify='true' even when notify_retract is off", async () => {
+    await create(alice, 'nr', { 'pubsub#notify_retract': 'false' });
+    await ok(bob.iq('set', subscribeIq(bob, 'nr')));
+    for (const id of ['a', 'b', 'c']) await ok(alice.iq('set', publishIq('nr', id)));
+    const retract = (id: string, notify?: string) =>
+      ok(
+        alice.iq(
+          'set',
+          pubsub(xml('retract', { node: 'nr', ...(notify ? { notify } : {}) }, xml('item', { id }))),
+        ),
+      );
+    await retract('a', 'true');
+    await retract('b', 'false');
+    await retract('c', '1');
+    await ok(alice.iq('set', publishIq('nr', 'd')));
+    const forNr = (m: Element) => eventOf(m)?.getChild('items')?.attrs.node === 'nr';
+    const told = await bob.waitMessages(6, forNr);
+    const what = told.map((m) => {
+      const child = eventOf(m)?.getChild('items')?.getChildElements()[0];
+      return `${child?.name}:${child?.attrs.id}`;
+    });
+    expect(what).toEqual(['item:a', 'item:b', 'item:c', 'retract:a', 'retract:c', 'item:d']);
+  });
+
   it('selects the feed with XEP-0413 <order/>, as ?order= does', async () => {
     await create(alice, 'ord');
     for (const id of ['x', 'y']) await ok(alice.iq('set', publishIq('ord', id)));
