@@ -352,7 +352,7 @@ export async function authorizationAnswer(service: Service, bare: string, messag
   const req: Request = { from: bare, bare, stanza: message, element: message };
   await authorize(service, req, feed.node, 'manage');
   const sub = (await service.engine.subscriptionsOf(feed.node)).find(
-    (s) => s.feed === feed.requested && s.jid === subscriber.full,
+    (s) => s.order === feed.order && s.jid === subscriber.full,
   );
   const subid = field('pubsub#subid');
   if (!sub?.pending || (subid !== undefined && subid !== sub.subid)) return;

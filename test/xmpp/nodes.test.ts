@@ -539,6 +539,69 @@ describe('access models', () => {
   });
 });
 
+describe('managing subscriptions', () => {
+  const ownerSubscriptions = async (node: string) =>
+    (
+      (await ok(alice.iq('get', owner(xml('subscriptions', { node })))))
+        .getChild('pubsub', NS.owner)
+        ?.getChild('subscriptions')
+        ?.getChildren('subscription') ?? []
+    )
+      .map((s) => `${s.attrs.node} ${s.attrs.jid} ${s.attrs.subscription}`)
+      .sort();
+  const setNone = (node: string, jid: string, entryNode?: string) =>
+    alice.iq(
+      'set',
+      owner(
+        xml(
+          'subscriptions',
+          { node },
+          xml('subscription', { jid, subscription: 'none', ...(entryNode ? { node: entryNode } : {}) }),
+        ),
+      ),
+    );
+
+  it('lists every order under any name of the node, and removes the subscription an entry names', async () => {
+    await create(alice, 'os');
+    await ok(bob.iq('set', subscribeIq(bob, 'os')));
+    await ok(bob.iq('set', subscribeIq(bob, 'os?order=created')));
+    await ok(carol.iq('set', subscribeIq(carol, 'os?order=modified')));
+    const all = [
+      'os bob@localhost subscribed',
+      'os carol@localhost subscribed',
+      'os?order=created bob@localhost subscribed',
+    ];
+    expect(await ownerSubscriptions('os')).toEqual(all);
+    expect(await ownerSubscriptions('os?order=modified')).toEqual(all);
+    expect(await ownerSubscriptions('os?order=created')).toEqual(all);
+    // `os?order=modified` is the feed `os`: carol's subscription goes, and she is told.
+    const told = carol.messages.length;
+    await ok(setNone('os?order=modified', 'carol@localhost'));
+    const [news] = (await carol.waitMessages(told + 1)).slice(told);
+    expect(eventOf(news as Element)?.getChild('subscription')?.attrs).toMatchObject({
+      node: 'os?order=modified',
+      subscription: 'none',
+    });
+    // An entry's node names the feed: only bob's created-order subscription goes.
+    await ok(setNone('os', 'bob@localhost', 'os?order=created'));
+    expect(await ownerSubscriptions('os')).toEqual(['os bob@localhost subscribed']);
+    // An entry that names no subscription fails, and is echoed in the error.
+    for (const [node, jid, entryNode] of [
+      ['os', 'carol@localhost', undefined],
+      ['os', 'bob@localhost', 'os?order=created'],
+      ['os?order=created', 'bob@localhost', undefined],
+      ['os', 'bob@localhost', 'other-node'],
+    ] as const) {
+      const reply = await setNone(node, jid, entryNode);
+      expect(errorOf(reply), `${node} ${jid} ${entryNode}`).toEqual(['modify', 'not-acceptable', undefined]);
+      expect(
+        reply.getChild('pubsub', NS.owner)?.getChild('subscriptions')?.getChildren('subscription'),
+      ).toHaveLength(1);
+    }
+    expect(await ownerSubscriptions('os')).toEqual(['os bob@localhost subscribed']);
+  });
+});
+
 describe('configuration', () => {
   it('round-trips: only submitted fields change, cancel changes nothing, default is offered', async () => {
     await create(alice, 'cfg', { 'pubsub#title': 'First' });
@@ -881,7 +944,8 @@ describe('malformed owner requests', () => {
       const [t, c] = errorOf(await alice.iq(type as 'get' | 'set', child));
       expect([t, c], child.toString()).toEqual([errorType, condition]);
     }
-    // Partial failures name the entries that failed, whatever is wrong with them.
+    // Partial failures name the entries that failed, whatever is wrong with them (carol has no
+    // subscription to remove).
     const subs = await alice.iq(
       'set',
       owner(
@@ -901,7 +965,7 @@ describe('malformed owner requests', () => {
         ?.getChild('subscriptions')
         ?.getChildren('subscription')
         .map((s) => s.attrs.subscription),
-    ).toEqual(['maybe', 'subscribed']);
+    ).toEqual(['maybe', 'subscribed', 'none']);
     const affs = await alice.iq(
       'set',
       owner(xml('affiliations', { node: 'odd' }, xml('affiliation', { affiliation: 'member' }))),
