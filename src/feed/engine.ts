@@ -126,6 +126,8 @@ interface QueuedWrite {
   missing?: () => Error;
   /** Part of a purge (see Change.quiet). */
   quiet?: boolean;
+  /** See Change.notify. */
+  notify?: true;
   /** Settles once `version` can be used: with the error that refuses the write, if one does. */
   ready?: Promise<Error | undefined>;
   /** The id was generated for this write (a random UUID): no item has it, none is read. */
@@ -542,12 +544,19 @@ export class FeedEngine {
     };
   }
 
-  /** Node names in byte order, `max` at most, after `after` if given. */
-  async listNodes(options: { after?: string; max?: number } = {}): Promise<string[]> {
-    const end = prefixEnd(NODE_PREFIX);
+  /**
+   * Node names in byte order, `max` at most, after `after` and before `before` if given: the
+   * first `max` of that range, or with `last` its last `max` (still in byte order).
+   */
+  async listNodes(
+    options: { after?: string; before?: string; max?: number; last?: boolean } = {},
+  ): Promise<string[]> {
     const lower = options.after === undefined ? { gte: NODE_PREFIX } : { gt: nodeKey(options.after) };
-    const keys = await this.db.keys({ ...lower, lt: end, limit: options.max ?? -1 }).all();
-    return keys.map(nameOfNodeKey);
+    const upper = options.before === undefined ? prefixEnd(NODE_PREFIX) : nodeKey(options.before);
+    const reverse = options.last === true;
+    const keys = await this.db.keys({ ...lower, lt: upper, reverse, limit: options.max ?? -1 }).all();
+    const names = keys.map(nameOfNodeKey);
+    return reverse ? names.reverse() : names;
   }
 
   /** Items in the node, tombstones included. */
@@ -584,6 +593,7 @@ export class FeedEngine {
         version: write.version,
         missing: write.missing,
         quiet: write.quiet,
+        notify: write.notify,
         ready: write.ready,
         generated: write.generated,
         resolve,
@@ -804,6 +814,7 @@ export class FeedEngine {
       kind: old === undefined ? 'create' : rec.d === 1 ? 'retract' : 'update',
       changed: true,
       ...(w.quiet ? { quiet: true } : {}),
+      ...(w.notify ? { notify: true } : {}),
       item: itemView(id, rec),
       total: st.total,
       feeds: {
@@ -948,8 +959,11 @@ export class FeedEngine {
   async retract(
     node: string,
     id: string,
-    /** appendOnly: the node's items are never retracted (`append-only`). */
-    options: { publisher?: string; quiet?: boolean; appendOnly?: boolean } = {},
+    /**
+     * appendOnly: the node's items are never retracted (`append-only`); notify: the change
+     * carries `notify` (subscribers are told whatever the node's settings).
+     */
+    options: { publisher?: string; quiet?: boolean; appendOnly?: boolean; notify?: boolean } = {},
   ): Promise<Change> {
     const name = parseFeedName(node).node;
     checkItemId(id);
@@ -957,6 +971,7 @@ export class FeedEngine {
     return this.submit(name, false, {
       id,
       quiet: options.quiet === true,
+      ...(options.notify ? { notify: true as const } : {}),
       version: (old, stamp) => {
         if (!old || old.d === 1) return undefined;
         const body: RecordBody = { d: 1, e: tombstone(old.a ?? id, stamp) };

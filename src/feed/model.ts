@@ -75,6 +75,8 @@ export interface Change {
   feeds: Record<Order, FeedPosition>;
   /** Part of a purge: subscribers hear of the purge once, not of each item. */
   quiet?: boolean;
+  /** A retract whose author asked that subscribers be told, whatever the node's settings. */
+  notify?: true;
 }
 
 export interface Subscription {

@@ -7,18 +7,21 @@ import { errors } from './errors.ts';
 import { configForm, type FormField, resultForm } from './forms.ts';
 import { NS } from './namespaces.ts';
 import { authorize, type Handler, type Request, type Service } from './request.ts';
-import { parseRsm, rsmReply } from './rsm.ts';
+import { parseRsm, type RsmRequest, rsmReply } from './rsm.ts';
 import { SHIM_HEADERS } from './shim.ts';
 
-/** The pubsub features this service implements, as XEP-0060 registers their names. */
+/**
+ * The pubsub features this service always implements, as XEP-0060 registers their names
+ * (`auto-create` depends on the service's settings: see serviceFeatures).
+ */
 const PUBSUB_FEATURES = [
   'access-authorize',
   'access-open',
   'access-whitelist',
-  'auto-create',
   'config-node',
   'create-and-configure',
   'create-nodes',
+  'delete-items',
   'delete-nodes',
   'instant-nodes',
   'item-ids',
@@ -43,15 +46,19 @@ const PUBSUB_FEATURES = [
   'subscription-notifications',
 ];
 
-const SERVICE_FEATURES = [
-  NS.discoInfo,
-  NS.discoItems,
-  NS.pubsub,
-  ...PUBSUB_FEATURES.map((f) => `${NS.pubsub}#${f}`),
-  NS.rsm,
-  NS.shim,
-  NS.orderBy,
-];
+/** The service's disco#info features: those it always has, and those its settings turn on. */
+function serviceFeatures(service: Service): string[] {
+  const pubsub = service.autoCreate ? [...PUBSUB_FEATURES, 'auto-create'].sort() : PUBSUB_FEATURES;
+  return [
+    NS.discoInfo,
+    NS.discoItems,
+    NS.pubsub,
+    ...pubsub.map((f) => `${NS.pubsub}#${f}`),
+    NS.rsm,
+    NS.shim,
+    NS.orderBy,
+  ];
+}
 
 function query(ns: string, node: string | undefined, ...children: Element[]): Element {
   const attrs: Record<string, string> = { xmlns: ns };
@@ -80,7 +87,7 @@ export const discoInfo: Handler = async (service, req) => {
       NS.discoInfo,
       undefined,
       xml('identity', { category: 'pubsub', type: 'service', name: 'Smart Feeds' }),
-      ...features(SERVICE_FEATURES),
+      ...features(serviceFeatures(service)),
     );
   }
   if (node === NS.shim) {
@@ -126,34 +133,79 @@ async function visible(service: Service, req: Request, names: string[]): Promise
   return out;
 }
 
+/** Which names of the registry to read: bounds, and whether to read from the end. */
+interface NodeRange {
+  after?: string;
+  before?: string;
+  last: boolean;
+}
+
+/**
+ * The names the requester may see, read from the registry `size` names at a time, forwards (or
+ * from the end with `last`); each chunk in byte order.
+ */
+async function* visibleChunks(
+  service: Service,
+  req: Request,
+  range: NodeRange,
+  size: number,
+): AsyncGenerator<string[]> {
+  let { after, before } = range;
+  for (;;) {
+    const names = await service.engine.listNodes({
+      ...(after !== undefined ? { after } : {}),
+      ...(before !== undefined ? { before } : {}),
+      last: range.last,
+      max: size,
+    });
+    yield await visible(service, req, names);
+    if (names.length < size) return;
+    if (range.last) before = names[0];
+    else after = names[names.length - 1];
+  }
+}
+
+/**
+ * The service's nodes, RSM-paged (XEP-0059): `<after>` pages forwards, `<before>X</before>` gives
+ * the page ending just before X, an empty `<before/>` the last page; `<count>` is how many nodes
+ * the requester may see.
+ */
+async function nodeList(service: Service, req: Request, rsm: RsmRequest | undefined): Promise<Element> {
+  const { engine, domain } = service;
+  const max = Math.min(rsm?.max ?? engine.limits.maxPageItems, engine.limits.maxPageItems);
+  const range: NodeRange = { last: rsm !== undefined && (rsm.last || rsm.before !== undefined) };
+  if (rsm?.after !== undefined) range.after = rsm.after;
+  if (rsm?.before !== undefined) range.before = rsm.before;
+  // One more than asked tells whether a further page exists.
+  // Hidden nodes leave gaps: read on until the page is full or the registry ends.
+  const names: string[] = [];
+  for await (const chunk of visibleChunks(service, req, range, max + 1)) {
+    if (range.last) names.unshift(...chunk);
+    else names.push(...chunk);
+    if (names.length > max) break;
+  }
+  const page = range.last ? names.slice(Math.max(0, names.length - max)) : names.slice(0, max);
+  const out = query(NS.discoItems, undefined, ...page.map((n) => xml('item', { jid: domain, node: n })));
+  if (rsm || names.length > max) {
+    const set = xml('set', { xmlns: NS.rsm });
+    if (page.length > 0) {
+      set.append(xml('first', {}, page[0] as string));
+      set.append(xml('last', {}, page[page.length - 1] as string));
+    }
+    let count = 0;
+    for await (const chunk of visibleChunks(service, req, { last: false }, engine.limits.maxPageItems))
+      count += chunk.length;
+    set.append(xml('count', {}, String(count)));
+    out.append(set);
+  }
+  return out;
+}
+
 export const discoItems: Handler = async (service, req) => {
   const { engine, domain } = service;
   const node = req.element.attrs.node;
   const rsm = parseRsm(req.element);
-  if (node === undefined) {
-    const max = Math.min(rsm?.max ?? engine.limits.maxPageItems, engine.limits.maxPageItems);
-    // One more than asked tells whether a further page exists.
-    // Hidden nodes leave gaps: read on until the page is full or the registry ends.
-    const names: string[] = [];
-    let after = rsm?.after;
-    for (;;) {
-      const chunk = await engine.listNodes({ ...(after !== undefined ? { after } : {}), max: max + 1 });
-      names.push(...(await visible(service, req, chunk)));
-      if (chunk.length < max + 1 || names.length > max) break;
-      after = chunk[chunk.length - 1];
-    }
-    const page = names.slice(0, max);
-    const out = query(NS.discoItems, undefined, ...page.map((n) => xml('item', { jid: domain, node: n })));
-    if (rsm || names.length > max) {
-      const set = xml('set', { xmlns: NS.rsm });
-      if (page.length > 0) {
-        set.append(xml('first', {}, page[0] as string));
-        set.append(xml('last', {}, page[page.length - 1] as string));
-      }
-      out.append(set);
-    }
-    return out;
-  }
+  if (node === undefined) return nodeList(service, req, rsm);
   const feed = parseFeedName(node);
   await authorize(service, req, feed.node, 'retrieve');
   const q: ReadQuery = {};

@@ -159,7 +159,8 @@ export class Notifier {
 
   private async deliver(change: Change): Promise<void> {
     const config = await this.policy.config(change.node);
-    if (change.kind === 'retract' && !config.notifyRetract) return;
+    // XEP-0060 7.2.2.1: a retract with notify='true' is told even when notify_retract is off.
+    if (change.kind === 'retract' && !config.notifyRetract && !change.notify) return;
     const subs = await this.engine.subscriptionsOf(change.node);
     const bodies = new Map<string, string>();
     const from = escapeXML(this.outlet.from);

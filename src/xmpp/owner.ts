@@ -2,6 +2,8 @@ import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
 import { AFFILIATIONS, type Affiliation } from '../feed/access.ts';
 import { AppendOnly, NotSubscribed } from '../feed/errors.ts';
+import { type FeedName, parseFeedName } from '../feed/feedName.ts';
+import type { Subscription } from '../feed/model.ts';
 import { DEFAULT_NODE_CONFIG } from '../feed/nodeConfig.ts';
 import { errors, StanzaError } from './errors.ts';
 import { configurationChanged, nodeDeleted, revokeUnentitled, tellSubscriber } from './events.ts';
@@ -61,14 +63,27 @@ const setPurge: Handler = async (service, req) => {
   return undefined;
 };
 
+/**
+ * The node name a client addresses a subscription's feed by: the base name for the default
+ * order, `base?order=created` for the other (protocol.md 1: `x` and `x?order=modified` are one feed).
+ */
+function feedAddress(sub: Pick<Subscription, 'node' | 'order'>): string {
+  return sub.order === 'modified' ? sub.node : `${sub.node}?order=${sub.order}`;
+}
+
+/** The node's subscriptions in every order, each with the node name of its feed (XEP-0060 8.8.1). */
 const getSubscriptions: Handler = async (service, req) => {
   const feed = requireNode(req.element);
   await authorize(service, req, feed.node, 'manage');
   const list = xml('subscriptions', { node: feed.requested });
   for (const s of await service.engine.subscriptionsOf(feed.node)) {
-    if (s.order !== feed.order) continue;
     list.append(
-      xml('subscription', { jid: s.jid, subid: s.subid, subscription: s.pending ? 'pending' : 'subscribed' }),
+      xml('subscription', {
+        node: feedAddress(s),
+        jid: s.jid,
+        subid: s.subid,
+        subscription: s.pending ? 'pending' : 'subscribed',
+      }),
     );
   }
   return owner(list);
@@ -98,23 +113,31 @@ async function applyEach(
   return undefined;
 }
 
+/**
+ * Applies subscription deltas (XEP-0060 8.8.2). An entry names a feed of the node by its own
+ * `node` attribute (as the list gives it) or the request's; `none` must name an existing
+ * subscription (with its subid, if given), else the entry fails.
+ */
 const setSubscriptions: Handler = async (service, req) => {
-  const feed = requireNode(req.element);
-  await authorize(service, req, feed.node, 'manage');
+  const requested = requireNode(req.element);
+  await authorize(service, req, requested.node, 'manage');
   const { engine } = service;
   return applyEach(req.element, 'subscription', async (entry) => {
     let who: { full: string; bare: string };
+    let feed: FeedName;
     try {
       who = parseJid(entry.attrs.jid);
+      feed = entry.attrs.node === undefined ? requested : parseFeedName(entry.attrs.node);
     } catch {
       return false;
     }
+    if (feed.node !== requested.node) return false;
     const state = entry.attrs.subscription;
     const found = (await engine.subscriptionsOf(feed.node)).find(
-      (s) => s.feed === feed.requested && s.jid === who.full,
+      (s) => s.order === feed.order && s.jid === who.full,
     );
     if (state === 'none') {
-      if (!found) return true;
+      if (!found || (entry.attrs.subid !== undefined && entry.attrs.subid !== found.subid)) return false;
       await engine.unsubscribe(feed.requested, who.full, who.bare).catch((e) => {
         if (!(e instanceof NotSubscribed)) throw e;
       });

@@ -7,7 +7,14 @@ import { type FeedName, parseFeedName } from '../feed/feedName.ts';
 import type { Item, ReadQuery } from '../feed/model.ts';
 import { errors } from './errors.ts';
 import { askOwners, lastItem, tellSubscriber } from './events.ts';
-import { AUTHORIZATION_FORM, checkPreconditions, hasFields, parseConfigForm, parseForm } from './forms.ts';
+import {
+  AUTHORIZATION_FORM,
+  checkPreconditions,
+  hasFields,
+  type ParsedForm,
+  parseConfigForm,
+  parseForm,
+} from './forms.ts';
 import { NS } from './namespaces.ts';
 import { OWNER_ROUTES } from './owner.ts';
 import { authorize, type Handler, parseJid, type Request, requireNode, type Service } from './request.ts';
@@ -100,14 +107,30 @@ const items: Handler = async (service, req) => {
   return out;
 };
 
-/** A publish to a missing node creates it, owned by the publisher, when the service allows. */
-async function autoCreate(service: Service, req: Request, node: string): Promise<void> {
-  if (await service.engine.hasNode(node)) return;
+/**
+ * A publish to a missing node creates it, owned by the publisher, when the service allows
+ * (true when this call created it).
+ * Its publish-options, if any, are the new node's configuration (XEP-0060 7.1.5), checked as
+ * a configure form is: a value the node cannot take refuses the publish and creates nothing.
+ */
+async function autoCreate(
+  service: Service,
+  req: Request,
+  node: string,
+  options: ParsedForm | undefined,
+): Promise<boolean> {
+  if (await service.engine.hasNode(node)) return false;
   if (!service.autoCreate) throw new NodeNotFound(node);
   if (!mayCreate(req.bare, service)) throw errors.forbidden('you may not create nodes on this service');
-  await service.policy.createNode(node, req.bare).catch((e) => {
-    if (!(e instanceof NodeExists)) throw e;
-  });
+  // The form's FORM_TYPE is publish-options; its fields are node_config's.
+  const config = options ? parseConfigForm({ ...options, formType: undefined }) : {};
+  return service.policy.createNode(node, req.bare, config).then(
+    () => true,
+    (e) => {
+      if (e instanceof NodeExists) return false;
+      throw e;
+    },
+  );
 }
 
 const publish: Handler = async (service, req) => {
@@ -116,10 +139,12 @@ const publish: Handler = async (service, req) => {
   const its = verb.getChildren('item', NS.pubsub);
   if (its.length === 0) throw errors.itemRequired();
   if (its.length > 1) throw errors.badRequest('publish one item at a time', 'invalid-payload');
-  await autoCreate(service, req, feed.node);
+  const form = parseForm(req.element.getChild('publish-options', NS.pubsub));
+  const options = form && form.fields.size > 0 ? form : undefined;
+  const created = await autoCreate(service, req, feed.node, options);
   const { config } = await authorize(service, req, feed.node, 'publish');
-  const options = parseForm(req.element.getChild('publish-options', NS.pubsub));
-  if (options && options.fields.size > 0) checkPreconditions(options, config);
+  // A node just made with them has them; one that was there already must meet them.
+  if (options && !created) checkPreconditions(options, config);
   const item = its[0] as Element;
   const payloads = item.getChildElements();
   if (payloads.length !== 1) {
@@ -160,7 +185,9 @@ const retract: Handler = async (service, req) => {
     item && item.publisher === req.bare ? 'retract-own' : 'retract',
   );
   await service.notifier.ready();
-  await service.engine.retract(feed.node, id, { publisher: req.bare, appendOnly: config.appendOnly });
+  // XEP-0060 7.2.2.1: notify='true' (or '1') asks that subscribers be told of this retraction.
+  const notify = verb.attrs.notify === 'true' || verb.attrs.notify === '1';
+  await service.engine.retract(feed.node, id, { publisher: req.bare, appendOnly: config.appendOnly, notify });
   return undefined;
 };
 
@@ -325,7 +352,7 @@ export async function authorizationAnswer(service: Service, bare: string, messag
   const req: Request = { from: bare, bare, stanza: message, element: message };
   await authorize(service, req, feed.node, 'manage');
   const sub = (await service.engine.subscriptionsOf(feed.node)).find(
-    (s) => s.feed === feed.requested && s.jid === subscriber.full,
+    (s) => s.order === feed.order && s.jid === subscriber.full,
   );
   const subid = field('pubsub#subid');
   if (!sub?.pending || (subid !== undefined && subid !== sub.subid)) return;

@@ -401,6 +401,13 @@ describe('retract', () => {
     expect((await engine.retract('n', 'b', { publisher: 'bob@x' })).item.publisher).toBe('bob@x');
   });
 
+  it('carries notify to the change when asked, and only then', async () => {
+    await publishAll(['a', 'b']);
+    expect((await engine.retract('n', 'a', { notify: true })).notify).toBe(true);
+    expect((await engine.retract('n', 'b')).notify).toBeUndefined();
+    expect(changes.filter((c) => c.kind === 'retract').map((c) => c.notify)).toEqual([true, undefined]);
+  });
+
   it('retracting a tombstone succeeds and changes nothing: no write, no event', async () => {
     await publishAll(['a', 'b']);
     const first = await engine.retract('n', 'a');
@@ -1175,6 +1182,11 @@ describe('nodes', () => {
     await engine.createNode('é');
     expect(await engine.listNodes()).toEqual(['a', 'b', 'n', 'é']);
     expect(await engine.listNodes({ after: 'a', max: 2 })).toEqual(['b', 'n']);
+    // Backwards: the last names of the range, before a name or to the end, still in byte order.
+    expect(await engine.listNodes({ last: true, max: 2 })).toEqual(['n', 'é']);
+    expect(await engine.listNodes({ before: 'n', last: true, max: 5 })).toEqual(['a', 'b']);
+    expect(await engine.listNodes({ before: 'é', last: true, max: 1 })).toEqual(['n']);
+    expect(await engine.listNodes({ after: 'a', before: 'é' })).toEqual(['b', 'n']);
     await rejects(engine.total('nope'), NodeNotFound);
   });
 });

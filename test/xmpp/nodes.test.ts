@@ -290,6 +290,33 @@ describe('publish models and affiliations', () => {
         'precondition-not-met',
       ]);
   });
+
+  it('creates a missing node with the publish-options as its configuration (XEP-0060 7.1.5)', async () => {
+    const publishTo = (node: string, fields: Record<string, string>) =>
+      pubsub(
+        xml('publish', { node }, xml('item', { id: 'p' }, entry('p'))),
+        xml('publish-options', {}, form(`${NS.pubsub}#publish-options`, fields)),
+      );
+    await ok(
+      alice.iq('set', publishTo('pre-new', { 'pubsub#access_model': 'whitelist', 'pubsub#title': 'T' })),
+    );
+    const config = await configOf(alice, 'pre-new');
+    expect(config['pubsub#access_model']).toEqual(['whitelist']);
+    expect(config['pubsub#title']).toEqual(['T']);
+    expect(itemsOf(await alice.iq('get', pubsub(xml('items', { node: 'pre-new' })))).ids).toEqual(['p']);
+    expect(errorOf(await bob.iq('get', pubsub(xml('items', { node: 'pre-new' }))))).toEqual(CLOSED);
+    // A value the node cannot take is the configure error, and no node is left behind.
+    const refused: Record<string, string>[] = [
+      { 'pubsub#access_model': 'nonsense' },
+      { 'pubsub#unknown_option': 'x' },
+    ];
+    for (const fields of refused) {
+      const [type, condition] = errorOf(await alice.iq('set', publishTo('pre-bad', fields)));
+      expect([type, condition], JSON.stringify(fields)).toEqual(['modify', 'not-acceptable']);
+      const info = await alice.iq('get', xml('query', { xmlns: NS.info, node: 'pre-bad' }));
+      expect(errorOf(info)).toEqual(['cancel', 'item-not-found', undefined]);
+    }
+  });
 });
 
 describe('access models', () => {
@@ -347,6 +374,62 @@ describe('access models', () => {
     await create(alice, 'wl-auth', { 'pubsub#access_model': 'authorize' });
     expect(await total(carol, 'wl-auth')).toEqual({ access: 'authorize', total: undefined });
     expect(await total(alice, 'wl-auth')).toEqual({ access: 'authorize', total: '0' });
+  });
+
+  it('pages the node list (XEP-0059) forwards and backwards, counting the nodes each may see', async () => {
+    const list = async (user: User, ...set: Element[]) => {
+      const reply = await ok(
+        user.iq(
+          'get',
+          xml(
+            'query',
+            { xmlns: NS.items },
+            ...(set.length > 0 ? [xml('set', { xmlns: NS.rsm }, ...set)] : []),
+          ),
+        ),
+      );
+      const q = reply.getChild('query', NS.items);
+      const rsmSet = q?.getChild('set', NS.rsm);
+      return {
+        names: (q?.getChildren('item') ?? []).map((i) => i.attrs.node as string),
+        first: rsmSet?.getChildText('first') ?? undefined,
+        count: rsmSet?.getChildText('count') ?? undefined,
+      };
+    };
+    const max = (n: number) => xml('max', {}, String(n));
+    for (const name of ['list-a', 'list-b', 'list-c', 'wl-2']) await create(alice, name);
+    const seen = (await list(carol)).names;
+    expect(seen.length).toBeGreaterThan(4);
+    expect(seen).not.toContain('wl');
+    const count = String(seen.length);
+    // <before/> is the last page; <before>X</before> the page that ends just before X.
+    expect(await list(carol, max(2), xml('before'))).toEqual({
+      names: seen.slice(-2),
+      first: seen.at(-2),
+      count,
+    });
+    expect((await list(carol, max(2), xml('before', {}, seen.at(-2) as string))).names).toEqual(
+      seen.slice(-4, -2),
+    );
+    expect((await list(carol, max(2), xml('after', {}, seen[0] as string))).names).toEqual(seen.slice(1, 3));
+    // Backwards from the end, page by page: every node carol may see, once (wl leaves a gap).
+    const walked: string[] = [];
+    let before: string | undefined = '';
+    while (before !== undefined) {
+      const page = await list(carol, max(2), xml('before', {}, before));
+      walked.unshift(...page.names);
+      expect(page.count).toBe(count);
+      before = page.first;
+    }
+    expect(walked).toEqual(seen);
+    // <max>0</max>: the count alone; bob, a member of wl, sees it and counts it.
+    expect(await list(carol, max(0))).toEqual({ names: [], first: undefined, count });
+    expect(await list(bob, max(0))).toEqual({
+      names: [],
+      first: undefined,
+      count: String((await list(bob)).names.length),
+    });
+    expect((await list(bob)).names).toContain('wl');
   });
 
   it('authorize: pending until an owner approves through the form; the subscriber is told', async () => {
@@ -456,6 +539,69 @@ describe('access models', () => {
   });
 });
 
+describe('managing subscriptions', () => {
+  const ownerSubscriptions = async (node: string) =>
+    (
+      (await ok(alice.iq('get', owner(xml('subscriptions', { node })))))
+        .getChild('pubsub', NS.owner)
+        ?.getChild('subscriptions')
+        ?.getChildren('subscription') ?? []
+    )
+      .map((s) => `${s.attrs.node} ${s.attrs.jid} ${s.attrs.subscription}`)
+      .sort();
+  const setNone = (node: string, jid: string, entryNode?: string) =>
+    alice.iq(
+      'set',
+      owner(
+        xml(
+          'subscriptions',
+          { node },
+          xml('subscription', { jid, subscription: 'none', ...(entryNode ? { node: entryNode } : {}) }),
+        ),
+      ),
+    );
+
+  it('lists every order under any name of the node, and removes the subscription an entry names', async () => {
+    await create(alice, 'os');
+    await ok(bob.iq('set', subscribeIq(bob, 'os')));
+    await ok(bob.iq('set', subscribeIq(bob, 'os?order=created')));
+    await ok(carol.iq('set', subscribeIq(carol, 'os?order=modified')));
+    const all = [
+      'os bob@localhost subscribed',
+      'os carol@localhost subscribed',
+      'os?order=created bob@localhost subscribed',
+    ];
+    expect(await ownerSubscriptions('os')).toEqual(all);
+    expect(await ownerSubscriptions('os?order=modified')).toEqual(all);
+    expect(await ownerSubscriptions('os?order=created')).toEqual(all);
+    // `os?order=modified` is the feed `os`: carol's subscription goes, and she is told.
+    const told = carol.messages.length;
+    await ok(setNone('os?order=modified', 'carol@localhost'));
+    const [news] = (await carol.waitMessages(told + 1)).slice(told);
+    expect(eventOf(news as Element)?.getChild('subscription')?.attrs).toMatchObject({
+      node: 'os?order=modified',
+      subscription: 'none',
+    });
+    // An entry's node names the feed: only bob's created-order subscription goes.
+    await ok(setNone('os', 'bob@localhost', 'os?order=created'));
+    expect(await ownerSubscriptions('os')).toEqual(['os bob@localhost subscribed']);
+    // An entry that names no subscription fails, and is echoed in the error.
+    for (const [node, jid, entryNode] of [
+      ['os', 'carol@localhost', undefined],
+      ['os', 'bob@localhost', 'os?order=created'],
+      ['os?order=created', 'bob@localhost', undefined],
+      ['os', 'bob@localhost', 'other-node'],
+    ] as const) {
+      const reply = await setNone(node, jid, entryNode);
+      expect(errorOf(reply), `${node} ${jid} ${entryNode}`).toEqual(['modify', 'not-acceptable', undefined]);
+      expect(
+        reply.getChild('pubsub', NS.owner)?.getChild('subscriptions')?.getChildren('subscription'),
+      ).toHaveLength(1);
+    }
+    expect(await ownerSubscriptions('os')).toEqual(['os bob@localhost subscribed']);
+  });
+});
+
 describe('configuration', () => {
   it('round-trips: only submitted fields change, cancel changes nothing, default is offered', async () => {
     await create(alice, 'cfg', { 'pubsub#title': 'First' });
@@ -549,6 +695,30 @@ describe('configuration', () => {
     // The retraction was not told; the next publish was.
     expect(after[2]?.getChild('event', NS.event)?.getChild('items')?.getChild('retract')).toBeUndefined();
     expect(after[2]?.getChild('event', NS.event)?.getChild('items')?.getChild('item')?.attrs.id).toBe('s3');
+  });
+
+  it("tells a retraction asked with notify='true' even when notify_retract is off", async () => {
+    await create(alice, 'nr', { 'pubsub#notify_retract': 'false' });
+    await ok(bob.iq('set', subscribeIq(bob, 'nr')));
+    for (const id of ['a', 'b', 'c']) await ok(alice.iq('set', publishIq('nr', id)));
+    const retract = (id: string, notify?: string) =>
+      ok(
+        alice.iq(
+          'set',
+          pubsub(xml('retract', { node: 'nr', ...(notify ? { notify } : {}) }, xml('item', { id }))),
+        ),
+      );
+    await retract('a', 'true');
+    await retract('b', 'false');
+    await retract('c', '1');
+    await ok(alice.iq('set', publishIq('nr', 'd')));
+    const forNr = (m: Element) => eventOf(m)?.getChild('items')?.attrs.node === 'nr';
+    const told = await bob.waitMessages(6, forNr);
+    const what = told.map((m) => {
+      const child = eventOf(m)?.getChild('items')?.getChildElements()[0];
+      return `${child?.name}:${child?.attrs.id}`;
+    });
+    expect(what).toEqual(['item:a', 'item:b', 'item:c', 'retract:a', 'retract:c', 'item:d']);
   });
 
   it('selects the feed with XEP-0413 <order/>, as ?order= does', async () => {
@@ -774,7 +944,8 @@ describe('malformed owner requests', () => {
       const [t, c] = errorOf(await alice.iq(type as 'get' | 'set', child));
       expect([t, c], child.toString()).toEqual([errorType, condition]);
     }
-    // Partial failures name the entries that failed, whatever is wrong with them.
+    // Partial failures name the entries that failed, whatever is wrong with them (carol has no
+    // subscription to remove).
     const subs = await alice.iq(
       'set',
       owner(
@@ -794,7 +965,7 @@ describe('malformed owner requests', () => {
         ?.getChild('subscriptions')
         ?.getChildren('subscription')
         .map((s) => s.attrs.subscription),
-    ).toEqual(['maybe', 'subscribed']);
+    ).toEqual(['maybe', 'subscribed', 'none']);
     const affs = await alice.iq(
       'set',
       owner(xml('affiliations', { node: 'odd' }, xml('affiliation', { affiliation: 'member' }))),

@@ -67,6 +67,30 @@ describe(`discovery on ${SERVER_TITLE}`, () => {
     // Only what is implemented: no collections, no presence or roster access.
     expect(features).not.toContain(`${NS.pubsub}#collections`);
     expect(features).not.toContain(`${NS.pubsub}#access-presence`);
+    // Retraction is XEP-0060 7.2's delete-items; auto-create is on by default.
+    expect(features).toContain(`${NS.pubsub}#delete-items`);
+    expect(features).toContain(`${NS.pubsub}#auto-create`);
+  });
+
+  it('does not advertise auto-create when the service does not auto-create', async () => {
+    const closed = await Stack.start({ policy: { autoCreate: false } });
+    try {
+      const user = await closed.user('admin');
+      const reply = await user.iq('get', xml('query', { xmlns: NS.info }));
+      const features = reply
+        .getChild('query', NS.info)
+        ?.getChildren('feature')
+        .map((f) => f.attrs.var);
+      expect(features).toContain(`${NS.pubsub}#publish`);
+      expect(features).not.toContain(`${NS.pubsub}#auto-create`);
+      expect(errorOf(await user.iq('set', publishIq('never-made', 'a')))).toEqual([
+        'cancel',
+        'item-not-found',
+        undefined,
+      ]);
+    } finally {
+      await closed.stop();
+    }
   });
 
   it('lists the SHIM headers on the shim node', async () => {
