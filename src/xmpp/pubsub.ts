@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
 import { mayCreate } from '../feed/access.ts';
-import { NodeExists, NodeNotFound } from '../feed/errors.ts';
+import { readAtomElementText } from '../feed/atom.ts';
+import { NodeExists, NodeNotFound, PayloadTooBig } from '../feed/errors.ts';
 import { type FeedName, parseFeedName } from '../feed/feedName.ts';
 import type { Item, ReadQuery } from '../feed/model.ts';
 import { errors } from './errors.ts';
@@ -139,12 +140,6 @@ const publish: Handler = async (service, req) => {
   const its = verb.getChildren('item', NS.pubsub);
   if (its.length === 0) throw errors.itemRequired();
   if (its.length > 1) throw errors.badRequest('publish one item at a time', 'invalid-payload');
-  const form = parseForm(req.element.getChild('publish-options', NS.pubsub));
-  const options = form && form.fields.size > 0 ? form : undefined;
-  const created = await autoCreate(service, req, feed.node, options);
-  const { config } = await authorize(service, req, feed.node, 'publish');
-  // A node just made with them has them; one that was there already must meet them.
-  if (options && !created) checkPreconditions(options, config);
   const item = its[0] as Element;
   const payloads = item.getChildElements();
   if (payloads.length !== 1) {
@@ -155,6 +150,14 @@ const publish: Handler = async (service, req) => {
   }
   const entry = payloads[0] as Element;
   const id = item.attrs.id ? item.attrs.id : undefined;
+  const form = parseForm(req.element.getChild('publish-options', NS.pubsub));
+  const options = form && form.fields.size > 0 ? form : undefined;
+  // Nothing is created for a payload the publish would refuse.
+  if (!(await service.engine.hasNode(feed.node))) checkPayload(service, entry);
+  const created = await autoCreate(service, req, feed.node, options);
+  const { config } = await authorize(service, req, feed.node, 'publish');
+  // A node just made with them has them; one that was there already must meet them.
+  if (options && !created) checkPreconditions(options, config);
   await service.notifier.ready();
   const change = await service.engine.publish(
     feed.node,
@@ -167,6 +170,14 @@ const publish: Handler = async (service, req) => {
     xml('publish', { node: feed.requested }, xml('item', { id: change.item.id })),
   );
 };
+
+/** The engine's own checks of an entry (an Atom entry, within the payload limit), made early. */
+function checkPayload(service: Service, entry: Element): void {
+  const { entry: text } = readAtomElementText(entry);
+  const bytes = Buffer.byteLength(text, 'utf8');
+  const limit = service.engine.limits.maxPayloadBytes;
+  if (bytes > limit) throw new PayloadTooBig(bytes, limit);
+}
 
 const retract: Handler = async (service, req) => {
   const verb = verbOf(req.element);

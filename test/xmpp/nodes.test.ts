@@ -317,6 +317,20 @@ describe('publish models and affiliations', () => {
       expect(errorOf(info)).toEqual(['cancel', 'item-not-found', undefined]);
     }
   });
+
+  it('creates no node for a publish whose payload is refused', async () => {
+    const limit = stack.engine.limits.maxPayloadBytes;
+    const notAtom = pubsub(
+      xml('publish', { node: 'pay-bad' }, xml('item', { id: 'x' }, xml('entry', {}, 'no ns'))),
+    );
+    const tooBig = pubsub(
+      xml('publish', { node: 'pay-big' }, xml('item', { id: 'x' }, entry('big', 'x'.repeat(limit + 10)))),
+    );
+    expect(errorOf(await alice.iq('set', notAtom)).slice(0, 2)).toEqual(['modify', 'bad-request']);
+    expect(errorOf(await alice.iq('set', tooBig)).slice(0, 2)).toEqual(['modify', 'not-acceptable']);
+    expect(await stack.engine.hasNode('pay-bad')).toBe(false);
+    expect(await stack.engine.hasNode('pay-big')).toBe(false);
+  });
 });
 
 describe('access models', () => {
