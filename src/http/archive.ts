@@ -185,13 +185,16 @@ export async function readArchive(ctx: Context): Promise<Answer> {
   const complete = doc.number < doc.working;
   const headers: Record<string, string> = { vary: 'Authorization' };
   const newest = doc.items[0]?.modified;
-  if (!complete && newest !== undefined) {
-    headers['last-modified'] = httpDate(newest);
-    // If-None-Match wins when both are sent (RFC 9110 section 13.2.2); the binding answers it.
-    // The date has whole seconds: a later write in the same second as the newest entry must not
-    // look unmodified, so only a date at or after the newest entry's exact stamp is a 304.
+  // Last-Modified has whole seconds. Until the newest entry's second is over, another write may
+  // still land in it, so the date would not tell the two documents apart: it is sent (and an
+  // If-Modified-Since compared with it, as RFC 9110 compares dates, to the second) only after.
+  // The ETag covers the document meanwhile. If-None-Match wins when both are sent (RFC 9110
+  // section 13.2.2); the binding answers it.
+  const second = newest === undefined ? undefined : Math.floor(newest / 1000) * 1000;
+  if (!complete && second !== undefined && Date.now() >= second + 1000) {
+    headers['last-modified'] = httpDate(second);
     const since = Date.parse(request.headers['if-modified-since'] ?? '');
-    if (request.headers['if-none-match'] === undefined && since >= newest)
+    if (request.headers['if-none-match'] === undefined && since >= second)
       return {
         status: 304,
         type: ATOM_TYPE,

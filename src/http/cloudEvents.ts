@@ -95,7 +95,7 @@ export async function readHttpFeed(ctx: Context): Promise<Answer | undefined> {
   if (page.items.length === 0 && query.timeoutMs > 0 && request.method === 'GET') {
     const held: FeedQuery = { feed: query.feed, max, timeout: query.timeoutMs / 1000 };
     if (query.since !== undefined) held.since = query.since;
-    const found = await hold(ctx, held);
+    const found = await hold(ctx, held, jid);
     if (!found) return undefined;
     page = found;
   }

@@ -136,6 +136,16 @@ export class LongPolls {
     }
   }
 
+  /** A deleted node: its watchers read again (and find it gone). */
+  onDelete(node: string): void {
+    for (const order of ORDERS) {
+      const feed = this.byFeed.get(LongPolls.key(node, order));
+      if (!feed) continue;
+      feed.reads.clear();
+      for (const w of feed.watchers) w.notify();
+    }
+  }
+
   /** Shutdown: every held request answers now, and no new one is held. */
   releaseAll(): void {
     this.closing = true;

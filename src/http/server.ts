@@ -82,7 +82,13 @@ export class HttpBinding {
   ) {
     this.polls = new LongPolls(options.maxHeld);
     this.access = new Access(engine, options.tokens, options.admins, options.creating);
-    this.unlisten = engine.onChange((change) => this.polls.onChange(change));
+    const unlistenChanges = engine.onChange((change) => this.polls.onChange(change));
+    // Polls held on a deleted node read again, and are answered 404.
+    const unlistenDeletes = engine.onDelete((node) => this.polls.onDelete(node));
+    this.unlisten = () => {
+      unlistenChanges();
+      unlistenDeletes();
+    };
     this.app = fastify({
       logger: false,
       routerOptions: { maxParamLength: MAX_PARAM_CHARS },
@@ -254,8 +260,16 @@ function nextUrl(url: string, query: FeedQuery, page: Page, pageItems: number): 
   return `${url}${url.includes('?') ? '&' : '?'}${params.toString()}`;
 }
 
-/** Reads again at each change of the feed until an item comes, time runs out or the client leaves. */
-export async function hold(ctx: Context, query: FeedQuery): Promise<Page | undefined> {
+/**
+ * Reads again at each change of the feed until an item comes, time runs out or the client leaves.
+ * What it answers is checked against the node's access as it is then (`reader`: the caller): a
+ * node closed to the caller while the request waited gives 403, a deleted one 404.
+ */
+export async function hold(
+  ctx: Context,
+  query: FeedQuery,
+  reader: string | undefined,
+): Promise<Page | undefined> {
   const { binding, reply } = ctx;
   const watch = binding.polls.watch(query.feed.node, query.feed.order);
   binding.log.debug('long poll held', { feed: query.feed.requested, held: binding.polls.held });
@@ -269,10 +283,11 @@ export async function hold(ctx: Context, query: FeedQuery): Promise<Page | undef
     for (;;) {
       // Read after joining the watchers: a write between the first read and now is not missed.
       const page = await watch.read(shared, () => binding.engine.read(query.feed, readQuery(query)));
-      if (page.items.length > 0) return page;
-      const outcome = await watch.next(deadline - Date.now());
+      const outcome = page.items.length > 0 ? 'found' : await watch.next(deadline - Date.now());
       if (outcome === 'gone') return undefined;
-      if (outcome !== 'changed') return page;
+      if (outcome === 'changed') continue;
+      await binding.access.mayRead(query.feed.node, reader);
+      return page;
     }
   } finally {
     reply.raw.off('close', gone);
@@ -308,7 +323,7 @@ const readFeed: RouteHandler = async (ctx) => {
     pageItems > 0 &&
     query.timeout > 0 &&
     request.method === 'GET';
-  if (holdable) page = await hold(ctx, query);
+  if (holdable) page = await hold(ctx, query, jid);
   if (!page) return undefined;
   const url = feedUrl(origin, query.feed.node, query);
   const hub = `${origin}${HUB_PATH}`;

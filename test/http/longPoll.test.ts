@@ -122,6 +122,40 @@ describe('long polling', () => {
   });
 });
 
+describe('long polls and a node that changes under them', () => {
+  it('answers 403, not the item, when the node was closed to the caller while the poll waited', async () => {
+    await s.engine.policy().createNode('closing', 'admin@localhost');
+    await fill(s.engine, 'closing', 1);
+    const since = await lastCursor('closing');
+    const before = s.binding.polls.held;
+    const held = get(feedUrl(s.origin, 'closing', `since=cursor:${since}&timeout=10`));
+    const events = get(
+      `${s.origin}/http-feeds/closing?lastEventId=${encodeURIComponent(since)}&timeout=10000`,
+    );
+    await heldReaches(s.binding, before + 2);
+    await s.engine.policy().configure('closing', { accessModel: 'whitelist' });
+    await s.engine.publish('closing', { id: 'members-only', entry: entry('for members') });
+    for (const r of [await held, await events]) {
+      expect(r.status).toBe(403);
+      expect(r.text).not.toContain('members-only');
+    }
+  });
+
+  it('answers 404 at once when the node is deleted while the poll waits', async () => {
+    await fill(s.engine, 'doomed', 1);
+    const since = await lastCursor('doomed');
+    const before = s.binding.polls.held;
+    const started = Date.now();
+    const held = get(feedUrl(s.origin, 'doomed', `since=cursor:${since}&timeout=20`));
+    await heldReaches(s.binding, before + 1);
+    await s.engine.deleteNode('doomed');
+    const r = await held;
+    expect(r.status).toBe(404);
+    expect((r.json as Problem).status).toBe(404);
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+});
+
 describe('long poll bounds', () => {
   it('refuses a poll over the bound with 503 and Retry-After, and caps timeout by configuration', async () => {
     const small = await startHttp({ http: { maxHeld: 2, maxTimeoutSeconds: 0.2 } });
