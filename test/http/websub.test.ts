@@ -42,6 +42,8 @@ class Subscriber {
   server: Server;
   url = '';
   verifications: URLSearchParams[] = [];
+  /** The request target of each verification, as it came. */
+  verificationTargets: string[] = [];
   deliveries: Delivery[] = [];
   /** How it answers a verification: echo the challenge, answer something else, or nothing. */
   challenge: 'echo' | 'wrong' | 'none' | 'echo-404' = 'echo';
@@ -71,6 +73,7 @@ class Subscriber {
     const body = Buffer.concat(chunks).toString('utf8');
     const query = new URL(req.url ?? '/', 'http://x').searchParams;
     if (req.method === 'GET') {
+      this.verificationTargets.push(req.url ?? '');
       this.verifications.push(query);
       const c = query.get('hub.challenge') ?? '';
       if (this.challenge === 'echo') res.writeHead(200).end(c);
@@ -375,6 +378,29 @@ describe('subscription', () => {
     expect(get.status).toBe(405);
     expect(get.headers.get('allow')).toBe('POST');
     expect(sub.verifications).toHaveLength(0);
+  });
+
+  it("keeps the callback's own query string as it was written, adding its parameters at the end", async () => {
+    await publish('qs', 'q1');
+    const sub = await subscriber('/q');
+    const callback = `${sub.url}?a=b%20c&x=1+2`;
+    const r = await hubPost(s, {
+      'hub.mode': 'subscribe',
+      'hub.callback': callback,
+      'hub.topic': feedUrl(s.origin, 'qs'),
+    });
+    expect(r.status).toBe(202);
+    await waitFor('the verification', () => sub.verificationTargets.length > 0);
+    expect(sub.verificationTargets[0]).toMatch(/^\/q\?a=b%20c&x=1\+2&hub\.mode=subscribe&hub\.topic=/);
+  });
+
+  it('refuses a topic with control characters (it goes back in headers)', async () => {
+    const sub = await subscriber();
+    for (const topic of [`${feedUrl(s.origin, 'cc')}\r\nX-Injected: 1`, `${feedUrl(s.origin, 'cc')}\t`]) {
+      const r = await hubPost(s, { 'hub.mode': 'subscribe', 'hub.callback': sub.url, 'hub.topic': topic });
+      expect(r.status, JSON.stringify(topic)).toBe(400);
+    }
+    expect(sub.verifications).toEqual([]);
   });
 
   it('ignores extra parameters', async () => {

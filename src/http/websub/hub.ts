@@ -227,15 +227,8 @@ export class Hub {
     await this.store
       .remove(sub.node, sub.order, sub.callback)
       .catch((e) => this.log.error('websub revocation not stored', { error: String(e) }));
-    const url = new URL(sub.callback);
-    for (const [k, v] of Object.entries({
-      'hub.mode': 'denied',
-      'hub.topic': sub.topic,
-      'hub.reason': reason,
-    }))
-      url.searchParams.append(k, v);
     const told = callCallback(
-      url,
+      withHubParams(sub.callback, { 'hub.mode': 'denied', 'hub.topic': sub.topic, 'hub.reason': reason }),
       { method: 'GET' },
       {
         allowPrivate: this.options.allowPrivate,
@@ -301,6 +294,9 @@ export class Hub {
     }
     const topic = one('hub.topic');
     if (!topic) throw problems.badRequest('hub.topic is missing');
+    // It goes back in headers (Link) and query strings as given: no control characters.
+    if ([...topic].some((c) => c <= '\u001f' || c === '\u007f'))
+      throw problems.badRequest('hub.topic holds a control character');
     const leaseRaw = one('hub.lease_seconds');
     let leaseSeconds = this.options.leaseSeconds;
     if (leaseRaw !== undefined && leaseRaw !== '') {
@@ -354,10 +350,8 @@ export class Hub {
   private async verify(intent: Intent): Promise<void> {
     if (this.stopping) return;
     const call = (params: Record<string, string>) => {
-      const url = new URL(intent.callback);
-      for (const [k, v] of Object.entries(params)) url.searchParams.append(k, v);
       return callCallback(
-        url,
+        withHubParams(intent.callback.href, params),
         { method: 'GET' },
         {
           allowPrivate: this.options.allowPrivate,
@@ -495,6 +489,18 @@ export class Hub {
         .catch((e) => this.log.error('websub removal not stored', { error: String(e) }));
     }
   }
+}
+
+/**
+ * The callback with the hub's parameters added at the end of its query, which is otherwise kept as
+ * the subscriber wrote it (WebSub section 5.3: the hub must preserve the query string).
+ */
+function withHubParams(callback: string, params: Record<string, string>): URL {
+  const url = new URL(callback);
+  url.hash = '';
+  const extra = new URLSearchParams(params).toString();
+  url.search = url.search.length > 1 ? `${url.search}&${extra}` : `?${extra}`;
+  return url;
 }
 
 function feedKey(node: string, order: FeedName['order']): string {
