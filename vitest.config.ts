@@ -7,7 +7,7 @@ import { parseServerNames } from './prosody-dev/servers.ts';
 const servers = parseServerNames(process.env.SMARTFEEDS_TEST_SERVERS ?? 'prosody,ejabberd');
 
 // Every file in test/xmpp and test/client starts a server, except these unit tests.
-const WITHOUT_SERVER = new Set(['rateLimit.test.ts', 'account.test.ts', 'mirrorStore.test.ts']);
+const WITHOUT_SERVER = new Set(['rateLimit.test.ts', 'account.test.ts', 'mirrorStore.test.ts', 'follower.test.ts']);
 const SERVER_DIRS = ['test/xmpp', 'test/client'];
 // Files that time the component's answers under load: they run after all the others, one at a
 // time, so that the suite's own load (the other server's files, the crash tests) does not decide

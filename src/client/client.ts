@@ -187,16 +187,30 @@ export class FeedClient extends EventEmitter<FeedClientEvents> {
   /** Sends a request to the service; resolves with the reply's `<pubsub>` (if any). */
   private async request(type: 'get' | 'set', payload: Element): Promise<Element | undefined> {
     const iq = xml('iq', { type, to: this.options.service }, payload);
+    const timeoutMs = this.options.timeoutMs ?? 30_000;
+    // xmpp.js leaves a request waiting for its timeout when the connection drops: its answer will
+    // never come, so it fails at the disconnect and the caller can go on once reconnected.
+    let forget = () => {};
+    const lost = new Promise<never>((_, reject) => {
+      const onLost = () =>
+        reject(new Error(`the connection was lost before ${this.options.service} answered`));
+      this.xmpp.once('disconnect', onLost);
+      forget = () => this.xmpp.off('disconnect', onLost);
+    });
     try {
-      const reply = await this.xmpp.iqCaller.request(iq, this.options.timeoutMs ?? 30_000);
+      const reply = await Promise.race([this.xmpp.iqCaller.request(iq, timeoutMs), lost]);
       return reply.getChild('pubsub', NS.pubsub);
     } catch (e) {
       const err = e as Error & { condition?: string; text?: string; element?: Element; type?: string };
+      if (err.name === 'TimeoutError')
+        throw new Error(`no answer from ${this.options.service} within ${timeoutMs} ms`, { cause: e });
       if (err.name !== 'StanzaError' || !err.condition) throw e;
       const pubsubCondition = err.element
         ?.getChildElements()
         .find((c) => c.getNS() === `${NS.pubsub}#errors`)?.name;
       throw new FeedRequestError(err.type, err.condition, pubsubCondition, err.text ?? '');
+    } finally {
+      forget();
     }
   }
 

@@ -89,6 +89,9 @@ export function comparePosition(a: string, b: string): number | undefined {
  * so a version placed at or before L was written before L's item and a pull that reached L has
  * seen it or a later version of it.
  */
+/** Pushes held while a pull is under way; past this, they are dropped for one pull since L. */
+const MAX_QUEUED_PUSHES = 1000;
+
 export class FeedFollower extends EventEmitter<FollowEvents> {
   readonly stats: FollowStats = {
     applied: 0,
@@ -100,6 +103,8 @@ export class FeedFollower extends EventEmitter<FollowEvents> {
   };
   private queue: Push[] = [];
   private needPull = true;
+  /** The subscription must be made again (after a reconnect) before pushes can be trusted to come. */
+  private needSubscribe = false;
   private running = false;
   private stopped = false;
   private idleTimer: NodeJS.Timeout | undefined;
@@ -108,13 +113,26 @@ export class FeedFollower extends EventEmitter<FollowEvents> {
   private readonly onPush = (push: Push) => {
     if (push.node !== this.feed || this.stopped) return;
     if (this.options.losePush?.(push)) return;
-    this.queue.push(push);
+    if (this.queue.length >= MAX_QUEUED_PUSHES) {
+      // Far behind: one pull since L covers every push held, and this one.
+      this.queue = [];
+      this.needPull = true;
+    } else this.queue.push(push);
     this.armIdle();
     this.kick();
   };
   private readonly onOnline = () => {
-    // Pushes sent while offline are gone: subscribe again (it may have ended) and pull since L.
-    void this.resubscribe();
+    // Pushes sent while offline are gone: subscribe again (it may have ended) and pull since L,
+    // at once (a retry waiting for its turn is brought forward: the connection is back).
+    this.needSubscribe = true;
+    this.needPull = true;
+    this.stats.caughtUp = false;
+    if (this.retryTimer) {
+      clearTimeout(this.retryTimer);
+      this.retryTimer = undefined;
+      this.failures = 0;
+    }
+    this.kick();
   };
 
   constructor(
@@ -142,11 +160,14 @@ export class FeedFollower extends EventEmitter<FollowEvents> {
   }
 
   stop(): void {
+    if (this.stopped) return;
     this.stopped = true;
     this.client.off('push', this.onPush);
     this.client.off('online', this.onOnline);
     clearTimeout(this.idleTimer);
     clearTimeout(this.retryTimer);
+    // Whoever waits in caughtUp() learns that it will not come.
+    this.emit('progress', this.stats);
   }
 
   /** Resolves once a pull has reached the end with nothing left to apply. */
@@ -155,17 +176,6 @@ export class FeedFollower extends EventEmitter<FollowEvents> {
       if (this.stopped) throw new Error('stopped');
       await new Promise((resolve) => this.once('progress', resolve));
     }
-  }
-
-  private async resubscribe(): Promise<void> {
-    try {
-      await this.client.subscribe(this.feed);
-    } catch (e) {
-      if (gone(e)) return this.fail(e as Error);
-      // The service is not there yet (restarting): the pull below retries until it is.
-    }
-    this.needPull = true;
-    this.kick();
   }
 
   private armIdle(): void {
@@ -185,7 +195,8 @@ export class FeedFollower extends EventEmitter<FollowEvents> {
     void this.run().finally(() => {
       this.running = false;
       this.emit('progress', this.stats);
-      if (!this.stopped && !this.retryTimer && (this.needPull || this.queue.length > 0)) this.kick();
+      if (!this.stopped && !this.retryTimer && (this.needSubscribe || this.needPull || this.queue.length > 0))
+        this.kick();
     });
   }
 
@@ -194,6 +205,12 @@ export class FeedFollower extends EventEmitter<FollowEvents> {
     try {
       for (;;) {
         if (this.stopped) return;
+        if (this.needSubscribe) {
+          // Retried with the pull (same backoff) until the service takes it again.
+          await this.client.subscribe(this.feed);
+          this.needSubscribe = false;
+          continue;
+        }
         if (this.needPull) {
           this.needPull = false;
           await this.pullToEnd();

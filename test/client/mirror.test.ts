@@ -338,6 +338,34 @@ describe(`client on ${SERVER_TITLE}`, () => {
     ).rejects.toBeInstanceOf(AuthenticationError);
   });
 
+  it('fails a request at once when the connection drops, instead of waiting for its timeout', async () => {
+    const client = await FeedClient.connect({
+      server: `xmpp://127.0.0.1:${stack.server.c2sPort}`,
+      jid: 'bob@localhost',
+      password: 'bob-pw',
+      service: SERVICE,
+      resource: 'cut',
+      backoff: { initialMs: 50, maxMs: 500 },
+      timeoutMs: 60_000,
+    });
+    const socket = (stack.component.xmpp as unknown as { socket: { pause(): void; resume(): void } }).socket;
+    try {
+      // The component stops reading: a request to it is not answered (nor refused by the server).
+      socket.pause();
+      const started = Date.now();
+      const pending = client.pull('anything').catch((e: unknown) => e as Error);
+      await sleep(100);
+      (client.xmpp as unknown as { socket: { destroy(): void } }).socket.destroy();
+      const error = await pending;
+      expect(error).toBeInstanceOf(Error);
+      expect((error as Error).message).toMatch(/connection was lost/);
+      expect(Date.now() - started).toBeLessThan(10_000);
+    } finally {
+      socket.resume();
+      await client.stop();
+    }
+  });
+
   it('names an unknown node with item-not-found, and pages a whole feed by cursors', async () => {
     const client = await connect('pager');
     try {
