@@ -200,6 +200,7 @@ export class FeedEngine {
   private readonly ready = new Map<string, NodeState>();
   private readonly listeners = new Set<ChangeListener>();
   private readonly purgeListeners = new Set<(node: string) => void>();
+  private readonly purgeStartListeners = new Set<(node: string) => void>();
   private readonly deleteListeners = new Set<(node: string) => void>();
   private readonly purges = new Set<Promise<void>>();
   private nextNid = 1;
@@ -430,6 +431,25 @@ export class FeedEngine {
   }
 
   /**
+   * Registers a listener for purges as they are recorded, called in commit order with the change
+   * events: before the purge's first quiet change and before any change committed after it.
+   */
+  onPurgeStart(listener: (node: string) => void): () => void {
+    this.purgeStartListeners.add(listener);
+    return () => this.purgeStartListeners.delete(listener);
+  }
+
+  private tell(listeners: ReadonlySet<(node: string) => void>, node: string): void {
+    for (const listener of listeners) {
+      try {
+        listener(node);
+      } catch {
+        // One binding's failure must not keep the news from the others.
+      }
+    }
+  }
+
+  /**
    * Purges a node: every live item becomes a tombstone, as quiet changes (listeners hear of the
    * purge once, through onPurge). The items are those the node held when the purge began; they are
    * walked in creation order (a retraction moves an item in the other order), in chunks, and the
@@ -446,9 +466,11 @@ export class FeedEngine {
       const mark = await this.db.get(purgeKey(st.nid));
       // A purge under way already is joined (its end is extended to today's last item).
       const after = mark ? parse<{ after?: string }>(mark).after : undefined;
-      await this.committer.add([
-        { type: 'put', key: purgeKey(st.nid), value: json({ upTo: upTo.toString('hex'), after }) },
-      ]);
+      await this.committer.add(
+        [{ type: 'put', key: purgeKey(st.nid), value: json({ upTo: upTo.toString('hex'), after }) }],
+        // In commit order: before any of the purge's quiet changes, and any later change.
+        () => this.tell(this.purgeStartListeners, node),
+      );
     }
     const run = this.runPurge(node, st.nid);
     if (options.wait === false) {
@@ -557,6 +579,18 @@ export class FeedEngine {
     const keys = await this.db.keys({ ...lower, lt: upper, reverse, limit: options.max ?? -1 }).all();
     const names = keys.map(nameOfNodeKey);
     return reverse ? names.reverse() : names;
+  }
+
+  /**
+   * The cursor of the feed's last change as this process knows it right now (writes computed,
+   * committed or about to be), without a read: undefined when the node is not loaded or empty.
+   * A caller that read a page compares this with what it read to know whether something newer
+   * has come since.
+   */
+  lastCursorNow(feedName: string | FeedName): string | undefined {
+    const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
+    const st = this.ready.get(feed.node);
+    return st ? st.tails[feed.order].lastCursor() : undefined;
   }
 
   /** Items in the node, tombstones included. */

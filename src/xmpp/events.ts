@@ -81,8 +81,13 @@ export function nodeDeleted(service: Service, config: NodeConfig, subs: readonly
   tellNodeGone(service, config, subs, 'delete');
 }
 
-export function nodePurged(service: Service, config: NodeConfig, subs: readonly Subscription[]): void {
-  tellNodeGone(service, config, subs, 'purge');
+/** The `<purge/>` event for each subscriber of a node (sent through Notifier.sendLater). */
+export function purgeMessages(config: NodeConfig, subs: readonly Subscription[]): EventMessage[] {
+  return audience(subs).map((s) => ({
+    to: s.jid,
+    type: config.notificationType,
+    body: event(xml('purge', { node: s.feed })),
+  }));
 }
 
 /** `send_last_published_item = on_sub`: the feed's last item, to a new subscriber. */

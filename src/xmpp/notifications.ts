@@ -62,7 +62,7 @@ export interface EventMessage {
   body: string;
 }
 
-type Queued = Change | { messages: EventMessage[] };
+type Queued = Change | { messages: EventMessage[] } | { later: () => Promise<EventMessage[]> };
 
 /**
  * Turns committed changes into headline messages, one per subscription that must hear of it,
@@ -97,6 +97,14 @@ export class Notifier {
     if (messages.length > 0) this.push({ messages });
   }
 
+  /**
+   * Queues messages made when their turn comes (after every change queued before them, before
+   * every change queued after): for what must be told in commit order but needs reads to say.
+   */
+  sendLater(make: () => Promise<EventMessage[]>): void {
+    this.push({ later: make });
+  }
+
   private push(entry: Queued): void {
     this.queue.push(entry);
     this.stats.maxQueued = Math.max(this.stats.maxQueued, this.queue.length);
@@ -122,13 +130,15 @@ export class Notifier {
         const next = this.queue[0] as Queued;
         try {
           if ('messages' in next) await this.deliverMessages(next.messages);
+          else if ('later' in next) await this.deliverMessages(await next.later());
           else await this.deliver(next);
         } catch (e) {
           // A change to a node deleted since has nobody left to tell.
-          if ('messages' in next || (e as { code?: string }).code !== 'node-not-found')
+          const change = 'feeds' in next ? next : undefined;
+          if (!change || (e as { code?: string }).code !== 'node-not-found')
             this.log.error('notification failed', {
-              node: 'messages' in next ? undefined : next.node,
-              item: 'messages' in next ? undefined : next.item.id,
+              node: change?.node,
+              item: change?.item.id,
               error: String(e),
             });
         }

@@ -217,7 +217,9 @@ const subscribe: Handler = async (service, req) => {
   if (created && !subscription.pending && config.sendLastPublishedItem === 'on_sub') {
     const page = await engine.read(feed, { max: 1, last: true });
     const last = page.items[0];
-    if (last)
+    // Something newer came while the item was read: its own notification (queued already, or
+    // about to be) tells the new subscriber, and an older item after it would break feed order.
+    if (last && engine.lastCursorNow(feed) === last.cursor)
       lastItem(
         service,
         subscription,

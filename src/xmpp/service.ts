@@ -8,7 +8,7 @@ import type { Log } from '../log.ts';
 import { type BackoffOptions, DEFAULT_BACKOFF, Reconnector } from './connection.ts';
 import { discoInfo, discoItems } from './disco.ts';
 import { errorElement, errors, toStanzaError } from './errors.ts';
-import { nodePurged } from './events.ts';
+import { purgeMessages } from './events.ts';
 import { NS } from './namespaces.ts';
 import { Notifier, type Outlet, parseNotificationId } from './notifications.ts';
 import { authorizationAnswer, ownerHandler, pubsubHandler } from './pubsub.ts';
@@ -98,9 +98,13 @@ export class PubsubComponent {
       log,
     };
     const unlistenChanges = engine.onChange((change) => this.notifier.enqueue(change));
-    const unlistenPurges = engine.onPurge((node) => void this.purged(node));
+    // A purge is told when it is recorded, in commit order (its quiet tombstones, and changes after
+    // them, break the cursor chain only after that), and again when it is done (all tombstones in).
+    const unlistenPurgeStarts = engine.onPurgeStart((node) => this.purged(node));
+    const unlistenPurges = engine.onPurge((node) => this.purged(node));
     this.unlisten = () => {
       unlistenChanges();
+      unlistenPurgeStarts();
       unlistenPurges();
     };
     // Before xmpp.js routes it: an error reply echoes the request's child, and echoing (serialising)
@@ -199,13 +203,17 @@ export class PubsubComponent {
   }
 
   /** A finished purge (asked now, or resumed after a restart): subscribers hear of it once. */
-  private async purged(node: string): Promise<void> {
-    try {
-      const config = await this.service.policy.config(node);
-      nodePurged(this.service, config, await this.engine.subscriptionsOf(node));
-    } catch {
-      // Deleted since: nobody left to tell.
-    }
+  /** Queues the `<purge/>` event at this point of the notifications; its audience is read then. */
+  private purged(node: string): void {
+    this.notifier.sendLater(async () => {
+      try {
+        const config = await this.service.policy.config(node);
+        return purgeMessages(config, await this.engine.subscriptionsOf(node));
+      } catch {
+        // Deleted since: nobody left to tell.
+        return [];
+      }
+    });
   }
 
   /** An owner's answer to a subscription authorization form (XEP-0060 8.6). */

@@ -17,6 +17,7 @@ import {
   rsm,
   SERVICE,
   Stack,
+  sleep,
   type User,
 } from './stack.ts';
 
@@ -789,13 +790,13 @@ describe('delete and purge', () => {
     expect(bob.messages.filter(isEvent('delete', 'gone-quietly'))).toEqual([]);
   });
 
-  it('purges: every live item a tombstone, one purge notification, no retractions told', async () => {
+  it('purges: every live item a tombstone, told when it starts and when done, no retractions told', async () => {
     await create(alice, 'purged');
     for (let i = 0; i < 120; i++) await ok(alice.iq('set', publishIq('purged', `p${i}`)));
     await ok(bob.iq('set', subscribeIq(bob, 'purged')));
     const seen = bob.messages.length;
     await ok(alice.iq('set', owner(xml('purge', { node: 'purged' }))));
-    await bob.waitMessages(1, isEvent('purge', 'purged'));
+    await bob.waitMessages(2, isEvent('purge', 'purged'));
     const got = bob.messages
       .slice(seen)
       .filter((m) => eventOf(m)?.getChild('items')?.attrs.node === 'purged');
@@ -806,6 +807,79 @@ describe('delete and purge', () => {
     // Later publishes are live and told as usual.
     await ok(alice.iq('set', publishIq('purged', 'after')));
     await bob.waitMessages(1, (m) => eventOf(m)?.getChild('items')?.getChild('item')?.attrs.id === 'after');
+  });
+
+  it('tells a purge before anything that follows it: the cursor chain breaks only after the signal', async () => {
+    await create(alice, 'pchain');
+    await Promise.all(
+      Array.from({ length: 400 }, (_, i) =>
+        stack.engine.publish('pchain', { id: `c${i}`, entry: entry(`c${i}`).toString() }),
+      ),
+    );
+    await ok(bob.iq('set', subscribeIq(bob, 'pchain')));
+    const inChain = (m: Element) => {
+      const ev = eventOf(m);
+      return ev?.getChild('purge')?.attrs.node === 'pchain' || ev?.getChild('items')?.attrs.node === 'pchain';
+    };
+    await ok(alice.iq('set', publishIq('pchain', 'before')));
+    const from = (await bob.waitMessages(1, inChain)).length - 1;
+    // Publishes while the purge (in chunks of 50) is under way.
+    await ok(alice.iq('set', owner(xml('purge', { node: 'pchain' }))));
+    for (let k = 0; k < 12; k++) {
+      await ok(alice.iq('set', publishIq('pchain', `x${k}`)));
+      await sleep(5);
+    }
+    const told = (await bob.waitMessages(from + 1 + 12, (m) => inChain(m) && !eventOf(m)?.getChild('purge')))
+      .length;
+    expect(told).toBeGreaterThanOrEqual(from + 13);
+    const chain = bob.messages.filter(inChain).slice(from);
+    // Between the purge's two notices (started, done) its quiet tombstones break the chain, which
+    // the first one announced; before it and after the second, each notification follows on.
+    let last: string | undefined = headers(chain[0] as Element).LastCursor;
+    let purges = 0;
+    const unsignalled: string[] = [];
+    for (const m of chain.slice(1)) {
+      if (eventOf(m)?.getChild('purge')) {
+        purges += 1;
+        last = undefined;
+        continue;
+      }
+      const h = headers(m);
+      if (purges !== 1 && last !== undefined && h.PreviousCursor !== last)
+        unsignalled.push(`${h.PreviousCursor} after ${last}`);
+      last = h.LastCursor;
+    }
+    expect(unsignalled).toEqual([]);
+    expect(purges).toBeGreaterThanOrEqual(1);
+  });
+
+  it("sends the last item on subscribe only while it is the last: never after a newer item's notification", async () => {
+    await create(alice, 'onsub', { 'pubsub#send_last_published_item': 'on_sub' });
+    let stop = false;
+    let n = 0;
+    const writer = (async () => {
+      while (!stop) {
+        await stack.engine.publish('onsub', { id: `i${n}`, entry: entry(`i${n}`).toString() });
+        n += 1;
+      }
+    })();
+    for (let k = 0; k < 20; k++) {
+      await ok(bob.iq('set', subscribeIq(bob, 'onsub')));
+      await sleep(20);
+      await ok(
+        bob.iq('set', pubsub(xml('unsubscribe', { node: 'onsub', jid: bob.jid.split('/')[0] as string }))),
+      );
+    }
+    stop = true;
+    await writer;
+    await stack.component.notifier.flushed();
+    await sleep(300);
+    const ids = bob.messages
+      .filter((m) => eventOf(m)?.getChild('items')?.attrs.node === 'onsub')
+      .map((m) => Number(eventOf(m)?.getChild('items')?.getChild('item')?.attrs.id?.slice(1)));
+    expect(ids.length).toBeGreaterThan(20);
+    const backwards = ids.filter((id, i) => i > 0 && id < (ids[i - 1] as number));
+    expect(backwards).toEqual([]);
   });
 
   it('finishes a purge interrupted by a restart, and then tells subscribers', async () => {
@@ -832,7 +906,8 @@ describe('delete and purge', () => {
     await db.close();
     expect(live).toBeGreaterThan(0);
     await stack.startComponent();
-    await bob.waitMessages(1, isEvent('purge', 'big'), 30_000);
+    // Told when it started, and again once the restarted server finished it.
+    await bob.waitMessages(2, isEvent('purge', 'big'), 30_000);
     let page = await stack.engine.read('big', { max: 250 });
     let all = page.items;
     while (!page.atEnd) {
