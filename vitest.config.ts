@@ -7,17 +7,24 @@ import { parseServerNames } from './prosody-dev/servers.ts';
 const servers = parseServerNames(process.env.SMARTFEEDS_TEST_SERVERS ?? 'prosody,ejabberd');
 
 // Every file in test/xmpp and test/client starts a server, except these unit tests.
-const WITHOUT_SERVER = new Set(['rateLimit.test.ts', 'account.test.ts', 'mirrorStore.test.ts', 'follower.test.ts']);
+const WITHOUT_SERVER = new Set([
+  'rateLimit.test.ts',
+  'account.test.ts',
+  'mirrorStore.test.ts',
+  'follower.test.ts',
+]);
 const SERVER_DIRS = ['test/xmpp', 'test/client'];
 // Files that time the component's answers under load: they run after all the others, one at a
 // time, so that the suite's own load (the other server's files, the crash tests) does not decide
 // their figures.
 const ALONE = new Set(['abuse.test.ts']);
-const serverFiles = SERVER_DIRS.flatMap((dir) =>
-  readdirSync(new URL(`./${dir}`, import.meta.url))
-    .filter((file) => file.endsWith('.test.ts') && !WITHOUT_SERVER.has(file))
-    .map((file) => ({ dir, file })),
-);
+const serverFiles = SERVER_DIRS.flatMap(
+  (dir) =>
+    readdirSync(new URL(`./${dir}`, import.meta.url))
+      .filter((file) => file.endsWith('.test.ts') && !WITHOUT_SERVER.has(file))
+      .map((file) => ({ dir, file })),
+  // The HTTP binding beside the XMPP component of the same engine.
+).concat([{ dir: 'test/http', file: 'xmpp.test.ts' }]);
 const serverTests = serverFiles
   .filter(({ file }) => !ALONE.has(file))
   .map(({ dir, file }) => `${dir}/${file}`);

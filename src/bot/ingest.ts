@@ -247,6 +247,8 @@ export class FeedIngest {
     for (const entry of oldestFirst(fresh.map((f) => f.entry))) {
       const f = byEntry.get(entry) as (typeof fresh)[number];
       try {
+        // A feed of thousands of entries waits for the fan-out to have room, as any writer does.
+        await this.engine.writable();
         await this.engine.publish(node, {
           id: f.id,
           entry: atomEntryOf(entry, this.engine.limits.maxPayloadBytes),

@@ -201,6 +201,8 @@ export class FeedEngine {
   private readonly listeners = new Set<ChangeListener>();
   private readonly purgeListeners = new Set<(node: string) => void>();
   private readonly purgeStartListeners = new Set<(node: string) => void>();
+  /** What writers wait for before writing: each binding's bounded fan-out (addWriteGate). */
+  private readonly writeGates = new Set<() => Promise<void>>();
   private readonly deleteListeners = new Set<(node: string) => void>();
   private readonly purges = new Set<Promise<void>>();
   private nextNid = 1;
@@ -253,6 +255,24 @@ export class FeedEngine {
     await Promise.allSettled([...this.purges]);
     await this.committer.drain().catch(() => undefined);
     await this.db.close();
+  }
+
+  /**
+   * Registers what writers must wait for before they write: a binding whose fan-out of changes is
+   * bounded (the XMPP notifications) resolves it when it has room. Returns its remover.
+   */
+  addWriteGate(gate: () => Promise<void>): () => void {
+    this.writeGates.add(gate);
+    return () => this.writeGates.delete(gate);
+  }
+
+  /**
+   * Resolves when every binding has room for another change. Writers outside the bindings that
+   * registered a gate (the HTTP write API, the feed bot) wait here before each write, so that no
+   * fan-out queue grows without bound whoever writes.
+   */
+  async writable(): Promise<void> {
+    for (const gate of this.writeGates) await gate();
   }
 
   /** Registers a listener for every committed change, in commit order. Returns its remover. */

@@ -405,6 +405,7 @@ async function publishBody(ctx: Context, node: string, id: string): Promise<Answ
   const { binding, request } = ctx;
   await binding.access.mayPublish(node, writer(ctx));
   const { appendOnly } = await binding.engine.policy().config(node);
+  await binding.engine.writable();
   const change = await binding.engine.publish(
     node,
     { id, entry: request.body as string, publisher: writer(ctx) },
@@ -459,6 +460,7 @@ const deleteItem: RouteHandler = async (ctx) => {
   const [existing] = await ctx.binding.engine.getItems(node, [id]);
   await ctx.binding.access.mayRetract(node, writer(ctx), existing?.publisher);
   const { appendOnly } = await ctx.binding.engine.policy().config(node);
+  await ctx.binding.engine.writable();
   const change = await ctx.binding.engine.retract(node, id, { publisher: writer(ctx), appendOnly });
   if (!change.changed) {
     // Retracting a tombstone changes nothing and reports no position: give its current one.

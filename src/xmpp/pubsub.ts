@@ -158,7 +158,7 @@ const publish: Handler = async (service, req) => {
   const { config } = await authorize(service, req, feed.node, 'publish');
   // A node just made with them has them; one that was there already must meet them.
   if (options && !created) checkPreconditions(options, config);
-  await service.notifier.ready();
+  await service.engine.writable();
   const change = await service.engine.publish(
     feed.node,
     { id, entry, publisher: req.bare },
@@ -195,7 +195,7 @@ const retract: Handler = async (service, req) => {
     feed.node,
     item && item.publisher === req.bare ? 'retract-own' : 'retract',
   );
-  await service.notifier.ready();
+  await service.engine.writable();
   // XEP-0060 7.2.2.1: notify='true' (or '1') asks that subscribers be told of this retraction.
   const notify = verb.attrs.notify === 'true' || verb.attrs.notify === '1';
   await service.engine.retract(feed.node, id, { publisher: req.bare, appendOnly: config.appendOnly, notify });

@@ -98,11 +98,14 @@ export class PubsubComponent {
       log,
     };
     const unlistenChanges = engine.onChange((change) => this.notifier.enqueue(change));
+    // Every writer of the engine (HTTP, the bot, not only XMPP publishers) waits for room here.
+    const removeGate = engine.addWriteGate(() => this.notifier.ready());
     // A purge is told when it is recorded, in commit order (its quiet tombstones, and changes after
     // them, break the cursor chain only after that), and again when it is done (all tombstones in).
     const unlistenPurgeStarts = engine.onPurgeStart((node) => this.purged(node));
     const unlistenPurges = engine.onPurge((node) => this.purged(node));
     this.unlisten = () => {
+      removeGate();
       unlistenChanges();
       unlistenPurgeStarts();
       unlistenPurges();

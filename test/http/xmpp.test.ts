@@ -86,6 +86,32 @@ describe(`HTTP beside XMPP on ${SERVER_TITLE}`, () => {
     expect(headers.find((h) => h.attrs.name === 'LastCursor')?.getText()).toBe(cursor);
   });
 
+  it('keeps the XMPP fan-out bounded when the writes come over HTTP', async () => {
+    const bob = await stack.user('bob');
+    await http.engine.publish('flood', { id: 'seed', entry: entry('seed') }, { autoCreate: true });
+    const sub = await bob.iq('set', pubsub(xml('subscribe', { node: 'flood', jid: 'bob@localhost' })));
+    expect(sub.attrs.type, sub.toString()).toBe('result');
+    const big = 'x'.repeat(30_000);
+    const put = (i: number) =>
+      fetch(`${http.origin}/feeds/flood/items/f${i}`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${TOKENS.admin}`, 'content-type': 'application/atom+xml' },
+        body: `<entry xmlns="http://www.w3.org/2005/Atom"><title>f${i}</title><content>${big}</content></entry>`,
+      }).then((r) => r.status);
+    const statuses: number[] = [];
+    for (let i = 0; i < 400; i += 100)
+      statuses.push(...(await Promise.all(Array.from({ length: 100 }, (_, k) => put(i + k)))));
+    expect(statuses.every((s) => s === 201)).toBe(true);
+    // The notifier's queue (64) plus at most the writes let in at once when it has room.
+    expect(stack.component.notifier.stats.maxQueued).toBeLessThanOrEqual(64 + 100);
+    await bob.waitMessages(
+      400,
+      (m) => m.getChild('event', NS.event)?.getChild('items')?.attrs.node === 'flood',
+      60_000,
+    );
+    await bob.xmpp.stop();
+  });
+
   it('gives the same items with the same cursors in JSON, Atom, JSON-P and XMPP', async () => {
     for (let i = 0; i < 120; i++) {
       const id = `i${String(i).padStart(3, '0')}`;
