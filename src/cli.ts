@@ -835,14 +835,7 @@ const mirrorExport: Command = {
     const store = await MirrorStore.openExisting(out);
     try {
       for await (const item of store.items()) {
-        await ctx.out.line(
-          JSON.stringify({
-            id: item.id,
-            publisher: item.publisher,
-            deleted: item.deleted,
-            entry: item.entry,
-          }),
-        );
+        await ctx.out.line(itemLine(item));
       }
       return 0;
     } finally {
@@ -850,6 +843,23 @@ const mirrorExport: Command = {
     }
   },
 };
+
+/** A mirrored or followed item as the mirror-export and tail commands print it (cursor when known). */
+function itemLine(item: {
+  id: string;
+  publisher?: string;
+  deleted: boolean;
+  entry: string;
+  cursor?: string;
+}): string {
+  return JSON.stringify({
+    id: item.id,
+    publisher: item.publisher,
+    deleted: item.deleted,
+    entry: item.entry,
+    ...(item.cursor ? { cursor: item.cursor } : {}),
+  });
+}
 
 const tail: Command = {
   summary: 'print a feed from a position, then every change as it arrives, as JSON lines',
@@ -891,15 +901,7 @@ unknown node or a bad position.`,
       cursor: () => cursor,
       apply: async (items, next) => {
         for (const item of items) {
-          await ctx.out.line(
-            JSON.stringify({
-              id: item.id,
-              publisher: item.publisher,
-              deleted: item.deleted,
-              entry: item.entry,
-              ...(item.cursor ? { cursor: item.cursor } : {}),
-            }),
-          );
+          await ctx.out.line(itemLine(item));
         }
         cursor = next;
         return items;

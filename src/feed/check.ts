@@ -585,16 +585,16 @@ export class DatabaseCheck {
     }
 
     // Remembered created-order positions (engine.createdIdAt) name index entries that are there.
+    const created = indexRange(nid, 'created');
     for await (const chunk of this.chunks(prefixRange(familyPrefix('r', nid)), KEY_CHUNK)) {
       const named = await this.db.getMany(chunk.map(([, value]) => value.subarray(0, INDEX_KEY_BYTES)));
       for (let i = 0; i < chunk.length; i++) {
         const [key, value] = chunk[i] as [Buffer, Buffer];
         const entry = value.subarray(0, INDEX_KEY_BYTES);
-        const wanted = indexRange(nid, 'created');
         const inIndex =
           entry.length === INDEX_KEY_BYTES &&
-          entry.compare(wanted.start) >= 0 &&
-          entry.compare(wanted.end) < 0;
+          entry.compare(created.start) >= 0 &&
+          entry.compare(created.end) < 0;
         if (inIndex && named[i]?.equals(value.subarray(INDEX_KEY_BYTES))) continue;
         f.dropKeys.push(key);
         await problem(

@@ -408,13 +408,7 @@ export class FeedEngine {
         this.ready.delete(name);
       });
     });
-    for (const listener of this.deleteListeners) {
-      try {
-        listener(name);
-      } catch {
-        // One binding's failure must not keep the deletion from the others.
-      }
-    }
+    this.tell(this.deleteListeners, name);
     this.sweep();
   }
 
@@ -559,13 +553,7 @@ export class FeedEngine {
         { type: 'put', key: markKey, value: json({ upTo: mark.upTo, after: last[0].toString('hex') }) },
       ]);
     }
-    for (const listener of this.purgeListeners) {
-      try {
-        listener(node);
-      } catch {
-        // One binding's failure must not keep the purge from the others.
-      }
-    }
+    this.tell(this.purgeListeners, node);
   }
 
   /** Access for policy storage beside the engine (policy.ts). */
@@ -953,6 +941,14 @@ export class FeedEngine {
         this.publishesThisTurn = 0;
       });
     return busy;
+  }
+
+  /**
+   * Checks an entry as publish would (an Atom entry, within the payload limits) without writing:
+   * for a binding that must refuse a payload before it acts on the publish (e.g. creates a node).
+   */
+  checkEntry(entry: string | Element): void {
+    this.bodyOf(typeof entry === 'string' ? readAtomEntry(entry) : readAtomElementText(entry), undefined);
   }
 
   /** A checked entry's record body; refuses one whose canonical form is over the limit. */

@@ -128,22 +128,21 @@ export class LongPolls {
   onChange(change: Change): void {
     for (const order of ORDERS) {
       if (!change.feeds[order].notify) continue;
-      const feed = this.byFeed.get(LongPolls.key(change.node, order));
-      if (!feed) continue;
-      // Reads started before this change may have missed it: the woken start new ones.
-      feed.reads.clear();
-      for (const w of feed.watchers) w.notify();
+      this.wake(change.node, order);
     }
   }
 
   /** A deleted node: its watchers read again (and find it gone). */
   onDelete(node: string): void {
-    for (const order of ORDERS) {
-      const feed = this.byFeed.get(LongPolls.key(node, order));
-      if (!feed) continue;
-      feed.reads.clear();
-      for (const w of feed.watchers) w.notify();
-    }
+    for (const order of ORDERS) this.wake(node, order);
+  }
+
+  private wake(node: string, order: Order): void {
+    const feed = this.byFeed.get(LongPolls.key(node, order));
+    if (!feed) return;
+    // Reads started before this may have missed it: the woken start new ones.
+    feed.reads.clear();
+    for (const w of feed.watchers) w.notify();
   }
 
   /** Shutdown: every held request answers now, and no new one is held. */

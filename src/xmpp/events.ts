@@ -62,32 +62,26 @@ export function configurationChanged(
 }
 
 /** Each approved subscriber gets `<delete/>` or `<purge/>` naming the feed it subscribed to. */
-function tellNodeGone(
-  service: Service,
+/** The `<delete/>` or `<purge/>` event for each subscriber of a node. */
+function goneMessages(
   config: NodeConfig,
   subs: readonly Subscription[],
   what: 'delete' | 'purge',
-): void {
-  service.notifier.send(
-    audience(subs).map((s) => ({
-      to: s.jid,
-      type: config.notificationType,
-      body: event(xml(what, { node: s.feed })),
-    })),
-  );
+): EventMessage[] {
+  return audience(subs).map((s) => ({
+    to: s.jid,
+    type: config.notificationType,
+    body: event(xml(what, { node: s.feed })),
+  }));
 }
 
 export function nodeDeleted(service: Service, config: NodeConfig, subs: readonly Subscription[]): void {
-  tellNodeGone(service, config, subs, 'delete');
+  service.notifier.send(goneMessages(config, subs, 'delete'));
 }
 
 /** The `<purge/>` event for each subscriber of a node (sent through Notifier.sendLater). */
 export function purgeMessages(config: NodeConfig, subs: readonly Subscription[]): EventMessage[] {
-  return audience(subs).map((s) => ({
-    to: s.jid,
-    type: config.notificationType,
-    body: event(xml('purge', { node: s.feed })),
-  }));
+  return goneMessages(config, subs, 'purge');
 }
 
 /** `send_last_published_item = on_sub`: the feed's last item, to a new subscriber. */

@@ -2,8 +2,7 @@ import { randomUUID } from 'node:crypto';
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
 import { mayCreate } from '../feed/access.ts';
-import { readAtomElementText } from '../feed/atom.ts';
-import { NodeExists, NodeNotFound, PayloadTooBig } from '../feed/errors.ts';
+import { NodeExists, NodeNotFound } from '../feed/errors.ts';
 import { type FeedName, parseFeedName } from '../feed/feedName.ts';
 import type { Item, ReadQuery } from '../feed/model.ts';
 import { errors } from './errors.ts';
@@ -119,8 +118,11 @@ async function autoCreate(
   req: Request,
   node: string,
   options: ParsedForm | undefined,
+  entry: Element,
 ): Promise<boolean> {
   if (await service.engine.hasNode(node)) return false;
+  // Nothing is created for a payload the publish would refuse.
+  service.engine.checkEntry(entry);
   if (!service.autoCreate) throw new NodeNotFound(node);
   if (!mayCreate(req.bare, service)) throw errors.forbidden('you may not create nodes on this service');
   // The form's FORM_TYPE is publish-options; its fields are node_config's.
@@ -152,9 +154,7 @@ const publish: Handler = async (service, req) => {
   const id = item.attrs.id ? item.attrs.id : undefined;
   const form = parseForm(req.element.getChild('publish-options', NS.pubsub));
   const options = form && form.fields.size > 0 ? form : undefined;
-  // Nothing is created for a payload the publish would refuse.
-  if (!(await service.engine.hasNode(feed.node))) checkPayload(service, entry);
-  const created = await autoCreate(service, req, feed.node, options);
+  const created = await autoCreate(service, req, feed.node, options, entry);
   const { config } = await authorize(service, req, feed.node, 'publish');
   // A node just made with them has them; one that was there already must meet them.
   if (options && !created) checkPreconditions(options, config);
@@ -170,14 +170,6 @@ const publish: Handler = async (service, req) => {
     xml('publish', { node: feed.requested }, xml('item', { id: change.item.id })),
   );
 };
-
-/** The engine's own checks of an entry (an Atom entry, within the payload limit), made early. */
-function checkPayload(service: Service, entry: Element): void {
-  const { entry: text } = readAtomElementText(entry);
-  const bytes = Buffer.byteLength(text, 'utf8');
-  const limit = service.engine.limits.maxPayloadBytes;
-  if (bytes > limit) throw new PayloadTooBig(bytes, limit);
-}
 
 const retract: Handler = async (service, req) => {
   const verb = verbOf(req.element);

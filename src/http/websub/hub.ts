@@ -227,15 +227,11 @@ export class Hub {
     await this.store
       .remove(sub.node, sub.order, sub.callback)
       .catch((e) => this.log.error('websub revocation not stored', { error: String(e) }));
-    const told = callCallback(
-      withHubParams(sub.callback, { 'hub.mode': 'denied', 'hub.topic': sub.topic, 'hub.reason': reason }),
-      { method: 'GET' },
-      {
-        allowPrivate: this.options.allowPrivate,
-        timeoutMs: this.options.timeoutMs,
-        signal: this.abort.signal,
-      },
-    ).then(
+    const told = this.ask(sub.callback, {
+      'hub.mode': 'denied',
+      'hub.topic': sub.topic,
+      'hub.reason': reason,
+    }).then(
       () => undefined,
       () => undefined,
     );
@@ -346,20 +342,23 @@ export class Hub {
     return feed;
   }
 
+  /** A GET to a subscriber's callback with the hub's parameters (verification, denial). */
+  private ask(callback: string, params: Record<string, string>) {
+    return callCallback(
+      withHubParams(callback, params),
+      { method: 'GET' },
+      {
+        allowPrivate: this.options.allowPrivate,
+        timeoutMs: this.options.timeoutMs,
+        signal: this.abort.signal,
+      },
+    );
+  }
+
   /** Verifies the subscriber's intent (or tells it it is denied) and applies the request. */
   private async verify(intent: Intent): Promise<void> {
     if (this.stopping) return;
-    const call = (params: Record<string, string>) => {
-      return callCallback(
-        withHubParams(intent.callback.href, params),
-        { method: 'GET' },
-        {
-          allowPrivate: this.options.allowPrivate,
-          timeoutMs: this.options.timeoutMs,
-          signal: this.abort.signal,
-        },
-      );
-    };
+    const call = (params: Record<string, string>) => this.ask(intent.callback.href, params);
     const callback = intent.callback.href;
     if (!intent.feed) {
       this.log.info('websub denied', { callback, topic: intent.topic, reason: intent.denial });
