@@ -7,22 +7,24 @@ import { revokeUnentitled } from './subscriptions.ts';
 
 /**
  * Creates a node, owned by the creating user; the operator (the CLI, the feed bot) may name
- * another owner or none. Without a name, one is made up. Returns the node's name.
+ * another owner or none. Without a name, one is made up. `config` may be given as a function,
+ * read once the right is checked (a form parsed only for those who may create). Returns the name.
  */
 export async function create(
   ctx: ServiceContext,
   actor: Actor,
   name: string | undefined,
-  config: Partial<NodeConfig> = {},
+  config: Partial<NodeConfig> | (() => Partial<NodeConfig>) = {},
   options: { owner?: string } = {},
 ): Promise<string> {
   ctx.rights.requireCreate(actor);
+  const settings = typeof config === 'function' ? config() : config;
   const node = name ?? randomUUID();
   const owner = actor.kind === 'operator' ? options.owner : jidOf(actor);
-  if (owner !== undefined) await ctx.policy.createNode(node, owner, config);
+  if (owner !== undefined) await ctx.policy.createNode(node, owner, settings);
   else {
     await ctx.engine.createNode(node);
-    if (Object.keys(config).length > 0) await ctx.policy.configure(node, config);
+    if (Object.keys(settings).length > 0) await ctx.policy.configure(node, settings);
   }
   return node;
 }

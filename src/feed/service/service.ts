@@ -88,7 +88,7 @@ export class FeedService {
   create(
     actor: Actor,
     node: string | undefined,
-    config: Partial<NodeConfig> = {},
+    config: Partial<NodeConfig> | (() => Partial<NodeConfig>) = {},
     options: { owner?: string } = {},
   ): Promise<string> {
     return nodes.create(this.ctx, actor, node, config, options);
@@ -116,6 +116,11 @@ export class FeedService {
 
   listNodes(actor: Actor, range: nodes.NodeRange = {}): Promise<string[]> {
     return nodes.listNodes(this.ctx, actor, range);
+  }
+
+  /** Whether publishing to a missing node creates it (for those who may create). */
+  get autoCreates(): boolean {
+    return this.ctx.autoCreate;
   }
 
   /** Whether a node of that name exists (no right needed: publishing to it may create it). */
