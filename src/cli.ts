@@ -22,7 +22,6 @@ import { FeedEngine } from './feed/engine.ts';
 import { FeedError, type FeedErrorCode, NodeNotFound, PayloadTooBig } from './feed/errors.ts';
 import { checkItemId, parseFeedName } from './feed/feedName.ts';
 import type { Change, ExportRecord, Item, ReadQuery } from './feed/model.ts';
-import { PolicyStore } from './feed/policy.ts';
 import { type PositionSpec, parsePositionSpec } from './feed/positionSpec.ts';
 import { parseMax } from './feed/query.ts';
 import { serve } from './serve.ts';
@@ -544,7 +543,7 @@ ${COMMON_DETAILS}`,
     return withEngine(ctx, 'write', async (engine) => {
       const node = ctx.positionals[0] as string;
       if (bare === undefined) await engine.createNode(node);
-      else await new PolicyStore(engine).createNode(node, bare);
+      else await engine.policy().createNode(node, bare);
       return 0;
     });
   },

@@ -1,10 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import type { ClassicLevel } from 'classic-level';
 import type { Element } from 'ltx';
 import { type AtomEntry, readAtomElementText, readAtomEntry, readTombstone, tombstone } from './atom.ts';
-import { Committer, type Op } from './commit.ts';
+import { Committer } from './commit.ts';
 import { type Cursor, formatCursor, GroupChecksum, groupChecksum } from './cursor.ts';
-import { type Db, openDatabase } from './database.ts';
 import {
   AppendOnly,
   BadRequest,
@@ -21,6 +19,7 @@ import {
   StorageError,
 } from './errors.ts';
 import { checkItemId, checkNodeName, type FeedName, ORDERS, type Order, parseFeedName } from './feedName.ts';
+import { HubStore } from './hubStore.ts';
 import {
   blockOfMarkKey,
   DELETED_PREFIX,
@@ -60,6 +59,9 @@ import { EntryParser } from './parsePool.ts';
 import { PolicyStore } from './policy.ts';
 import { type PositionSpec, parsePositionSpec } from './positionSpec.ts';
 import { decodeRecord, encodeRecord } from './record.ts';
+import { openLevelStore } from './store/level.ts';
+import { openMemoryStore } from './store/memory.ts';
+import type { Op, Snapshot, Store, Cursor as StoreCursor } from './store/store.ts';
 import { sweepDeleted } from './sweep.ts';
 import { FeedTail } from './tail.ts';
 
@@ -71,15 +73,6 @@ export interface EngineOptions {
   sync?: boolean;
   /** Keys removed per batch when sweeping a deleted node (default 1,000). */
   sweepBatch?: number;
-}
-
-/** What policy storage beside the engine (policy.ts) uses: reads, atomic writes, node numbers. */
-export interface EngineStorage {
-  db: Db;
-  /** Writes operations as one atomic batch, in order with the engine's own writes. */
-  write(ops: Op[]): Promise<void>;
-  /** The node number of an existing node (NodeNotFound otherwise). */
-  nid(name: string): Promise<number>;
 }
 
 export interface PublishInput {
@@ -142,16 +135,15 @@ type ChangeListener = (change: Change) => void;
 type Entry = { key: Buffer; id: string };
 
 /** Reads up to `n` more entries from an index iterator (fewer only at its end). */
-async function take(it: { nextv(n: number): Promise<[Buffer, Buffer][]> }, n: number): Promise<Entry[]> {
+async function take(it: StoreCursor, n: number): Promise<Entry[]> {
   const out: Entry[] = [];
   while (out.length < n) {
-    const got = await it.nextv(n - out.length);
+    const got = await it.next(n - out.length);
     if (got.length === 0) break;
     for (const [key, value] of got) out.push({ key, id: value.toString('utf8') });
   }
   return out;
 }
-type Snapshot = ReturnType<ClassicLevel<Buffer, Buffer>['snapshot']>;
 type Bound = { gt: Buffer } | { gte: Buffer };
 
 const json = (value: unknown): Buffer => Buffer.from(JSON.stringify(value));
@@ -211,25 +203,35 @@ export class FeedEngine {
   private readonly arrivals = new Map<string, Promise<void>>();
   private lastName: [string, string] | undefined;
   private policyStore: PolicyStore | undefined;
+  private hubStore: HubStore | undefined;
   private readonly sweepBatch: number;
   private sweeping: Promise<void> = Promise.resolve();
   private closing = false;
 
   private constructor(
-    private readonly db: ClassicLevel<Buffer, Buffer>,
+    private readonly store: Store,
     options: EngineOptions,
   ) {
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
     this.now = options.now ?? Date.now;
-    this.committer = new Committer(db, options.sync ?? false);
+    this.committer = new Committer(store, options.sync ?? false);
     this.sweepBatch = options.sweepBatch ?? 1000;
   }
 
   /** Opens (creating if needed) the database in `dir`; a database in use is refused. */
   static async open(dir: string, options: EngineOptions = {}): Promise<FeedEngine> {
-    const db = await openDatabase(dir);
-    const engine = new FeedEngine(db, options);
-    const service = await db.get(SERVICE_KEY);
+    return FeedEngine.openStore(await openLevelStore(dir), options);
+  }
+
+  /** An engine on a fresh in-memory store (memory-level), gone when closed: for tests and tools. */
+  static async inMemory(options: EngineOptions = {}): Promise<FeedEngine> {
+    return FeedEngine.openStore(await openMemoryStore(), options);
+  }
+
+  /** An engine on any open Store, which it owns from now on (close() closes it). */
+  static async openStore(store: Store, options: EngineOptions = {}): Promise<FeedEngine> {
+    const engine = new FeedEngine(store, options);
+    const service = await store.get(SERVICE_KEY);
     if (service) engine.nextNid = parse<{ nextNid: number }>(service).nextNid;
     // A deletion a stop or crash interrupted goes on where it stopped.
     engine.sweep();
@@ -254,7 +256,7 @@ export class FeedEngine {
     await this.sweeping;
     await Promise.allSettled([...this.purges]);
     await this.committer.drain().catch(() => undefined);
-    await this.db.close();
+    await this.store.close();
   }
 
   /**
@@ -283,7 +285,7 @@ export class FeedEngine {
 
   /** A namespaced key-value store for a binding's own state (kv.ts). */
   kv<T>(namespace: string): KeyValueStore<T> {
-    return new KeyValueStore<T>(this.db, this.committer, namespace);
+    return new KeyValueStore<T>(this.store, this.committer, namespace);
   }
 
   // ---- nodes ------------------------------------------------------------------------------
@@ -306,20 +308,21 @@ export class FeedEngine {
   }
 
   private async readNode(name: string): Promise<NodeState | undefined> {
-    const entry = await this.db.get(nodeKey(name));
+    const entry = await this.store.get(nodeKey(name));
     if (!entry) return undefined;
     const { nid } = parse<{ nid: number }>(entry);
-    const metaBuf = await this.db.get(metaKey(nid));
+    const metaBuf = await this.store.get(metaKey(nid));
     const meta: NodeMeta = metaBuf ? parse<NodeMeta>(metaBuf) : { total: 0, stamp: 0, seq: 0 };
     const tails = { modified: new FeedTail(), created: new FeedTail() };
     for (const order of ORDERS) {
       const { start, end } = indexRange(nid, order);
-      const [last] = await this.db.keys({ gte: start, lt: end, reverse: true, limit: 1 }).all();
+      const [last] = await this.store.keys({ gte: start, lt: end, reverse: true, limit: 1 });
       if (!last) continue;
       const stamp = stampOfIndexKey(last);
-      const ids = await this.db
-        .values({ gte: indexKey(nid, order, stamp, 0), lt: indexKey(nid, order, stamp + 1, 0) })
-        .all();
+      const ids = await this.store.values({
+        gte: indexKey(nid, order, stamp, 0),
+        lt: indexKey(nid, order, stamp + 1, 0),
+      });
       for (const id of ids) tails[order].append(stamp, id.toString('utf8'));
     }
     return {
@@ -365,11 +368,13 @@ export class FeedEngine {
     return (await this.loadNode(name)) !== undefined;
   }
 
-  /**
-   * Creates an empty node, with `init`'s records (its owner, its configuration) in the same batch.
-   * (async: a bad name rejects, it does not throw at the caller.)
-   */
-  async createNode(name: string, init?: (nid: number) => Op[]): Promise<void> {
+  /** Creates an empty node (async: a bad name rejects, it does not throw at the caller). */
+  createNode(name: string): Promise<void> {
+    return this.createNodeWith(name);
+  }
+
+  /** Creates an empty node with `init`'s records (its owner, its configuration) in the same batch. */
+  private async createNodeWith(name: string, init?: (nid: number) => Op[]): Promise<void> {
     checkNodeName(name);
     return this.inRegistry(async () => {
       if (await this.loadNode(name)) throw new NodeExists(name);
@@ -415,7 +420,7 @@ export class FeedEngine {
   /** Starts sweeping deleted nodes' keys, unless a sweep runs already. */
   private sweep(): void {
     this.sweeping = this.sweeping.then(() =>
-      sweepDeleted(this.db, (ops) => this.committer.add(ops), {
+      sweepDeleted(this.store, (ops) => this.committer.add(ops), {
         batch: this.sweepBatch,
         stopped: () => this.closing,
       }).catch(() => undefined),
@@ -429,7 +434,7 @@ export class FeedEngine {
 
   /** Node numbers marked deleted whose keys are not all swept yet. */
   async deletionsPending(): Promise<number> {
-    return (await this.db.keys({ gte: DELETED_PREFIX, lt: prefixEnd(DELETED_PREFIX) }).all()).length;
+    return (await this.store.keys({ gte: DELETED_PREFIX, lt: prefixEnd(DELETED_PREFIX) })).length;
   }
 
   /** Registers a listener for deleted nodes (called once the deletion is written). Returns its remover. */
@@ -475,9 +480,9 @@ export class FeedEngine {
     const node = parseFeedName(name).node;
     const st = await this.requireNode(node);
     const { start, end } = indexRange(st.nid, 'created');
-    const [upTo] = await this.db.keys({ gte: start, lt: end, reverse: true, limit: 1 }).all();
+    const [upTo] = await this.store.keys({ gte: start, lt: end, reverse: true, limit: 1 });
     if (upTo) {
-      const mark = await this.db.get(purgeKey(st.nid));
+      const mark = await this.store.get(purgeKey(st.nid));
       // A purge under way already is joined (its end is extended to today's last item).
       const after = mark ? parse<{ after?: string }>(mark).after : undefined;
       await this.committer.add(
@@ -497,8 +502,8 @@ export class FeedEngine {
 
   /** Finishes the purges a stop or crash interrupted; resolves when they are done (or closing). */
   async resumePurges(): Promise<void> {
-    const marks = await this.db.iterator({ gte: PURGE_PREFIX, lt: prefixEnd(PURGE_PREFIX) }).all();
-    for (const [key] of marks) {
+    const marks = await this.store.keys({ gte: PURGE_PREFIX, lt: prefixEnd(PURGE_PREFIX) });
+    for (const key of marks) {
       const nid = key.readUInt32BE(1);
       // A deleted node's mark is swept with its other keys.
       const node = await this.nodeName(nid);
@@ -525,15 +530,15 @@ export class FeedEngine {
     const markKey = purgeKey(nid);
     for (;;) {
       if (this.closing) return;
-      const buf = await this.db.get(markKey);
+      const buf = await this.store.get(markKey);
       if (!buf) break;
       const mark = parse<{ upTo: string; after?: string }>(buf);
       const upTo = Buffer.from(mark.upTo, 'hex');
       const { start } = indexRange(nid, 'created');
       const lower = mark.after ? { gt: Buffer.from(mark.after, 'hex') } : { gte: start };
-      const chunk = await this.db.iterator({ ...lower, lte: upTo, limit: this.sweepBatch }).all();
+      const chunk = await this.store.entries({ ...lower, lte: upTo, limit: this.sweepBatch });
       const ids = chunk.map(([, v]) => v.toString('utf8'));
-      const bufs = ids.length > 0 ? await this.db.getMany(ids.map((id) => itemKey(nid, id))) : [];
+      const bufs = ids.length > 0 ? await this.store.getMany(ids.map((id) => itemKey(nid, id))) : [];
       await Promise.all(
         ids.map((id, i) => {
           const b = bufs[i];
@@ -556,22 +561,40 @@ export class FeedEngine {
     this.tell(this.purgeListeners, node);
   }
 
-  /** Access for policy storage beside the engine (policy.ts). */
   /**
    * The nodes' policy (configuration, affiliations), one store for every binding: its caches are
    * kept current by the changes made through it, so bindings must not make their own.
    */
   policy(): PolicyStore {
-    this.policyStore ??= new PolicyStore(this);
+    this.policyStore ??= new PolicyStore({
+      store: this.store,
+      write: (ops) => this.committer.add(ops),
+      createNode: (name, records) => this.createNodeWith(name, records),
+      deleteNode: (name) => this.deleteNode(name),
+      nodeNumber: (name) => this.nodeNumber(name),
+      nodeName: (nid) => this.nodeName(nid),
+      total: (name) => this.total(name),
+      subscriptionsFor: (bare, node) => this.subscriptionsFor(bare, node),
+    });
     return this.policyStore;
   }
 
-  storage(): EngineStorage {
-    return {
-      db: this.db,
+  /** The WebSub subscriptions stored beside their nodes (hubStore.ts). */
+  hubs(): HubStore {
+    this.hubStore ??= new HubStore({
+      store: this.store,
       write: (ops) => this.committer.add(ops),
-      nid: async (name) => (await this.requireNode(name)).nid,
-    };
+      nodeNumber: (name) => this.nodeNumber(name),
+    });
+    return this.hubStore;
+  }
+
+  /**
+   * The number of an existing node (NodeNotFound otherwise). Numbers are never reused: a node
+   * deleted and created again under its name has a new one.
+   */
+  async nodeNumber(name: string): Promise<number> {
+    return (await this.requireNode(name)).nid;
   }
 
   /**
@@ -584,7 +607,7 @@ export class FeedEngine {
     const lower = options.after === undefined ? { gte: NODE_PREFIX } : { gt: nodeKey(options.after) };
     const upper = options.before === undefined ? prefixEnd(NODE_PREFIX) : nodeKey(options.before);
     const reverse = options.last === true;
-    const keys = await this.db.keys({ ...lower, lt: upper, reverse, limit: options.max ?? -1 }).all();
+    const keys = await this.store.keys({ ...lower, lt: upper, reverse, limit: options.max ?? -1 });
     const names = keys.map(nameOfNodeKey);
     return reverse ? names.reverse() : names;
   }
@@ -604,7 +627,7 @@ export class FeedEngine {
   /** Items in the node, tombstones included. */
   async total(name: string): Promise<number> {
     const st = await this.requireNode(name);
-    const buf = await this.db.get(metaKey(st.nid));
+    const buf = await this.store.get(metaKey(st.nid));
     return buf ? parse<NodeMeta>(buf).total : 0;
   }
 
@@ -728,7 +751,7 @@ export class FeedEngine {
       this.committer.check();
       // Only this pump writes the node's items, so what is read here is the latest durable state.
       const ids = [...lookup];
-      const bufs = ids.length > 0 ? await this.db.getMany(ids.map((id) => itemKey(st.nid, id))) : [];
+      const bufs = ids.length > 0 ? await this.store.getMany(ids.map((id) => itemKey(st.nid, id))) : [];
       bufs.forEach((buf, i) => {
         if (buf) known.set(ids[i] as string, decodeRecord(buf));
       });
@@ -1037,7 +1060,7 @@ export class FeedEngine {
   // ---- reads ------------------------------------------------------------------------------
 
   private async recordIn(snapshot: Snapshot, nid: number, id: string): Promise<ItemRecord | undefined> {
-    const buf = await this.db.get(itemKey(nid, id), { snapshot });
+    const buf = await snapshot.get(itemKey(nid, id));
     return buf ? decodeRecord(buf) : undefined;
   }
 
@@ -1048,14 +1071,11 @@ export class FeedEngine {
     order: Order,
     cursor: Cursor,
   ): Promise<Buffer | undefined> {
-    const entries = await this.db
-      .iterator({
-        gte: indexKey(nid, order, cursor.t, 0),
-        lt: indexKey(nid, order, cursor.t + 1, 0),
-        limit: cursor.o + 1,
-        snapshot,
-      })
-      .all();
+    const entries = await snapshot.entries({
+      gte: indexKey(nid, order, cursor.t, 0),
+      lt: indexKey(nid, order, cursor.t + 1, 0),
+      limit: cursor.o + 1,
+    });
     if (entries.length !== cursor.o + 1) return undefined;
     const ids = entries.map(([, v]) => v.toString('utf8'));
     if (groupChecksum(ids) !== cursor.c) return undefined;
@@ -1109,8 +1129,8 @@ export class FeedEngine {
     let group = new GroupChecksum();
     const before =
       known ??
-      (await this.db.values({ gte: indexKey(nid, order, groupStamp, 0), lt: first.key, snapshot }).all()).map(
-        (v) => v.toString('utf8'),
+      (await snapshot.values({ gte: indexKey(nid, order, groupStamp, 0), lt: first.key })).map((v) =>
+        v.toString('utf8'),
       );
     for (const prior of before) group.add(groupStamp, prior);
     for (const { key, id } of entries) {
@@ -1125,7 +1145,7 @@ export class FeedEngine {
   }
 
   private async cursorOf(st: NodeState, id: string, order: Order): Promise<string> {
-    const snapshot = this.db.snapshot();
+    const snapshot = this.store.snapshot();
     try {
       const rec = await this.recordIn(snapshot, st.nid, id);
       if (!rec) return '';
@@ -1152,7 +1172,7 @@ export class FeedEngine {
     const max = Math.min(asked, this.limits.maxPageItems);
     const st = await this.requireNode(feed.node);
     const { nid } = st;
-    const snapshot = this.db.snapshot();
+    const snapshot = this.store.snapshot();
     try {
       const range = indexRange(nid, feed.order);
       const upper = until
@@ -1182,7 +1202,7 @@ export class FeedEngine {
           start = indexKey(nid, feed.order, stampOfIndexKey(after), 0);
         }
         // Not bounded by `until`: resolving `since` may read past it (an `until` before `since`).
-        const it = this.db.iterator({ gte: start, lt: range.end, snapshot });
+        const it = snapshot.cursor({ gte: start, lt: range.end });
         try {
           // Usually one read: the cursor's group up to it (or some of the id's group), then the page.
           let got: Entry[];
@@ -1248,7 +1268,7 @@ export class FeedEngine {
         more = page.length > max;
         page = page.slice(0, max);
       } else {
-        const it = this.db.iterator({ gte: range.start, lt: upper.key, reverse: true, snapshot });
+        const it = snapshot.cursor({ gte: range.start, lt: upper.key, reverse: true });
         try {
           const got = await take(it, max + 1);
           more = got.length > max;
@@ -1276,9 +1296,7 @@ export class FeedEngine {
         }
       }
       // The records and the node's counters, read together in the same snapshot.
-      const bufs = await this.db.getMany([...page.map((e) => itemKey(nid, e.id)), metaKey(nid)], {
-        snapshot,
-      });
+      const bufs = await snapshot.getMany([...page.map((e) => itemKey(nid, e.id)), metaKey(nid)]);
       const metaBuf = bufs.pop();
       const total = metaBuf ? parse<NodeMeta>(metaBuf).total : 0;
       if (page.length === 0)
@@ -1330,9 +1348,9 @@ export class FeedEngine {
       const firstKey = (page[0] as Entry).key;
       const lastKey = (page[page.length - 1] as Entry).key;
       const nothingBefore = async () =>
-        (await this.db.keys({ gte: range.start, lt: firstKey, limit: 1, snapshot }).all()).length === 0;
+        (await snapshot.keys({ gte: range.start, lt: firstKey, limit: 1 })).length === 0;
       const nothingAfter = async () =>
-        (await this.db.keys({ gt: lastKey, lt: range.end, limit: 1, snapshot }).all()).length === 0;
+        (await snapshot.keys({ gt: lastKey, lt: range.end, limit: 1 })).length === 0;
       let atStart: boolean;
       let atEnd: boolean;
       if (forward) {
@@ -1371,21 +1389,18 @@ export class FeedEngine {
     const nid = st.nid;
     // Block b ends at position b·stride-1; the one asked is in block `want`'s reach.
     const want = Math.floor((position + 1) / stride);
-    const snapshot = this.db.snapshot();
+    const snapshot = this.store.snapshot();
     try {
       let from: Buffer | undefined;
       let at = -1; // the position of `from`
       let block = 0;
       if (want > 0) {
-        const [found] = await this.db
-          .iterator({
-            gt: markKey(nid, stride, 0),
-            lte: markKey(nid, stride, want),
-            reverse: true,
-            limit: 1,
-            snapshot,
-          })
-          .all();
+        const [found] = await snapshot.entries({
+          gt: markKey(nid, stride, 0),
+          lte: markKey(nid, stride, want),
+          reverse: true,
+          limit: 1,
+        });
         if (found) {
           block = blockOfMarkKey(found[0]);
           from = found[1].subarray(0, INDEX_KEY_BYTES);
@@ -1394,11 +1409,11 @@ export class FeedEngine {
         }
       }
       const { start, end } = indexRange(nid, 'created');
-      const entries = this.db.iterator({ ...(from ? { gt: from } : { gte: start }), lt: end, snapshot });
+      const entries = snapshot.cursor({ ...(from ? { gt: from } : { gte: start }), lt: end });
       const marks: Op[] = [];
       try {
         for (;;) {
-          const chunk = await entries.nextv(1000);
+          const chunk = await entries.next(1000);
           if (chunk.length === 0) return undefined;
           for (const [key, id] of chunk) {
             at += 1;
@@ -1428,12 +1443,9 @@ export class FeedEngine {
     const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
     for (const id of ids) checkItemId(id);
     const st = await this.requireNode(feed.node);
-    const snapshot = this.db.snapshot();
+    const snapshot = this.store.snapshot();
     try {
-      const bufs = await this.db.getMany(
-        ids.map((id) => itemKey(st.nid, id)),
-        { snapshot },
-      );
+      const bufs = await snapshot.getMany(ids.map((id) => itemKey(st.nid, id)));
       const items: Item[] = [];
       for (let i = 0; i < ids.length; i++) {
         const buf = bufs[i];
@@ -1458,7 +1470,7 @@ export class FeedEngine {
     if (!st.subscriptions) {
       const map = new Map<string, Subscription>();
       const prefix = subscriptionPrefix(st.nid);
-      for await (const [key, value] of this.db.iterator({ gte: prefix, lt: prefixEnd(prefix) })) {
+      for (const [key, value] of await this.store.entries({ gte: prefix, lt: prefixEnd(prefix) })) {
         map.set(key.toString('latin1'), parse<Subscription>(value));
       }
       st.subscriptions ??= map;
@@ -1552,7 +1564,7 @@ export class FeedEngine {
   /** A user's subscriptions (any of their resources), across nodes, optionally of one node. */
   async subscriptionsFor(bareJid: string, node?: string): Promise<Subscription[]> {
     const prefix = userPrefix(bareJid);
-    const entries = await this.db.iterator({ gte: prefix, lt: prefixEnd(prefix) }).all();
+    const entries = await this.store.entries({ gte: prefix, lt: prefixEnd(prefix) });
     const out: Subscription[] = [];
     for (const [key, value] of entries) {
       const s = parse<Subscription>(value);
@@ -1570,18 +1582,13 @@ export class FeedEngine {
   async *exportNode(node: string): AsyncGenerator<ExportRecord> {
     const st = await this.requireNode(node);
     const { start, end } = indexRange(st.nid, 'modified');
-    const snapshot = this.db.snapshot();
+    const snapshot = this.store.snapshot();
     try {
       let lower: Bound = { gte: start };
       for (;;) {
-        const chunk: [Buffer, Buffer][] = await this.db
-          .iterator({ ...lower, lt: end, limit: 500, snapshot })
-          .all();
+        const chunk = await snapshot.entries({ ...lower, lt: end, limit: 500 });
         if (chunk.length === 0) break;
-        const bufs = await this.db.getMany(
-          chunk.map(([, v]) => itemKey(st.nid, v.toString('utf8'))),
-          { snapshot },
-        );
+        const bufs = await snapshot.getMany(chunk.map(([, v]) => itemKey(st.nid, v.toString('utf8'))));
         for (let i = 0; i < chunk.length; i++) {
           const buf = bufs[i];
           const id = (chunk[i] as [Buffer, Buffer])[1].toString('utf8');

@@ -8,7 +8,6 @@ import { FetchError, Fetcher, type FetchLimits } from '../../src/bot/fetcher.ts'
 import { FeedIngest, type FeedRecord, type IngestOptions } from '../../src/bot/ingest.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import type { Change } from '../../src/feed/model.ts';
-import { PolicyStore } from '../../src/feed/policy.ts';
 import { createLog } from '../../src/log.ts';
 import { FeedServer, fixture, rss } from './feedServer.ts';
 
@@ -90,7 +89,7 @@ describe('formats', () => {
     server.document(`/${file}`, () => fixture(file), type);
     const rec = await ingest.add(server.url(`/${file}`));
     expect(rec.title).toBe(title);
-    const policy = new PolicyStore(engine);
+    const policy = engine.policy();
     expect(await policy.config(rec.node)).toMatchObject({ title, accessModel: 'open' });
     expect(await policy.affiliation(rec.node, 'feeds.example')).toBe('owner');
     expect(rec.node).toMatch(/^feed:127\.0\.0\.1:\d+:[0-9a-f]{24}$/);

@@ -1361,7 +1361,7 @@ describe('concurrency', () => {
     const busy = await h.open(await h.dir());
     await busy.createNode('n');
     await busy.publish('n', { id: 'known', entry: entry('known v1') });
-    const getMany = vi.spyOn(busy.storage().db, 'getMany');
+    const getMany = vi.spyOn(h.storeOf(busy), 'getMany');
     const writes = Array.from({ length: 200 }, (_, i) =>
       busy.publish(
         'n',
