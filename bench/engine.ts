@@ -11,10 +11,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { openDatabase } from '../src/feed/database.ts';
 import { FeedEngine } from '../src/feed/engine.ts';
 import { indexKey, itemKey, metaKey } from '../src/feed/keys.ts';
 import { encodeRecord } from '../src/feed/record.ts';
+import { openLevelStore } from '../src/feed/store/level.ts';
+import type { Op } from '../src/feed/store/store.ts';
 
 const { values } = parseArgs({
   options: {
@@ -82,11 +83,11 @@ function percentile(sorted: number[], p: number): number {
 const mb = (bytes: number) => bytes / (1024 * 1024);
 const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits });
 
-// ---- (a) raw classic-level baseline -------------------------------------------------------
+// ---- (a) raw LevelDB store baseline -------------------------------------------------------
 
 async function raw(dir: string): Promise<{ seconds: number; bytes: number }> {
   // Opened as the engine opens its database (same encodings and LevelDB options).
-  const db = await openDatabase(dir);
+  const db = await openLevelStore(dir);
   let bytes = 0;
   const nid = 1;
   const stamp = Date.now();
@@ -105,9 +106,7 @@ async function raw(dir: string): Promise<{ seconds: number; bytes: number }> {
     }
     puts.push([metaKey(nid), Buffer.from(JSON.stringify({ total: from, stamp, seq: from }))]);
     for (const [key, value] of puts) bytes += key.length + value.length;
-    const batch = db.batch();
-    for (const [key, value] of puts) batch.put(key, value);
-    await batch.write();
+    await db.write(puts.map(([key, value]): Op => ({ type: 'put', key, value })));
     elapsed += performance.now() - start;
     progress('raw', Math.min(N, from + CHUNK - 1));
   }

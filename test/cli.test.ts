@@ -5,7 +5,6 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FeedEngine } from '../src/feed/engine.ts';
-import { PolicyStore } from '../src/feed/policy.ts';
 
 // The real command, as a user runs it: `node bin/smartfeeds.mjs ...` from the repository root.
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -284,7 +283,7 @@ describe('smartfeeds command', () => {
     expect(await ok(['create', '--data', data, 'owned', '--owner', 'alice@example.org/phone'])).toBe('');
     const engine = await FeedEngine.open(data);
     try {
-      expect(await new PolicyStore(engine).affiliations('owned')).toEqual([['alice@example.org', 'owner']]);
+      expect(await engine.policy().affiliations('owned')).toEqual([['alice@example.org', 'owner']]);
     } finally {
       await engine.close();
     }

@@ -1,10 +1,9 @@
 import jid from '@xmpp/jid';
 import xml from '@xmpp/xml';
 import { type Element, parse as parseXml } from 'ltx';
-import type { KeyValueStore } from '../feed/kv.ts';
 import type { Change } from '../feed/model.ts';
 import { OPERATOR } from '../feed/service/actor.ts';
-import type { FeedService } from '../feed/service/service.ts';
+import type { FeedService, KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import { RateLimiter, type RateLimitOptions } from '../xmpp/rateLimit.ts';
 import { type Command, parseCommand } from './commands.ts';

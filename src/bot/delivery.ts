@@ -1,4 +1,4 @@
-import type { KeyValueStore } from '../feed/kv.ts';
+import type { KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 
 /** What the bot knows of a chat user, kept in the `bot.users` store. */

@@ -1,7 +1,6 @@
 import { NodeExists } from '../feed/errors.ts';
-import type { KeyValueStore } from '../feed/kv.ts';
 import { OPERATOR } from '../feed/service/actor.ts';
-import type { FeedService } from '../feed/service/service.ts';
+import type { FeedService, KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import { atomEntryOf, fingerprintOf, itemIdOf } from './entry.ts';
 import { type FeedUrlError, nodeNameOf, normalizeFeedUrl } from './feedUrl.ts';

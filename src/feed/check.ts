@@ -20,7 +20,6 @@
  */
 
 import { AFFILIATIONS } from './access.ts';
-import { type Db, openDatabase as openLevel } from './database.ts';
 import { ORDERS, type Order, parseFeedName } from './feedName.ts';
 import { readHubSubscription } from './hubStore.ts';
 import {
@@ -56,6 +55,8 @@ import {
 } from './keys.ts';
 import type { ItemRecord, Subscription } from './model.ts';
 import { decodeRecord, encodeRecord } from './record.ts';
+import { openLevelStore } from './store/level.ts';
+import type { Cursor, Op, Store } from './store/store.ts';
 import { sweepDeleted } from './sweep.ts';
 
 export type ProblemKind =
@@ -146,13 +147,10 @@ function indexSpan(nid: number, order: Order): Range {
 }
 
 /** Reads an iterator `size` entries at a time, closing it however the walk ends. */
-async function* inChunks<T>(
-  it: { nextv(size: number): Promise<T[]>; close(): Promise<void> },
-  size: number,
-): AsyncGenerator<T[]> {
+async function* inChunks(it: Cursor, size: number): AsyncGenerator<[Buffer, Buffer][]> {
   try {
     for (;;) {
-      const chunk = await it.nextv(size);
+      const chunk = await it.next(size);
       if (chunk.length === 0) return;
       yield chunk;
     }
@@ -227,8 +225,17 @@ function prefixRange(prefix: Buffer): Range {
 }
 
 /** Opens the database of a stopped server (never creating one); refuses one in use. */
-export function openDatabase(dir: string): Promise<Db> {
-  return openLevel(dir, { createIfMissing: false });
+export function openDatabase(dir: string): Promise<Store> {
+  return openLevelStore(dir, { createIfMissing: false });
+}
+
+/** Removes every key of a range, BATCH_OPS keys a batch. */
+async function clearRange(store: Store, range: Range): Promise<void> {
+  for (;;) {
+    const keys = await store.keys({ ...range, limit: BATCH_OPS });
+    if (keys.length === 0) return;
+    await store.write(keys.map((key) => ({ type: 'del', key })));
+  }
 }
 
 /** What the last check found that a repair acts on; all of it is per node, none per item. */
@@ -269,37 +276,32 @@ interface SuspectRound {
 
 /** Chunked writes for a repair: each batch is written when full and at the end. */
 class Writer {
-  private batch: ReturnType<Db['batch']>;
-  private size = 0;
+  private ops: Op[] = [];
 
-  constructor(private readonly db: Db) {
-    this.batch = db.batch();
-  }
+  constructor(private readonly db: Store) {}
 
   async put(key: Buffer, value: Buffer): Promise<void> {
-    this.batch.put(key, value);
+    this.ops.push({ type: 'put', key, value });
     await this.counted();
   }
 
   async del(key: Buffer): Promise<void> {
-    this.batch.del(key);
+    this.ops.push({ type: 'del', key });
     await this.counted();
   }
 
   private async counted(): Promise<void> {
-    if (++this.size >= BATCH_OPS) await this.flush();
+    if (this.ops.length >= BATCH_OPS) await this.flush();
   }
 
   async flush(): Promise<void> {
-    if (this.size > 0) await this.batch.write();
-    else await this.batch.close();
-    this.batch = this.db.batch();
-    this.size = 0;
+    const ops = this.ops;
+    this.ops = [];
+    if (ops.length > 0) await this.db.write(ops);
   }
 
   async close(): Promise<void> {
     await this.flush();
-    await this.batch.close();
   }
 }
 
@@ -309,18 +311,18 @@ export class DatabaseCheck {
 
   /** `suspectLimit` (default SUSPECT_LIMIT) is for tests of the duplicate search's rounds. */
   constructor(
-    private readonly db: Db,
+    private readonly db: Store,
     options: { suspectLimit?: number } = {},
   ) {
     this.suspectLimit = Math.max(1, options.suspectLimit ?? SUSPECT_LIMIT);
   }
 
   private chunks(range: Range, size: number): AsyncGenerator<[Buffer, Buffer][]> {
-    return inChunks(this.db.iterator(range), size);
+    return inChunks(this.db.cursor(range), size);
   }
 
-  private keyChunks(range: Range, size: number): AsyncGenerator<Buffer[]> {
-    return inChunks(this.db.keys(range), size);
+  private async *keyChunks(range: Range, size: number): AsyncGenerator<Buffer[]> {
+    for await (const chunk of this.chunks(range, size)) yield chunk.map(([key]) => key);
   }
 
   /** Checks everything, reporting each problem as it is found; remembers what a repair must do. */
@@ -393,7 +395,7 @@ export class DatabaseCheck {
       const end = prefixEnd(family);
       let from: Buffer = family;
       for (;;) {
-        const [key] = await this.db.keys({ gte: from, lt: end, limit: 1 }).all();
+        const [key] = await this.db.keys({ gte: from, lt: end, limit: 1 });
         if (!key) break;
         const nid = nidOfKey(key);
         if (nid === undefined) {
@@ -809,7 +811,7 @@ export class DatabaseCheck {
     const out = new Writer(this.db);
     // Finishes the deletions the server did not (it would when it starts).
     if (f.deleting.size > 0)
-      await sweepDeleted(this.db, async (ops) => void (await this.db.batch(ops)), {
+      await sweepDeleted(this.db, (ops) => this.db.write(ops), {
         batch: BATCH_OPS,
         stopped: () => false,
       });
@@ -822,12 +824,12 @@ export class DatabaseCheck {
     for (const [nid, orphan] of f.orphans) {
       if (orphan.records) {
         let name = `recovered-${nid}`;
-        for (let n = 2; await this.db.has(nodeKey(name)); n++) name = `recovered-${nid}-${n}`;
+        for (let n = 2; (await this.db.get(nodeKey(name))) !== undefined; n++) name = `recovered-${nid}-${n}`;
         await out.put(nodeKey(name), json({ nid }));
         f.rebuild.add(nid);
       } else {
         for (const tag of NODE_FAMILIES) {
-          if (tag !== 'i') await this.db.clear(prefixRange(familyPrefix(tag, nid)));
+          if (tag !== 'i') await clearRange(this.db, prefixRange(familyPrefix(tag, nid)));
         }
       }
     }
@@ -873,9 +875,9 @@ export class DatabaseCheck {
    * later entry of a duplicate seq; its stamp, and so its place in time, stays.
    */
   private async rebuildNode(nid: number): Promise<void> {
-    await this.db.clear(prefixRange(familyPrefix('x', nid)));
+    await clearRange(this.db, prefixRange(familyPrefix('x', nid)));
     // A rebuilt index may give items other places: remembered positions are found again.
-    await this.db.clear(prefixRange(familyPrefix('r', nid)));
+    await clearRange(this.db, prefixRange(familyPrefix('r', nid)));
     let maxSeq = 0;
     for await (const chunk of this.chunks(prefixRange(itemPrefix(nid)), RECORD_CHUNK)) {
       for (const [, value] of chunk) {
@@ -925,7 +927,7 @@ export class DatabaseCheck {
         if (order === 'modified') rec.ms = maxSeq;
         else rec.cs = maxSeq;
         // Written at once: a later duplicate of the same item must see this record.
-        await this.db.batch([
+        await this.db.write([
           { type: 'del', key },
           { type: 'put', key: indexKey(nid, order, stampOfIndexKey(key), maxSeq), value: Buffer.from(id) },
           { type: 'put', key: itemKey(nid, id), value: encodeRecord(rec) },
@@ -938,7 +940,7 @@ export class DatabaseCheck {
 
   /** Rewrites every `b` key from the affiliations of registered nodes. */
   private async rebuildUserAffiliations(f: Findings): Promise<void> {
-    await this.db.clear(prefixRange(Buffer.from('b')));
+    await clearRange(this.db, prefixRange(Buffer.from('b')));
     const registered = new Set(f.nodes.keys());
     for await (const chunk of this.chunks(prefixRange(NODE_PREFIX), KEY_CHUNK))
       for (const [, value] of chunk) {
@@ -959,7 +961,7 @@ export class DatabaseCheck {
 
   /** Drops subscriptions that are unreadable or name no node, and rewrites every `u` key from the rest. */
   private async rebuildSubscriptions(): Promise<void> {
-    await this.db.clear(prefixRange(Buffer.from('u')));
+    await clearRange(this.db, prefixRange(Buffer.from('u')));
     const out = new Writer(this.db);
     for await (const chunk of this.chunks(prefixRange(Buffer.from('s')), KEY_CHUNK)) {
       const subs = chunk.map(([key, value]) => ({

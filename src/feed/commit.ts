@@ -1,7 +1,5 @@
-import type { ClassicLevel } from 'classic-level';
 import { StorageError } from './errors.ts';
-
-export type Op = { type: 'put'; key: Buffer; value: Buffer } | { type: 'del'; key: Buffer };
+import type { Op, Store } from './store/store.ts';
 
 interface Waiter {
   resolve: () => void;
@@ -24,7 +22,7 @@ export class Committer {
   private failure: StorageError | undefined;
 
   constructor(
-    private readonly db: ClassicLevel<Buffer, Buffer>,
+    private readonly store: Store,
     private readonly sync: boolean,
   ) {}
 
@@ -70,14 +68,8 @@ export class Committer {
       this.latest = new Map();
       try {
         if (ops.length + latest.size > 0) {
-          // A chained batch costs less per operation than an array batch.
-          const batch = this.db.batch();
-          for (const op of ops) {
-            if (op.type === 'put') batch.put(op.key, op.value);
-            else batch.del(op.key);
-          }
-          for (const op of latest.values()) if (op.type === 'put') batch.put(op.key, op.value);
-          await batch.write({ sync: this.sync });
+          for (const op of latest.values()) ops.push(op);
+          await this.store.write(ops, { sync: this.sync });
         }
       } catch (e) {
         // In-memory state has moved past what was written: refuse writes until the engine reopens.

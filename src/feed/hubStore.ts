@@ -1,7 +1,15 @@
-import type { EngineStorage, FeedEngine } from './engine.ts';
 import { NodeNotFound } from './errors.ts';
 import type { Order } from './feedName.ts';
 import { HUB_PREFIX, hubKey, parseHubKey, prefixEnd } from './keys.ts';
+import type { Op, StoreReader } from './store/store.ts';
+
+/** What the hub's records need of the engine that owns them (see engine.hubs()). */
+export interface HubHost {
+  store: StoreReader;
+  /** Writes operations as one atomic batch, in order with the engine's own writes. */
+  write(ops: Op[]): Promise<void>;
+  nodeNumber(name: string): Promise<number>;
+}
 
 /** A verified WebSub subscription of one callback to one feed, as stored (`h NID ORDER CALLBACK`). */
 export interface HubSubscription {
@@ -28,28 +36,24 @@ export interface HubSubscription {
  * subscriptions are swept with it and a new node of the same name starts with none.
  */
 export class HubStore {
-  private readonly storage: EngineStorage;
-
-  constructor(engine: FeedEngine) {
-    this.storage = engine.storage();
-  }
+  constructor(private readonly engine: HubHost) {}
 
   async put(sub: HubSubscription): Promise<void> {
-    const nid = await this.storage.nid(sub.node);
+    const nid = await this.engine.nodeNumber(sub.node);
     const value = Buffer.from(JSON.stringify(sub));
-    await this.storage.write([{ type: 'put', key: hubKey(nid, sub.order, sub.callback), value }]);
+    await this.engine.write([{ type: 'put', key: hubKey(nid, sub.order, sub.callback), value }]);
   }
 
   /** Removes a subscription; a node deleted meanwhile took it with it. */
   async remove(node: string, order: Order, callback: string): Promise<void> {
     let nid: number;
     try {
-      nid = await this.storage.nid(node);
+      nid = await this.engine.nodeNumber(node);
     } catch (e) {
       if (e instanceof NodeNotFound) return;
       throw e;
     }
-    await this.storage.write([{ type: 'del', key: hubKey(nid, order, callback) }]);
+    await this.engine.write([{ type: 'del', key: hubKey(nid, order, callback) }]);
   }
 
   /**
@@ -59,14 +63,15 @@ export class HubStore {
   async all(): Promise<HubSubscription[]> {
     const out: HubSubscription[] = [];
     const nids = new Map<string, number | undefined>();
-    for await (const [key, value] of this.storage.db.iterator({
+    for (const [key, value] of await this.engine.store.entries({
       gte: HUB_PREFIX,
       lt: prefixEnd(HUB_PREFIX),
     })) {
       const parts = parseHubKey(key);
       const sub = parts && readHubSubscription(value);
       if (!parts || !sub || sub.order !== parts.order || sub.callback !== parts.callback) continue;
-      if (!nids.has(sub.node)) nids.set(sub.node, await this.storage.nid(sub.node).catch(() => undefined));
+      if (!nids.has(sub.node))
+        nids.set(sub.node, await this.engine.nodeNumber(sub.node).catch(() => undefined));
       if (nids.get(sub.node) === parts.nid) out.push(sub);
     }
     return out;

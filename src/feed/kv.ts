@@ -1,7 +1,7 @@
 import type { Committer } from './commit.ts';
-import type { Db } from './database.ts';
 import { BadRequest } from './errors.ts';
 import { kvKey, kvPrefix, prefixEnd } from './keys.ts';
+import type { StoreReader } from './store/store.ts';
 
 /**
  * A namespaced key-value store beside the feeds, for a binding's own persistent state (the feed
@@ -12,7 +12,7 @@ export class KeyValueStore<T = unknown> {
   private readonly prefix: Buffer;
 
   constructor(
-    private readonly db: Db,
+    private readonly store: StoreReader,
     private readonly committer: Committer,
     readonly namespace: string,
   ) {
@@ -22,7 +22,7 @@ export class KeyValueStore<T = unknown> {
   }
 
   async get(key: string): Promise<T | undefined> {
-    const buf = await this.db.get(kvKey(this.namespace, key));
+    const buf = await this.store.get(kvKey(this.namespace, key));
     return buf === undefined ? undefined : (JSON.parse(buf.toString('utf8')) as T);
   }
 
@@ -48,7 +48,7 @@ export class KeyValueStore<T = unknown> {
   /** Entries whose key starts with `prefix` (all when empty), in key byte order; `limit` at most. */
   async entries(prefix = '', limit = -1): Promise<[string, T][]> {
     const start = kvKey(this.namespace, prefix);
-    const got = await this.db.iterator({ gte: start, lt: prefixEnd(start), limit }).all();
+    const got = await this.store.entries({ gte: start, lt: prefixEnd(start), limit });
     return got.map(([k, v]) => [
       k.subarray(this.prefix.length).toString('utf8'),
       JSON.parse(v.toString('utf8')) as T,

@@ -1,6 +1,4 @@
 import { AFFILIATIONS, type Affiliation, type Standing } from './access.ts';
-import type { Op } from './commit.ts';
-import type { EngineStorage, FeedEngine } from './engine.ts';
 import { BadRequest, NotAcceptable } from './errors.ts';
 import {
   affiliationKey,
@@ -12,27 +10,40 @@ import {
   userAffiliationKey,
   userAffiliationPrefix,
 } from './keys.ts';
+import type { Subscription } from './model.ts';
 import { DEFAULT_NODE_CONFIG, type NodeConfig, readNodeConfig } from './nodeConfig.ts';
+import type { Op, StoreReader } from './store/store.ts';
 
 const json = (value: unknown): Buffer => Buffer.from(JSON.stringify(value));
+
+/** What the policy needs of the engine that owns it (the engine makes it: see engine.policy()). */
+export interface PolicyHost {
+  store: StoreReader;
+  /** Writes operations as one atomic batch, in order with the engine's own writes. */
+  write(ops: Op[]): Promise<void>;
+  /** Creates a node with these records (its configuration, its owner) in the same batch. */
+  createNode(name: string, records: (nid: number) => Op[]): Promise<void>;
+  deleteNode(name: string): Promise<void>;
+  nodeNumber(name: string): Promise<number>;
+  nodeName(nid: number): Promise<string | undefined>;
+  total(name: string): Promise<number>;
+  subscriptionsFor(bareJid: string, node?: string): Promise<Subscription[]>;
+}
 
 /**
  * A node's policy as stored beside its items: configuration (`c NID`) and affiliations
  * (`a NID BAREJID`, mirrored by user as `b BAREJID 0 NID`, written together). Node numbers are never reused, so what is cached per number never goes stale.
  */
 export class PolicyStore {
-  private readonly storage: EngineStorage;
   private readonly configs = new Map<number, NodeConfig>();
   private readonly affiliationMaps = new Map<number, Map<string, Affiliation>>();
 
-  constructor(private readonly engine: FeedEngine) {
-    this.storage = engine.storage();
-  }
+  constructor(private readonly engine: PolicyHost) {}
 
   /** Creates a node owned by `owner`, with `config` over the defaults, in one batch. */
   async createNode(node: string, owner: string, config: Partial<NodeConfig> = {}): Promise<void> {
     const full = { ...DEFAULT_NODE_CONFIG, ...config };
-    await this.engine.createNode(node, (nid): Op[] => [
+    await this.engine.createNode(node, (nid) => [
       { type: 'put', key: configKey(nid), value: json(full) },
       { type: 'put', key: affiliationKey(nid, owner), value: Buffer.from('owner') },
       { type: 'put', key: userAffiliationKey(owner, nid), value: Buffer.from('owner') },
@@ -41,17 +52,17 @@ export class PolicyStore {
 
   /** Deletes a node (engine.deleteNode) and forgets what was cached of its policy. */
   async deleteNode(node: string): Promise<void> {
-    const nid = await this.storage.nid(node);
+    const nid = await this.engine.nodeNumber(node);
     await this.engine.deleteNode(node);
     this.configs.delete(nid);
     this.affiliationMaps.delete(nid);
   }
 
   async config(node: string): Promise<NodeConfig> {
-    const nid = await this.storage.nid(node);
+    const nid = await this.engine.nodeNumber(node);
     let config = this.configs.get(nid);
     if (!config) {
-      const buf = await this.storage.db.get(configKey(nid));
+      const buf = await this.engine.store.get(configKey(nid));
       config = readNodeConfig(buf ? JSON.parse(buf.toString('utf8')) : undefined);
       this.configs.set(nid, config);
     }
@@ -60,7 +71,7 @@ export class PolicyStore {
 
   /** Changes the given settings only; returns the whole new configuration. */
   async configure(node: string, change: Partial<NodeConfig>): Promise<NodeConfig> {
-    const nid = await this.storage.nid(node);
+    const nid = await this.engine.nodeNumber(node);
     const current = await this.config(node);
     const next = { ...current, ...change };
     const settled = next.archiveSize !== current.archiveSize || (current.appendOnly && !next.appendOnly);
@@ -71,18 +82,18 @@ export class PolicyStore {
           ? 'the archive size cannot change once the node has items'
           : 'an append-only node with items stays append-only (its archive documents are immutable)',
       );
-    await this.storage.write([{ type: 'put', key: configKey(nid), value: json(next) }]);
+    await this.engine.write([{ type: 'put', key: configKey(nid), value: json(next) }]);
     this.configs.set(nid, next);
     return next;
   }
 
   private async affiliationMap(node: string): Promise<Map<string, Affiliation>> {
-    const nid = await this.storage.nid(node);
+    const nid = await this.engine.nodeNumber(node);
     let map = this.affiliationMaps.get(nid);
     if (!map) {
       map = new Map();
       const prefix = affiliationPrefix(nid);
-      for await (const [key, value] of this.storage.db.iterator({ gte: prefix, lt: prefixEnd(prefix) })) {
+      for (const [key, value] of await this.engine.store.entries({ gte: prefix, lt: prefixEnd(prefix) })) {
         map.set(jidOfAffiliationKey(key), value.toString('utf8') as Affiliation);
       }
       this.affiliationMaps.set(nid, map);
@@ -103,7 +114,7 @@ export class PolicyStore {
   async affiliationsOf(bare: string): Promise<{ node: string; affiliation: Affiliation }[]> {
     const prefix = userAffiliationPrefix(bare);
     const out: { node: string; affiliation: Affiliation }[] = [];
-    for (const [key, value] of await this.storage.db.iterator({ gte: prefix, lt: prefixEnd(prefix) }).all()) {
+    for (const [key, value] of await this.engine.store.entries({ gte: prefix, lt: prefixEnd(prefix) })) {
       const nid = parseUserAffiliationKey(key)?.nid;
       // A deleted node's affiliations wait for the sweep: they are nobody's now.
       const node = nid === undefined ? undefined : await this.engine.nodeName(nid);
@@ -114,7 +125,7 @@ export class PolicyStore {
 
   /** Applies affiliation changes as one batch (`none` removes one). */
   async setAffiliations(node: string, changes: [string, Affiliation][]): Promise<void> {
-    const nid = await this.storage.nid(node);
+    const nid = await this.engine.nodeNumber(node);
     const map = await this.affiliationMap(node);
     const next = new Map(map);
     for (const [jid, affiliation] of changes) {
@@ -133,7 +144,7 @@ export class PolicyStore {
             { type: 'put', key: userAffiliationKey(jid, nid), value: Buffer.from(affiliation) },
           ],
     );
-    await this.storage.write(ops);
+    await this.engine.write(ops);
     this.affiliationMaps.set(nid, next);
   }
 

@@ -1,5 +1,3 @@
-import type { Op } from './commit.ts';
-import type { Db } from './database.ts';
 import {
   bareOf,
   DELETED_PREFIX,
@@ -13,6 +11,7 @@ import {
   userAffiliationKey,
   userSubscriptionKey,
 } from './keys.ts';
+import type { Op, Store } from './store/store.ts';
 
 /**
  * Removes the keys of every node number marked deleted (`d NID`), `batch` keys per atomic write,
@@ -20,11 +19,11 @@ import {
  * leaves keys that a later sweep removes: it is resumable by running it again.
  */
 export async function sweepDeleted(
-  db: Db,
+  store: Store,
   write: (ops: Op[]) => Promise<void>,
   options: { batch: number; stopped: () => boolean },
 ): Promise<void> {
-  const marks = await db.keys({ gte: DELETED_PREFIX, lt: prefixEnd(DELETED_PREFIX) }).all();
+  const marks = await store.keys({ gte: DELETED_PREFIX, lt: prefixEnd(DELETED_PREFIX) });
   for (const mark of marks) {
     const nid = nidOfKey(mark);
     if (nid === undefined) continue;
@@ -32,7 +31,7 @@ export async function sweepDeleted(
       const prefix = familyPrefix(family, nid);
       for (;;) {
         if (options.stopped()) return;
-        const keys = await db.keys({ gte: prefix, lt: prefixEnd(prefix), limit: options.batch }).all();
+        const keys = await store.keys({ gte: prefix, lt: prefixEnd(prefix), limit: options.batch });
         if (keys.length === 0) break;
         const ops: Op[] = [];
         for (const key of keys) {

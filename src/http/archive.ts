@@ -126,7 +126,7 @@ function numberingOf(engine: FeedEngine, node: string, working: number): Promise
   const previous = chains.get(node) ?? Promise.resolve();
   const run = previous.then(async () => {
     const store = engine.kv<Numbering>('archive');
-    const nid = await engine.storage().nid(node);
+    const nid = await engine.nodeNumber(node);
     const stored = await store.get(node);
     const current: Numbering =
       stored?.nid === nid ? stored : { nid, base: stored?.highest ?? 0, highest: stored?.highest ?? 0 };

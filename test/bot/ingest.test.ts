@@ -9,7 +9,6 @@ import { FeedIngest, type FeedRecord, type IngestOptions } from '../../src/bot/i
 import { FeedEngine } from '../../src/feed/engine.ts';
 import type { FeedEvent } from '../../src/feed/events.ts';
 import type { Change } from '../../src/feed/model.ts';
-import { PolicyStore } from '../../src/feed/policy.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { createLog } from '../../src/log.ts';
 import { FeedServer, fixture, rss } from './feedServer.ts';
@@ -100,7 +99,7 @@ describe('formats', () => {
     server.document(`/${file}`, () => fixture(file), type);
     const rec = await ingest.add(server.url(`/${file}`));
     expect(rec.title).toBe(title);
-    const policy = new PolicyStore(engine);
+    const policy = engine.policy();
     expect(await policy.config(rec.node)).toMatchObject({ title, accessModel: 'open' });
     expect(await policy.affiliation(rec.node, 'feeds.example')).toBe('owner');
     expect(rec.node).toMatch(/^feed:127\.0\.0\.1:\d+:[0-9a-f]{24}$/);

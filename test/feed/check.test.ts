@@ -6,7 +6,6 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli.ts';
 import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import { HubStore } from '../../src/feed/hubStore.ts';
 import {
   hubKey,
   indexKey,
@@ -20,6 +19,7 @@ import {
 } from '../../src/feed/keys.ts';
 import type { ExportRecord, ItemRecord } from '../../src/feed/model.ts';
 import { decodeRecord } from '../../src/feed/record.ts';
+import { LevelStore } from '../../src/feed/store/level.ts';
 import { Clock, entry, Harness, T0 } from './support.ts';
 
 type Db = ClassicLevel<Buffer, Buffer>;
@@ -414,7 +414,7 @@ describe('smartfeeds check', () => {
   it('passes WebSub subscriptions the hub stored, and sweeps them with their node', async () => {
     const dir = await build();
     const engine = await FeedEngine.open(dir);
-    const store = new HubStore(engine);
+    const store = engine.hubs();
     const sub = {
       order: 'created',
       callback: 'https://sub.example/x',
@@ -497,7 +497,7 @@ describe('smartfeeds check', () => {
     });
     const problems: Problem[] = [];
     await raw(dir, async (db) => {
-      const checker = new DatabaseCheck(db, { suspectLimit: 2 });
+      const checker = new DatabaseCheck(new LevelStore(db), { suspectLimit: 2 });
       const summary = await checker.check((p) => {
         problems.push(p);
       });

@@ -392,7 +392,7 @@ function cursorSpec(cursor: string, bare: boolean): { text: string; spec: MSpec 
 
 // ---- the run ------------------------------------------------------------------------------
 
-const h = new Harness();
+const h = new Harness('memory');
 const clock = { t: T0 };
 let dir: string;
 let engine: FeedEngine;

@@ -1351,8 +1351,16 @@ describe('restart', () => {
     expect(Math.min(...seqs.slice(-2))).toBeGreaterThan(Math.max(...seqs.slice(0, -2)));
   });
 
-  it('refuses a second engine on the same database', async () => {
-    await expect(h.open(dir)).rejects.toMatchObject({ code: 'storage' });
+  it('refuses a second engine on the same LevelDB database', async () => {
+    // A LevelDB lock: the memory store has no second process to refuse.
+    const disk = new Harness('level');
+    try {
+      const on = await disk.dir();
+      await disk.open(on);
+      await expect(disk.open(on)).rejects.toMatchObject({ code: 'storage' });
+    } finally {
+      await disk.cleanup();
+    }
   });
 });
 
@@ -1361,7 +1369,7 @@ describe('concurrency', () => {
     const busy = await h.open(await h.dir());
     await busy.createNode('n');
     await busy.publish('n', { id: 'known', entry: entry('known v1') });
-    const getMany = vi.spyOn(busy.storage().db, 'getMany');
+    const getMany = vi.spyOn(h.storeOf(busy), 'getMany');
     const writes = Array.from({ length: 200 }, (_, i) =>
       busy.publish(
         'n',

@@ -4,8 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
-import { openDatabase } from '../../src/feed/database.ts';
+import { DatabaseCheck, openDatabase, type Problem } from '../../src/feed/check.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { kvKey } from '../../src/feed/keys.ts';
 
@@ -59,7 +58,7 @@ describe('engine.kv', () => {
     try {
       const problems: Problem[] = [];
       expect((await new DatabaseCheck(db).check((p) => void problems.push(p))).problems).toBe(0);
-      await db.put(kvKey('bot.feeds', 'bad'), Buffer.from('{not json'));
+      await db.write([{ type: 'put', key: kvKey('bot.feeds', 'bad'), value: Buffer.from('{not json') }]);
       const summary = await new DatabaseCheck(db).check((p) => void problems.push(p));
       expect(summary.problems).toBe(1);
       expect(problems.map((p) => p.kind)).toEqual(['unreadable-kv-entry']);

@@ -10,7 +10,6 @@ import { NodeNotFound } from '../../src/feed/errors.ts';
 import { affiliationKey, configKey, userAffiliationKey } from '../../src/feed/keys.ts';
 import type { Change } from '../../src/feed/model.ts';
 import { DEFAULT_NODE_CONFIG } from '../../src/feed/nodeConfig.ts';
-import { PolicyStore } from '../../src/feed/policy.ts';
 import { entry, Harness } from './support.ts';
 
 const h = new Harness();
@@ -90,7 +89,7 @@ describe('deleting a node', () => {
     await engine.createNode('other');
     await fill(engine, 'big', 300);
     await engine.subscribe('big', 'alice@x/a', 'alice@x');
-    await new PolicyStore(engine).setAffiliations('big', [['bob@x', 'publisher']]);
+    await engine.policy().setAffiliations('big', [['bob@x', 'publisher']]);
     await engine.deleteNode('big');
     // Closing stops the sweep between two batches, as a crash would (each batch is atomic).
     await h.close(engine);
@@ -234,7 +233,7 @@ describe('policy storage', () => {
   it('creates a node with its owner and configuration in one batch, and keeps changes across a restart', async () => {
     const dir = await h.dir();
     let engine = await h.open(dir);
-    let policy = new PolicyStore(engine);
+    let policy = engine.policy();
     await policy.createNode('n', 'alice@x', { accessModel: 'authorize', title: 'T' });
     expect(await policy.affiliation('n', 'alice@x')).toBe('owner');
     expect(await policy.affiliation('n', 'bob@x')).toBe('none');
@@ -246,7 +245,7 @@ describe('policy storage', () => {
     await policy.setAffiliations('n', [['carol@x', 'none']]);
     await h.close(engine);
     engine = await h.open(dir);
-    policy = new PolicyStore(engine);
+    policy = engine.policy();
     expect(await policy.config('n')).toEqual({
       ...DEFAULT_NODE_CONFIG,
       accessModel: 'authorize',
@@ -282,7 +281,7 @@ describe('policy storage', () => {
   it('is checked: an unreadable configuration or affiliation is reported and dropped by repair', async () => {
     const dir = await h.dir();
     const engine = await h.open(dir);
-    await new PolicyStore(engine).createNode('n', 'alice@x');
+    await engine.policy().createNode('n', 'alice@x');
     await h.close(engine);
     const db = new ClassicLevel<Buffer, Buffer>(dir, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
     await db.put(configKey(1), Buffer.from('{not json'));
@@ -298,7 +297,7 @@ describe('policy storage', () => {
   it('keeps affiliations by user beside those by node; check finds and repairs a disagreement', async () => {
     const dir = await h.dir();
     let engine = await h.open(dir);
-    let policy = new PolicyStore(engine);
+    let policy = engine.policy();
     await policy.createNode('n', 'alice@x');
     await policy.createNode('m', 'bob@x');
     await policy.setAffiliations('m', [['alice@x', 'publisher']]);
@@ -322,7 +321,7 @@ describe('policy storage', () => {
     ]);
     expect(await check(dir)).toEqual([]);
     engine = await h.open(dir);
-    policy = new PolicyStore(engine);
+    policy = engine.policy();
     expect(await policy.affiliationsOf('alice@x')).toEqual([{ node: 'n', affiliation: 'owner' }]);
     expect(await policy.affiliationsOf('carol@x')).toEqual([]);
   });

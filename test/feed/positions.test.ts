@@ -11,9 +11,8 @@ afterEach(() => h.cleanup());
 
 /** The remembered positions of a node: [stride, block, id] in key order. */
 async function marks(engine: FeedEngine, node: string): Promise<[number, number, string][]> {
-  const { db, nid } = engine.storage();
-  const prefix = familyPrefix('r', await nid(node));
-  const all = await db.iterator({ gte: prefix, lt: prefixEnd(prefix) }).all();
+  const prefix = familyPrefix('r', await engine.nodeNumber(node));
+  const all = await h.storeOf(engine).entries({ gte: prefix, lt: prefixEnd(prefix) });
   return all.map(([k, v]) => [
     k.readUInt32BE(5),
     k.readUInt32BE(9) * 2 ** 32 + k.readUInt32BE(13),
@@ -120,12 +119,12 @@ describe('engine.createdIdAt', () => {
       [3, 'i29'],
     ]);
     // Point block 3 at i9's entry (say, i9): the next answers start there, not at the index start.
-    const { db, nid } = engine.storage();
-    const n = await nid('deep');
+    const store = h.storeOf(engine);
+    const n = await engine.nodeNumber('deep');
     const [first] = await marks(engine, 'deep');
     expect(first).toBeDefined();
-    const i9 = await db.get(markKey(n, 10, 1));
-    await db.put(markKey(n, 10, 3), i9 as Buffer);
+    const i9 = await store.get(markKey(n, 10, 1));
+    await store.write([{ type: 'put', key: markKey(n, 10, 3), value: i9 as Buffer }]);
     expect(await engine.createdIdAt('deep', 29, 10)).toBe('i9');
     expect(await engine.createdIdAt('deep', 30, 10)).toBe('i10');
   });
@@ -142,12 +141,11 @@ describe('engine.createdIdAt', () => {
     engine = await h.open(dir);
     expect((await marks(engine, 'gone')).length).toBe(7);
     expect(await engine.createdIdAt('gone', 27, 4)).toBe('i27');
-    const { db, nid } = engine.storage();
-    const n = await nid('gone');
+    const n = await engine.nodeNumber('gone');
     await engine.deleteNode('gone');
     await engine.swept();
     const prefix = familyPrefix('r', n);
-    expect(await db.keys({ gte: prefix, lt: prefixEnd(prefix) }).all()).toEqual([]);
+    expect(await h.storeOf(engine).keys({ gte: prefix, lt: prefixEnd(prefix) })).toEqual([]);
     await expect(engine.createdIdAt('gone', 0, 4)).rejects.toThrow(/gone/);
   });
 

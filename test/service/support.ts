@@ -1,6 +1,3 @@
-import fs from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import type { FeedEvent } from '../../src/feed/events.ts';
 import { type Actor, user } from '../../src/feed/service/actor.ts';
@@ -27,8 +24,8 @@ export interface Harness {
 }
 
 export async function openService(options: FeedServiceOptions = {}): Promise<Harness> {
-  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'sf-service-'));
-  const engine = await FeedEngine.open(dir);
+  // The in-memory store: the service's rules need no disk, and the suite runs in milliseconds.
+  const engine = await FeedEngine.inMemory();
   const service = new FeedService(engine, {
     admins: [ADMIN],
     create: 'local',
@@ -45,7 +42,6 @@ export async function openService(options: FeedServiceOptions = {}): Promise<Har
     async close() {
       service.close();
       await engine.close();
-      await fs.rm(dir, { recursive: true, force: true });
     },
   };
 }

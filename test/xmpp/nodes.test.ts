@@ -924,7 +924,7 @@ describe('delete and purge', () => {
     await closed;
     const db = await openDatabase(stack.dataDir);
     let live = 0;
-    for await (const value of db.values({ gte: Buffer.from('i'), lt: Buffer.from('j') }))
+    for (const value of await db.values({ gte: Buffer.from('i'), lt: Buffer.from('j') }))
       if (decodeRecord(value).d !== 1) live += 1;
     await db.close();
     expect(live).toBeGreaterThan(0);

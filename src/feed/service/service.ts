@@ -15,6 +15,9 @@ import * as nodes from './nodes.ts';
 import { Rights } from './rights.ts';
 import * as subscriptions from './subscriptions.ts';
 
+/** A binding's own key-value state (the feed bot's), kept by the service in its store. */
+export type { KeyValueStore };
+
 export interface FeedServiceOptions {
   /** Bare JIDs with every right on every node. */
   admins?: Iterable<string>;

@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { FeedEngine } from '../../feed/engine.ts';
 import { FeedError } from '../../feed/errors.ts';
 import { type FeedName, parseFeedName } from '../../feed/feedName.ts';
-import { HubStore, type HubSubscription } from '../../feed/hubStore.ts';
+import type { HubStore, HubSubscription } from '../../feed/hubStore.ts';
 import type { Change } from '../../feed/model.ts';
 import type { Log } from '../../log.ts';
 import type { Access } from '../access.ts';
@@ -100,7 +100,7 @@ export class Hub {
     options: Partial<HubOptions>,
     private readonly log: Log,
   ) {
-    this.store = new HubStore(engine);
+    this.store = engine.hubs();
     this.options = { ...HUB_DEFAULTS, ...options };
   }
 

@@ -1,0 +1,202 @@
+import { NodeExists, NodeNotFound } from '../errors.ts';
+import { checkNodeName, type FeedName, ORDERS, parseFeedName } from '../feedName.ts';
+import {
+  deletedKey,
+  indexKey,
+  indexRange,
+  metaKey,
+  NODE_PREFIX,
+  nameOfNodeKey,
+  nodeKey,
+  prefixEnd,
+  SERVICE_KEY,
+  stampOfIndexKey,
+} from '../keys.ts';
+import type { Op } from '../store/store.ts';
+import { FeedTail } from '../tail.ts';
+import { type EngineState, json, type NodeMeta, type NodeState, parse, serialize } from './state.ts';
+
+/**
+ * The node registry: names to numbers, each node's state loaded once (counters, tails, its write
+ * chain), creation and deletion serialized across the service (they share the number counter).
+ */
+export class NodeRegistry {
+  private readonly nodes = new Map<string, Promise<NodeState | undefined>>();
+  /** The nodes whose state is loaded, for writes that need not wait for anything. */
+  readonly ready = new Map<string, NodeState>();
+  nextNid = 1;
+  private registry: Promise<void> = Promise.resolve();
+
+  constructor(private readonly s: EngineState) {}
+
+  loadNode(name: string): Promise<NodeState | undefined> {
+    let loading = this.nodes.get(name);
+    if (!loading) {
+      loading = this.readNode(name);
+      this.nodes.set(name, loading);
+      // A missing node is not cached, so that another process's or a later creation is seen.
+      loading.then(
+        (st) => {
+          if (!st) this.nodes.delete(name);
+          else this.ready.set(name, st);
+        },
+        () => this.nodes.delete(name),
+      );
+    }
+    return loading;
+  }
+
+  async readNode(name: string): Promise<NodeState | undefined> {
+    const entry = await this.s.store.get(nodeKey(name));
+    if (!entry) return undefined;
+    const { nid } = parse<{ nid: number }>(entry);
+    const metaBuf = await this.s.store.get(metaKey(nid));
+    const meta: NodeMeta = metaBuf ? parse<NodeMeta>(metaBuf) : { total: 0, stamp: 0, seq: 0 };
+    const tails = { modified: new FeedTail(), created: new FeedTail() };
+    for (const order of ORDERS) {
+      const { start, end } = indexRange(nid, order);
+      const [last] = await this.s.store.keys({ gte: start, lt: end, reverse: true, limit: 1 });
+      if (!last) continue;
+      const stamp = stampOfIndexKey(last);
+      const ids = await this.s.store.values({
+        gte: indexKey(nid, order, stamp, 0),
+        lt: indexKey(nid, order, stamp + 1, 0),
+      });
+      for (const id of ids) tails[order].append(stamp, id.toString('utf8'));
+    }
+    return {
+      ...meta,
+      name,
+      nid,
+      tails,
+      chain: Promise.resolve(),
+      pending: new Map(),
+      queue: [],
+      pumpScheduled: false,
+    };
+  }
+
+  /** Rereads a node's counters and tails from disk, after a bulk change. */
+  async refresh(st: NodeState): Promise<void> {
+    const fresh = await this.readNode(st.name);
+    if (!fresh) return;
+    st.total = fresh.total;
+    st.stamp = fresh.stamp;
+    st.seq = fresh.seq;
+    st.tails = fresh.tails;
+  }
+
+  async requireNode(name: string): Promise<NodeState> {
+    const st = await this.loadNode(name);
+    if (!st) throw new NodeNotFound(name);
+    return st;
+  }
+
+  /** Node creation and deletion are serialized across the service (they share the nid counter). */
+  inRegistry<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.registry.then(fn);
+    this.registry = run.then(
+      () => undefined,
+      () => undefined,
+    );
+    return run;
+  }
+
+  async hasNode(name: string): Promise<boolean> {
+    checkNodeName(name);
+    return (await this.loadNode(name)) !== undefined;
+  }
+
+  /** Creates an empty node with `init`'s records (its owner, its configuration) in the same batch. */
+  async createNodeWith(name: string, init?: (nid: number) => Op[]): Promise<void> {
+    checkNodeName(name);
+    return this.inRegistry(async () => {
+      if (await this.loadNode(name)) throw new NodeExists(name);
+      const nid = this.nextNid++;
+      const meta: NodeMeta = { total: 0, stamp: 0, seq: 0 };
+      await this.s.committer.add([
+        { type: 'put', key: SERVICE_KEY, value: json({ nextNid: this.nextNid }) },
+        { type: 'put', key: nodeKey(name), value: json({ nid }) },
+        { type: 'put', key: metaKey(nid), value: json(meta) },
+        ...(init?.(nid) ?? []),
+      ]);
+      // A lookup started before this write (a concurrent publish asking whether the node exists)
+      // may still be cached, and would say it does not: the next lookup reads again.
+      this.nodes.delete(name);
+    });
+  }
+
+  /**
+   * Deletes a node: one batch drops its name and marks its number deleted, so the name is free at
+   * once (a new node of that name gets a new number, and starts empty); then its items,
+   * subscriptions, affiliations and configuration are swept in bounded batches. A sweep that a
+   * stop or crash interrupts resumes when the engine opens again.
+   */
+  async deleteNode(name: string): Promise<void> {
+    checkNodeName(name);
+    await this.inRegistry(async () => {
+      const st = await this.requireNode(name);
+      // After every write already queued to the node.
+      await serialize(st, async () => {
+        await this.s.committer.add([
+          { type: 'del', key: nodeKey(name) },
+          { type: 'put', key: deletedKey(st.nid), value: json({ name }) },
+        ]);
+        st.deleted = true;
+        this.nodes.delete(name);
+        this.ready.delete(name);
+      });
+    });
+  }
+
+  /** The name of the node with this number, if it exists (a walk of the registry, cached once). */
+  async nodeName(nid: number): Promise<string | undefined> {
+    for (const st of this.ready.values()) if (st.nid === nid && !st.deleted) return st.name;
+    for (const name of await this.listNodes()) if ((await this.loadNode(name))?.nid === nid) return name;
+    return undefined;
+  }
+
+  /**
+   * The number of an existing node (NodeNotFound otherwise). Numbers are never reused: a node
+   * deleted and created again under its name has a new one.
+   */
+  async nodeNumber(name: string): Promise<number> {
+    return (await this.requireNode(name)).nid;
+  }
+
+  /**
+   * Node names in byte order, `max` at most, after `after` and before `before` if given: the
+   * first `max` of that range, or with `last` its last `max` (still in byte order).
+   */
+  async listNodes(
+    options: { after?: string; before?: string; max?: number; last?: boolean } = {},
+  ): Promise<string[]> {
+    const lower = options.after === undefined ? { gte: NODE_PREFIX } : { gt: nodeKey(options.after) };
+    const upper = options.before === undefined ? prefixEnd(NODE_PREFIX) : nodeKey(options.before);
+    const reverse = options.last === true;
+    const keys = await this.s.store.keys({ ...lower, lt: upper, reverse, limit: options.max ?? -1 });
+    const names = keys.map(nameOfNodeKey);
+    return reverse ? names.reverse() : names;
+  }
+
+  /**
+   * The cursor of the feed's last change as this process knows it right now (writes computed,
+   * committed or about to be), without a read: undefined when the node is not loaded or empty.
+   * A caller that read a page compares this with what it read to know whether something newer
+   * has come since.
+   */
+  lastCursorNow(feedName: string | FeedName): string | undefined {
+    const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
+    const st = this.ready.get(feed.node);
+    return st ? st.tails[feed.order].lastCursor() : undefined;
+  }
+
+  /** Items in the node, tombstones included. */
+  async total(name: string): Promise<number> {
+    const st = await this.requireNode(name);
+    const buf = await this.s.store.get(metaKey(st.nid));
+    return buf ? parse<NodeMeta>(buf).total : 0;
+  }
+
+  // ---- writes -----------------------------------------------------------------------------
+}

@@ -1,0 +1,184 @@
+import { randomUUID } from 'node:crypto';
+import type { Element } from 'ltx';
+import { type AtomEntry, readAtomElementText, readAtomEntry, tombstone } from '../atom.ts';
+import { AppendOnly, InvalidPayload, ItemExists, ItemNotFound, PayloadTooBig } from '../errors.ts';
+import { checkItemId, parseFeedName } from '../feedName.ts';
+import type { Change } from '../model.ts';
+import type { EngineState, RecordBody } from './state.ts';
+import type { WriteQueue } from './writeQueue.ts';
+
+export interface PublishInput {
+  /** The item id; one is generated when absent. */
+  id?: string;
+  /** One Atom entry: XML text, or an element a binding has parsed already. */
+  entry: string | Element;
+  /** The publisher's bare JID. */
+  publisher?: string;
+}
+
+/** Publishes and retractions: checks their input and hands them to the write queue. */
+export class Writes {
+  /** Publishes called in the current turn of the event loop (see busy). */
+  private publishesThisTurn = 0;
+  private lastName: [string, string] | undefined;
+
+  constructor(
+    private readonly s: EngineState,
+    private readonly queue: WriteQueue,
+  ) {}
+
+  /**
+   * Publishes an Atom entry as a new item or a new version of an existing one.
+   * Resolves once the change is durable.
+   */
+  publish(
+    node: string,
+    input: PublishInput,
+    /** appendOnly: an existing id is refused (`item-exists`), decided with the write itself. */
+    options: { autoCreate?: boolean; appendOnly?: boolean } = {},
+  ): Promise<Change> {
+    // Not an async function: the promise of the write itself is returned, one fewer per publish.
+    let name: string;
+    let id: string;
+    let body: RecordBody;
+    // A generated id is new: its write reads no previous version.
+    const generated = input.id === undefined ? true : undefined;
+    try {
+      name = this.baseName(node);
+      id = input.id ?? randomUUID();
+      checkItemId(id);
+      // Refuse an oversized text before parsing it (its canonical form is checked below).
+      if (typeof input.entry === 'string' && input.entry.length > this.s.limits.maxPayloadBytes + 1024) {
+        throw new PayloadTooBig(Buffer.byteLength(input.entry, 'utf8'), this.s.limits.maxPayloadBytes);
+      }
+      if (typeof input.entry === 'string' && this.busy()) {
+        // Busy: the text is parsed on the parse thread while this one computes and writes.
+        const parsed = this.s.parser.parse(input.entry);
+        return this.publishParsed(name, { id, generated }, parsed, input.publisher, options);
+      }
+      body = this.bodyOf(
+        typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry),
+        input.publisher,
+      );
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    if (!options.appendOnly)
+      return this.queue.submit(name, options.autoCreate === true, { id, generated, version: body });
+    const fresh = body;
+    return this.queue.submit(name, options.autoCreate === true, {
+      id,
+      generated,
+      version: (old) => {
+        if (old) throw new ItemExists(name, id);
+        return fresh;
+      },
+    });
+  }
+
+  /**
+   * Whether this publish finds the engine busy: a batch being written, entries being parsed, or
+   * another publish earlier in the same turn. A lone publish is parsed at once (no thread hop).
+   */
+  busy(): boolean {
+    const busy = this.s.committer.busy || this.s.parser.pending > 0 || this.publishesThisTurn > 0;
+    if (this.publishesThisTurn++ === 0)
+      queueMicrotask(() => {
+        this.publishesThisTurn = 0;
+      });
+    return busy;
+  }
+
+  /**
+   * Checks an entry as publish would (an Atom entry, within the payload limits) without writing:
+   * for a binding that must refuse a payload before it acts on the publish (e.g. creates a node).
+   */
+  checkEntry(entry: string | Element): void {
+    this.bodyOf(typeof entry === 'string' ? readAtomEntry(entry) : readAtomElementText(entry), undefined);
+  }
+
+  /** A checked entry's record body; refuses one whose canonical form is over the limit. */
+  bodyOf({ entry, atomId }: AtomEntry, publisher: string | undefined): RecordBody {
+    const bytes = Buffer.byteLength(entry, 'utf8');
+    if (bytes > this.s.limits.maxPayloadBytes) throw new PayloadTooBig(bytes, this.s.limits.maxPayloadBytes);
+    // The record keeps the Atom id in a 16-bit length (record.ts).
+    if (atomId !== undefined && Buffer.byteLength(atomId, 'utf8') > 0xffff)
+      throw new InvalidPayload("the entry's Atom <id> is longer than 65,535 bytes");
+    const body: RecordBody = { e: entry };
+    if (publisher !== undefined) body.p = publisher;
+    if (atomId !== undefined) body.a = atomId;
+    return body;
+  }
+
+  /**
+   * A publish whose entry is being parsed: queued at once, in call order, and computed when its
+   * round has every entry it holds (a refused entry refuses its write alone).
+   */
+  publishParsed(
+    name: string,
+    { id, generated }: { id: string; generated: true | undefined },
+    parsed: Promise<AtomEntry>,
+    publisher: string | undefined,
+    options: { autoCreate?: boolean; appendOnly?: boolean },
+  ): Promise<Change> {
+    let body: RecordBody | undefined;
+    const ready = parsed.then(
+      (entry) => {
+        try {
+          body = this.bodyOf(entry, publisher);
+          return undefined;
+        } catch (e) {
+          return e as Error;
+        }
+      },
+      (e: Error) => e,
+    );
+    const appendOnly = options.appendOnly === true;
+    return this.queue.submit(name, options.autoCreate === true, {
+      id,
+      generated,
+      ready,
+      version: (old) => {
+        if (old && appendOnly) throw new ItemExists(name, id);
+        return body;
+      },
+    });
+  }
+
+  /** The base name of a node named with or without parameters (the last one asked is kept). */
+  baseName(node: string): string {
+    if (node !== this.lastName?.[0]) this.lastName = [node, parseFeedName(node).node];
+    return this.lastName[1];
+  }
+
+  /** Turns an item into an RFC 6721 tombstone. Retracting a tombstone changes nothing. */
+  async retract(
+    node: string,
+    id: string,
+    /**
+     * appendOnly: the node's items are never retracted (`append-only`); notify: the change
+     * carries `notify` (subscribers are told whatever the node's settings).
+     */
+    options: { publisher?: string; quiet?: boolean; appendOnly?: boolean; notify?: boolean } = {},
+  ): Promise<Change> {
+    const name = parseFeedName(node).node;
+    checkItemId(id);
+    if (options.appendOnly) throw new AppendOnly(name);
+    return this.queue.submit(name, false, {
+      id,
+      quiet: options.quiet === true,
+      ...(options.notify ? { notify: true as const } : {}),
+      version: (old, stamp) => {
+        if (!old || old.d === 1) return undefined;
+        const body: RecordBody = { d: 1, e: tombstone(old.a ?? id, stamp) };
+        const publisher = options.publisher ?? old.p;
+        if (publisher !== undefined) body.p = publisher;
+        if (old.a !== undefined) body.a = old.a;
+        return body;
+      },
+      missing: () => new ItemNotFound(`no item ${JSON.stringify(id)} in node ${JSON.stringify(name)}`),
+    });
+  }
+
+  // ---- reads ------------------------------------------------------------------------------
+}

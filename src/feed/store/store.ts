@@ -1,0 +1,59 @@
+/**
+ * What the engine needs of its storage: ordered binary keys and values, point reads, range reads
+ * both ways, atomic batches and consistent snapshots. Small on purpose: a SQL store can offer each
+ * (a bytea key column with an index, `ORDER BY key` ranges, a transaction per batch, a REPEATABLE
+ * READ transaction per snapshot).
+ */
+
+/** One operation of an atomic batch. */
+export type Op = { type: 'put'; key: Buffer; value: Buffer } | { type: 'del'; key: Buffer };
+
+/** A key and its value, as a range read returns them. */
+export type Entry = [key: Buffer, value: Buffer];
+
+/**
+ * A range of keys in byte order: at most one lower bound (gt, gte) and one upper (lt, lte), none
+ * meaning open. `reverse` walks from the upper end; `limit` counts entries (absent or -1: none).
+ */
+export interface Range {
+  gt?: Buffer;
+  gte?: Buffer;
+  lt?: Buffer;
+  lte?: Buffer;
+  reverse?: boolean;
+  limit?: number;
+}
+
+/** A range read in steps, for reads that stop once they have what they need. */
+export interface Cursor {
+  /** Up to `n` more entries (n >= 1); an empty array once the range is done. */
+  next(n: number): Promise<Entry[]>;
+  /** Ends the read early; harmless once done. */
+  close(): Promise<void>;
+}
+
+/** The reads, on the store as it is now or on a snapshot of it. */
+export interface StoreReader {
+  get(key: Buffer): Promise<Buffer | undefined>;
+  /** The values of these keys, in the order asked (undefined for a missing one). */
+  getMany(keys: readonly Buffer[]): Promise<(Buffer | undefined)[]>;
+  /** Every entry of the range, in its order. */
+  entries(range: Range): Promise<Entry[]>;
+  keys(range: Range): Promise<Buffer[]>;
+  values(range: Range): Promise<Buffer[]>;
+  cursor(range: Range): Cursor;
+}
+
+/** The store as it was when the snapshot was taken, whatever is written after. */
+export interface Snapshot extends StoreReader {
+  /** Releases it; reads after this fail. */
+  close(): Promise<void>;
+}
+
+export interface Store extends StoreReader {
+  /** Writes the operations as one atomic batch, in order; `sync` waits until they are durable. */
+  write(ops: readonly Op[], options?: { sync?: boolean }): Promise<void>;
+  snapshot(): Snapshot;
+  /** Closes the store; every snapshot must be closed first. */
+  close(): Promise<void>;
+}
