@@ -11,6 +11,7 @@ import { parse } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { HubStore } from '../../src/feed/hubStore.ts';
+import { OPERATOR } from '../../src/feed/service/actor.ts';
 import type { Collection } from '../../src/http/render/json.ts';
 import type { HubOptions } from '../../src/http/websub/hub.ts';
 import { entry, feedUrl, type HttpStack, startHttp, TOKENS } from './support.ts';
@@ -209,7 +210,8 @@ describe('subscription', () => {
     await subscribe(s, sub, feedUrl(s.origin, 'doomed'));
     await publish('doomed', 'b');
     await waitFor('the delivery', () => sub.deliveries.length === 1);
-    await s.engine.deleteNode('doomed');
+    // Deleted through the service, as every binding deletes: its node-deleted event reaches the hub.
+    await s.feeds.delete(OPERATOR, 'doomed');
     await publish('doomed', 'reborn');
     // A change to another subscribed feed, delivered after it, shows the hub is not just slow.
     const witness = await subscriber();
