@@ -29,7 +29,7 @@ export async function readDocument(
   const items: Item[] = [];
   if (count > 0) {
     // The created order never moves an item, so the item before the document is found by position
-    // (remembered by the engine at every document's end: one read once the node has been walked).
+    // (remembered below the service at every document's end: one read once the node has been walked).
     let since = start === 0 ? undefined : await feeds.createdIdAt(reader, feed.node, start - 1, size);
     if (since !== undefined) since = `id:${since}`;
     while (items.length < count) {

@@ -30,13 +30,15 @@ export async function startHttp(
     http?: Partial<HttpOptions>;
     engine?: FeedEngine;
     service?: FeedServiceOptions;
+    /** A service another binding calls too (serve.ts makes one for all); else one over `engine`. */
+    feeds?: FeedService;
   } = {},
 ): Promise<HttpStack> {
   const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-http-'));
   const engine =
     options.engine ?? (await FeedEngine.open(dir, options.limits ? { limits: options.limits } : {}));
   const logs: string[] = [];
-  const feeds = new FeedService(engine, { admins: ['admin@localhost'], ...options.service });
+  const feeds = options.feeds ?? new FeedService(engine, { admins: ['admin@localhost'], ...options.service });
   const binding = new HttpBinding(
     feeds,
     {
@@ -62,7 +64,7 @@ export async function startHttp(
     dir,
     async stop() {
       await binding.stop();
-      feeds.close();
+      if (!options.feeds) feeds.close();
       if (!options.engine) await engine.close();
       await rm(dir, { recursive: true, force: true });
     },
