@@ -3,7 +3,7 @@ import { parseFeed } from '@rowanmanning/feed-parser';
 import { xml } from '@xmpp/client';
 import { parse } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Collection } from '../../src/http/collection.ts';
+import type { Collection } from '../../src/http/render/json.ts';
 import {
   itemsOf,
   NS,
@@ -25,7 +25,8 @@ let admin: User;
 
 beforeAll(async () => {
   stack = await Stack.start();
-  http = await startHttp({ engine: stack.engine });
+  // One service under both bindings, as serve.ts composes them.
+  http = await startHttp({ engine: stack.engine, feeds: stack.feeds });
   admin = await stack.user('admin');
 });
 

@@ -1,8 +1,8 @@
 import { decodeHTML } from 'entities';
 import { type Element, escapeXML, parse } from 'ltx';
-import { ATOM_NS } from '../feed/atom.ts';
-import type { Item } from '../feed/model.ts';
-import type { PageView } from './representation.ts';
+import { ATOM_NS } from '../../feed/atom.ts';
+import type { Item } from '../../feed/model.ts';
+import type { PageView } from './pageView.ts';
 
 /** One item of the ActivityStreams collection. */
 export interface ActivityItem {

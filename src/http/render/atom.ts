@@ -1,7 +1,7 @@
 import { createElement, type Element, escapeXML, parse } from 'ltx';
-import { ATOM_NS, TOMBSTONE_NS } from '../feed/atom.ts';
-import type { Item } from '../feed/model.ts';
-import type { PageView } from './representation.ts';
+import { ATOM_NS, TOMBSTONE_NS } from '../../feed/atom.ts';
+import type { Item } from '../../feed/model.ts';
+import type { PageView } from './pageView.ts';
 
 export const FANOUT_NS = 'http://fanout.org/protocol/atom';
 

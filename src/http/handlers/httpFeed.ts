@@ -1,0 +1,37 @@
+import type { Page } from '../../feed/model.ts';
+import type { RouteHandler } from '../exchange.ts';
+import { parseHttpFeedQuery } from '../feedQuery.ts';
+import { nodeUrl } from '../paths.ts';
+import { BATCH_TYPE, eventBatch } from '../render/cloudEvents.ts';
+import { etagOf } from '../validators.ts';
+import { type FeedViewDeps, holdRead } from './feed.ts';
+
+/** `GET /http-feeds/{node}[?order=created]`: the next batch after `lastEventId`, held up to `timeout`. */
+export function readHttpFeed(deps: FeedViewDeps): RouteHandler {
+  const { feeds } = deps;
+  return async (x) => {
+    const query = parseHttpFeedQuery(x.params.node ?? '', x.search, deps.maxTimeoutSeconds);
+    // Every check a request can fail comes before it may be held.
+    const origin = x.origin();
+    const reader = x.caller();
+    const { eventType } = await feeds.settings(reader, query.feed.node);
+    const max = feeds.limits.maxPageItems;
+    const read = { ...(query.since !== undefined ? { since: query.since } : {}), max };
+    let page: Page | undefined = await feeds.read(reader, query.feed, read);
+    if (page.items.length === 0 && query.timeoutMs > 0 && x.request.method === 'GET')
+      page = await holdRead(deps, x, { ...query, max }, reader);
+    if (!page) return undefined;
+    const source = `${nodeUrl(origin, 'http-feeds', query.feed.node)}${
+      query.feed.order === 'created' ? '?order=created' : ''
+    }`;
+    const body = eventBatch(page.items, source, eventType);
+    return {
+      status: 200,
+      type: `${BATCH_TYPE}; charset=utf-8`,
+      body,
+      etag: etagOf(body),
+      cache: reader.kind !== 'anonymous' ? 'private, no-cache' : 'no-cache',
+      headers: { vary: 'Authorization' },
+    };
+  };
+}

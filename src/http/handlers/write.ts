@@ -1,0 +1,89 @@
+import { randomUUID } from 'node:crypto';
+import { readAtomEntry } from '../../feed/atom.ts';
+import { AccessDenied } from '../../feed/errors.ts';
+import { checkItemId, parseFeedName } from '../../feed/feedName.ts';
+import type { Change } from '../../feed/model.ts';
+import type { FeedService } from '../../feed/service/service.ts';
+import { problems } from '../errors.ts';
+import type { Answer, Exchange, RouteHandler } from '../exchange.ts';
+import { nodeUrl } from '../paths.ts';
+import { itemUrl } from '../render/atom.ts';
+
+/** What the write API needs: the service's writes (rights, auto-create, append-only are its own). */
+export interface WriteDeps {
+  feeds: Pick<FeedService, 'publish' | 'retract' | 'getItems'>;
+}
+
+/** The only body a write reads. */
+export const ATOM = 'application/atom+xml';
+
+function requireBody(x: Exchange): string {
+  if (typeof x.request.body !== 'string') throw problems.unsupportedMediaType(ATOM);
+  return x.request.body;
+}
+
+function written(x: Exchange, node: string, change: Change, status: number, extra: object = {}): Answer {
+  return {
+    status,
+    type: 'application/json; charset=utf-8',
+    body: JSON.stringify({ id: change.item.id, cursor: change.feeds.modified.cursor, ...extra }),
+    headers: { location: itemUrl(nodeUrl(x.origin(), 'feeds', node), change.item.id) },
+    cache: 'no-store',
+  };
+}
+
+/** Publishes the body as item `id` of the node and answers once the write is durable. */
+async function publishBody(deps: WriteDeps, x: Exchange, node: string, id: string): Promise<Answer> {
+  const change = await deps.feeds.publish(x.caller(), node, { id, entry: requireBody(x) });
+  return written(x, node, change, change.kind === 'create' ? 201 : 200);
+}
+
+/** `POST /feeds/{node}`: a new item, or the item the entry's Atom id names. */
+export function postItem(deps: WriteDeps): RouteHandler {
+  return async (x) => {
+    const node = parseFeedName(x.params.node ?? '').node;
+    // The item id is the entry's Atom id when that can be one, so that posting an entry again
+    // replaces it rather than duplicating it.
+    const { atomId } = readAtomEntry(requireBody(x));
+    let id: string = randomUUID();
+    if (atomId !== undefined) {
+      try {
+        checkItemId(atomId);
+        id = atomId;
+      } catch {
+        // Longer than an item id may be: the item gets a new one.
+      }
+    }
+    return publishBody(deps, x, node, id);
+  };
+}
+
+/** `PUT /feeds/{node}/items/{id}`: the item with that id, created or replaced. */
+export function putItem(deps: WriteDeps): RouteHandler {
+  return async (x) => {
+    const node = parseFeedName(x.params.node ?? '').node;
+    requireBody(x);
+    return publishBody(deps, x, node, x.params.id ?? '');
+  };
+}
+
+/** `DELETE /feeds/{node}/items/{id}`: the item becomes a tombstone. */
+export function deleteItem(deps: WriteDeps): RouteHandler {
+  const { feeds } = deps;
+  return async (x) => {
+    const node = parseFeedName(x.params.node ?? '').node;
+    const id = x.params.id ?? '';
+    checkItemId(id);
+    const change = await feeds.retract(x.caller(), node, id);
+    if (!change.changed) {
+      // Retracting a tombstone changes nothing and reports no position: give its current one
+      // (none to a writer who may not read the node: an open publish model lets strangers write).
+      const [item] = await feeds.getItems(x.caller(), node, [id]).catch((e) => {
+        if (e instanceof AccessDenied) return [];
+        throw e;
+      });
+      change.feeds.modified.cursor = item?.cursor ?? '';
+    }
+    return written(x, node, change, 200, { changed: change.changed });
+  };
+}
