@@ -1,6 +1,11 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
-import fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import fastify, {
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  LogController,
+} from 'fastify';
 import { readAtomEntry } from '../feed/atom.ts';
 import type { FeedEngine } from '../feed/engine.ts';
 import { checkItemId, parseFeedName } from '../feed/feedName.ts';
@@ -90,7 +95,9 @@ export class HttpBinding {
       unlistenDeletes();
     };
     this.app = fastify({
-      logger: false,
+      // Fastify's own lines go to our sink; one line per request would drown the service's own.
+      loggerInstance: log.pino,
+      logController: new LogController({ disableRequestLogging: true }),
       routerOptions: { maxParamLength: MAX_PARAM_CHARS },
       // Malformed URLs (bad percent-encoding) are found before routing: answer them as problems too.
       frameworkErrors: (error, request, reply) => this.fail(request, reply, error),
