@@ -2,7 +2,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { type DestinationStream, pino } from 'pino';
 
 export type Level = 'debug' | 'info' | 'warn' | 'error';
-const LEVELS: readonly Level[] = ['debug', 'info', 'warn', 'error'];
+export const LEVELS: readonly Level[] = ['debug', 'info', 'warn', 'error'];
 
 export type Fields = Record<string, unknown>;
 
