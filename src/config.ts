@@ -1,9 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { z } from 'zod';
 import type { BotOptions } from './bot/bot.ts';
 import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
-import { isLevel, type Level } from './log.ts';
+import { LEVELS, type Level } from './log.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
 
 /** Everything `smartfeeds serve` runs with. */
@@ -182,27 +183,6 @@ long option names, "admins" a list); flags win over the environment, which wins 
   --websub-retry S           how long one delivery is retried  SMARTFEEDS_WEBSUB_RETRY (3600)
 `;
 
-type Raw = Partial<Record<string, unknown>>;
-
-function positive(name: string, value: unknown): number {
-  const n = typeof value === 'number' ? value : Number(String(value));
-  if (!Number.isSafeInteger(n) || n < 1)
-    throw new ConfigError(`${name} must be a positive whole number, not ${JSON.stringify(value)}`);
-  return n;
-}
-
-function nonNegative(name: string, value: unknown): number {
-  const n = typeof value === 'number' ? value : value === '' ? Number.NaN : Number(String(value));
-  if (!Number.isFinite(n) || n < 0)
-    throw new ConfigError(`${name} must be a number of zero or more, not ${JSON.stringify(value)}`);
-  return n;
-}
-
-function text(name: string, value: unknown): string {
-  if (typeof value !== 'string' || value === '') throw new ConfigError(`${name} must be a non-empty string`);
-  return value;
-}
-
 /** The parsed flags of `serve` (as node:util parseArgs gives them). */
 export type ServeFlags = Partial<Record<keyof typeof SERVE_OPTIONS, string | boolean | string[] | undefined>>;
 
@@ -217,241 +197,187 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
   }
 }
 
-/** Builds the configuration from flags, the environment and the config file, in that precedence. */
-export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.env): Config {
-  const flags = values as {
-    config?: string;
-    service?: string;
-    domain?: string;
-    secret?: string;
-    data?: string;
-    admin?: string[];
-    create?: string;
-    'local-domain'?: string;
-    'auto-create'?: boolean;
-    'no-auto-create'?: boolean;
-    'log-level'?: string;
-    'max-payload-bytes'?: string;
-    'page-items'?: string;
-    'default-page-items'?: string;
-    'page-bytes'?: string;
-    sync?: boolean;
-    'rate-limit'?: string;
-    'rate-burst'?: string;
-    bot?: string;
-    'allow-private-addresses'?: boolean;
-    'bot-schemes'?: string;
-    'bot-user-subscriptions'?: string;
-    'bot-feeds'?: string;
-    'bot-poll-min'?: string;
-    'bot-poll-max'?: string;
-    'bot-fetch-timeout'?: string;
-    'bot-max-bytes'?: string;
-    'bot-queue'?: string;
-    'bot-host-connections'?: string;
-    http?: string;
-    'http-token'?: string[];
-    'http-max-held'?: string;
-    'http-max-timeout'?: string;
-    'websub-allow-private'?: boolean;
-    'websub-lease'?: string;
-    'websub-queue'?: string;
-    'websub-retry'?: string;
-  };
-  let file: Raw = {};
-  const configPath = flags.config ?? env.SMARTFEEDS_CONFIG;
-  if (configPath) {
-    try {
-      file = JSON.parse(readFileSync(configPath, 'utf8')) as Raw;
-    } catch (e) {
-      throw new ConfigError(`cannot read the configuration file ${configPath}: ${(e as Error).message}`);
-    }
-    if (typeof file !== 'object' || file === null || Array.isArray(file))
-      throw new ConfigError(`${configPath} must hold a JSON object`);
-  }
-  const pick = (flag: unknown, envName: string, key: string): unknown => flag ?? env[envName] ?? file[key];
-
-  const secret = pick(flags.secret, 'SMARTFEEDS_SECRET', 'secret');
-  if (secret === undefined)
-    throw new ConfigError('a component secret is required: --secret or SMARTFEEDS_SECRET');
-  let admins: string[] = DEFAULTS.admins;
-  if (flags.admin) admins = [...flags.admin];
-  else if (env.SMARTFEEDS_ADMINS)
-    admins = env.SMARTFEEDS_ADMINS.split(',')
-      .map((a) => a.trim())
-      .filter(Boolean);
-  else if (file.admins !== undefined) {
-    if (!Array.isArray(file.admins) || !file.admins.every((a) => typeof a === 'string'))
-      throw new ConfigError('admins must be a list of JIDs');
-    admins = file.admins as string[];
-  }
-  const service = text('service', pick(flags.service, 'SMARTFEEDS_SERVICE', 'service') ?? DEFAULTS.service);
-  if (!/^xmpp:\/\/[^/:]+:\d+$/.test(service))
-    throw new ConfigError(`service must look like xmpp://HOST:PORT, not ${service}`);
-  const logLevel = String(pick(flags['log-level'], 'SMARTFEEDS_LOG_LEVEL', 'log-level') ?? DEFAULTS.logLevel);
-  if (!isLevel(logLevel))
-    throw new ConfigError(`log level must be debug, info, warn or error, not ${logLevel}`);
-  const limit = (flag: unknown, envName: string, key: string, fallback: number) => {
-    const v = pick(flag, envName, key);
-    return v === undefined ? fallback : positive(key, v);
-  };
-  const limits: Limits = {
-    maxPayloadBytes: limit(
-      flags['max-payload-bytes'],
-      'SMARTFEEDS_MAX_PAYLOAD_BYTES',
-      'max-payload-bytes',
-      DEFAULT_LIMITS.maxPayloadBytes,
+// Each value is checked by a schema that takes it as any source gives it: a string from a flag or
+// the environment, a string, number, boolean, list or object from the file.
+const numeric = z.union([z.number(), z.string().trim().min(1).transform(Number)]);
+const positive = numeric.pipe(z.number().int().min(1).max(Number.MAX_SAFE_INTEGER));
+const nonNegative = numeric.pipe(z.number().min(0));
+const milliseconds = numeric.pipe(z.number().gt(0)).transform((s) => Math.round(s * 1000));
+const ON = ['1', 'true', 'on'];
+const OFF = ['0', 'false', 'off', ''];
+const onOff = z
+  .union([z.boolean(), z.enum([...ON, ...OFF])])
+  .transform((v) => v === true || ON.includes(v as string));
+const nonEmpty = z.string().min(1);
+/** A list as a JSON array, or as one comma-separated string. */
+const list = z
+  .union([z.array(z.string()), z.string().transform((s) => s.split(','))])
+  .transform((items) => items.map((x) => x.trim()).filter(Boolean));
+const schemes = list
+  .transform((items) => items.map((x) => x.toLowerCase()))
+  .pipe(z.array(z.enum(['http', 'https'])).min(1));
+const HOST_PORT = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]/\s]+)):(\d{1,5})$/;
+/** `HOST:PORT`, `[IPV6]:PORT`; port 0 picks a free one. */
+const hostPort = z
+  .string()
+  .regex(HOST_PORT)
+  .transform((v) => {
+    const m = HOST_PORT.exec(v) as RegExpExecArray;
+    return { host: (m[1] ?? m[2]) as string, port: Number(m[3]) };
+  })
+  .refine((hp) => hp.port <= 65535, 'must look like HOST:PORT, with a port up to 65535');
+// RFC 6750 token68 characters, less the = padding that would make TOKEN=JID ambiguous.
+const TOKEN = /^[A-Za-z0-9\-._~+/]+$/;
+const BARE_JID = /^[^@/\s]+@[^@/\s]+$/;
+/** `TOKEN=JID` pairs from flags or the environment, `{"TOKEN": "JID"}` from the file. */
+const tokens = z
+  .union([
+    list.transform((pairs) =>
+      pairs.map((p) => [p.slice(0, Math.max(0, p.indexOf('='))), p.slice(p.indexOf('=') + 1)]),
     ),
-    maxPageItems: limit(
-      flags['page-items'],
-      'SMARTFEEDS_PAGE_ITEMS',
-      'page-items',
-      DEFAULT_LIMITS.maxPageItems,
-    ),
-    defaultPageItems: limit(
-      flags['default-page-items'],
-      'SMARTFEEDS_DEFAULT_PAGE_ITEMS',
-      'default-page-items',
-      DEFAULT_LIMITS.defaultPageItems,
-    ),
-    maxPageBytes: limit(
-      flags['page-bytes'],
-      'SMARTFEEDS_PAGE_BYTES',
-      'page-bytes',
-      DEFAULT_LIMITS.maxPageBytes,
-    ),
-  };
-  const rateRaw = pick(flags['rate-limit'], 'SMARTFEEDS_RATE_LIMIT', 'rate-limit');
-  const burstRaw = pick(flags['rate-burst'], 'SMARTFEEDS_RATE_BURST', 'rate-burst');
-  const rateLimit: RateLimitOptions = {
-    rate: rateRaw === undefined ? DEFAULTS.rateLimit.rate : nonNegative('rate-limit', rateRaw),
-    burst: burstRaw === undefined ? DEFAULTS.rateLimit.burst : positive('rate-burst', burstRaw),
-  };
-  const syncRaw = pick(flags.sync, 'SMARTFEEDS_SYNC', 'sync');
-  const bot = botConfig(flags, (flag, envName, key) => pick(flag, envName, key));
-  const httpRaw = pick(flags.http, 'SMARTFEEDS_HTTP', 'http');
-  let http: HttpConfig | undefined;
-  if (httpRaw !== undefined) {
-    const { host, port } = hostPort(text('http', httpRaw));
-    const heldRaw = pick(flags['http-max-held'], 'SMARTFEEDS_HTTP_MAX_HELD', 'http-max-held');
-    const timeoutRaw = pick(flags['http-max-timeout'], 'SMARTFEEDS_HTTP_MAX_TIMEOUT', 'http-max-timeout');
-    const privateRaw = pick(
-      flags['websub-allow-private'],
-      'SMARTFEEDS_WEBSUB_ALLOW_PRIVATE',
-      'websub-allow-private',
-    );
-    const leaseRaw = pick(flags['websub-lease'], 'SMARTFEEDS_WEBSUB_LEASE', 'websub-lease');
-    const queueRaw = pick(flags['websub-queue'], 'SMARTFEEDS_WEBSUB_QUEUE', 'websub-queue');
-    const retryRaw = pick(flags['websub-retry'], 'SMARTFEEDS_WEBSUB_RETRY', 'websub-retry');
-    http = {
-      host,
-      port,
-      tokens: tokensFrom(flags['http-token'], env.SMARTFEEDS_HTTP_TOKENS, file['http-tokens']),
-      maxHeld: heldRaw === undefined ? HTTP_DEFAULTS.maxHeld : positive('http-max-held', heldRaw),
-      maxTimeoutSeconds:
-        timeoutRaw === undefined
-          ? HTTP_DEFAULTS.maxTimeoutSeconds
-          : nonNegative('http-max-timeout', timeoutRaw),
-      websub: {
-        allowPrivate: privateRaw === true || privateRaw === '1' || privateRaw === 'true',
-        leaseSeconds:
-          leaseRaw === undefined ? WEBSUB_DEFAULTS.leaseSeconds : positive('websub-lease', leaseRaw),
-        maxQueue: queueRaw === undefined ? WEBSUB_DEFAULTS.maxQueue : positive('websub-queue', queueRaw),
-        retryForMs:
-          1000 *
-          (retryRaw === undefined ? WEBSUB_DEFAULTS.retrySeconds : nonNegative('websub-retry', retryRaw)),
-      },
+    z.record(z.string(), z.unknown()).transform((o) => Object.entries(o)),
+  ])
+  .transform((pairs, ctx) => {
+    const map = new Map<string, string>();
+    const fail = (message: string) => {
+      ctx.addIssue({ code: 'custom', message });
+      return z.NEVER;
     };
+    for (const [token, jid] of pairs) {
+      if (token === '') return fail('must give each token as TOKEN=JID');
+      if (!TOKEN.test(token.trim())) return fail('must be made of letters, digits and -._~+/');
+      if (typeof jid !== 'string' || !BARE_JID.test(jid.trim()))
+        return fail(`must map each token to a bare JID (user@domain), not ${JSON.stringify(jid)}`);
+      if (map.has(token.trim())) return fail('gives a token twice');
+      map.set(token.trim(), jid.trim());
+    }
+    return map;
+  });
+
+/** A value and where it was found, as the user wrote it: `--page-items`, `SMARTFEEDS_PAGE_ITEMS`, `"page-items" in FILE`. */
+interface Sourced {
+  value: unknown;
+  where: string;
+}
+
+/** Reads each setting from a flag, else the environment, else the file, and checks it. */
+class Sources {
+  constructor(
+    private readonly flags: Record<string, unknown>,
+    private readonly env: NodeJS.ProcessEnv,
+    private readonly file: Record<string, unknown>,
+    private readonly filePath: string | undefined,
+  ) {}
+
+  /** The value set for `key` (the file's key), the flag and variable named after it unless told. */
+  find(key: string, flag = key, envName = `SMARTFEEDS_${key.toUpperCase().replaceAll('-', '_')}`) {
+    if (this.flags[flag] !== undefined) return { value: this.flags[flag], where: `--${flag}` };
+    if (this.env[envName] !== undefined) return { value: this.env[envName], where: envName };
+    if (this.file[key] !== undefined) return { value: this.file[key], where: `"${key}" in ${this.filePath}` };
+    return undefined;
   }
-  const create = String(pick(flags.create, 'SMARTFEEDS_CREATE', 'create') ?? DEFAULTS.create);
-  if (!(CREATE_POLICIES as readonly string[]).includes(create))
-    throw new ConfigError(`create must be admins, local or anyone, not ${create}`);
+
+  /** The checked value of `key`, or the fallback when no source sets it. */
+  read<T, F = T>(key: string, schema: z.ZodType<T, unknown>, expect: string, fallback: F): T | F {
+    const found = this.find(key);
+    return found === undefined ? fallback : checked(found, schema, expect);
+  }
+}
+
+/** The value through its schema; a refusal names where the value came from and what it must be. */
+function checked<T>(found: Sourced, schema: z.ZodType<T, unknown>, expect: string, secret = false): T {
+  const result = schema.safeParse(found.value);
+  if (result.success) return result.data;
+  const issue = result.error.issues[0];
+  const why = issue?.code === 'custom' && issue.message ? issue.message : `must be ${expect}`;
+  throw new ConfigError(`${found.where} ${why}${secret ? '' : `, not ${JSON.stringify(found.value)}`}`);
+}
+
+function readFile(path: string): Record<string, unknown> {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (e) {
+    throw new ConfigError(`cannot read the configuration file ${path}: ${(e as Error).message}`);
+  }
+  const object = z.record(z.string(), z.unknown()).safeParse(parsed);
+  if (!object.success) throw new ConfigError(`the configuration file ${path} must hold a JSON object`);
+  return object.data;
+}
+
+/** Builds the configuration from flags, the environment and the config file, in that precedence. */
+export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.env): Config {
+  const configPath = flags.config ?? env.SMARTFEEDS_CONFIG;
+  if (typeof configPath === 'object' || typeof configPath === 'boolean')
+    throw new ConfigError('--config takes one file');
+  const file = configPath ? readFile(configPath) : {};
   if (flags['auto-create'] && flags['no-auto-create'])
     throw new ConfigError('--auto-create and --no-auto-create contradict each other');
   const autoFlag = flags['no-auto-create'] ? false : flags['auto-create'] ? true : undefined;
-  const autoRaw = pick(autoFlag, 'SMARTFEEDS_AUTO_CREATE', 'auto-create');
-  let autoCreate = DEFAULTS.autoCreate;
-  if (autoRaw !== undefined) {
-    if ([true, '1', 'true'].includes(autoRaw as string | boolean)) autoCreate = true;
-    else if ([false, '0', 'false'].includes(autoRaw as string | boolean)) autoCreate = false;
-    else throw new ConfigError(`auto-create must be true or false, not ${JSON.stringify(autoRaw)}`);
-  }
-  const domain = text('domain', pick(flags.domain, 'SMARTFEEDS_DOMAIN', 'domain') ?? DEFAULTS.domain);
-  const localDomain = text(
-    'local-domain',
-    pick(flags['local-domain'], 'SMARTFEEDS_LOCAL_DOMAIN', 'local-domain') ??
-      (domain.includes('.') ? domain.slice(domain.indexOf('.') + 1) : domain),
-  );
+  const src = new Sources({ ...flags, 'auto-create': autoFlag }, env, file, configPath);
+
+  const secret = src.find('secret');
+  if (secret === undefined)
+    throw new ConfigError(
+      'a component secret is required: --secret, SMARTFEEDS_SECRET or "secret" in the configuration file',
+    );
+  const admins = src.find('admins', 'admin');
+  const domain = src.read('domain', nonEmpty, 'a non-empty string', DEFAULTS.domain);
+  const limit = (key: string, fallback: number) =>
+    src.read(key, positive, 'a positive whole number', fallback);
   return {
-    service,
+    service: src.read(
+      'service',
+      z.string().regex(/^xmpp:\/\/[^/:]+:\d+$/),
+      'like xmpp://HOST:PORT',
+      DEFAULTS.service,
+    ),
     domain,
-    secret: text('secret', secret),
-    data: text('data', pick(flags.data, 'SMARTFEEDS_DATA', 'data') ?? DEFAULTS.data),
-    admins,
-    create: create as CreatePolicy,
-    localDomain,
-    autoCreate,
-    logLevel,
-    limits,
-    sync: syncRaw === true || syncRaw === '1' || syncRaw === 'true',
-    rateLimit,
-    bot,
-    http,
+    secret: checked(secret, nonEmpty, 'a non-empty string', true),
+    data: src.read('data', nonEmpty, 'a non-empty string', DEFAULTS.data),
+    admins: admins === undefined ? DEFAULTS.admins : checked(admins, list, 'a list of JIDs'),
+    create: src.read('create', z.enum(CREATE_POLICIES), 'admins, local or anyone', DEFAULTS.create),
+    localDomain: src.read(
+      'local-domain',
+      nonEmpty,
+      'a non-empty string',
+      domain.includes('.') ? domain.slice(domain.indexOf('.') + 1) : domain,
+    ),
+    autoCreate: src.read('auto-create', onOff, 'true or false', DEFAULTS.autoCreate),
+    logLevel: src.read('log-level', z.enum(LEVELS), 'debug, info, warn or error', DEFAULTS.logLevel),
+    limits: {
+      maxPayloadBytes: limit('max-payload-bytes', DEFAULT_LIMITS.maxPayloadBytes),
+      maxPageItems: limit('page-items', DEFAULT_LIMITS.maxPageItems),
+      defaultPageItems: limit('default-page-items', DEFAULT_LIMITS.defaultPageItems),
+      maxPageBytes: limit('page-bytes', DEFAULT_LIMITS.maxPageBytes),
+    },
+    sync: src.read('sync', onOff, 'true or false', DEFAULTS.sync),
+    rateLimit: {
+      rate: src.read('rate-limit', nonNegative, 'a number of zero or more', DEFAULTS.rateLimit.rate),
+      burst: limit('rate-burst', DEFAULTS.rateLimit.burst),
+    },
+    bot: botConfig(src),
+    http: httpConfig(src),
   };
 }
 
-const truthy = (v: unknown) => v === true || v === '1' || v === 'true' || v === 'on';
-
-/** Seconds (fractions allowed) as milliseconds. */
-function seconds(name: string, value: unknown): number {
-  const n = typeof value === 'number' ? value : value === '' ? Number.NaN : Number(String(value));
-  if (!Number.isFinite(n) || n <= 0)
-    throw new ConfigError(`${name} must be a number of seconds above 0, not ${JSON.stringify(value)}`);
-  return Math.round(n * 1000);
-}
-
-function botConfig(
-  flags: Record<string, unknown>,
-  pick: (flag: unknown, envName: string, key: string) => unknown,
-): BotOptions & { enabled: boolean } {
-  const get = (key: string) => pick(flags[key], `SMARTFEEDS_${key.toUpperCase().replaceAll('-', '_')}`, key);
+function botConfig(src: Sources): BotOptions & { enabled: boolean } {
   const d = DEFAULT_BOT;
-  const enabledRaw = get('bot');
-  if (
-    enabledRaw !== undefined &&
-    !['on', 'off', true, false, '1', '0', 'true', 'false'].includes(enabledRaw as string)
-  )
-    throw new ConfigError(`bot must be on or off, not ${JSON.stringify(enabledRaw)}`);
-  const num = (key: string, fallback: number) => {
-    const v = get(key);
-    return v === undefined ? fallback : positive(key, v);
-  };
-  const secs = (key: string, fallbackMs: number) => {
-    const v = get(key);
-    return v === undefined ? fallbackMs : seconds(key, v);
-  };
-  const schemesRaw = get('bot-schemes');
-  const schemes =
-    schemesRaw === undefined
-      ? d.fetch.schemes
-      : (Array.isArray(schemesRaw) ? schemesRaw.map(String) : String(schemesRaw).split(','))
-          .map((x) => x.trim().toLowerCase())
-          .filter(Boolean);
-  if (schemes.length === 0 || !schemes.every((x) => x === 'http' || x === 'https'))
-    throw new ConfigError(`bot-schemes must be http, https or both, not ${JSON.stringify(schemesRaw)}`);
-  const pollMinMs = secs('bot-poll-min', d.pollMinMs);
-  const pollMaxMs = secs('bot-poll-max', d.pollMaxMs);
+  const num = (key: string, fallback: number) => src.read(key, positive, 'a positive whole number', fallback);
+  const ms = (key: string, fallbackMs: number) =>
+    src.read(key, milliseconds, 'a number of seconds above 0', fallbackMs);
+  const pollMinMs = ms('bot-poll-min', d.pollMinMs);
+  const pollMaxMs = ms('bot-poll-max', d.pollMaxMs);
   if (pollMaxMs < pollMinMs) throw new ConfigError('bot-poll-max must not be less than bot-poll-min');
-  const privateRaw = get('allow-private-addresses');
   return {
-    enabled: enabledRaw === undefined ? d.enabled : truthy(enabledRaw),
+    enabled: src.read('bot', onOff, 'on or off', d.enabled),
     fetch: {
       ...d.fetch,
-      timeoutMs: secs('bot-fetch-timeout', d.fetch.timeoutMs),
+      timeoutMs: ms('bot-fetch-timeout', d.fetch.timeoutMs),
       maxBytes: num('bot-max-bytes', d.fetch.maxBytes),
       hostConnections: num('bot-host-connections', d.fetch.hostConnections),
-      allowPrivateAddresses: privateRaw === undefined ? false : truthy(privateRaw),
-      schemes,
+      allowPrivateAddresses: src.read('allow-private-addresses', onOff, 'true or false', false),
+      schemes: src.read('bot-schemes', schemes, 'http, https or both', d.fetch.schemes),
     },
     pollMinMs,
     pollMaxMs,
@@ -463,45 +389,28 @@ function botConfig(
   };
 }
 
-/** `HOST:PORT`, `[IPV6]:PORT`; port 0 picks a free one. */
-function hostPort(value: string): { host: string; port: number } {
-  const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]/\s]+)):(\d{1,5})$/.exec(value);
-  const port = Number(m?.[3]);
-  if (!m || port > 65535)
-    throw new ConfigError(`http must look like HOST:PORT, not ${JSON.stringify(value)}`);
-  return { host: (m[1] ?? m[2]) as string, port };
-}
-
-/** Tokens from the flags, else the environment (`T=JID,...`), else the file (`{"T": "JID"}`). */
-function tokensFrom(
-  flags: string[] | undefined,
-  env: string | undefined,
-  file: unknown,
-): Map<string, string> {
-  const tokens = new Map<string, string>();
-  const add = (token: string, jid: string) => {
-    // RFC 6750 token68 characters, less the = padding that would make TOKEN=JID ambiguous.
-    if (!/^[A-Za-z0-9\-._~+/]+$/.test(token))
-      throw new ConfigError('an http token must be made of letters, digits and -._~+/');
-    if (!/^[^@/\s]+@[^@/\s]+$/.test(jid))
-      throw new ConfigError(`an http token must act as a bare JID (user@domain), not ${JSON.stringify(jid)}`);
-    if (tokens.has(token)) throw new ConfigError('an http token is given twice');
-    tokens.set(token, jid);
+/** The HTTP binding's settings, when `http` is set by any source. */
+function httpConfig(src: Sources): HttpConfig | undefined {
+  const at = src.find('http');
+  if (at === undefined) return undefined;
+  const found = src.find('http-tokens', 'http-token');
+  const seconds = (key: string, fallback: number) =>
+    src.read(key, nonNegative, 'a number of seconds, zero or more', fallback);
+  return {
+    ...checked(at, hostPort, 'like HOST:PORT'),
+    tokens: found === undefined ? new Map() : checked(found, tokens, 'TOKEN=JID pairs', true),
+    maxHeld: src.read('http-max-held', positive, 'a positive whole number', HTTP_DEFAULTS.maxHeld),
+    maxTimeoutSeconds: seconds('http-max-timeout', HTTP_DEFAULTS.maxTimeoutSeconds),
+    websub: {
+      allowPrivate: src.read('websub-allow-private', onOff, 'true or false', false),
+      leaseSeconds: src.read(
+        'websub-lease',
+        positive,
+        'a positive whole number',
+        WEBSUB_DEFAULTS.leaseSeconds,
+      ),
+      maxQueue: src.read('websub-queue', positive, 'a positive whole number', WEBSUB_DEFAULTS.maxQueue),
+      retryForMs: 1000 * seconds('websub-retry', WEBSUB_DEFAULTS.retrySeconds),
+    },
   };
-  const pair = (text: string) => {
-    const at = text.indexOf('=');
-    if (at <= 0) throw new ConfigError('an http token must be given as TOKEN=JID');
-    add(text.slice(0, at).trim(), text.slice(at + 1).trim());
-  };
-  if (flags) for (const f of flags) pair(f);
-  else if (env) for (const p of env.split(',').filter((x) => x.trim() !== '')) pair(p);
-  else if (file !== undefined) {
-    if (typeof file !== 'object' || file === null || Array.isArray(file))
-      throw new ConfigError('http-tokens must be an object {"TOKEN": "JID"}');
-    for (const [token, jid] of Object.entries(file)) {
-      if (typeof jid !== 'string') throw new ConfigError('http-tokens must map each token to a JID');
-      add(token, jid);
-    }
-  }
-  return tokens;
 }

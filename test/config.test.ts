@@ -58,9 +58,95 @@ describe('configuration', () => {
   it('rejects bad values with a message naming them', () => {
     expect(() => loadConfig(['--secret', 's', '--service', 'http://x'], {})).toThrow(/service/);
     expect(() => loadConfig(['--secret', 's', '--page-items', '0'], {})).toThrow(/page-items/);
-    expect(() => loadConfig(['--secret', 's', '--log-level', 'loud'], {})).toThrow(/log level/);
+    expect(() => loadConfig(['--secret', 's', '--log-level', 'loud'], {})).toThrow(
+      /--log-level must be debug, info, warn or error, not "loud"/,
+    );
     expect(() => loadConfig(['--secret', 's', '--bogus'], {})).toThrow(ConfigError);
     expect(() => loadConfig(['--config', '/no/such/file'], {})).toThrow(/configuration file/);
+  });
+});
+
+describe('sources and their refusals', () => {
+  const withFile = async (content: unknown, run: (file: string) => void) => {
+    const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-config-'));
+    try {
+      const file = join(dir, 'c.json');
+      await writeFile(file, JSON.stringify(content));
+      run(file);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  };
+
+  it('takes each setting from the first source that sets it, setting by setting', async () => {
+    await withFile({ secret: 'f', 'log-level': 'warn', sync: true, 'bot-queue': 3, http: 'h:1' }, (file) => {
+      const env = { SMARTFEEDS_LOG_LEVEL: 'error', SMARTFEEDS_BOT_QUEUE: '4', SMARTFEEDS_HTTP: 'e:2' };
+      const c = loadConfig(['--config', file, '--bot-queue', '5'], env);
+      expect(c).toMatchObject({ secret: 'f', logLevel: 'error', sync: true });
+      expect(c.bot.queueLength).toBe(5);
+      expect(c.http).toMatchObject({ host: 'e', port: 2 });
+      // The file may itself come from the environment.
+      expect(loadConfig([], { SMARTFEEDS_CONFIG: file }).logLevel).toBe('warn');
+      // A flag set to its default still wins over the other sources.
+      expect(loadConfig(['--config', file, '--log-level', 'info'], env).logLevel).toBe('info');
+    });
+  });
+
+  it('names the flag, the variable or the file key of a bad value, and what it must be', async () => {
+    const load =
+      (argv: string[], env: NodeJS.ProcessEnv = {}) =>
+      () =>
+        loadConfig(['--secret', 's', ...argv], env);
+    expect(load(['--page-items', '1.5'])).toThrow('--page-items must be a positive whole number, not "1.5"');
+    expect(load([], { SMARTFEEDS_PAGE_ITEMS: 'many' })).toThrow(
+      'SMARTFEEDS_PAGE_ITEMS must be a positive whole number, not "many"',
+    );
+    expect(load(['--sync'], { SMARTFEEDS_SYNC: 'yes' })).not.toThrow();
+    expect(load([], { SMARTFEEDS_SYNC: 'yes' })).toThrow('SMARTFEEDS_SYNC must be true or false, not "yes"');
+    expect(load([], { SMARTFEEDS_CREATE: 'all' })).toThrow(
+      'SMARTFEEDS_CREATE must be admins, local or anyone',
+    );
+    expect(load(['--http', 'h:1', '--http-max-timeout', 'soon'])).toThrow(/^--http-max-timeout must be/);
+    const fromFile: [Record<string, unknown>, string][] = [
+      [{ 'page-items': 0 }, '"page-items" in FILE must be a positive whole number, not 0'],
+      [{ sync: 'yes' }, '"sync" in FILE must be true or false, not "yes"'],
+      [{ admins: [1] }, '"admins" in FILE must be a list of JIDs, not [1]'],
+      [{ domain: '' }, '"domain" in FILE must be a non-empty string, not ""'],
+      [{ bot: 2 }, '"bot" in FILE must be on or off, not 2'],
+      [
+        { http: 'h:1', 'http-tokens': { t: 'alice' } },
+        '"http-tokens" in FILE must map each token to a bare JID',
+      ],
+    ];
+    for (const [content, message] of fromFile) {
+      await withFile(content, (file) => {
+        expect(load(['--config', file]), message).toThrow(message.replace('FILE', file));
+      });
+    }
+    await withFile(['not', 'an', 'object'], (file) => {
+      expect(load(['--config', file])).toThrow(`the configuration file ${file} must hold a JSON object`);
+    });
+  });
+
+  it('never repeats a secret or a token in a refusal', async () => {
+    expect(() => loadConfig([], { SMARTFEEDS_SECRET: '' })).toThrow(
+      'SMARTFEEDS_SECRET must be a non-empty string',
+    );
+    await withFile({ secret: ['hunter2'] }, (file) => {
+      expect(() => loadConfig(['--config', file], {})).toThrow(/^"secret" in .* must be a non-empty string$/);
+    });
+    const refusal = (token: string) => {
+      try {
+        loadConfig(['--secret', 's', '--http', 'h:1'], { SMARTFEEDS_HTTP_TOKENS: token });
+      } catch (e) {
+        return (e as Error).message;
+      }
+      return 'accepted';
+    };
+    expect(refusal('to"ken-9f=a@x')).toBe(
+      'SMARTFEEDS_HTTP_TOKENS must be made of letters, digits and -._~+/',
+    );
+    expect(refusal('token-9f')).toBe('SMARTFEEDS_HTTP_TOKENS must give each token as TOKEN=JID');
   });
 });
 
@@ -211,7 +297,9 @@ describe('node creation options', () => {
       await rm(dir, { recursive: true, force: true });
     }
     expect(() => loadConfig(['--secret', 's', '--create', 'everyone'], {})).toThrow(/create/);
-    expect(() => loadConfig(['--secret', 's'], { SMARTFEEDS_AUTO_CREATE: 'maybe' })).toThrow(/auto-create/);
+    expect(() => loadConfig(['--secret', 's'], { SMARTFEEDS_AUTO_CREATE: 'maybe' })).toThrow(
+      /SMARTFEEDS_AUTO_CREATE must be true or false, not "maybe"/,
+    );
     expect(() => loadConfig(['--secret', 's', '--auto-create', '--no-auto-create'], {})).toThrow(
       /contradict/,
     );

@@ -109,6 +109,14 @@ declare module '@xmpp/connection' {
     options: { service: string; domain: string; lang?: string };
     /** Connect, open the stream, authenticate; resolves with the bound JID once online. */
     start(): Promise<JID>;
+    /** The steps of start(), public in @xmpp/connection: open the socket to `service`... */
+    connect(service: string): Promise<void>;
+    /** ...then open the stream (authentication follows on the entity's 'open'). */
+    open(options: { domain: string; lang?: string; timeout?: number }): Promise<Element>;
+    /** End the socket without closing the stream; rejects when there is no socket. */
+    disconnect(timeout?: number): Promise<void>;
+    /** The current connection's socket; null between connections. */
+    socket: import('node:net').Socket | null;
     /** Close the stream and the socket. Rejects when not started. */
     stop(): Promise<Element | undefined>;
     send(element: Element): Promise<void>;
@@ -132,6 +140,10 @@ declare module '@xmpp/connection' {
       /** Send `<iq type="get">` around `payload`; resolves with the result's child of the same name/xmlns. */
       get(payload: Element, to?: string, timeout?: number): Promise<Element | undefined>;
       set(payload: Element, to?: string, timeout?: number): Promise<Element | undefined>;
+    };
+    /** @xmpp/middleware: sees every incoming stanza before the iq callee; call next() to pass it on. */
+    middleware: {
+      use(fn: (ctx: IqContext, next: () => Promise<unknown>) => unknown): void;
     };
     iqCallee: {
       get(xmlns: string, name: string, handler: IqHandler): void;

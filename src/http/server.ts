@@ -1,5 +1,10 @@
 import type { AddressInfo } from 'node:net';
-import fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import fastify, {
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+  LogController,
+} from 'fastify';
 import type { FeedEvent } from '../feed/events.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
@@ -56,7 +61,9 @@ export class HttpBinding {
     this.unlisten = feeds.onEvent((event) => this.wakePolls(event));
     this.hub = new Hub(feeds, options.websub ?? {}, log);
     this.app = fastify({
-      logger: false,
+      // Fastify's own lines go to our sink; one line per request would drown the service's own.
+      loggerInstance: log.pino,
+      logController: new LogController({ disableRequestLogging: true }),
       routerOptions: { maxParamLength: MAX_PARAM_CHARS },
       // Malformed URLs (bad percent-encoding) are found before routing: answer them as problems too.
       frameworkErrors: (error, request, reply) => this.fail(request, reply, error),

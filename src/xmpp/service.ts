@@ -5,7 +5,13 @@ import type { Element } from 'ltx';
 import { user } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
-import { type BackoffOptions, DEFAULT_BACKOFF, Reconnector } from './connection.ts';
+import {
+  type BackoffOptions,
+  DEFAULT_BACKOFF,
+  keepNoDelay,
+  Reconnector,
+  socketWriter,
+} from './connection.ts';
 import { errorElement, errors, toStanzaError } from './errors.ts';
 import { deliver } from './events.ts';
 import { Notifier, type Outlet, parseNotificationId } from './notifications.ts';
@@ -59,11 +65,7 @@ export class PubsubComponent {
     this.xmpp.once('online', () => {
       void feeds.resumePurges().catch((e) => log.error('resuming purges failed', { error: String(e) }));
     });
-    // Many small stanzas in a row: without TCP_NODELAY, Nagle and delayed ACKs stall each burst.
-    this.xmpp.on('status', (status) => {
-      if (status === 'connect')
-        (this.xmpp as unknown as { socket: import('node:net').Socket | null }).socket?.setNoDelay(true);
-    });
+    keepNoDelay(this.xmpp);
     this.limiter = options.rateLimit?.rate ? new RateLimiter(options.rateLimit) : undefined;
     this.reconnector = new Reconnector(this.xmpp, log, options.backoff ?? DEFAULT_BACKOFF);
     const audience = (node: string) => feeds.audience(node);
@@ -87,11 +89,7 @@ export class PubsubComponent {
     for (const [type, ns, name] of IQ_CHILDREN) {
       this.xmpp.iqCallee[type](ns, name, (ctx) => this.handle(type, ctx));
     }
-    (
-      this.xmpp as unknown as {
-        middleware: { use(fn: (ctx: IqContext, next: () => Promise<unknown>) => unknown): void };
-      }
-    ).middleware.use((ctx, next) => {
+    this.xmpp.middleware.use((ctx, next) => {
       if (ctx.stanza.name === 'message' && ctx.type === 'error') return this.bounced(ctx.stanza);
       if (ctx.stanza.name === 'presence' || (ctx.stanza.name === 'message' && ctx.type === 'chat'))
         return options.chat?.(ctx.stanza);
@@ -101,32 +99,7 @@ export class PubsubComponent {
   }
 
   private outlet(domain: string): Outlet {
-    const xmpp = this.xmpp as unknown as { socket: import('node:net').Socket | null; status: string };
-    return {
-      from: domain,
-      write(text) {
-        const socket = xmpp.socket;
-        if (!socket || xmpp.status !== 'online') return false;
-        socket.write(text);
-        return true;
-      },
-      buffered() {
-        return xmpp.socket?.writableLength ?? 0;
-      },
-      drained() {
-        const socket = xmpp.socket;
-        if (!socket?.writableNeedDrain) return Promise.resolve();
-        return new Promise<void>((resolve) => {
-          const done = () => {
-            socket.off('drain', done);
-            socket.off('close', done);
-            resolve();
-          };
-          socket.on('drain', done);
-          socket.on('close', done);
-        });
-      },
-    };
+    return { from: domain, ...socketWriter(this.xmpp) };
   }
 
   /** Routes and runs one request: the one place a failure becomes its exact error reply. */
