@@ -18,14 +18,14 @@ import { Mirror, MirrorStore, modifiedFeed } from './client/mirror.ts';
 import { ConfigError, configFrom, SERVE_OPTIONS, SERVE_USAGE, type ServeFlags } from './config.ts';
 import { readAtomEntry } from './feed/atom.ts';
 import { DatabaseCheck, openDatabase, type Problem, summaryLine } from './feed/check.ts';
-import { FeedEngine } from './feed/engine.ts';
 import { FeedError, type FeedErrorCode, NodeNotFound, PayloadTooBig } from './feed/errors.ts';
 import { checkItemId, parseFeedName } from './feed/feedName.ts';
 import type { Change, ExportRecord, Item, ReadQuery } from './feed/model.ts';
 import { type PositionSpec, parsePositionSpec } from './feed/positionSpec.ts';
 import { parseMax } from './feed/query.ts';
 import { OPERATOR } from './feed/service/actor.ts';
-import { FeedService } from './feed/service/service.ts';
+import { openFeedService } from './feed/service/open.ts';
+import type { FeedService } from './feed/service/service.ts';
 import { serve } from './serve.ts';
 
 // ---- output -------------------------------------------------------------------------------
@@ -186,13 +186,11 @@ async function withService<T>(
   if (access === 'read' && !existsSync(ctx.data)) {
     throw new Error(`no database at ${ctx.data} (give --data DIR or set SMARTFEEDS_DATA)`);
   }
-  const engine = await FeedEngine.open(ctx.data);
-  const feeds = new FeedService(engine, { autoCreate });
+  const opened = await openFeedService(ctx.data, {}, { autoCreate });
   try {
-    return await fn(feeds);
+    return await fn(opened.feeds);
   } finally {
-    feeds.close();
-    await engine.close();
+    await opened.close();
   }
 }
 
