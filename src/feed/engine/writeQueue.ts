@@ -3,7 +3,6 @@ import { indexKey, itemKey, metaKey } from '../keys.ts';
 import type { Change, ItemRecord } from '../model.ts';
 import { decodeRecord, encodeRecord } from '../record.ts';
 import type { Op } from '../store/store.ts';
-
 import { cursorOf } from './cursors.ts';
 import type { NodeRegistry } from './nodes.ts';
 import {
