@@ -6,7 +6,7 @@
 // Also vitest's globalSetup: the tests spawn bin/smartfeeds.mjs, which runs dist/.
 // Plain JavaScript with no dependencies but TypeScript's compiler.
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -25,12 +25,25 @@ function newest(path) {
 }
 
 export function build() {
-  rmSync(dist, { recursive: true, force: true });
+  // Built beside dist/ and swapped in: a build running at the same time (two vitest runs) or a
+  // command started meanwhile never sees a half-written dist/.
+  const next = `${dist}.${process.pid}`;
+  rmSync(next, { recursive: true, force: true });
   const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
   console.error('$ tsc -p tsconfig.build.json');
-  const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
-  if (r.status !== 0) throw new Error(`the build failed (tsc exited with ${r.status ?? r.signal})`);
-  writeFileSync(stamp, `${new Date().toISOString()}\n`);
+  const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', next], {
+    cwd: root,
+    stdio: 'inherit',
+  });
+  if (r.status !== 0) {
+    rmSync(next, { recursive: true, force: true });
+    throw new Error(`the build failed (tsc exited with ${r.status ?? r.signal})`);
+  }
+  writeFileSync(join(next, '.built'), `${new Date().toISOString()}\n`);
+  const old = `${dist}.old.${process.pid}`;
+  if (existsSync(dist)) renameSync(dist, old);
+  renameSync(next, dist);
+  rmSync(old, { recursive: true, force: true });
 }
 
 /** Builds when dist/ is missing or older than a source. */
