@@ -3,15 +3,19 @@ import type { FeedBot } from './bot/bot.ts';
 import type { Config } from './config.ts';
 import { FeedEngine } from './feed/engine.ts';
 import { HttpBinding } from './http/server.ts';
-import { createLog } from './log.ts';
+import { levelledLog, reloadOnHangup } from './reload.ts';
 import { PubsubComponent } from './xmpp/service.ts';
 
 /** Chat stanzas kept while the bot loads (a component comes online before it has). */
 const EARLY_STANZAS = 1000;
 
-/** Runs the component until SIGTERM/SIGINT; resolves with the exit code. */
-export async function serve(config: Config): Promise<number> {
-  const log = createLog(config.logLevel);
+/**
+ * Runs the component until SIGTERM/SIGINT; resolves with the exit code. SIGHUP re-reads the
+ * configuration with `reread` (src/reload.ts says what it changes).
+ */
+export async function serve(config: Config, reread: () => Config = () => config): Promise<number> {
+  const { log, setLevel } = levelledLog(config.logLevel);
+  const stopReloading = reloadOnHangup(config, reread, setLevel, log);
   const engine = await FeedEngine.open(config.data, { limits: config.limits, sync: config.sync });
   // The bot's fetcher and parser load beside the first connection, not before it, and only when on.
   const botModule = config.bot.enabled ? import('./bot/bot.ts') : undefined;
@@ -85,6 +89,7 @@ export async function serve(config: Config): Promise<number> {
   }
   const signal = await stopSignal;
   log.info('stopping', { signal });
+  stopReloading();
   await bot?.stop();
   // Held long polls answer at once and writes in flight finish before the database closes.
   await http?.stop();
