@@ -33,6 +33,8 @@ const harnessTest = (server: string) => `test/${server}-harness.test.ts`;
 
 export default defineConfig({
   test: {
+    // Builds dist/ when a source is newer: the tests spawn bin/smartfeeds.mjs, which runs it.
+    globalSetup: ['./scripts/build.mjs'],
     testTimeout: 60_000,
     hookTimeout: 60_000,
     // Integration suites each start their own server on free ports; two at a time fits 2 cores.

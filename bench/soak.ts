@@ -20,6 +20,7 @@ import { parseArgs } from 'node:util';
 import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { SERVER_NAMES, type ServerName, startServer, type XmppServer } from '../prosody-dev/servers.ts';
+import { saslLogin } from '../src/client/client.ts';
 import { FeedEngine } from '../src/feed/engine.ts';
 import { FeedService } from '../src/feed/service/service.ts';
 import { createLog } from '../src/log.ts';
@@ -107,8 +108,7 @@ async function connect(prosody: XmppServer, name: string): Promise<Conn> {
   const xmpp = client({
     service: `xmpp://127.0.0.1:${prosody.c2sPort}`,
     domain: 'localhost',
-    username: name,
-    password: `${name}-pw`,
+    credentials: saslLogin(name, `${name}-pw`),
     resource: 'soak',
   });
   xmpp.reconnect.stop();

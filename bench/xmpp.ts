@@ -29,6 +29,7 @@ import { parseArgs } from 'node:util';
 import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { type Prosody, startProsody } from '../prosody-dev/harness.ts';
+import { saslLogin } from '../src/client/client.ts';
 import { FeedEngine } from '../src/feed/engine.ts';
 import { FeedService } from '../src/feed/service/service.ts';
 import { createLog } from '../src/log.ts';
@@ -345,8 +346,7 @@ class Conn {
     const xmpp = client({
       service: `xmpp://127.0.0.1:${c2sPort}`,
       domain: 'localhost',
-      username: user,
-      password,
+      credentials: saslLogin(user, password),
       resource: 'bench',
     });
     xmpp.reconnect.stop();

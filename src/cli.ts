@@ -934,7 +934,7 @@ const serveCommand: Command = {
   details: SERVE_USAGE.split('\n').slice(2).join('\n').trimEnd(),
   options: serveOptions as Options,
   positionals: [0, 0],
-  run: async (ctx) => serve(configFrom(ctx.values as ServeFlags)),
+  run: async (ctx) => serve(configFrom(ctx.values as ServeFlags), () => configFrom(ctx.values as ServeFlags)),
 };
 
 /** Every subcommand, by name, in the order `--help` lists them. */

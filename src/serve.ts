@@ -5,15 +5,19 @@ import type { Config } from './config.ts';
 import { FeedEngine } from './feed/engine.ts';
 import { FeedService } from './feed/service/service.ts';
 import { HttpBinding } from './http/server.ts';
-import { createLog } from './log.ts';
+import { levelledLog, reloadOnHangup } from './reload.ts';
 import { PubsubComponent } from './xmpp/service.ts';
 
 /** Chat stanzas kept while the bot loads (a component comes online before it has). */
 const EARLY_STANZAS = 1000;
 
-/** Runs the component until SIGTERM/SIGINT; resolves with the exit code. */
-export async function serve(config: Config): Promise<number> {
-  const log = createLog(config.logLevel);
+/**
+ * Runs the component until SIGTERM/SIGINT; resolves with the exit code. SIGHUP re-reads the
+ * configuration with `reread` (src/reload.ts says what it changes).
+ */
+export async function serve(config: Config, reread: () => Config = () => config): Promise<number> {
+  const { log, setLevel } = levelledLog(config.logLevel);
+  const stopReloading = reloadOnHangup(config, reread, setLevel, log);
   const engine = await FeedEngine.open(config.data, { limits: config.limits, sync: config.sync });
   // The one service every binding calls: it owns the rules; the engine below it owns the data.
   const feeds = new FeedService(engine, {
@@ -88,6 +92,7 @@ export async function serve(config: Config): Promise<number> {
   }
   const signal = await stopSignal;
   log.info('stopping', { signal });
+  stopReloading();
   await bot?.stop();
   // Held long polls answer at once and writes in flight finish before the database closes.
   await http?.stop();

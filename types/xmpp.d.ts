@@ -1,4 +1,5 @@
-// Minimal ambient types for the xmpp.js 0.13 packages (CommonJS, shipped without types).
+// Minimal ambient types for the xmpp.js packages (client 0.14, ES modules; component 0.13,
+// CommonJS), which ship without types.
 // Only what the project uses is declared; extend as needed.
 //
 // Runtime import shapes under Node ESM (cjs-module-lexer):
@@ -166,6 +167,11 @@ declare module '@xmpp/client' {
     lang?: string;
     username?: string;
     password?: string;
+    /** Picks the SASL mechanism among those offered and supported (best first), and logs in. */
+    credentials?: (
+      authenticate: (credentials: { username: string; password: string }, mechanism: string) => Promise<void>,
+      mechanisms: string[],
+    ) => Promise<void>;
   }
 
   export interface Client extends Entity {

@@ -4,7 +4,7 @@
  * (shared/design/protocol.md), so it works with any service that keeps it.
  */
 import { EventEmitter } from 'node:events';
-import { type Client, client, xml } from '@xmpp/client';
+import { type Client, type ClientOptions, client, xml } from '@xmpp/client';
 import jid, { type JID } from '@xmpp/jid';
 import { type Element, escapeXML, escapeXMLText } from 'ltx';
 import { type BackoffOptions, backoffDelay } from '../backoff.ts';
@@ -121,7 +121,7 @@ export class FeedClient extends EventEmitter<FeedClientEvents> {
       service: options.server,
       domain: account.domain,
       username: account.local,
-      password: options.password,
+      credentials: saslLogin(account.local, options.password),
       ...(options.resource ? { resource: options.resource } : {}),
     });
     const backoff = options.backoff ?? { initialMs: 250, maxMs: 30_000 };
@@ -298,6 +298,16 @@ export function parseAccountJid(text: string): JID {
       throw new Error(`not a user's JID: its ${part} part is ${bytes} bytes, over ${MAX_JID_PART_BYTES}`);
   }
   return parsed;
+}
+
+/**
+ * The SASL login for xmpp.js 0.14 (its `credentials` option): SCRAM-SHA-1 when offered, otherwise
+ * PLAIN even over plain TCP (a loopback server), which 0.14 no longer sends unasked and 0.13 did.
+ */
+export function saslLogin(username: string, password: string): NonNullable<ClientOptions['credentials']> {
+  // Mechanisms come offered-and-supported, best first (SCRAM-SHA-1, PLAIN, ANONYMOUS).
+  return (authenticate, mechanisms) =>
+    authenticate({ username, password }, mechanisms.find((m) => m !== 'ANONYMOUS') ?? 'PLAIN');
 }
 
 /**

@@ -1,4 +1,7 @@
 /** The sync client: pull, push and mirror Smart Feeds over XMPP. */
+// xmpp.js and ltx ship no types: the package ships ours, and this library's declarations name them.
+/// <reference path="../../types/xmpp.d.ts" preserve="true" />
+/// <reference path="../../types/ltx.d.ts" preserve="true" />
 export {
   AuthenticationError,
   canonicalXml,

@@ -8,6 +8,12 @@ interface Waiting {
   reject: (error: Error) => void;
 }
 
+/**
+ * The thread's module: the compiled sibling when this file is compiled (dist/), otherwise the
+ * TypeScript one behind a loader that compiles it (Node's workers start without the parent's).
+ */
+const WORKER = import.meta.url.endsWith('.ts') ? './parseWorker.mjs' : './parseWorker.js';
+
 /** Texts sent to the thread at once, at most (a batch is one message each way). */
 const MAX_BATCH = 256;
 
@@ -77,7 +83,7 @@ export class EntryParser {
   private thread(): Worker | undefined {
     if (this.worker) return this.worker;
     try {
-      const worker = new Worker(new URL('./parseWorker.mjs', import.meta.url));
+      const worker = new Worker(new URL(WORKER, import.meta.url));
       worker.on('message', (results: EntryResult[]) => {
         const batch = this.sent.shift();
         if (batch) this.settle(batch, results);

@@ -1,9 +1,7 @@
-// The entry parser's thread (parsePool.ts). It runs the TypeScript sources through tsx, as
-// bin/smartfeeds.mjs does, so that it needs no build step and works under any test runner.
-import { parentPort } from 'node:worker_threads';
+// The entry parser's thread when running from the TypeScript sources (tests, tsx): a worker does
+// not inherit its parent's loader, so this one registers tsx before loading parseWorker.ts. The
+// package runs the compiled parseWorker.js instead (parsePool.ts picks), and ships no tsx.
 import { register } from 'tsx/esm/api';
 
 register();
-const { readAtomEntries } = await import('./atom.ts');
-// Messages that arrived during the import wait on the port until this listener starts it.
-parentPort?.on('message', (texts) => parentPort?.postMessage(readAtomEntries(texts)));
+await import('./parseWorker.ts');

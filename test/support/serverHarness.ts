@@ -9,6 +9,7 @@ import { type Component, component } from '@xmpp/component';
 import type { Element } from '@xmpp/xml';
 import { afterAll, afterEach, beforeAll, expect, it } from 'vitest';
 import type { RunningServer, ServerStartOptions } from '../../prosody-dev/process.ts';
+import { saslLogin } from '../../src/client/client.ts';
 
 export const NS_DISCO_INFO = 'http://jabber.org/protocol/disco#info';
 export const NS_SASL = 'urn:ietf:params:xml:ns:xmpp-sasl';
@@ -68,7 +69,11 @@ export function useHarnessServer<S extends RunningServer>(
     },
     newClient: (user, password, on = h.server) =>
       track(
-        client({ service: `xmpp://127.0.0.1:${on.c2sPort}`, domain: 'localhost', username: user, password }),
+        client({
+          service: `xmpp://127.0.0.1:${on.c2sPort}`,
+          domain: 'localhost',
+          credentials: saslLogin(user, password),
+        }),
       ),
     newComponent: (password = h.server.componentSecret, on = h.server) =>
       track(

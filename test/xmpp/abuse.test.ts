@@ -19,7 +19,9 @@ const FLOODER = `
 const { parentPort, workerData } = require('node:worker_threads');
 const { client, xml } = require('@xmpp/client');
 (async () => {
-  const x = client({ service: workerData.service, domain: 'localhost', username: 'alice', password: 'alice-pw', resource: 'flood' });
+  const x = client({ service: workerData.service, domain: 'localhost', resource: 'flood',
+    // PLAIN over loopback TCP, which xmpp.js 0.14 sends only when asked (saslLogin in src/client).
+    credentials: (login) => login({ username: 'alice', password: 'alice-pw' }, 'PLAIN') });
   x.reconnect.stop();
   x.on('error', () => {});
   await x.start();

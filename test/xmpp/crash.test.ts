@@ -6,6 +6,7 @@ import { execFile } from 'node:child_process';
 import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { describe, expect, it } from 'vitest';
+import { saslLogin } from '../../src/client/client.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { BIN, ROOT, type ServeProcess, spawnServe, untilLogged, useServerAndData } from './serveProcess.ts';
 import { iqWithin, NS, rng, SERVER_TITLE, sleep } from './stack.ts';
@@ -132,8 +133,7 @@ describe(`kill -9 under load, on ${SERVER_TITLE}`, () => {
     const xmpp = client({
       service: `xmpp://127.0.0.1:${env.server.c2sPort}`,
       domain: 'localhost',
-      username: 'admin',
-      password: 'admin-pw',
+      credentials: saslLogin('admin', 'admin-pw'),
       resource: 'writer',
     });
     xmpp.reconnect.stop();

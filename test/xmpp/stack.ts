@@ -8,6 +8,7 @@ import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { type ServerName, startServer, testServer, type XmppServer } from '../../prosody-dev/servers.ts';
 import { type BotOptions, FeedBot } from '../../src/bot/bot.ts';
+import { saslLogin } from '../../src/client/client.ts';
 import { type EngineOptions, FeedEngine } from '../../src/feed/engine.ts';
 import type { Limits } from '../../src/feed/model.ts';
 import { FeedService, type FeedServiceOptions } from '../../src/feed/service/service.ts';
@@ -133,8 +134,7 @@ export class Stack {
     const xmpp = client({
       service: `xmpp://127.0.0.1:${this.server.c2sPort}`,
       domain: 'localhost',
-      username: name,
-      password: `${name}-pw`,
+      credentials: saslLogin(name, `${name}-pw`),
       resource,
     });
     xmpp.reconnect.stop();

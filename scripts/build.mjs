@@ -1,0 +1,65 @@
+#!/usr/bin/env node
+// Compiles src/ into dist/ (JavaScript and type declarations, tsconfig.build.json): the package
+// and the `smartfeeds` command run the compiled files, so a checkout builds before it runs them.
+//   node scripts/build.mjs           build from scratch (npm run build, npm pack)
+//   node scripts/build.mjs --stale   build only when a source is newer than the last build
+// Also vitest's globalSetup: the tests spawn bin/smartfeeds.mjs, which runs dist/.
+// Plain JavaScript with no dependencies but TypeScript's compiler.
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const dist = join(root, 'dist');
+/** Written last: its time is the build's, and a build cut short leaves none. */
+const stamp = join(dist, '.built');
+const INPUTS = ['src', 'types', 'tsconfig.json', 'tsconfig.build.json', 'package.json'];
+
+function newest(path) {
+  const stat = statSync(path);
+  if (!stat.isDirectory()) return stat.mtimeMs;
+  let latest = stat.mtimeMs;
+  for (const name of readdirSync(path)) latest = Math.max(latest, newest(join(path, name)));
+  return latest;
+}
+
+export function build() {
+  // Built beside dist/ and swapped in: a build running at the same time (two vitest runs) or a
+  // command started meanwhile never sees a half-written dist/.
+  const next = `${dist}.${process.pid}`;
+  rmSync(next, { recursive: true, force: true });
+  const tsc = join(root, 'node_modules', 'typescript', 'bin', 'tsc');
+  console.error('$ tsc -p tsconfig.build.json');
+  const r = spawnSync(process.execPath, [tsc, '-p', 'tsconfig.build.json', '--outDir', next], {
+    cwd: root,
+    stdio: 'inherit',
+  });
+  if (r.status !== 0) {
+    rmSync(next, { recursive: true, force: true });
+    throw new Error(`the build failed (tsc exited with ${r.status ?? r.signal})`);
+  }
+  writeFileSync(join(next, '.built'), `${new Date().toISOString()}\n`);
+  const old = `${dist}.old.${process.pid}`;
+  if (existsSync(dist)) renameSync(dist, old);
+  renameSync(next, dist);
+  rmSync(old, { recursive: true, force: true });
+}
+
+/** Builds when dist/ is missing or older than a source. */
+export function ensureBuilt() {
+  const builtAt = existsSync(stamp) ? statSync(stamp).mtimeMs : 0;
+  if (INPUTS.some((input) => newest(join(root, input)) > builtAt)) build();
+}
+
+export default ensureBuilt;
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  try {
+    if (process.argv.includes('--stale')) ensureBuilt();
+    else build();
+  } catch (e) {
+    console.error(e.message);
+    process.exit(1);
+  }
+}
