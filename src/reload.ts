@@ -7,18 +7,13 @@
 import type { Config } from './config.ts';
 import { createLog, type Level, type Log } from './log.ts';
 
-/** A log whose level can change while it runs: each line goes to the log of the current level. */
+/** A log whose level can change while it runs: pino's own level, so Fastify's lines follow too. */
 export function levelledLog(level: Level): { log: Log; setLevel(level: Level): void } {
-  let current = createLog(level);
+  const log = createLog(level);
   return {
-    log: {
-      debug: (m, f) => current.debug(m, f),
-      info: (m, f) => current.info(m, f),
-      warn: (m, f) => current.warn(m, f),
-      error: (m, f) => current.error(m, f),
-    },
+    log,
     setLevel: (next) => {
-      current = createLog(next);
+      log.pino.level = next;
     },
   };
 }
