@@ -34,6 +34,15 @@ export interface Config {
   bot: BotOptions & { enabled: boolean };
   /** The HTTP binding; undefined when `--http` is not given. */
   http: HttpConfig | undefined;
+  /** `/metrics`: on a listener of its own (`--metrics`), else on the HTTP binding; who may scrape. */
+  metrics: MetricsConfig;
+}
+
+export interface MetricsConfig {
+  listen: { host: string; port: number } | undefined;
+  access: 'admin' | 'loopback';
+  /** The bearer tokens (`--http-token`), for `admin` access. Never logged. */
+  tokens: ReadonlyMap<string, string>;
 }
 
 /** Where and how `serve` answers HTTP. */
@@ -76,7 +85,7 @@ export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
 
 export class ConfigError extends Error {}
 
-const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain'> = {
+const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics'> = {
   service: 'xmpp://127.0.0.1:5347',
   domain: 'feeds.localhost',
   data: './data',
@@ -129,6 +138,8 @@ export const SERVE_OPTIONS = {
   'websub-lease': { type: 'string' },
   'websub-queue': { type: 'string' },
   'websub-retry': { type: 'string' },
+  metrics: { type: 'string' },
+  'metrics-access': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -180,6 +191,10 @@ long option names, "admins" a list); flags win over the environment, which wins 
   --websub-lease S           lease when a subscriber asks none SMARTFEEDS_WEBSUB_LEASE (864000)
   --websub-queue N           deliveries waiting per subscriber SMARTFEEDS_WEBSUB_QUEUE (1000)
   --websub-retry S           how long one delivery is retried  SMARTFEEDS_WEBSUB_RETRY (3600)
+  --metrics HOST:PORT        /metrics, /healthz, /readyz on their own listener
+                                                              SMARTFEEDS_METRICS (on the HTTP binding)
+  --metrics-access WHO       who may scrape: loopback | admin (an --admin's token)
+                                                              SMARTFEEDS_METRICS_ACCESS (loopback)
 `;
 
 type Raw = Partial<Record<string, unknown>>;
@@ -257,6 +272,8 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     'websub-lease'?: string;
     'websub-queue'?: string;
     'websub-retry'?: string;
+    metrics?: string;
+    'metrics-access'?: string;
   };
   let file: Raw = {};
   const configPath = flags.config ?? env.SMARTFEEDS_CONFIG;
@@ -397,6 +414,22 @@ export function configFrom(values: ServeFlags, env: NodeJS.ProcessEnv = process.
     rateLimit,
     bot,
     http,
+    metrics: metricsConfig(
+      pick(flags.metrics, 'SMARTFEEDS_METRICS', 'metrics'),
+      pick(flags['metrics-access'], 'SMARTFEEDS_METRICS_ACCESS', 'metrics-access'),
+      http?.tokens ?? tokensFrom(flags['http-token'], env.SMARTFEEDS_HTTP_TOKENS, file['http-tokens']),
+    ),
+  };
+}
+
+function metricsConfig(listen: unknown, access: unknown, tokens: ReadonlyMap<string, string>): MetricsConfig {
+  const who = access === undefined ? 'loopback' : String(access);
+  if (who !== 'admin' && who !== 'loopback')
+    throw new ConfigError(`metrics-access must be admin or loopback, not ${JSON.stringify(access)}`);
+  return {
+    listen: listen === undefined ? undefined : hostPort(text('metrics', listen), 'metrics'),
+    access: who,
+    tokens,
   };
 }
 
@@ -464,11 +497,11 @@ function botConfig(
 }
 
 /** `HOST:PORT`, `[IPV6]:PORT`; port 0 picks a free one. */
-function hostPort(value: string): { host: string; port: number } {
+function hostPort(value: string, name = 'http'): { host: string; port: number } {
   const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]/\s]+)):(\d{1,5})$/.exec(value);
   const port = Number(m?.[3]);
   if (!m || port > 65535)
-    throw new ConfigError(`http must look like HOST:PORT, not ${JSON.stringify(value)}`);
+    throw new ConfigError(`${name} must look like HOST:PORT, not ${JSON.stringify(value)}`);
   return { host: (m[1] ?? m[2]) as string, port };
 }
 

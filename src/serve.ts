@@ -2,8 +2,11 @@ import type { Element } from 'ltx';
 import type { FeedBot } from './bot/bot.ts';
 import type { Config } from './config.ts';
 import { FeedEngine } from './feed/engine.ts';
+import { type MetricsExposure, OperationsListener, operationsRoutes, type Readiness } from './http/health.ts';
 import { HttpBinding } from './http/server.ts';
+import { webRoutes } from './http/web/routes.ts';
 import { createLog } from './log.ts';
+import { Metrics } from './metrics.ts';
 import { PubsubComponent } from './xmpp/service.ts';
 
 /** Chat stanzas kept while the bot loads (a component comes online before it has). */
@@ -13,6 +16,8 @@ const EARLY_STANZAS = 1000;
 export async function serve(config: Config): Promise<number> {
   const log = createLog(config.logLevel);
   const engine = await FeedEngine.open(config.data, { limits: config.limits, sync: config.sync });
+  const metrics = new Metrics();
+  const unobserve = metrics.observeEngine(engine);
   // The bot's fetcher and parser load beside the first connection, not before it, and only when on.
   const botModule = config.bot.enabled ? import('./bot/bot.ts') : undefined;
   let bot: FeedBot | undefined;
@@ -28,6 +33,7 @@ export async function serve(config: Config): Promise<number> {
       localDomain: config.localDomain,
       autoCreate: config.autoCreate,
       rateLimit: config.rateLimit,
+      metrics,
       ...(botModule
         ? {
             chat: (stanza: Element) => {
@@ -50,6 +56,15 @@ export async function serve(config: Config): Promise<number> {
     rateLimit: config.rateLimit,
     bot: config.bot.enabled,
   });
+  metrics.observeComponent(pubsub);
+  const readiness: Readiness = {
+    database: () => engine.listNodes({ max: 1 }),
+    xmppOnline: () => pubsub.xmpp.status === 'online',
+  };
+  const exposure: MetricsExposure = { metrics, ...config.metrics, admins: config.admins };
+  const operations = config.metrics.listen
+    ? new OperationsListener(config.metrics.listen, exposure, readiness, log)
+    : undefined;
   const http = config.http
     ? new HttpBinding(
         engine,
@@ -61,7 +76,11 @@ export async function serve(config: Config): Promise<number> {
           creating: { create: config.create, localDomain: config.localDomain, autoCreate: config.autoCreate },
           maxHeld: config.http.maxHeld,
           maxTimeoutSeconds: config.http.maxTimeoutSeconds,
-          websub: config.http.websub,
+          websub: { ...config.http.websub, metrics },
+          extend: (app, binding) => {
+            webRoutes(config.domain)(app, binding);
+            operationsRoutes({ readiness, metrics, ...(operations ? {} : { exposure }) })(app, binding);
+          },
         },
         log,
       )
@@ -71,11 +90,16 @@ export async function serve(config: Config): Promise<number> {
     process.once('SIGTERM', () => resolve('SIGTERM'));
     process.once('SIGINT', () => resolve('SIGINT'));
   });
+  await operations?.start();
   await http?.start();
   await pubsub.start();
   if (botModule) {
-    const started = new (await botModule).FeedBot(engine, config.domain, config.bot, log, (stanza) =>
-      sendStanza(pubsub, stanza),
+    const started = new (await botModule).FeedBot(
+      engine,
+      config.domain,
+      { ...config.bot, metrics },
+      log,
+      (stanza) => sendStanza(pubsub, stanza),
     );
     await started.start();
     pubsub.xmpp.on('online', () => void started.connected());
@@ -89,6 +113,8 @@ export async function serve(config: Config): Promise<number> {
   // Held long polls answer at once and writes in flight finish before the database closes.
   await http?.stop();
   await pubsub.stop();
+  await operations?.stop();
+  unobserve();
   await engine.close();
   log.info('stopped');
   return 0;

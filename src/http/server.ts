@@ -30,6 +30,8 @@ export interface HttpOptions {
   maxTimeoutSeconds: number;
   /** The WebSub hub's settings over its defaults (`HUB_DEFAULTS`). */
   websub?: Partial<HubOptions>;
+  /** More routes and hooks (the reader page, health, metrics: src/http/web/, health.ts). */
+  extend?: (app: FastifyInstance, binding: HttpBinding) => void;
 }
 
 /** What a handler answers: the binding adds validators, caching and conditional responses. */
@@ -141,6 +143,7 @@ export class HttpBinding {
         handler: async () => undefined,
       });
     }
+    options.extend?.(this.app, this);
   }
 
   private authorizeWrite(request: FastifyRequest): void {

@@ -86,6 +86,11 @@ export class Notifier {
     private readonly maxQueued = 64,
   ) {}
 
+  /** Changes and messages waiting to be sent (metrics). */
+  get queued(): number {
+    return this.queue.length;
+  }
+
   /** Takes a committed change (called by the engine's change stream). */
   enqueue(change: Change): void {
     if (!change.changed || change.quiet) return;

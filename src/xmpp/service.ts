@@ -5,6 +5,7 @@ import type { Element } from 'ltx';
 import type { CreatePolicy } from '../feed/access.ts';
 import type { FeedEngine } from '../feed/engine.ts';
 import type { Log } from '../log.ts';
+import type { Metrics } from '../metrics.ts';
 import { type BackoffOptions, DEFAULT_BACKOFF, Reconnector } from './connection.ts';
 import { discoInfo, discoItems } from './disco.ts';
 import { errorElement, errors, toStanzaError } from './errors.ts';
@@ -32,6 +33,8 @@ export interface ComponentOptions {
   rateLimit?: RateLimitOptions;
   /** Receives chat messages and presence sent to the component (the feed bot, src/bot/). */
   chat?: (stanza: Element) => void;
+  /** Counts publishes, retracts and reads, and bounced notifications (src/metrics.ts). */
+  metrics?: Pick<Metrics, 'xmppRequest' | 'notificationBounced'>;
 }
 
 /** The IQ routes: (type, namespace, element) → handler. */
@@ -62,6 +65,7 @@ export class PubsubComponent {
   private readonly unlisten: () => void;
   /** Where chat messages, presence and bounces of chat messages go (the feed bot), if anywhere. */
   private readonly chat: ((stanza: Element) => void) | undefined;
+  private readonly metrics: ComponentOptions['metrics'];
 
   constructor(
     private readonly engine: FeedEngine,
@@ -69,6 +73,7 @@ export class PubsubComponent {
     private readonly log: Log,
   ) {
     this.chat = options.chat;
+    this.metrics = options.metrics;
     this.xmpp = component({ service: options.service, domain: options.domain, password: options.secret });
     this.xmpp.on('error', (e) => log.warn('xmpp error', { error: e.message }));
     this.xmpp.on('online', () => log.info('online', { domain: options.domain, service: options.service }));
@@ -118,7 +123,11 @@ export class PubsubComponent {
       this.tooDeep.add(stanza);
     });
     for (const [type, ns, name, handler] of IQ_ROUTES) {
-      this.xmpp.iqCallee[type](ns, name, (ctx) => this.handle(handler, ctx));
+      this.xmpp.iqCallee[type](ns, name, (ctx) =>
+        options.metrics
+          ? options.metrics.xmppRequest(ctx.element, this.handle(handler, ctx))
+          : this.handle(handler, ctx),
+      );
     }
     (
       this.xmpp as unknown as {
@@ -242,6 +251,7 @@ export class PubsubComponent {
     const from = stanza.attrs.from;
     // Not a notification's: the chat side (the feed bot) may have sent it.
     if (!target) return this.chat?.(stanza);
+    this.metrics?.notificationBounced();
     if (!from) return;
     try {
       const who = jid(from);

@@ -6,6 +6,7 @@ import { type FeedName, parseFeedName } from '../../feed/feedName.ts';
 import { HubStore, type HubSubscription } from '../../feed/hubStore.ts';
 import type { Change } from '../../feed/model.ts';
 import type { Log } from '../../log.ts';
+import type { Metrics } from '../../metrics.ts';
 import type { Access } from '../access.ts';
 import { problems } from '../errors.ts';
 import { CallbackRefused, callCallback, checkResolvable, parseCallback } from './callback.ts';
@@ -31,6 +32,8 @@ export interface HubOptions {
   maxSubscriptions: number;
   /** Verifications in progress; a request beyond it is refused (503). */
   maxVerifying: number;
+  /** Told of each delivery's outcome and of each one dropped (src/metrics.ts). */
+  metrics?: Pick<Metrics, 'websubDelivery' | 'websubDrop'>;
 }
 
 export const HUB_DEFAULTS: HubOptions = {
@@ -164,6 +167,13 @@ export class Hub {
   /** Active subscriptions (for tests and the log): feed key → callbacks. */
   subscriptions(): HubSubscription[] {
     return [...this.byFeed.values()].flatMap((feed) => [...feed.values()].map((a) => a.queue.sub));
+  }
+
+  /** Deliveries waiting in every subscription's queue. */
+  pending(): number {
+    let n = 0;
+    for (const feed of this.byFeed.values()) for (const active of feed.values()) n += active.queue.length;
+    return n;
   }
 
   /** Deliveries dropped by overflow for a callback of a feed. */
@@ -424,6 +434,7 @@ export class Hub {
           backoff: { initialMs: this.options.retryInitialMs, maxMs: this.options.retryMaxMs },
           retryForMs: this.options.retryForMs,
           maxQueue: this.options.maxQueue,
+          dropped: () => this.options.metrics?.websubDrop(),
         },
         (change, outcome) => this.delivered(queue.sub, change, outcome),
       );
@@ -472,6 +483,7 @@ export class Hub {
 
   private delivered(sub: HubSubscription, change: Change, outcome: Outcome): void {
     const where = { callback: sub.callback, topic: sub.topic, item: change.item.id };
+    this.options.metrics?.websubDelivery(outcome.kind);
     if (outcome.kind === 'delivered') this.log.debug('websub delivered', where);
     else if (outcome.kind === 'given-up')
       this.log.warn('websub delivery given up', {
