@@ -99,11 +99,19 @@ function withParams(url, params) {
   return `${url}${url.includes('?') ? '&' : '?'}${new URLSearchParams(params)}`;
 }
 
-/** The text of an HTML fragment, read in a document that runs no script and loads nothing. */
+/**
+ * The text of an HTML fragment. No element is ever made from it: the markup is cut out, then the
+ * character references are decoded by a textarea, whose content is text (RCDATA) to the parser.
+ */
 function textOf(html) {
   if (!html) return '';
-  const doc = new DOMParser().parseFromString(html, 'text/html');
-  return (doc.body.textContent || '').replace(/\s+/g, ' ').trim();
+  const text = html
+    .replace(/<(script|style)\b[\s\S]*?<\/\1\s*>/gi, ' ')
+    .replace(/<!--[\s\S]*?-->/g, ' ')
+    .replace(/<[^>]*>/g, ' ');
+  const decoder = document.createElement('textarea');
+  decoder.innerHTML = text;
+  return decoder.value.replace(/\s+/g, ' ').trim();
 }
 
 function safeLink(url) {
@@ -128,7 +136,7 @@ function renderItem(item, previous) {
   const li = $('item-template').content.firstElementChild.cloneNode(true);
   li.dataset.id = item.id;
   const oldTitle = previous?.querySelector('.item-title')?.textContent;
-  const title = item.displayName || (item.deleted && oldTitle) || item.id;
+  const title = item.displayName || (item.deleted && oldTitle) || `Item ${item.id}`;
   li.querySelector('.item-title').textContent = title;
   if (item.deleted) {
     li.classList.add('deleted');
@@ -190,7 +198,7 @@ function showError(text) {
   error.hidden = !text;
 }
 
-function describe(term, text, href) {
+function describe(term, text, href, note) {
   const dt = document.createElement('dt');
   dt.textContent = term;
   const dd = document.createElement('dd');
@@ -202,6 +210,7 @@ function describe(term, text, href) {
     a.append(code);
     dd.append(a);
   } else dd.append(code);
+  if (note) dd.append(` (${note})`);
   return [dt, dd];
 }
 
@@ -221,8 +230,8 @@ function showSubscribe(node, order) {
   }
   rows.push(describe('WebSub hub', state.hub || `${location.origin}/hub`));
   rows.push(describe('WebSub topic', url));
-  rows.push(describe('Atom feed (ask for application/atom+xml)', url, url));
-  rows.push(describe('JSON feed', url));
+  rows.push(describe('Atom feed', url, url, 'ask for application/atom+xml, as feed readers do'));
+  rows.push(describe('JSON feed', url, undefined, 'with since=cursor:LAST and timeout=55 to follow it'));
   $('subscribe-list').replaceChildren(...rows.flat());
 }
 
