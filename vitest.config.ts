@@ -27,6 +27,7 @@ const serverFiles = SERVER_DIRS.flatMap(
 ).concat([
   { dir: 'test/http', file: 'xmpp.test.ts' },
   { dir: 'test/web', file: 'reader.test.ts' },
+  { dir: 'test/web', file: 'serve.test.ts' },
 ]);
 const serverTests = serverFiles
   .filter(({ file }) => !ALONE.has(file))
