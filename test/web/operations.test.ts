@@ -1,5 +1,8 @@
 // Health, readiness, metrics and the reader's routes on the HTTP binding (no XMPP server: the
 // component's stream state is given), and the operations listener of `--metrics`.
+import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { isLoopback, OperationsListener, operationsRoutes, type Readiness } from '../../src/http/health.ts';
 import { CONTENT_SECURITY_POLICY, webRoutes } from '../../src/http/web/routes.ts';
@@ -155,6 +158,60 @@ describe('metrics', () => {
       expect((await get(`${adminOrigin}/metrics`)).status).toBe(401);
     } finally {
       await adminOnly.stop();
+    }
+  });
+});
+
+describe('WebSub figures', () => {
+  it('counts deliveries made and given up, and none pending once they are done', async () => {
+    const figures = new Metrics({ processFigures: false });
+    const hub = await startHttp({
+      http: {
+        websub: { allowPrivate: true, retryForMs: 0, metrics: figures },
+        extend: operationsRoutes({ readiness: { database: async () => undefined }, metrics: figures }),
+      },
+    });
+    // A subscriber that confirms every intent, takes deliveries to /ok and fails those to /fail.
+    const subscriber = createServer((req, res) => {
+      const url = new URL(req.url ?? '/', 'http://x');
+      if (req.method === 'GET') res.end(url.searchParams.get('hub.challenge') ?? '');
+      else req.resume().on('end', () => res.writeHead(url.pathname === '/ok' ? 204 : 500).end());
+    });
+    subscriber.listen(0, '127.0.0.1');
+    await once(subscriber, 'listening');
+    const base = `http://127.0.0.1:${(subscriber.address() as AddressInfo).port}`;
+    try {
+      await hub.engine.publish('pushed', { id: 'seed', entry: entry('seed') }, { autoCreate: true });
+      for (const path of ['/ok', '/fail']) {
+        const res = await fetch(`${hub.origin}/hub`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/x-www-form-urlencoded' },
+          body: new URLSearchParams({
+            'hub.mode': 'subscribe',
+            'hub.callback': `${base}${path}`,
+            'hub.topic': feedUrl(hub.origin, 'pushed'),
+          }).toString(),
+        });
+        expect(res.status).toBe(202);
+      }
+      while (hub.binding.hub.subscriptions().length < 2) await new Promise((r) => setTimeout(r, 10));
+      await hub.engine.publish('pushed', { id: 'news', entry: entry('news') });
+      const scrape = async () => (await figures.scrape()).body;
+      let text = await scrape();
+      while (sample(text, 'smartfeeds_websub_deliveries_total', 'outcome="given-up"') < 1) {
+        await new Promise((r) => setTimeout(r, 10));
+        text = await scrape();
+      }
+      while (sample(text, 'smartfeeds_websub_deliveries_total', 'outcome="delivered"') < 1) {
+        await new Promise((r) => setTimeout(r, 10));
+        text = await scrape();
+      }
+      expect(sample(text, 'smartfeeds_websub_deliveries_total', 'outcome="delivered"')).toBe(1);
+      expect(sample(text, 'smartfeeds_websub_deliveries_total', 'outcome="given-up"')).toBe(1);
+      expect(sample(text, 'smartfeeds_websub_deliveries_pending')).toBe(0);
+    } finally {
+      subscriber.close();
+      await hub.stop();
     }
   });
 });
