@@ -23,8 +23,12 @@ const serverFiles = SERVER_DIRS.flatMap(
     readdirSync(new URL(`./${dir}`, import.meta.url))
       .filter((file) => file.endsWith('.test.ts') && !WITHOUT_SERVER.has(file))
       .map((file) => ({ dir, file })),
-  // The HTTP binding beside the XMPP component of the same engine.
-).concat([{ dir: 'test/http', file: 'xmpp.test.ts' }]);
+  // The HTTP binding beside the XMPP component of the same engine; the reader page in a browser.
+).concat([
+  { dir: 'test/http', file: 'xmpp.test.ts' },
+  { dir: 'test/web', file: 'reader.test.ts' },
+  { dir: 'test/web', file: 'serve.test.ts' },
+]);
 const serverTests = serverFiles
   .filter(({ file }) => !ALONE.has(file))
   .map(({ dir, file }) => `${dir}/${file}`);

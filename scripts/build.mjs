@@ -6,8 +6,8 @@
 // Also vitest's globalSetup: the tests spawn bin/smartfeeds.mjs, which runs dist/.
 // Plain JavaScript with no dependencies but TypeScript's compiler.
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { cpSync, existsSync, readdirSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { extname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -22,6 +22,16 @@ function newest(path) {
   let latest = stat.mtimeMs;
   for (const name of readdirSync(path)) latest = Math.max(latest, newest(join(path, name)));
   return latest;
+}
+
+/** Files the sources read at run time beside themselves (the reader page): copied as they are. */
+const ASSETS = new Set(['.html', '.css', '.js']);
+
+function copyAssets(from, to) {
+  cpSync(from, to, {
+    recursive: true,
+    filter: (path) => statSync(path).isDirectory() || ASSETS.has(extname(path)),
+  });
 }
 
 export function build() {
@@ -39,6 +49,7 @@ export function build() {
     rmSync(next, { recursive: true, force: true });
     throw new Error(`the build failed (tsc exited with ${r.status ?? r.signal})`);
   }
+  copyAssets(join(root, 'src'), next);
   writeFileSync(join(next, '.built'), `${new Date().toISOString()}\n`);
   const old = `${dist}.old.${process.pid}`;
   if (existsSync(dist)) renameSync(dist, old);

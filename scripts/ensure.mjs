@@ -1,6 +1,6 @@
 #!/usr/bin/env node
-// Installs what the tests and the dev setup need when it is missing: node_modules (npm ci) and
-// the XMPP servers (Debian's packages, as root; otherwise it says what to install). Plain
+// Installs what the tests and the dev setup need when it is missing: node_modules (npm ci), the
+// XMPP servers and Chromium (Debian's packages, as root; otherwise it says what to install). Plain
 // JavaScript with no dependencies, so that it runs before `npm ci`.
 //   node scripts/ensure.mjs [prosody] [ejabberd]    (no names: those of SMARTFEEDS_TEST_SERVERS,
 //                                                    default both)
@@ -46,10 +46,22 @@ export function ensureServers(names) {
   for (const name of missing) spawnSync('sh', ['-c', `service ${name} stop || true`], { stdio: 'ignore' });
 }
 
+/** Debian's Chromium, which the reader page's browser test drives (test/web/reader.test.ts). */
+export function ensureChromium() {
+  if (existsSync('/usr/bin/chromium')) return;
+  if (process.getuid?.() !== 0) {
+    console.error('chromium is not installed: run `sudo apt-get install -y chromium`, then try again.');
+    process.exit(1);
+  }
+  run('apt-get', ['update']);
+  run('apt-get', ['install', '-y', 'chromium']);
+}
+
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   const named = process.argv.slice(2);
   const names =
     named.length > 0 ? named : (process.env.SMARTFEEDS_TEST_SERVERS ?? 'prosody,ejabberd').split(',');
   ensureModules();
   ensureServers([...new Set(names.map((n) => n.trim().toLowerCase()).filter((n) => n !== ''))]);
+  ensureChromium();
 }

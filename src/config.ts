@@ -35,6 +35,15 @@ export interface Config {
   bot: BotOptions & { enabled: boolean };
   /** The HTTP binding; undefined when `--http` is not given. */
   http: HttpConfig | undefined;
+  /** `/metrics`: on a listener of its own (`--metrics`), else on the HTTP binding; who may scrape. */
+  metrics: MetricsConfig;
+}
+
+export interface MetricsConfig {
+  listen: { host: string; port: number } | undefined;
+  access: 'admin' | 'loopback';
+  /** The bearer tokens (`--http-token`), for `admin` access. Never logged. */
+  tokens: ReadonlyMap<string, string>;
 }
 
 /** Where and how `serve` answers HTTP. */
@@ -77,7 +86,7 @@ export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
 
 export class ConfigError extends Error {}
 
-const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain'> = {
+const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics'> = {
   service: 'xmpp://127.0.0.1:5347',
   domain: 'feeds.localhost',
   data: './data',
@@ -130,6 +139,8 @@ export const SERVE_OPTIONS = {
   'websub-lease': { type: 'string' },
   'websub-queue': { type: 'string' },
   'websub-retry': { type: 'string' },
+  metrics: { type: 'string' },
+  'metrics-access': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -181,6 +192,10 @@ long option names, "admins" a list); flags win over the environment, which wins 
   --websub-lease S           lease when a subscriber asks none SMARTFEEDS_WEBSUB_LEASE (864000)
   --websub-queue N           deliveries waiting per subscriber SMARTFEEDS_WEBSUB_QUEUE (1000)
   --websub-retry S           how long one delivery is retried  SMARTFEEDS_WEBSUB_RETRY (3600)
+  --metrics HOST:PORT        /metrics, /healthz, /readyz on their own listener
+                                                              SMARTFEEDS_METRICS (on the HTTP binding)
+  --metrics-access WHO       who may scrape: loopback | admin (an --admin's token)
+                                                              SMARTFEEDS_METRICS_ACCESS (loopback)
 `;
 
 /** The parsed flags of `serve` (as node:util parseArgs gives them). */
@@ -358,6 +373,7 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     },
     bot: botConfig(src),
     http: httpConfig(src),
+    metrics: metricsConfig(src),
   };
 }
 
@@ -386,6 +402,17 @@ function botConfig(src: Sources): BotOptions & { enabled: boolean } {
     queueLength: num('bot-queue', d.queueLength),
     concurrency: d.concurrency,
     commandRate: d.commandRate,
+  };
+}
+
+/** Where `/metrics` listens and who may scrape it; the tokens are the HTTP binding's, given or not. */
+function metricsConfig(src: Sources): MetricsConfig {
+  const listen = src.find('metrics');
+  const found = src.find('http-tokens', 'http-token');
+  return {
+    listen: listen === undefined ? undefined : checked(listen, hostPort, 'like HOST:PORT'),
+    access: src.read('metrics-access', z.enum(['admin', 'loopback']), 'admin or loopback', 'loopback'),
+    tokens: found === undefined ? new Map() : checked(found, tokens, 'TOKEN=JID pairs', true),
   };
 }
 

@@ -4,7 +4,10 @@ import type { FeedBot } from './bot/bot.ts';
 import type { Config } from './config.ts';
 import { FeedEngine } from './feed/engine.ts';
 import { FeedService } from './feed/service/service.ts';
+import { type MetricsExposure, OperationsListener, operationsRoutes, type Readiness } from './http/health.ts';
 import { HttpBinding } from './http/server.ts';
+import { webRoutes } from './http/web/routes.ts';
+import { Metrics } from './metrics.ts';
 import { levelledLog, reloadOnHangup } from './reload.ts';
 import { PubsubComponent } from './xmpp/service.ts';
 
@@ -26,6 +29,8 @@ export async function serve(config: Config, reread: () => Config = () => config)
     localDomain: config.localDomain,
     autoCreate: config.autoCreate,
   });
+  const metrics = new Metrics();
+  const unobserve = metrics.observeEngine(engine);
   // The bot's fetcher and parser load beside the first connection, not before it, and only when on.
   const botModule = config.bot.enabled ? import('./bot/bot.ts') : undefined;
   let bot: FeedBot | undefined;
@@ -37,6 +42,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
       domain: config.domain,
       secret: config.secret,
       rateLimit: config.rateLimit,
+      metrics,
       ...(botModule
         ? {
             chat: (stanza: Element) => {
@@ -59,6 +65,15 @@ export async function serve(config: Config, reread: () => Config = () => config)
     rateLimit: config.rateLimit,
     bot: config.bot.enabled,
   });
+  metrics.observeComponent(pubsub);
+  const readiness: Readiness = {
+    database: () => engine.listNodes({ max: 1 }),
+    xmppOnline: () => pubsub.xmpp.status === 'online',
+  };
+  const exposure: MetricsExposure = { metrics, ...config.metrics, admins: config.admins };
+  const operations = config.metrics.listen
+    ? new OperationsListener(config.metrics.listen, exposure, readiness, log)
+    : undefined;
   const http = config.http
     ? new HttpBinding(
         feeds,
@@ -68,7 +83,11 @@ export async function serve(config: Config, reread: () => Config = () => config)
           tokens: config.http.tokens,
           maxHeld: config.http.maxHeld,
           maxTimeoutSeconds: config.http.maxTimeoutSeconds,
-          websub: config.http.websub,
+          websub: { ...config.http.websub, metrics },
+          extend: (app, binding) => {
+            webRoutes(config.domain)(app, binding);
+            operationsRoutes({ readiness, metrics, ...(operations ? {} : { exposure }) })(app, binding);
+          },
         },
         log,
       )
@@ -78,11 +97,16 @@ export async function serve(config: Config, reread: () => Config = () => config)
     process.once('SIGTERM', () => resolve('SIGTERM'));
     process.once('SIGINT', () => resolve('SIGINT'));
   });
+  await operations?.start();
   await http?.start();
   await pubsub.start();
   if (botModule) {
-    const started = new (await botModule).FeedBot(feeds, config.domain, config.bot, log, (stanza) =>
-      sendStanza(pubsub, stanza),
+    const started = new (await botModule).FeedBot(
+      feeds,
+      config.domain,
+      { ...config.bot, metrics },
+      log,
+      (stanza) => sendStanza(pubsub, stanza),
     );
     await started.start();
     pubsub.xmpp.on('online', () => void started.connected());
@@ -98,6 +122,8 @@ export async function serve(config: Config, reread: () => Config = () => config)
   await http?.stop();
   await pubsub.stop();
   feeds.close();
+  await operations?.stop();
+  unobserve();
   await engine.close();
   log.info('stopped');
   return 0;

@@ -5,6 +5,7 @@ import type { Change } from '../feed/model.ts';
 import { OPERATOR } from '../feed/service/actor.ts';
 import type { FeedService, KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
+import type { Metrics } from '../metrics.ts';
 import { RateLimiter, type RateLimitOptions } from '../xmpp/rateLimit.ts';
 import { type Command, parseCommand } from './commands.ts';
 import { type ChatUser, Delivery } from './delivery.ts';
@@ -14,6 +15,8 @@ import { FeedIngest, type FeedRecord, IngestRefusal } from './ingest.ts';
 
 export interface BotOptions {
   fetch: FetchLimits;
+  /** Counts the fetches (src/metrics.ts). */
+  metrics?: Pick<Metrics, 'botFetch'>;
   pollMinMs: number;
   pollMaxMs: number;
   /** Feeds followed at most, service-wide. */
@@ -107,7 +110,7 @@ export class FeedBot {
     private readonly log: Log,
     private readonly send: Send,
   ) {
-    this.fetcher = new Fetcher(options.fetch);
+    this.fetcher = new Fetcher(options.fetch, options.metrics);
     this.limiter = new RateLimiter(options.commandRate);
     this.subs = service.kv<ChatSubscription>('bot.subs');
     this.announced = service.kv<string>('bot.announced');

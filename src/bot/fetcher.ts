@@ -2,6 +2,7 @@ import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
 import { isIP, type LookupFunction } from 'node:net';
 import ipaddr from 'ipaddr.js';
 import { Agent, fetch } from 'undici';
+import type { Metrics } from '../metrics.ts';
 
 export interface FetchLimits {
   /** The whole fetch, connection to last byte. */
@@ -65,7 +66,10 @@ export function isPublicAddress(address: string): boolean {
 export class Fetcher {
   private readonly agent: Agent;
 
-  constructor(readonly limits: FetchLimits) {
+  constructor(
+    readonly limits: FetchLimits,
+    private readonly metrics?: Pick<Metrics, 'botFetch'>,
+  ) {
     const guarded: LookupFunction = (hostname, options, callback) => {
       dnsLookup(hostname, { ...options, all: true }, (err, addresses: LookupAddress[]) => {
         if (err) return callback(err, '', 0);
@@ -96,8 +100,11 @@ export class Fetcher {
     const controller = new AbortController();
     const timer = setTimeout(() => controller.abort(), this.limits.timeoutMs);
     try {
-      return await this.follow(address, validators, controller.signal);
+      const got = await this.follow(address, validators, controller.signal);
+      this.metrics?.botFetch(got.kind === 'not-modified' ? 'not_modified' : 'ok');
+      return got;
     } catch (e) {
+      this.metrics?.botFetch('error');
       if (controller.signal.aborted)
         throw new FetchError(`no complete answer within ${this.limits.timeoutMs} ms`);
       if (e instanceof FetchError) throw e;

@@ -25,6 +25,8 @@ export interface HttpOptions {
   maxTimeoutSeconds: number;
   /** The WebSub hub's settings over its defaults (`HUB_DEFAULTS`). */
   websub?: Partial<HubOptions>;
+  /** More routes and hooks (the reader page, health, metrics: src/http/web/, health.ts). */
+  extend?: (app: FastifyInstance, binding: HttpBinding) => void;
 }
 
 /** Only the Atom body of a write is parsed; everything else is a 415 before any work. */
@@ -47,7 +49,7 @@ export class HttpBinding {
   readonly hub: Hub;
   /** `http://HOST:PORT` once listening. */
   origin = '';
-  private readonly credentials: Credentials;
+  readonly credentials: Credentials;
   private stopping = false;
   private readonly unlisten: () => void;
 
@@ -91,6 +93,7 @@ export class HttpBinding {
         log,
       }),
     );
+    options.extend?.(this.app, this);
   }
 
   /** Long polls wake at a change of their feed; those held on a deleted node read again (and get 404). */
@@ -199,7 +202,7 @@ export class HttpBinding {
   }
 
   /** The origin a request addressed, for the links in its answer. */
-  private originOf(request: FastifyRequest): string {
+  originOf(request: FastifyRequest): string {
     const host = request.host;
     if (host && !HOST.test(host)) throw problems.badRequest('the Host header is not a host name');
     return host ? `${request.protocol}://${host}` : this.origin;

@@ -82,6 +82,11 @@ export class Notifier {
     private readonly maxQueued = 64,
   ) {}
 
+  /** Changes and messages waiting to be sent (metrics). */
+  get queued(): number {
+    return this.queue.length;
+  }
+
   /** Takes a committed change (the service's item-changed events). */
   enqueue(change: Change): void {
     if (!change.changed || change.quiet) return;

@@ -5,6 +5,7 @@ import type { Element } from 'ltx';
 import { user } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
+import type { Metrics } from '../metrics.ts';
 import {
   type BackoffOptions,
   DEFAULT_BACKOFF,
@@ -30,6 +31,8 @@ export interface ComponentOptions {
   rateLimit?: RateLimitOptions;
   /** Receives chat messages and presence sent to the component (the feed bot, src/bot/). */
   chat?: (stanza: Element) => void;
+  /** Counts publishes, retracts and reads, and bounced notifications (src/metrics.ts). */
+  metrics?: Pick<Metrics, 'xmppRequest' | 'notificationBounced'>;
 }
 
 /**
@@ -50,6 +53,7 @@ export class PubsubComponent {
   private readonly unlisten: () => void;
   /** Where chat messages, presence and bounces of chat messages go (the feed bot), if anywhere. */
   private readonly chat: ((stanza: Element) => void) | undefined;
+  private readonly metrics: ComponentOptions['metrics'];
 
   constructor(
     private readonly feeds: FeedService,
@@ -57,6 +61,7 @@ export class PubsubComponent {
     private readonly log: Log,
   ) {
     this.chat = options.chat;
+    this.metrics = options.metrics;
     this.xmpp = component({ service: options.service, domain: options.domain, password: options.secret });
     this.xmpp.on('error', (e) => log.warn('xmpp error', { error: e.message }));
     this.xmpp.on('online', () => log.info('online', { domain: options.domain, service: options.service }));
@@ -87,7 +92,11 @@ export class PubsubComponent {
       this.tooDeep.add(stanza);
     });
     for (const [type, ns, name] of IQ_CHILDREN) {
-      this.xmpp.iqCallee[type](ns, name, (ctx) => this.handle(type, ctx));
+      this.xmpp.iqCallee[type](ns, name, (ctx) =>
+        options.metrics
+          ? options.metrics.xmppRequest(ctx.element, this.handle(type, ctx))
+          : this.handle(type, ctx),
+      );
     }
     this.xmpp.middleware.use((ctx, next) => {
       if (ctx.stanza.name === 'message' && ctx.type === 'error') return this.bounced(ctx.stanza);
@@ -170,6 +179,7 @@ export class PubsubComponent {
     const from = stanza.attrs.from;
     // Not a notification's: the chat side (the feed bot) may have sent it.
     if (!target) return this.chat?.(stanza);
+    this.metrics?.notificationBounced();
     if (!from) return;
     try {
       const who = jid(from);

@@ -16,6 +16,8 @@ export interface DeliveryOptions {
   retryForMs: number;
   /** Deliveries waiting per subscription; beyond it the oldest are dropped. */
   maxQueue: number;
+  /** Told of each delivery dropped by overflow (metrics). */
+  dropped?: () => void;
 }
 
 /** What became of a delivery, for the hub (and its log). */
@@ -95,6 +97,7 @@ export class DeliveryQueue {
     if (this.pending.length > this.options.maxQueue) {
       this.pending.shift();
       this.dropped += 1;
+      this.options.dropped?.();
     }
     if (!this.running) void this.run();
   }

@@ -7,6 +7,7 @@ import { ANONYMOUS, jidOf, user } from '../../feed/service/actor.ts';
 import type { HubSubscription, HubSubscriptions } from '../../feed/service/hubSubscriptions.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
+import type { Metrics } from '../../metrics.ts';
 import { problems } from '../errors.ts';
 import { callCallback } from './callback.ts';
 import { DeliveryQueue, type Outcome } from './delivery.ts';
@@ -32,6 +33,8 @@ export interface HubOptions {
   maxSubscriptions: number;
   /** Verifications in progress; a request beyond it is refused (503). */
   maxVerifying: number;
+  /** Told of each delivery's outcome and of each one dropped (src/metrics.ts). */
+  metrics?: Pick<Metrics, 'websubDelivery' | 'websubDrop'>;
 }
 
 export const HUB_DEFAULTS: HubOptions = {
@@ -126,6 +129,13 @@ export class Hub {
   /** Active subscriptions (for tests and the log): feed key → callbacks. */
   subscriptions(): HubSubscription[] {
     return [...this.byFeed.values()].flatMap((feed) => [...feed.values()].map((a) => a.queue.sub));
+  }
+
+  /** Deliveries waiting in every subscription's queue. */
+  pending(): number {
+    let n = 0;
+    for (const feed of this.byFeed.values()) for (const active of feed.values()) n += active.queue.length;
+    return n;
   }
 
   /** Deliveries dropped by overflow for a callback of a feed. */
@@ -311,6 +321,7 @@ export class Hub {
           backoff: { initialMs: this.options.retryInitialMs, maxMs: this.options.retryMaxMs },
           retryForMs: this.options.retryForMs,
           maxQueue: this.options.maxQueue,
+          dropped: () => this.options.metrics?.websubDrop(),
         },
         (change, outcome) => this.delivered(queue.sub, change, outcome),
       );
@@ -359,6 +370,7 @@ export class Hub {
 
   private delivered(sub: HubSubscription, change: Change, outcome: Outcome): void {
     const where = { callback: sub.callback, topic: sub.topic, item: change.item.id };
+    this.options.metrics?.websubDelivery(outcome.kind);
     if (outcome.kind === 'delivered') this.log.debug('websub delivered', where);
     else if (outcome.kind === 'given-up')
       this.log.warn('websub delivery given up', {

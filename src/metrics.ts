@@ -1,0 +1,247 @@
+import type { Element } from 'ltx';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+
+/** Where a request came in. */
+export type Binding = 'xmpp' | 'http' | 'bot';
+export type Operation = 'publish' | 'retract' | 'read';
+/** One small set of outcomes for every binding, so that a dashboard compares them. */
+export type Outcome = 'ok' | 'refused' | 'not_found' | 'invalid' | 'conflict' | 'busy' | 'error';
+export type WebSubOutcome = 'delivered' | 'gone' | 'given-up';
+export type FetchOutcome = 'ok' | 'not_modified' | 'error';
+
+/** What the metrics read from the XMPP component (structural: no import of the binding). */
+export interface ObservedComponent {
+  xmpp: { status: string; on(event: 'online', listener: () => void): unknown };
+  notifier: { readonly stats: { sent: number; dropped: number }; readonly queued: number };
+}
+
+/** What the metrics read from the HTTP binding. */
+export interface ObservedHttp {
+  polls: { readonly held: number };
+  hub: { pending(): number };
+}
+
+/** What the metrics listen to on the engine. */
+export interface ObservedEngine {
+  onChange(
+    listener: (change: { changed: boolean; kind: string; item: { modified: number } }) => void,
+  ): () => void;
+}
+
+const PUBSUB = 'http://jabber.org/protocol/pubsub';
+const XMPP_OPERATIONS: Record<string, Operation> = { publish: 'publish', retract: 'retract', items: 'read' };
+const XMPP_OUTCOMES: Record<string, Outcome> = {
+  forbidden: 'refused',
+  'not-authorized': 'refused',
+  'not-allowed': 'refused',
+  'registration-required': 'refused',
+  'subscription-required': 'refused',
+  'item-not-found': 'not_found',
+  conflict: 'conflict',
+  'resource-constraint': 'busy',
+  'service-unavailable': 'busy',
+  'internal-server-error': 'error',
+};
+
+/** An HTTP status as an outcome. */
+export function httpOutcome(status: number): Outcome {
+  if (status < 400) return 'ok';
+  if (status === 401 || status === 403) return 'refused';
+  if (status === 404) return 'not_found';
+  if (status === 409) return 'conflict';
+  if (status === 503 || status === 429) return 'busy';
+  return status >= 500 ? 'error' : 'invalid';
+}
+
+/** A stanza error condition as an outcome; any other client error is `invalid`. */
+export function xmppOutcome(condition: string): Outcome {
+  return XMPP_OUTCOMES[condition] ?? 'invalid';
+}
+
+/**
+ * The server's Prometheus figures (prom-client), on a registry of its own. Bindings call the few
+ * methods here, or are read when scraped; every method is cheap enough for the hot path.
+ */
+export class Metrics {
+  readonly registry = new Registry();
+  private readonly requests: Counter<'binding' | 'operation' | 'outcome'>;
+  private readonly commits: Counter<'kind'>;
+  private readonly commitLatency: Histogram;
+  private readonly bounced: Counter;
+  private readonly reconnects: Counter;
+  private readonly websub: Counter<'outcome'>;
+  private readonly websubDropped: Counter;
+  private readonly fetches: Counter<'outcome'>;
+
+  constructor(options: { processFigures?: boolean } = {}) {
+    const registers = [this.registry];
+    if (options.processFigures !== false) collectDefaultMetrics({ register: this.registry });
+    this.requests = new Counter({
+      name: 'smartfeeds_requests_total',
+      help: 'Publishes, retracts and reads, by binding and outcome',
+      labelNames: ['binding', 'operation', 'outcome'],
+      registers,
+    });
+    this.commits = new Counter({
+      name: 'smartfeeds_commits_total',
+      help: 'Changes committed to the database, by kind',
+      labelNames: ['kind'],
+      registers,
+    });
+    this.commitLatency = new Histogram({
+      name: 'smartfeeds_commit_latency_seconds',
+      help: "From a change's stamp to its commit being announced",
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers,
+    });
+    this.bounced = new Counter({
+      name: 'smartfeeds_xmpp_notifications_bounced_total',
+      help: 'XMPP notifications that came back as errors',
+      registers,
+    });
+    this.reconnects = new Counter({
+      name: 'smartfeeds_xmpp_reconnects_total',
+      help: 'Times the XMPP component came online again after losing its stream',
+      registers,
+    });
+    this.websub = new Counter({
+      name: 'smartfeeds_websub_deliveries_total',
+      help: 'WebSub deliveries finished, by outcome (given-up: failed after every retry)',
+      labelNames: ['outcome'],
+      registers,
+    });
+    this.websubDropped = new Counter({
+      name: 'smartfeeds_websub_deliveries_dropped_total',
+      help: "WebSub deliveries dropped because a subscriber's queue was full",
+      registers,
+    });
+    this.fetches = new Counter({
+      name: 'smartfeeds_bot_fetches_total',
+      help: "The feed bot's fetches of outside feeds, by outcome",
+      labelNames: ['outcome'],
+      registers,
+    });
+  }
+
+  request(binding: Binding, operation: Operation, outcome: Outcome): void {
+    this.requests.inc({ binding, operation, outcome });
+  }
+
+  /**
+   * Counts an XMPP request by the reply its handler gives (an `<error/>` element or a result), and
+   * passes the reply on. Requests other than publish, retract and items are not counted.
+   */
+  async xmppRequest<T extends Element | true>(element: Element, reply: Promise<T>): Promise<T> {
+    const verb = element.getChildElements()[0]?.name;
+    const operation = element.attrs.xmlns === PUBSUB && verb ? XMPP_OPERATIONS[verb] : undefined;
+    if (!operation) return reply;
+    try {
+      const answer = await reply;
+      const outcome =
+        answer !== true && answer.name === 'error'
+          ? xmppOutcome(answer.getChildElements()[0]?.name ?? '')
+          : 'ok';
+      this.request('xmpp', operation, outcome);
+      return answer;
+    } catch (e) {
+      this.request('xmpp', operation, 'error');
+      throw e;
+    }
+  }
+
+  notificationBounced(): void {
+    this.bounced.inc();
+  }
+
+  websubDelivery(outcome: WebSubOutcome): void {
+    this.websub.inc({ outcome });
+  }
+
+  websubDrop(): void {
+    this.websubDropped.inc();
+  }
+
+  botFetch(outcome: FetchOutcome): void {
+    this.fetches.inc({ outcome });
+  }
+
+  /** Commit counts and latency from the engine's change stream; returns the remover. */
+  observeEngine(engine: ObservedEngine): () => void {
+    return engine.onChange((change) => {
+      if (!change.changed) return;
+      this.commits.inc({ kind: change.kind });
+      this.commitLatency.observe(Math.max(0, Date.now() - change.item.modified) / 1000);
+    });
+  }
+
+  /** The component's stream state, reconnects and notification fan-out, read when scraped. */
+  observeComponent(component: ObservedComponent): void {
+    let onlineBefore = false;
+    component.xmpp.on('online', () => {
+      if (onlineBefore) this.reconnects.inc();
+      onlineBefore = true;
+    });
+    const { notifier, xmpp } = component;
+    const registers = [this.registry];
+    new Gauge({
+      name: 'smartfeeds_xmpp_connected',
+      help: '1 while the XMPP component stream is online, else 0',
+      registers,
+      collect() {
+        this.set(xmpp.status === 'online' ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'smartfeeds_xmpp_notifications_queued',
+      help: 'Changes and messages waiting in the XMPP notification fan-out',
+      registers,
+      collect() {
+        this.set(notifier.queued);
+      },
+    });
+    new Counter({
+      name: 'smartfeeds_xmpp_notifications_sent_total',
+      help: 'XMPP notifications handed to the stream',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(notifier.stats.sent);
+      },
+    });
+    new Counter({
+      name: 'smartfeeds_xmpp_notifications_dropped_total',
+      help: 'XMPP notifications not sent because the stream was down',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(notifier.stats.dropped);
+      },
+    });
+  }
+
+  /** Long polls held and WebSub deliveries waiting, read when scraped. */
+  observeHttp(http: ObservedHttp): void {
+    const registers = [this.registry];
+    new Gauge({
+      name: 'smartfeeds_http_long_polls_held',
+      help: 'HTTP long polls held now',
+      registers,
+      collect() {
+        this.set(http.polls.held);
+      },
+    });
+    new Gauge({
+      name: 'smartfeeds_websub_deliveries_pending',
+      help: 'WebSub deliveries waiting in subscribers’ queues',
+      registers,
+      collect() {
+        this.set(http.hub.pending());
+      },
+    });
+  }
+
+  /** The exposition text and its content type. */
+  async scrape(): Promise<{ type: string; body: string }> {
+    return { type: this.registry.contentType, body: await this.registry.metrics() };
+  }
+}
