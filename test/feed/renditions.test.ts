@@ -1,0 +1,187 @@
+import fc from 'fast-check';
+import { createElement, type Element } from 'ltx';
+import { describe, expect, it } from 'vitest';
+import { ATOM_NS, TOMBSTONE_NS } from '../../src/feed/atom.ts';
+import type { Item } from '../../src/feed/model.ts';
+import { Renditions } from '../../src/feed/renditions.ts';
+import { activityItem, deletedEntry, entry } from './renditionsOracle.ts';
+
+/** Text with what XML and JSON escape, and characters outside the BMP. */
+const text = fc.oneof(
+  fc.string({ maxLength: 20 }),
+  fc.constantFrom('', ' ', 'a & b', '<b>bold</b>', '"quoted" \'single\'', 'é\u2028\u2029😀', '&amp;lt;', ']]>'),
+);
+// XML 1.0 allows no control characters but tab, newline and carriage return.
+const xmlText = text.map((s) => s.replace(/[\u0000-\u0008\u000b\u000c\u000e-\u001f\ufffe\uffff]/g, '?'));
+
+const textConstruct = (name: string) =>
+  fc.oneof(
+    fc.record({ type: fc.constantFrom(undefined, 'text', 'html'), value: xmlText }).map(({ type, value }) =>
+      createElement(name, type ? { type } : {}, value),
+    ),
+    fc
+      .tuple(xmlText, xmlText)
+      .map(([a, b]) =>
+        createElement(
+          name,
+          { type: 'xhtml' },
+          createElement(
+            'div',
+            { xmlns: 'http://www.w3.org/1999/xhtml' },
+            a,
+            createElement('p', { class: 'x' }, b),
+          ),
+        ),
+      ),
+    fc.constant(createElement(name, { type: 'xhtml' })),
+    xmlText.map((src) => createElement(name, { src, type: 'image/png' })),
+    xmlText.map((v) => createElement(name, { type: 'application/json' }, v)),
+  );
+
+/** An Atom entry as the engine stores it (ltx's serialization), with or without each part. */
+const atomEntry = fc
+  .record({
+    id: fc.option(xmlText),
+    title: fc.option(textConstruct('title')),
+    updated: fc.option(fc.constant('2026-01-02T03:04:05Z')),
+    content: fc.option(textConstruct('content')),
+    summary: fc.option(textConstruct('summary')),
+    links: fc.array(
+      fc.record({
+        rel: fc.constantFrom(undefined, 'alternate', 'self', 'enclosure'),
+        type: fc.constantFrom(undefined, 'text/html', 'application/pdf'),
+        href: fc.option(xmlText),
+      }),
+      { maxLength: 3 },
+    ),
+    author: fc.option(xmlText),
+    foreign: fc.option(xmlText),
+    lang: fc.option(fc.constantFrom('en', 'fr"<>')),
+  })
+  .map((e) => {
+    const children: Element[] = [];
+    if (e.foreign !== null) children.push(createElement('x:ext', { 'xmlns:x': 'urn:x' }, e.foreign));
+    if (e.id !== null) children.push(createElement('id', {}, e.id));
+    if (e.title !== null) children.push(e.title);
+    if (e.updated !== null) children.push(createElement('updated', {}, e.updated));
+    for (const l of e.links) {
+      const attrs: Record<string, string> = {};
+      if (l.rel) attrs.rel = l.rel;
+      if (l.type) attrs.type = l.type;
+      if (l.href !== null) attrs.href = l.href;
+      children.push(createElement('link', attrs));
+    }
+    if (e.author !== null)
+      children.push(createElement('author', {}, createElement('name', {}, ` ${e.author} `)));
+    if (e.summary !== null) children.push(e.summary);
+    if (e.content !== null) children.push(e.content);
+    const attrs: Record<string, string> = { xmlns: ATOM_NS };
+    if (e.lang !== null) attrs['xml:lang'] = e.lang;
+    return createElement('entry', attrs, ...children).toString();
+  });
+
+const tombstone = fc
+  .record({ ref: xmlText, by: fc.option(xmlText), comment: fc.option(xmlText) })
+  .map(({ ref, by, comment }) =>
+    createElement(
+      'deleted-entry',
+      { xmlns: TOMBSTONE_NS, ref, when: '2026-01-02T03:04:05.000Z' },
+      ...(by !== null ? [createElement('by', {}, by)] : []),
+      ...(comment !== null ? [createElement('comment', {}, comment)] : []),
+    ).toString(),
+  );
+
+const stamp = fc.integer({ min: 0, max: 4_102_444_800_000 });
+const item: fc.Arbitrary<Item> = fc
+  .record({
+    id: text.filter((s) => s.length > 0),
+    cursor: fc.constantFrom('1700000000000_0_0', '1700000000001_3_17'),
+    created: stamp,
+    modified: stamp,
+    deleted: fc.boolean(),
+    publisher: fc.option(fc.constantFrom('alice@example.org', 'o"\'<b>@x'), { nil: undefined }),
+    live: atomEntry,
+    dead: tombstone,
+  })
+  .map(({ live, dead, ...rest }) => ({ ...rest, entry: rest.deleted ? dead : live }));
+
+const feedUrls = fc.constantFrom(
+  'http://localhost/feeds/news',
+  'https://h.example/feeds/a%20b?order=created',
+  'http://[::1]:8080/feeds/x&y',
+);
+
+describe('Renditions', () => {
+  it('give the JSON item and the Atom entry of today’s renderers, byte for byte, cached or not', () => {
+    const cached = new Renditions();
+    fc.assert(
+      fc.property(item, feedUrls, (it, url) => {
+        const json = JSON.stringify(activityItem(it));
+        const atom = it.deleted ? deletedEntry(it) : entry(it, url);
+        for (let round = 0; round < 2; round++) {
+          expect(cached.json(it)).toBe(json);
+          expect(cached.atomEntry(it, url)).toBe(atom);
+        }
+        // A second feed URL and another cursor (the other order's) come from the same rendition.
+        const other = { ...it, cursor: '1800000000000_1_2' };
+        expect(cached.json(other)).toBe(JSON.stringify(activityItem(other)));
+        expect(cached.atomEntry(it, 'http://other/feeds/n')).toBe(
+          it.deleted ? deletedEntry(it) : entry(it, 'http://other/feeds/n'),
+        );
+      }),
+      { seed: 20_261_123, numRuns: 400 },
+    );
+  });
+
+  it('never serves one version’s rendition for another', () => {
+    const cached = new Renditions();
+    const base: Item = {
+      id: 'a',
+      cursor: '1_0_0',
+      created: 1,
+      modified: 1,
+      deleted: false,
+      publisher: undefined,
+      entry: `<entry xmlns="${ATOM_NS}"><title>one</title></entry>`,
+    };
+    const versions: Item[] = [
+      base,
+      { ...base, entry: `<entry xmlns="${ATOM_NS}"><title>two</title></entry>` },
+      { ...base, modified: 2 },
+      { ...base, created: 0 },
+      { ...base, publisher: 'p@x' },
+      { ...base, id: 'b' },
+    ];
+    for (let round = 0; round < 2; round++)
+      for (const v of versions) {
+        expect(cached.json(v)).toBe(JSON.stringify(activityItem(v)));
+        expect(cached.atomEntry(v, 'http://h/feeds/n')).toBe(entry(v, 'http://h/feeds/n'));
+      }
+    expect(cached.size).toBe(versions.length);
+  });
+
+  it('stays within its bound, dropping the least recently used first', () => {
+    const cached = new Renditions(20_000);
+    const make = (i: number): Item => ({
+      id: `i${i}`,
+      cursor: `1_0_${i}`,
+      created: i,
+      modified: i,
+      deleted: false,
+      publisher: undefined,
+      entry: `<entry xmlns="${ATOM_NS}"><title>${i}</title><content>${'x'.repeat(1000)}</content></entry>`,
+    });
+    for (let i = 0; i < 100; i++) {
+      cached.json(make(i));
+      cached.atomEntry(make(i), 'http://h/feeds/n');
+      cached.json(make(0)); // kept in use
+      expect(cached.heldBytes).toBeLessThanOrEqual(20_000);
+    }
+    expect(cached.size).toBeGreaterThan(1);
+    expect(cached.size).toBeLessThan(20);
+    // The one kept in use is still there: asking again adds nothing.
+    const before = cached.heldBytes;
+    cached.json(make(0));
+    expect(cached.heldBytes).toBe(before);
+  });
+});
