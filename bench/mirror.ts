@@ -16,6 +16,7 @@ import { type Prosody, startProsody } from '../prosody-dev/harness.ts';
 import { FeedClient } from '../src/client/client.ts';
 import { Mirror, MirrorStore } from '../src/client/mirror.ts';
 import { FeedEngine } from '../src/feed/engine.ts';
+import { FeedService } from '../src/feed/service/service.ts';
 import { createLog } from '../src/log.ts';
 import { PubsubComponent } from '../src/xmpp/service.ts';
 
@@ -73,12 +74,11 @@ try {
     }),
   );
   component = new PubsubComponent(
-    engine,
+    new FeedService(engine),
     {
       service: `xmpp://127.0.0.1:${prosody.componentPort}`,
       domain: SERVICE,
       secret: prosody.componentSecret,
-      admins: [],
       // Paging a large node is the point: no per-user request limit.
       rateLimit: { rate: 0, burst: 0 },
     },

@@ -57,17 +57,17 @@ async function addPeers(xmpp: XmppServer): Promise<void> {
     const config = (await readFile(file, 'utf8'))
       .replace('"DIGEST-MD5", "SCRAM-SHA-1"', '"DIGEST-MD5"')
       .replace('pubsub_max_items = 10000', 'pubsub_max_items = 1000000');
-    await writeFile(
-      file,
-      `${config}\nComponent "${NULL_DOMAIN}"\n  component_secret = "${SECRET}"\n`,
-    );
+    await writeFile(file, `${config}\nComponent "${NULL_DOMAIN}"\n  component_secret = "${SECRET}"\n`);
     return;
   }
   const file = join(xmpp.dir, 'ejabberd.yml');
   let config = (await readFile(file, 'utf8')).replace('  - "SCRAM-SHA-1"\n', '');
   const service = `      ${FEEDS_DOMAIN}:\n        password: ${JSON.stringify(SECRET)}\n`;
   if (!config.includes(service)) throw new Error('unexpected ejabberd.yml: no component host entry');
-  config = config.replace(service, `${service}      ${NULL_DOMAIN}:\n        password: ${JSON.stringify(SECRET)}\n`);
+  config = config.replace(
+    service,
+    `${service}      ${NULL_DOMAIN}:\n        password: ${JSON.stringify(SECRET)}\n`,
+  );
   // ejabberd's own pubsub, in memory (Mnesia), keeping every item of the run.
   config += [
     '  mod_pubsub:',
@@ -155,7 +155,9 @@ try {
     const args = [join(values.peerbench, 'peerbench.mjs'), '--c2s', String(xmpp.c2sPort), '--service', jid];
     for (const key of ['items', 'subs', 'window', 'size'] as const) args.push(`--${key}`, values[key]);
     try {
-      const { stdout } = await promisify(execFile)(process.execPath, [...args, ...extra], { timeout: 900_000 });
+      const { stdout } = await promisify(execFile)(process.execPath, [...args, ...extra], {
+        timeout: 900_000,
+      });
       const line = stdout.trim().split('\n').at(-1) ?? '{}';
       console.log(JSON.stringify({ server, target: name, ...JSON.parse(line) }));
     } catch (e) {

@@ -53,7 +53,8 @@ profile.samples.forEach((id, i) => {
   const key = keyOf(frame);
   self.set(key, (self.get(key) ?? 0) + us);
   const seen = new Set<string>();
-  for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) seen.add(keyOf(byId.get(at)?.callFrame));
+  for (let at: number | undefined = id; at !== undefined; at = parent.get(at))
+    seen.add(keyOf(byId.get(at)?.callFrame));
   for (const k of seen) inclusive.set(k, (inclusive.get(k) ?? 0) + us);
 });
 console.log(`busy ${(total / 1e6).toFixed(2)} s, idle/program ${(idle / 1e6).toFixed(2)} s`);

@@ -21,6 +21,7 @@ import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { SERVER_NAMES, type ServerName, startServer, type XmppServer } from '../prosody-dev/servers.ts';
 import { FeedEngine } from '../src/feed/engine.ts';
+import { FeedService } from '../src/feed/service/service.ts';
 import { createLog } from '../src/log.ts';
 import { PubsubComponent } from '../src/xmpp/service.ts';
 
@@ -268,12 +269,11 @@ async function main(): Promise<void> {
     dataDir = await mkdtemp(join(tmpdir(), 'smartfeeds-soak-'));
     engine = await FeedEngine.open(dataDir);
     component = new PubsubComponent(
-      engine,
+      new FeedService(engine, { admins: ['admin@localhost'] }),
       {
         service: `xmpp://127.0.0.1:${prosody.componentPort}`,
         domain: SERVICE,
         secret: prosody.componentSecret,
-        admins: ['admin@localhost'],
         backoff: { initialMs: 100, maxMs: 1000 },
       },
       createLog('warn', (line) => {

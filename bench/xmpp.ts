@@ -30,6 +30,7 @@ import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { type Prosody, startProsody } from '../prosody-dev/harness.ts';
 import { FeedEngine } from '../src/feed/engine.ts';
+import { FeedService } from '../src/feed/service/service.ts';
 import { createLog } from '../src/log.ts';
 import { PubsubComponent } from '../src/xmpp/service.ts';
 
@@ -1419,12 +1420,11 @@ async function runHost(): Promise<void> {
     engine = await FeedEngine.open(dataDir);
     log(`Prosody (pid ${prosody.pid}) in ${prosody.dir}; smartfeeds data in ${dataDir}`);
     component = new PubsubComponent(
-      engine,
+      new FeedService(engine, { admins: [`${ADMIN.user}@localhost`] }),
       {
         service: `xmpp://127.0.0.1:${prosody.componentPort}`,
         domain: SERVICE,
         secret: prosody.componentSecret,
-        admins: [`${ADMIN.user}@localhost`],
         backoff: { initialMs: 100, maxMs: 1000 },
       },
       createLog('warn'),

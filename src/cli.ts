@@ -94,6 +94,7 @@ const EXIT_CODE: Record<FeedErrorCode, number> = {
   // The command line is the operator's: it may correct an append-only node, so never meets these.
   'item-exists': 1,
   'append-only': 1,
+  'invalid-jid': 2,
 };
 
 /** Reports a failure on stderr and gives the exit code: the one place errors become messages. */

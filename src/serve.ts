@@ -1,7 +1,9 @@
+import jid from '@xmpp/jid';
 import type { Element } from 'ltx';
 import type { FeedBot } from './bot/bot.ts';
 import type { Config } from './config.ts';
 import { FeedEngine } from './feed/engine.ts';
+import { FeedService } from './feed/service/service.ts';
 import { HttpBinding } from './http/server.ts';
 import { createLog } from './log.ts';
 import { PubsubComponent } from './xmpp/service.ts';
@@ -13,20 +15,23 @@ const EARLY_STANZAS = 1000;
 export async function serve(config: Config): Promise<number> {
   const log = createLog(config.logLevel);
   const engine = await FeedEngine.open(config.data, { limits: config.limits, sync: config.sync });
+  // The one service every binding calls: it owns the rules; the engine below it owns the data.
+  const feeds = new FeedService(engine, {
+    admins: config.admins.map((a) => jid(a).bare().toString()),
+    create: config.create,
+    localDomain: config.localDomain,
+    autoCreate: config.autoCreate,
+  });
   // The bot's fetcher and parser load beside the first connection, not before it, and only when on.
   const botModule = config.bot.enabled ? import('./bot/bot.ts') : undefined;
   let bot: FeedBot | undefined;
   const early: Element[] = [];
   const pubsub = new PubsubComponent(
-    engine,
+    feeds,
     {
       service: config.service,
       domain: config.domain,
       secret: config.secret,
-      admins: config.admins,
-      create: config.create,
-      localDomain: config.localDomain,
-      autoCreate: config.autoCreate,
       rateLimit: config.rateLimit,
       ...(botModule
         ? {
@@ -74,7 +79,7 @@ export async function serve(config: Config): Promise<number> {
   await http?.start();
   await pubsub.start();
   if (botModule) {
-    const started = new (await botModule).FeedBot(engine, config.domain, config.bot, log, (stanza) =>
+    const started = new (await botModule).FeedBot(feeds, config.domain, config.bot, log, (stanza) =>
       sendStanza(pubsub, stanza),
     );
     await started.start();
@@ -89,6 +94,7 @@ export async function serve(config: Config): Promise<number> {
   // Held long polls answer at once and writes in flight finish before the database closes.
   await http?.stop();
   await pubsub.stop();
+  feeds.close();
   await engine.close();
   log.info('stopped');
   return 0;

@@ -1,9 +1,10 @@
 import jid from '@xmpp/jid';
 import xml from '@xmpp/xml';
 import { type Element, parse as parseXml } from 'ltx';
-import type { FeedEngine } from '../feed/engine.ts';
 import type { KeyValueStore } from '../feed/kv.ts';
 import type { Change } from '../feed/model.ts';
+import { OPERATOR } from '../feed/service/actor.ts';
+import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import { RateLimiter, type RateLimitOptions } from '../xmpp/rateLimit.ts';
 import { type Command, parseCommand } from './commands.ts';
@@ -101,7 +102,7 @@ export class FeedBot {
   private serial = 0;
 
   constructor(
-    private readonly engine: FeedEngine,
+    private readonly service: FeedService,
     private readonly domain: string,
     private readonly options: BotOptions,
     private readonly log: Log,
@@ -109,12 +110,12 @@ export class FeedBot {
   ) {
     this.fetcher = new Fetcher(options.fetch);
     this.limiter = new RateLimiter(options.commandRate);
-    this.subs = engine.kv<ChatSubscription>('bot.subs');
-    this.announced = engine.kv<string>('bot.announced');
+    this.subs = service.kv<ChatSubscription>('bot.subs');
+    this.announced = service.kv<string>('bot.announced');
     this.ingest = new FeedIngest(
-      engine,
+      service,
       this.fetcher,
-      { feeds: engine.kv('bot.feeds'), seen: engine.kv('bot.seen'), urls: engine.kv('bot.urls') },
+      { feeds: service.kv('bot.feeds'), seen: service.kv('bot.seen'), urls: service.kv('bot.urls') },
       {
         pollMinMs: options.pollMinMs,
         pollMaxMs: options.pollMaxMs,
@@ -127,12 +128,14 @@ export class FeedBot {
       (node) => (this.subscribers.get(node)?.size ?? 0) > 0,
     );
     this.delivery = new Delivery(
-      { users: engine.kv<ChatUser>('bot.users'), queue: engine.kv<string>('bot.queue') },
+      { users: service.kv<ChatUser>('bot.users'), queue: service.kv<string>('bot.queue') },
       (to, body) => this.send(this.chat(to, body)),
       options.queueLength,
       log,
     );
-    this.unlisten = engine.onChange((change) => this.changed(change));
+    this.unlisten = service.onEvent((event) => {
+      if (event.type === 'item-changed') this.changed(event.change);
+    });
   }
 
   async start(): Promise<void> {
@@ -162,7 +165,10 @@ export class FeedBot {
     let since = await this.announced.get(node);
     if (since === undefined) return this.markAnnounced(node);
     for (;;) {
-      const page = await this.engine.read(`${node}?order=created`, { since: `cursor:${since}`, max: 100 });
+      const page = await this.service.read(OPERATOR, `${node}?order=created`, {
+        since: `cursor:${since}`,
+        max: 100,
+      });
       for (const item of page.items) {
         if (item.deleted) continue;
         await this.announce(node, item.entry);
@@ -176,7 +182,8 @@ export class FeedBot {
   /** Takes the feed's current end as announced (a feed the bot starts to announce). */
   private async markAnnounced(node: string): Promise<void> {
     if ((await this.announced.get(node)) !== undefined) return;
-    const last = (await this.engine.read(`${node}?order=created`, { last: true, max: 1 })).items[0];
+    const last = (await this.service.read(OPERATOR, `${node}?order=created`, { last: true, max: 1 }))
+      .items[0];
     if (last) await this.announced.put(node, last.cursor);
   }
 
@@ -195,7 +202,7 @@ export class FeedBot {
    */
   async connected(): Promise<void> {
     this.delivery.reset();
-    for (const [bare, user] of await this.engine.kv<ChatUser>('bot.users').entries()) {
+    for (const [bare, user] of await this.service.kv<ChatUser>('bot.users').entries()) {
       if (user.presence === 'subscribed') this.send(this.presenceTo(bare, 'probe'));
       else void this.delivery.flush(bare);
     }
@@ -402,7 +409,7 @@ export class FeedBot {
       await this.delivery.setPresence(bare, 'asked');
       this.send(this.presenceTo(bare, 'subscribe'));
     }
-    const total = await this.engine.total(rec.node);
+    const total = await this.service.total(OPERATOR, rec.node);
     return `Subscribed to ${rec.title ?? rec.url} (${rec.url}). It holds ${total} entries; new ones will come here. Node: ${rec.node}`;
   }
 

@@ -1,7 +1,7 @@
-import type { FeedEngine } from '../feed/engine.ts';
 import { NodeExists } from '../feed/errors.ts';
 import type { KeyValueStore } from '../feed/kv.ts';
-import type { PolicyStore } from '../feed/policy.ts';
+import { OPERATOR } from '../feed/service/actor.ts';
+import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import { atomEntryOf, fingerprintOf, itemIdOf } from './entry.ts';
 import { type FeedUrlError, nodeNameOf, normalizeFeedUrl } from './feedUrl.ts';
@@ -90,10 +90,9 @@ export class FeedIngest {
   private running = 0;
   private stopped = false;
   private readonly now: () => number;
-  private readonly policy: PolicyStore;
 
   constructor(
-    private readonly engine: FeedEngine,
+    private readonly service: FeedService,
     private readonly fetcher: Fetcher,
     private readonly store: {
       feeds: KeyValueStore<FeedRecord>;
@@ -107,8 +106,6 @@ export class FeedIngest {
     private readonly wanted: (node: string) => boolean,
   ) {
     this.now = options.now ?? Date.now;
-    // The engine's one policy store: the XMPP and HTTP bindings read the same, cached, configuration.
-    this.policy = engine.policy();
   }
 
   async load(): Promise<void> {
@@ -171,11 +168,16 @@ export class FeedIngest {
       return existing;
     }
     // Owned by the service, titled after the feed (kept in step when the feed's title changes).
-    await this.policy
-      .createNode(node, this.options.owner, {
-        title: (doc.title ?? canonical).slice(0, 256),
-        description: `${canonical}, ingested by the feed bot`,
-      })
+    await this.service
+      .create(
+        OPERATOR,
+        node,
+        {
+          title: (doc.title ?? canonical).slice(0, 256),
+          description: `${canonical}, ingested by the feed bot`,
+        },
+        { owner: this.options.owner },
+      )
       .catch((e) => {
         if (!(e instanceof NodeExists)) throw e;
       });
@@ -248,10 +250,9 @@ export class FeedIngest {
       const f = byEntry.get(entry) as (typeof fresh)[number];
       try {
         // A feed of thousands of entries waits for the fan-out to have room, as any writer does.
-        await this.engine.writable();
-        await this.engine.publish(node, {
+        await this.service.publish(OPERATOR, node, {
           id: f.id,
-          entry: atomEntryOf(entry, this.engine.limits.maxPayloadBytes),
+          entry: atomEntryOf(entry, this.service.limits.maxPayloadBytes),
         });
       } catch (e) {
         this.log.warn('entry not published', { node, id: f.id, error: (e as Error).message });
@@ -284,7 +285,8 @@ export class FeedIngest {
         const counts = await this.publish(node, doc.entries);
         outcome = { ...counts, notModified: false };
         if (doc.title) {
-          if (doc.title !== rec.title) await this.policy.configure(node, { title: doc.title.slice(0, 256) });
+          if (doc.title !== rec.title)
+            await this.service.configure(OPERATOR, node, { title: doc.title.slice(0, 256) });
           next.title = doc.title;
         }
         if (doc.link) next.link = doc.link;

@@ -93,8 +93,9 @@ function publishAccess(s: Standing, m: Models): Decision {
     case 'subscribers':
       return s.subscribed ? 'allow' : 'forbidden';
     case 'open':
-      // Open publishing still keeps strangers out of a node they may not read.
-      return readAccess('retrieve', s, m) === 'allow' ? 'allow' : 'forbidden';
+      // XEP-0060: anyone but an outcast (refused above), whatever the access model: a whitelist
+      // node with open publishing is a drop box.
+      return 'allow';
   }
 }
 

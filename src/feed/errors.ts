@@ -26,7 +26,9 @@ export type FeedErrorCode =
   /** Publishing an id that exists to an append-only node. */
   | 'item-exists'
   /** Retracting from an append-only node. */
-  | 'append-only';
+  | 'append-only'
+  /** A subscription request names a JID that is not the requester's own. */
+  | 'invalid-jid';
 
 export class FeedError extends Error {
   readonly code: FeedErrorCode;
@@ -140,5 +142,12 @@ export class ItemExists extends FeedError {
 export class AppendOnly extends FeedError {
   constructor(node: string, what: 'retracted' | 'purged' = 'retracted') {
     super('append-only', `node ${JSON.stringify(node)} is append-only: its items cannot be ${what}`);
+  }
+}
+
+/** A request about a subscription names someone else's JID (XEP-0060 6.1.3.1 jids-do-not-match). */
+export class InvalidJid extends FeedError {
+  constructor(message: string) {
+    super('invalid-jid', message);
   }
 }

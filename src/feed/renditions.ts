@@ -52,7 +52,9 @@ export class Renditions {
       this.grow(r, r.atom.head + r.atom.tail);
     }
     const { head, tail, hasId } = r.atom;
-    return hasId ? head + tail : head + createElement('id', { xmlns: ATOM_NS }, itemUrl(feedUrl, item.id)) + tail;
+    return hasId
+      ? head + tail
+      : head + createElement('id', { xmlns: ATOM_NS }, itemUrl(feedUrl, item.id)) + tail;
   }
 
   /** Renditions held (for tests). */

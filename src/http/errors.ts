@@ -35,6 +35,7 @@ const FEED_STATUS: Record<FeedErrorCode, number> = {
   'precondition-not-met': 412,
   'item-exists': 409,
   'append-only': 409,
+  'invalid-jid': 400,
 };
 
 /** Fastify's own errors (bodies, content types) that a client caused, by their code. */

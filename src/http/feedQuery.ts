@@ -75,3 +75,39 @@ export function parseFeedQuery(node: string, search: string, maxTimeoutSeconds: 
   }
   return query;
 }
+
+/** A `GET /http-feeds/{node}` request, checked. */
+export interface HttpFeedQuery {
+  feed: FeedName;
+  /** `cursor:T_O_C` from `lastEventId`. */
+  since?: string;
+  /** Milliseconds to hold an empty answer (already capped). */
+  timeoutMs: number;
+}
+
+/** The HTTP Feeds seed's parameters and the feed's own `order`. */
+const HTTP_FEED_PARAMETERS = new Set(['lastEventId', 'timeout', 'order']);
+
+/** Checks an HTTP Feeds query string; every malformed parameter is a 400 naming it. */
+export function parseHttpFeedQuery(node: string, search: string, maxTimeoutSeconds: number): HttpFeedQuery {
+  const { params, feed } = parseFeedParameters(node, search, HTTP_FEED_PARAMETERS);
+  const query: HttpFeedQuery = { feed, timeoutMs: 0 };
+  const last = params.get('lastEventId');
+  // An empty lastEventId is a client that has seen nothing yet (the seed's first request).
+  if (last !== null && last !== '') {
+    // Event ids are cursors; any other spelling of a position is not one this view hands out.
+    if (!/^\d+_\d+_\d+$/.test(last))
+      throw problems.badRequest(`lastEventId must be an event id of this feed, not ${JSON.stringify(last)}`);
+    parsePositionSpec(last);
+    query.since = `cursor:${last}`;
+  }
+  const timeout = params.get('timeout');
+  if (timeout !== null) {
+    if (!/^\d{1,12}$/.test(timeout))
+      throw problems.badRequest(
+        `timeout must be a whole number of milliseconds, not ${JSON.stringify(timeout)}`,
+      );
+    query.timeoutMs = Math.min(Number(timeout), maxTimeoutSeconds * 1000);
+  }
+  return query;
+}

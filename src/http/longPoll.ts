@@ -1,6 +1,6 @@
 import type { Order } from '../feed/feedName.ts';
 import { ORDERS } from '../feed/feedName.ts';
-import type { Change } from '../feed/model.ts';
+import type { Change, Page } from '../feed/model.ts';
 import { problems } from './errors.ts';
 
 /** How a wait ended: the feed changed, time ran out, the client went away, or the server stops. */
@@ -83,6 +83,20 @@ export class Watch {
   }
 }
 
+/** A read to hold until the feed has something for it. */
+export interface HeldRead {
+  node: string;
+  order: Order;
+  /** Polls of one feed with the same `shared` key share each read. */
+  shared: string;
+  read: () => Promise<Page>;
+  /** Throws when the caller may no longer read what it waited for. */
+  recheck: () => Promise<void>;
+  timeoutMs: number;
+  /** Calls its argument when the client leaves (at once if it has); returns the unhook. */
+  onGone: (gone: () => void) => () => void;
+}
+
 /**
  * The held long polls, by feed. Fed by the engine's change events (no polling); bounded; a
  * held request costs one small object and one timer.
@@ -143,6 +157,32 @@ export class LongPolls {
     // Reads started before this may have missed it: the woken start new ones.
     feed.reads.clear();
     for (const w of feed.watchers) w.notify();
+  }
+
+  /**
+   * Reads again at each change of the feed until an item comes, time runs out or the client
+   * leaves (undefined). What it answers is checked by `recheck` as things are then: a node closed
+   * to the caller while the request waited gives 403, a deleted one 404.
+   */
+  async hold(poll: HeldRead): Promise<Page | undefined> {
+    const watch = this.watch(poll.node, poll.order);
+    const gone = () => watch.end('gone');
+    const unhook = poll.onGone(gone);
+    try {
+      const deadline = Date.now() + poll.timeoutMs;
+      for (;;) {
+        // Read after joining the watchers: a write between the first read and now is not missed.
+        const page = await watch.read(poll.shared, poll.read);
+        const outcome = page.items.length > 0 ? 'found' : await watch.next(deadline - Date.now());
+        if (outcome === 'gone') return undefined;
+        if (outcome === 'changed') continue;
+        await poll.recheck();
+        return page;
+      }
+    } finally {
+      unhook();
+      watch.leave();
+    }
   }
 
   /** Shutdown: every held request answers now, and no new one is held. */

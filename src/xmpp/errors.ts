@@ -41,6 +41,7 @@ const FEED_ERRORS: Record<FeedErrorCode, [ErrorType, string, string?]> = {
   'precondition-not-met': ['cancel', 'conflict', 'precondition-not-met'],
   'item-exists': ['cancel', 'conflict'],
   'append-only': ['cancel', 'not-allowed'],
+  'invalid-jid': ['modify', 'bad-request', 'invalid-jid'],
 };
 
 export function toStanzaError(e: unknown): StanzaError {

@@ -1,17 +1,16 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { decide } from '../feed/access.ts';
-import { bareOf } from '../feed/keys.ts';
+import type { FeedEvent } from '../feed/events.ts';
 import type { Subscription } from '../feed/model.ts';
 import type { NodeConfig } from '../feed/nodeConfig.ts';
 import { authorizationForm, configForm } from './forms.ts';
+import { itemXml, rawElement } from './items.ts';
 import { NS } from './namespaces.ts';
-import type { EventMessage } from './notifications.ts';
-import type { Service } from './request.ts';
+import type { EventMessage, Notifier } from './notifications.ts';
 
 /**
- * Node events that are not item changes (XEP-0060 sections 8.2.5, 8.4.2, 8.5.2, 8.6, 8.8.4):
- * built here, queued on the notifier so they leave after the changes before them.
+ * Delivers the service's events to XMPP subscribers (XEP-0060 sections 7.1.2, 8.2.5, 8.4.2,
+ * 8.5.2, 8.6, 8.8.4): each is queued on the notifier, so it leaves after the events before it.
  */
 
 const event = (...children: Element[]) => xml('event', { xmlns: NS.pubsubEvent }, ...children).toString();
@@ -22,47 +21,26 @@ function audience(subs: readonly Subscription[]): Subscription[] {
   return subs.filter((s) => !s.pending && !seen.has(s.jid) && seen.add(s.jid));
 }
 
-/** The subscriber is told of its subscription's state (approved, denied, changed by an owner). */
-export function tellSubscriber(
-  service: Service,
-  sub: Pick<Subscription, 'feed' | 'jid' | 'subid'>,
-  state: 'subscribed' | 'none',
-): void {
-  service.notifier.send([
-    {
-      to: sub.jid,
-      type: 'normal',
-      body: event(
-        xml('subscription', { node: sub.feed, jid: sub.jid, subid: sub.subid, subscription: state }),
-      ),
-    },
-  ]);
+function subscriptionState(sub: Pick<Subscription, 'feed' | 'jid' | 'subid'>, state: string): EventMessage {
+  return {
+    to: sub.jid,
+    type: 'normal',
+    body: event(xml('subscription', { node: sub.feed, jid: sub.jid, subid: sub.subid, subscription: state })),
+  };
 }
 
-/** The owners (or, for a node without owners, the administrators) get the authorization form. */
-export async function askOwners(service: Service, sub: Subscription): Promise<void> {
-  const owners = (await service.policy.affiliations(sub.node))
-    .filter(([, a]) => a === 'owner')
-    .map(([j]) => j);
-  const to = owners.length > 0 ? owners : [...service.admins];
-  const body = authorizationForm(sub.feed, sub.jid, sub.subid).toString();
-  service.notifier.send(to.map((jid): EventMessage => ({ to: jid, type: 'normal', body })));
-}
-
-export function configurationChanged(
-  service: Service,
+function configurationChanged(
   node: string,
   config: NodeConfig,
   subs: readonly Subscription[],
-): void {
+): EventMessage[] {
   const inner = xml('configuration', { node });
   if (config.deliverPayloads) inner.append(configForm(config, 'result'));
   const body = event(inner);
-  service.notifier.send(audience(subs).map((s) => ({ to: s.jid, type: config.notificationType, body })));
+  return audience(subs).map((s) => ({ to: s.jid, type: config.notificationType, body }));
 }
 
-/** Each approved subscriber gets `<delete/>` or `<purge/>` naming the feed it subscribed to. */
-/** The `<delete/>` or `<purge/>` event for each subscriber of a node. */
+/** The `<delete/>` or `<purge/>` event for each subscriber of a node, naming the feed it subscribed to. */
 function goneMessages(
   config: NodeConfig,
   subs: readonly Subscription[],
@@ -75,51 +53,63 @@ function goneMessages(
   }));
 }
 
-export function nodeDeleted(service: Service, config: NodeConfig, subs: readonly Subscription[]): void {
-  service.notifier.send(goneMessages(config, subs, 'delete'));
-}
+type Audience = (node: string) => Promise<{ config: NodeConfig; subscriptions: Subscription[] }>;
 
-/** The `<purge/>` event for each subscriber of a node (sent through Notifier.sendLater). */
-export function purgeMessages(config: NodeConfig, subs: readonly Subscription[]): EventMessage[] {
-  return goneMessages(config, subs, 'purge');
-}
-
-/** `send_last_published_item = on_sub`: the feed's last item, to a new subscriber. */
-export function lastItem(service: Service, sub: Subscription, config: NodeConfig, item: Element): void {
-  service.notifier.send([
-    {
-      to: sub.jid,
-      type: config.notificationType,
-      body: event(xml('items', { node: sub.feed }, item)),
-    },
-  ]);
-}
-
-/**
- * Ends the subscriptions of those who may no longer subscribe (made outcast, taken off a
- * whitelist, a node closed to them), and tells each of them: nobody keeps hearing of a node they
- * may not read. `only`: the bare JIDs whose standing changed (all subscribers otherwise).
- */
-export async function revokeUnentitled(
-  service: Service,
-  node: string,
-  only?: ReadonlySet<string>,
-): Promise<void> {
-  const { engine, policy } = service;
-  const config = await policy.config(node);
-  const verdicts = new Map<string, boolean>();
-  for (const sub of await engine.subscriptionsOf(node)) {
-    const bare = bareOf(sub.jid);
-    if (only && !only.has(bare)) continue;
-    let entitled = verdicts.get(bare);
-    if (entitled === undefined) {
-      const standing = await policy.standing(node, bare, service.admins.has(bare));
-      // A subscription held (or waiting for approval) counts as approved on an authorize node.
-      entitled = decide('retrieve', { ...standing, subscribed: true }, config) === 'allow';
-      verdicts.set(bare, entitled);
+/** A purge is told when recorded and when done; its audience is read when its turn comes. */
+function purged(notifier: Notifier, node: string, audienceOf: Audience): void {
+  notifier.sendLater(async () => {
+    try {
+      const { config, subscriptions } = await audienceOf(node);
+      return goneMessages(config, subscriptions, 'purge');
+    } catch {
+      // Deleted since: nobody left to tell.
+      return [];
     }
-    if (entitled) continue;
-    await engine.unsubscribe(sub.feed, sub.jid, bare).catch(() => undefined);
-    tellSubscriber(service, sub, 'none');
+  });
+}
+
+/** What a subscription change tells: the approvers, the subscriber, or nobody. */
+function subscriptionMessages(e: Extract<FeedEvent, { type: 'subscription-changed' }>): EventMessage[] {
+  const sub = e.subscription;
+  if (e.state === 'pending') {
+    const body = authorizationForm(sub.feed, sub.jid, sub.subid).toString();
+    return (e.approvers ?? []).map((to): EventMessage => ({ to, type: 'normal', body }));
+  }
+  if (e.cause === 'request' || e.cause === 'bounce') {
+    // The subscriber asked: the reply tells it; only `on_sub` sends it the feed's last item.
+    if (!e.lastItem) return [];
+    const items = itemXml(e.lastItem, e.config.deliverPayloads);
+    const body = event(xml('items', { node: sub.feed }, rawElement(items)));
+    return [{ to: sub.jid, type: e.config.notificationType, body }];
+  }
+  return [subscriptionState(sub, e.state)];
+}
+
+/** Hands one service event to the notifier, in the order the service emitted them. */
+export function deliver(notifier: Notifier, e: FeedEvent, audienceOf: Audience): void {
+  switch (e.type) {
+    case 'item-changed':
+      notifier.enqueue(e.change);
+      return;
+    case 'purge-started':
+    case 'purge-done':
+      purged(notifier, e.node, audienceOf);
+      return;
+    case 'node-deleted':
+      if (e.config.notifyDelete) notifier.send(goneMessages(e.config, e.subscriptions, 'delete'));
+      return;
+    case 'node-configured':
+      if (e.config.notifyConfig) notifier.send(configurationChanged(e.node, e.config, e.subscriptions));
+      return;
+    case 'affiliations-changed':
+      // Told through what it changes: subscriptions it ends come as their own events.
+      return;
+    case 'subscription-changed':
+      notifier.send(subscriptionMessages(e));
+      return;
+    default: {
+      const never: never = e;
+      throw new Error(`unknown event ${JSON.stringify(never)}`);
+    }
   }
 }

@@ -1,10 +1,9 @@
 import { escapeXML } from 'ltx';
-import type { FeedEngine } from '../feed/engine.ts';
 import type { Order } from '../feed/feedName.ts';
 import type { Change, Subscription } from '../feed/model.ts';
 import type { NodeConfig } from '../feed/nodeConfig.ts';
-import type { PolicyStore } from '../feed/policy.ts';
 import type { Log } from '../log.ts';
+import { itemXml } from './items.ts';
 import { NS } from './namespaces.ts';
 import { shimHeaders } from './shim.ts';
 
@@ -39,15 +38,10 @@ function body(change: Change, feedName: string, order: Order, config: NodeConfig
   const { item } = change;
   const pos = change.feeds[order];
   const node = escapeXML(feedName);
-  let items: string;
-  if (change.kind === 'retract') {
-    items = `<retract id='${escapeXML(item.id)}'/>`;
-  } else {
-    const publisher = item.publisher === undefined ? '' : ` publisher='${escapeXML(item.publisher)}'`;
-    items = config.deliverPayloads
-      ? `<item id='${escapeXML(item.id)}'${publisher}>${item.entry}</item>`
-      : `<item id='${escapeXML(item.id)}'${publisher}/>`;
-  }
+  const items =
+    change.kind === 'retract'
+      ? `<retract id='${escapeXML(item.id)}'/>`
+      : itemXml(item, config.deliverPayloads);
   return (
     `<event xmlns='${NS.pubsubEvent}'><items node='${node}'>${items}</items></event>` +
     shimHeaders({ TotalItems: change.total, PreviousCursor: pos.previous, LastCursor: pos.cursor })
@@ -61,6 +55,9 @@ export interface EventMessage {
   /** The message's children, serialized. */
   body: string;
 }
+
+/** Who hears of a node's events: its configuration and subscriptions (the service's `audience`). */
+export type Audience = (node: string) => Promise<{ config: NodeConfig; subscriptions: Subscription[] }>;
 
 type Queued = Change | { messages: EventMessage[] } | { later: () => Promise<EventMessage[]> };
 
@@ -79,14 +76,13 @@ export class Notifier {
   readonly stats = { sent: 0, dropped: 0, maxQueued: 0, maxBuffered: 0 };
 
   constructor(
-    private readonly engine: FeedEngine,
+    private readonly audience: Audience,
     private readonly outlet: Outlet,
     private readonly log: Log,
-    private readonly policy: PolicyStore,
     private readonly maxQueued = 64,
   ) {}
 
-  /** Takes a committed change (called by the engine's change stream). */
+  /** Takes a committed change (the service's item-changed events). */
   enqueue(change: Change): void {
     if (!change.changed || change.quiet) return;
     this.push(change);
@@ -168,10 +164,9 @@ export class Notifier {
   }
 
   private async deliver(change: Change): Promise<void> {
-    const config = await this.policy.config(change.node);
+    const { config, subscriptions: subs } = await this.audience(change.node);
     // XEP-0060 7.2.2.1: a retract with notify='true' is told even when notify_retract is off.
     if (change.kind === 'retract' && !config.notifyRetract && !change.notify) return;
-    const subs = await this.engine.subscriptionsOf(change.node);
     const bodies = new Map<string, string>();
     const from = escapeXML(this.outlet.from);
     for (const sub of subs) {

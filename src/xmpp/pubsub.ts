@@ -1,56 +1,17 @@
-import { randomUUID } from 'node:crypto';
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { mayCreate } from '../feed/access.ts';
-import { NodeExists, NodeNotFound } from '../feed/errors.ts';
 import { type FeedName, parseFeedName } from '../feed/feedName.ts';
-import type { Item, ReadQuery } from '../feed/model.ts';
+import type { ReadQuery } from '../feed/model.ts';
 import { errors } from './errors.ts';
-import { askOwners, lastItem, tellSubscriber } from './events.ts';
-import {
-  AUTHORIZATION_FORM,
-  checkPreconditions,
-  hasFields,
-  type ParsedForm,
-  parseConfigForm,
-  parseForm,
-} from './forms.ts';
+import { checkPreconditions, hasFields, parseConfigForm, parseForm } from './forms.ts';
+import { itemElement } from './items.ts';
 import { NS } from './namespaces.ts';
-import { OWNER_ROUTES } from './owner.ts';
-import { authorize, type Handler, parseJid, type Request, requireNode, type Service } from './request.ts';
+import { type Handler, parseJid, requireNode } from './request.ts';
 import { parseRsm, rsmReply } from './rsm.ts';
 
-/** Elements that may stand beside the one verb inside `<pubsub>`. */
-const MODIFIERS = new Set(['set', 'options', 'publish-options', 'configure', 'order']);
+/** XEP-0060's user verbs (`<pubsub>`): each parses its request, calls the service, writes the reply. */
 
-function verbOf(pubsub: Element): Element {
-  const children = pubsub.getChildElements();
-  // Alone, <options/> is a request of its own (XEP-0060 6.3), not a modifier of one.
-  const verbs =
-    children.length === 1 ? children : children.filter((c) => !(MODIFIERS.has(c.name) && isModifier(c)));
-  if (verbs.length !== 1)
-    throw errors.badRequest(`<pubsub> must hold exactly one request, not ${verbs.length}`);
-  return verbs[0] as Element;
-}
-
-function isModifier(el: Element): boolean {
-  if (el.name === 'set') return el.getNS() === NS.rsm;
-  if (el.name === 'order') return el.getNS() === NS.orderBy;
-  return el.getNS() === NS.pubsub;
-}
-
-/** An already serialized XML fragment as an ltx child (payloads are stored as text). */
-function raw(text: string): Element {
-  return { write: (w: (s: string) => void) => w(text) } as unknown as Element;
-}
-
-export function itemElement(item: Item): Element {
-  const attrs: Record<string, string> = { id: item.id };
-  if (item.publisher !== undefined) attrs.publisher = item.publisher;
-  const el = xml('item', attrs);
-  el.children.push(raw(item.entry));
-  return el;
-}
+const pubsub = (...children: Element[]) => xml('pubsub', { xmlns: NS.pubsub }, ...children);
 
 function positiveCount(text: string | undefined, what: string): number | undefined {
   if (text === undefined) return undefined;
@@ -61,8 +22,8 @@ function positiveCount(text: string | undefined, what: string): number | undefin
 }
 
 /** XEP-0413: `<order by='creation'|'modification'/>` picks the feed, as `?order=` does. */
-function orderedFeed(pubsub: Element, feed: FeedName): FeedName {
-  const order = pubsub.getChild('order', NS.orderBy);
+function orderedFeed(pubsubEl: Element, feed: FeedName): FeedName {
+  const order = pubsubEl.getChild('order', NS.orderBy);
   if (!order) return feed;
   const by = order.attrs.by;
   const wanted = by === 'creation' ? 'created' : by === 'modification' ? 'modified' : undefined;
@@ -73,11 +34,9 @@ function orderedFeed(pubsub: Element, feed: FeedName): FeedName {
   return { ...feed, order: wanted };
 }
 
-const items: Handler = async (service, req) => {
-  const { engine } = service;
-  const verb = verbOf(req.element);
+export const items: Handler = async ({ feeds }, req) => {
+  const { verb } = req;
   const feed = orderedFeed(req.element, requireNode(verb));
-  await authorize(service, req, feed.node, 'retrieve');
   const reply = xml('items', { node: feed.requested });
   const wanted = verb.getChildren('item', NS.pubsub);
   if (wanted.length > 0) {
@@ -86,8 +45,8 @@ const items: Handler = async (service, req) => {
       if (!id) throw errors.badRequest('an <item> to retrieve needs an id');
       return id;
     });
-    for (const item of await engine.getItems(feed, ids)) reply.append(itemElement(item));
-    return xml('pubsub', { xmlns: NS.pubsub }, reply);
+    for (const item of await feeds.getItems(req.actor, feed, ids)) reply.append(itemElement(item));
+    return pubsub(reply);
   }
   const rsm = parseRsm(req.element);
   const maxItems = positiveCount(verb.attrs.max_items, 'max_items');
@@ -100,45 +59,15 @@ const items: Handler = async (service, req) => {
   } else if (maxItems !== undefined) {
     query = { max: maxItems, last: true };
   }
-  const page = await engine.read(feed, query);
+  const page = await feeds.read(req.actor, feed, query);
   for (const item of page.items) reply.append(itemElement(item));
-  const out = xml('pubsub', { xmlns: NS.pubsub }, reply);
+  const out = pubsub(reply);
   if (rsm || page.items.length < page.total) out.append(rsmReply(page));
   return out;
 };
 
-/**
- * A publish to a missing node creates it, owned by the publisher, when the service allows
- * (true when this call created it).
- * Its publish-options, if any, are the new node's configuration (XEP-0060 7.1.5), checked as
- * a configure form is: a value the node cannot take refuses the publish and creates nothing.
- */
-async function autoCreate(
-  service: Service,
-  req: Request,
-  node: string,
-  options: ParsedForm | undefined,
-  entry: Element,
-): Promise<boolean> {
-  if (await service.engine.hasNode(node)) return false;
-  // Nothing is created for a payload the publish would refuse.
-  service.engine.checkEntry(entry);
-  if (!service.autoCreate) throw new NodeNotFound(node);
-  if (!mayCreate(req.bare, service)) throw errors.forbidden('you may not create nodes on this service');
-  // The form's FORM_TYPE is publish-options; its fields are node_config's.
-  const config = options ? parseConfigForm({ ...options, formType: undefined }) : {};
-  return service.policy.createNode(node, req.bare, config).then(
-    () => true,
-    (e) => {
-      if (e instanceof NodeExists) return false;
-      throw e;
-    },
-  );
-}
-
-const publish: Handler = async (service, req) => {
-  const verb = verbOf(req.element);
-  const feed = requireNode(verb);
+/** The one Atom entry of a publish request's one item. */
+function publishedEntry(verb: Element): { id: string | undefined; entry: Element } {
   const its = verb.getChildren('item', NS.pubsub);
   if (its.length === 0) throw errors.itemRequired();
   if (its.length > 1) throw errors.badRequest('publish one item at a time', 'invalid-payload');
@@ -150,222 +79,99 @@ const publish: Handler = async (service, req) => {
       'invalid-payload',
     );
   }
-  const entry = payloads[0] as Element;
-  const id = item.attrs.id ? item.attrs.id : undefined;
+  return { id: item.attrs.id ? item.attrs.id : undefined, entry: payloads[0] as Element };
+}
+
+export const publish: Handler = async ({ feeds }, req) => {
+  const feed = requireNode(req.verb);
+  const { id, entry } = publishedEntry(req.verb);
   const form = parseForm(req.element.getChild('publish-options', NS.pubsub));
   const options = form && form.fields.size > 0 ? form : undefined;
-  const created = await autoCreate(service, req, feed.node, options, entry);
-  const { config } = await authorize(service, req, feed.node, 'publish');
-  // A node just made with them has them; one that was there already must meet them.
-  if (options && !created) checkPreconditions(options, config);
-  await service.engine.writable();
-  const change = await service.engine.publish(
-    feed.node,
-    { id, entry, publisher: req.bare },
-    { appendOnly: config.appendOnly },
+  const change = await feeds.publish(
+    req.actor,
+    feed,
+    { entry, ...(id !== undefined ? { id } : {}) },
+    options
+      ? {
+          // A node this publish creates takes them as its configuration (XEP-0060 7.1.5); the
+          // form's FORM_TYPE is publish-options, its fields node_config's.
+          configure: () => parseConfigForm({ ...options, formType: undefined }),
+          preconditions: (config) => checkPreconditions(options, config),
+        }
+      : {},
   );
-  return xml(
-    'pubsub',
-    { xmlns: NS.pubsub },
-    xml('publish', { node: feed.requested }, xml('item', { id: change.item.id })),
-  );
+  return pubsub(xml('publish', { node: feed.requested }, xml('item', { id: change.item.id })));
 };
 
-const retract: Handler = async (service, req) => {
-  const verb = verbOf(req.element);
-  const feed = requireNode(verb);
-  const its = verb.getChildren('item', NS.pubsub);
+export const retract: Handler = async ({ feeds }, req) => {
+  const feed = requireNode(req.verb);
+  const its = req.verb.getChildren('item', NS.pubsub);
   if (its.length === 0) throw errors.itemRequired();
   if (its.length > 1) throw errors.badRequest('retract one item at a time');
   const id = (its[0] as Element).attrs.id;
   if (!id) throw errors.itemRequired();
-  const [item] = await service.engine.getItems(feed.node, [id]);
-  // Who published the item decides which right it takes; an unknown item needs the wider one.
-  const { config } = await authorize(
-    service,
-    req,
-    feed.node,
-    item && item.publisher === req.bare ? 'retract-own' : 'retract',
-  );
-  await service.engine.writable();
   // XEP-0060 7.2.2.1: notify='true' (or '1') asks that subscribers be told of this retraction.
-  const notify = verb.attrs.notify === 'true' || verb.attrs.notify === '1';
-  await service.engine.retract(feed.node, id, { publisher: req.bare, appendOnly: config.appendOnly, notify });
+  const notify = req.verb.attrs.notify === 'true' || req.verb.attrs.notify === '1';
+  await feeds.retract(req.actor, feed, id, { notify });
   return undefined;
 };
 
-const subscribe: Handler = async (service, req) => {
-  const { engine } = service;
-  const verb = verbOf(req.element);
-  const feed = requireNode(verb);
-  const who = parseJid(verb.attrs.jid);
-  if (who.bare !== req.bare) throw errors.invalidJid('the jid must be your own');
-  if (hasFields(req.element.getChild('options', NS.pubsub))) throw errors.unsupported('subscription-options');
-  const { decision, config } = await authorize(service, req, feed.node, 'subscribe');
-  const { subscription, created } = await engine.subscribe(feed.requested, who.full, who.bare, {
-    pending: decision === 'approval',
+const subscriptionElement = (
+  s: { feed: string; jid: string; subid: string; pending?: true },
+  node = s.feed,
+) =>
+  xml('subscription', {
+    node,
+    jid: s.jid,
+    subid: s.subid,
+    subscription: s.pending ? 'pending' : 'subscribed',
   });
-  if (created && subscription.pending) await askOwners(service, subscription);
-  if (created && !subscription.pending && config.sendLastPublishedItem === 'on_sub') {
-    const page = await engine.read(feed, { max: 1, last: true });
-    const last = page.items[0];
-    // Something newer came while the item was read: its own notification (queued already, or
-    // about to be) tells the new subscriber, and an older item after it would break feed order.
-    if (last && engine.lastCursorNow(feed) === last.cursor)
-      lastItem(
-        service,
-        subscription,
-        config,
-        config.deliverPayloads ? itemElement(last) : xml('item', { id: last.id }),
-      );
-  }
-  return xml(
-    'pubsub',
-    { xmlns: NS.pubsub },
-    xml('subscription', {
-      node: feed.requested,
-      jid: subscription.jid,
-      subid: subscription.subid,
-      subscription: subscription.pending ? 'pending' : 'subscribed',
-    }),
-  );
+
+export const subscribe: Handler = async ({ feeds }, req) => {
+  const feed = requireNode(req.verb);
+  const who = parseJid(req.verb.attrs.jid);
+  if (hasFields(req.element.getChild('options', NS.pubsub))) throw errors.unsupported('subscription-options');
+  const subscription = await feeds.subscribe(req.actor, feed, who.full);
+  return pubsub(subscriptionElement(subscription, feed.requested));
 };
 
-const unsubscribe: Handler = async ({ engine }, req) => {
-  const verb = verbOf(req.element);
-  const feed = requireNode(verb);
-  const who = parseJid(verb.attrs.jid);
-  if (who.bare !== req.bare) throw errors.forbidden('you may not unsubscribe someone else');
-  const subid = verb.attrs.subid ? verb.attrs.subid : undefined;
-  await engine.unsubscribe(feed.requested, who.full, who.bare, subid);
+export const unsubscribe: Handler = async ({ feeds }, req) => {
+  const feed = requireNode(req.verb);
+  const who = parseJid(req.verb.attrs.jid);
+  const subid = req.verb.attrs.subid ? req.verb.attrs.subid : undefined;
+  await feeds.unsubscribe(req.actor, feed, who.full, subid);
   return undefined;
 };
 
-const subscriptions: Handler = async ({ engine }, req) => {
-  const verb = verbOf(req.element);
-  const node = verb.attrs.node ? parseFeedName(verb.attrs.node).node : undefined;
+export const subscriptions: Handler = async ({ feeds }, req) => {
+  const node = req.verb.attrs.node ? parseFeedName(req.verb.attrs.node).node : undefined;
   const attrs: Record<string, string> = {};
-  if (verb.attrs.node) attrs.node = verb.attrs.node;
+  if (req.verb.attrs.node) attrs.node = req.verb.attrs.node;
   const list = xml('subscriptions', attrs);
-  for (const s of await engine.subscriptionsFor(req.bare, node)) {
-    list.append(
-      xml('subscription', {
-        node: s.feed,
-        jid: s.jid,
-        subid: s.subid,
-        subscription: s.pending ? 'pending' : 'subscribed',
-      }),
-    );
-  }
-  return xml('pubsub', { xmlns: NS.pubsub }, list);
+  for (const s of await feeds.subscriptions(req.actor, node)) list.append(subscriptionElement(s));
+  return pubsub(list);
 };
 
-const affiliations: Handler = async ({ engine, policy }, req) => {
-  const verb = verbOf(req.element);
+export const affiliations: Handler = async ({ feeds }, req) => {
   const attrs: Record<string, string> = {};
   const list = xml('affiliations', attrs);
-  if (verb.attrs.node) {
-    const feed = parseFeedName(verb.attrs.node);
+  if (req.verb.attrs.node) {
+    const feed = parseFeedName(req.verb.attrs.node);
     attrs.node = feed.requested;
-    const affiliation = (await engine.hasNode(feed.node))
-      ? await policy.affiliation(feed.node, req.bare)
-      : 'none';
-    if (affiliation !== 'none') list.append(xml('affiliation', { node: feed.node, affiliation }));
+    for (const a of await feeds.ownAffiliations(req.actor, feed.node))
+      list.append(xml('affiliation', { node: a.node, affiliation: a.affiliation }));
   } else {
-    for (const a of await policy.affiliationsOf(req.bare)) list.append(xml('affiliation', a));
+    for (const a of await feeds.ownAffiliations(req.actor)) list.append(xml('affiliation', a));
   }
-  return xml('pubsub', { xmlns: NS.pubsub }, list);
+  return pubsub(list);
 };
 
-const create: Handler = async (service, req) => {
-  const verb = verbOf(req.element);
-  if (!mayCreate(req.bare, service)) throw errors.forbidden('you may not create nodes on this service');
+export const create: Handler = async ({ feeds }, req) => {
   const form = parseForm(req.element.getChild('configure', NS.pubsub));
   if (form && form.type !== 'submit' && form.fields.size > 0)
     throw errors.badRequest('a configuration form must be of type submit');
-  const config = form ? parseConfigForm(form) : {};
-  const name = verb.attrs.node ? parseFeedName(verb.attrs.node).node : randomUUID();
-  await service.policy.createNode(name, req.bare, config);
-  return xml('pubsub', { xmlns: NS.pubsub }, xml('create', { node: name }));
+  const name = req.verb.attrs.node ? parseFeedName(req.verb.attrs.node).node : undefined;
+  // Read once the right to create is checked: who may create does not depend on the form.
+  const node = await feeds.create(req.actor, name, () => (form ? parseConfigForm(form) : {}));
+  return pubsub(xml('create', { node }));
 };
-
-/** XEP-0060 verbs this service does not offer, with the feature each would need. */
-const UNSUPPORTED: Record<string, string> = {
-  options: 'subscription-options',
-  default: 'retrieve-default-sub',
-};
-
-/** Owner verbs sent in the plain pubsub namespace. */
-const OWNER_ONLY = new Set(['configure', 'delete', 'purge']);
-
-const ROUTES: Record<string, Handler> = {
-  'get items': items,
-  'get subscriptions': subscriptions,
-  'get affiliations': affiliations,
-  'set publish': publish,
-  'set retract': retract,
-  'set subscribe': subscribe,
-  'set unsubscribe': unsubscribe,
-  'set create': create,
-};
-
-/** Routes a `<pubsub>` request to its handler by IQ type and verb. */
-export function pubsubHandler(type: 'get' | 'set'): Handler {
-  return (service, req) => {
-    const verb = verbOf(req.element);
-    if (verb.getNS() !== NS.pubsub) throw errors.badRequest(`unknown request <${verb.name}>`);
-    const handler = ROUTES[`${type} ${verb.name}`];
-    if (handler) return handler(service, req);
-    const feature = UNSUPPORTED[verb.name];
-    if (feature) throw errors.unsupported(feature);
-    if (OWNER_ONLY.has(verb.name))
-      throw errors.badRequest(`<${verb.name}> is an owner request: send it in ${NS.pubsubOwner}`);
-    throw errors.badRequest(`unknown request <${verb.name}> in an IQ of type ${type}`);
-  };
-}
-
-/** XEP-0060 section 8: the owner's verbs, each with the feature it implements. */
-const OWNER_FEATURES: Record<string, string> = {
-  configure: 'config-node',
-  default: 'retrieve-default',
-  delete: 'delete-nodes',
-  purge: 'purge-nodes',
-  subscriptions: 'manage-subscriptions',
-  affiliations: 'modify-affiliations',
-};
-
-/** Routes a `<pubsub xmlns='…#owner'>` request by IQ type and verb (owner.ts holds the handlers). */
-export const ownerHandler: Handler = async (service, req) => {
-  const verbs = req.element.getChildElements();
-  const verb = verbs.length === 1 ? (verbs[0] as Element) : undefined;
-  if (!verb || !OWNER_FEATURES[verb.name])
-    throw errors.badRequest(`<pubsub xmlns='${NS.pubsubOwner}'> must hold one owner request`);
-  const handler = OWNER_ROUTES[`${req.stanza.attrs.type} ${verb.name}`];
-  if (!handler)
-    throw errors.badRequest(`<${verb.name}> does not go in an IQ of type ${req.stanza.attrs.type}`);
-  return handler(service, { ...req, element: verb });
-};
-
-/** XEP-0060 8.6: an owner's answer to an authorization form, sent as a message. */
-export async function authorizationAnswer(service: Service, bare: string, message: Element): Promise<void> {
-  const form = parseForm(message);
-  if (!form || form.formType !== AUTHORIZATION_FORM || form.type !== 'submit') return;
-  const field = (name: string) => form.fields.get(name)?.[0];
-  const feed = parseFeedName(field('pubsub#node') ?? '');
-  const subscriber = parseJid(field('pubsub#subscriber_jid'));
-  const allow = field('pubsub#allow');
-  const req: Request = { from: bare, bare, stanza: message, element: message };
-  await authorize(service, req, feed.node, 'manage');
-  const sub = (await service.engine.subscriptionsOf(feed.node)).find(
-    (s) => s.order === feed.order && s.jid === subscriber.full,
-  );
-  const subid = field('pubsub#subid');
-  if (!sub?.pending || (subid !== undefined && subid !== sub.subid)) return;
-  if (allow === 'true' || allow === '1') {
-    await service.engine.approveSubscription(sub.feed, sub.jid, subscriber.bare);
-    tellSubscriber(service, sub, 'subscribed');
-  } else {
-    await service.engine.unsubscribe(sub.feed, sub.jid, subscriber.bare);
-    tellSubscriber(service, sub, 'none');
-  }
-}

@@ -1,46 +1,38 @@
 import jid from '@xmpp/jid';
 import type { Element } from 'ltx';
-import { type Action, type CreatePolicy, enforce } from '../feed/access.ts';
-import type { FeedEngine } from '../feed/engine.ts';
 import { type FeedName, parseFeedName } from '../feed/feedName.ts';
-import type { NodeConfig } from '../feed/nodeConfig.ts';
-import type { PolicyStore } from '../feed/policy.ts';
+import type { Actor } from '../feed/service/actor.ts';
+import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import { errors } from './errors.ts';
 import type { Notifier } from './notifications.ts';
 
-/** What handlers share: the engine and the service's policy. */
-export interface Service {
-  engine: FeedEngine;
+/** What handlers share: the feed service they call, and how this binding is reached. */
+export interface Binding {
+  feeds: FeedService;
   /** The component's JID. */
   domain: string;
-  /** Bare JIDs with every right. */
-  admins: ReadonlySet<string>;
-  /** Node configurations and affiliations. */
-  policy: PolicyStore;
-  /** Who may create nodes. */
-  create: CreatePolicy;
-  /** The server's own domain, for `create: local`. */
-  localDomain: string;
-  /** Whether publishing to a missing node creates it (for those who may create). */
-  autoCreate: boolean;
   notifier: Notifier;
   log: Log;
 }
 
-/** One IQ request, parsed down to its child element. */
+/** One IQ request, routed down to the element its handler takes. */
 export interface Request {
   /** The sender's full JID, as the server stamped it. */
   from: string;
   /** The sender's bare JID. */
   bare: string;
+  /** Who acts, for the service's rights. */
+  actor: Actor;
   stanza: Element;
-  /** The IQ's child (`<pubsub>`, `<query>`). */
+  /** The IQ's child (`<pubsub>`, `<query>`): modifiers (`<set>`, `<publish-options>`) sit here. */
   element: Element;
+  /** The routed element: the pubsub verb (`<items>`, `<publish>`...) or the `<query>` itself. */
+  verb: Element;
 }
 
-/** Returns the result's child element, or undefined for an empty result; throws a StanzaError. */
-export type Handler = (service: Service, request: Request) => Promise<Element | undefined>;
+/** Returns the result's child element, or undefined for an empty result; throws to refuse. */
+export type Handler = (binding: Binding, request: Request) => Promise<Element | undefined>;
 
 /**
  * Deepest nesting a request may have, counted from the IQ's child. Serialising and cloning
@@ -77,19 +69,4 @@ export function parseJid(text: string | undefined): { full: string; bare: string
   } catch {
     throw errors.invalidJid(`not a JID: ${text}`);
   }
-}
-
-/**
- * Checks the requester's right to act on a node (an unknown node is `item-not-found`); returns
- * `approval` for a subscription an owner must approve, and the node's configuration.
- */
-export async function authorize(
-  service: Service,
-  req: Request,
-  node: string,
-  action: Action,
-): Promise<{ decision: 'allow' | 'approval'; config: NodeConfig }> {
-  const config = await service.policy.config(node);
-  const standing = await service.policy.standing(node, req.bare, service.admins.has(req.bare));
-  return { decision: enforce(action, standing, config), config };
 }

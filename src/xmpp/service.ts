@@ -2,47 +2,29 @@ import { type Component, component } from '@xmpp/component';
 import type { IqContext } from '@xmpp/connection';
 import jid from '@xmpp/jid';
 import type { Element } from 'ltx';
-import type { CreatePolicy } from '../feed/access.ts';
-import type { FeedEngine } from '../feed/engine.ts';
+import { user } from '../feed/service/actor.ts';
+import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import { type BackoffOptions, DEFAULT_BACKOFF, Reconnector } from './connection.ts';
-import { discoInfo, discoItems } from './disco.ts';
 import { errorElement, errors, toStanzaError } from './errors.ts';
-import { purgeMessages } from './events.ts';
-import { NS } from './namespaces.ts';
+import { deliver } from './events.ts';
 import { Notifier, type Outlet, parseNotificationId } from './notifications.ts';
-import { authorizationAnswer, ownerHandler, pubsubHandler } from './pubsub.ts';
+import { authorizationAnswer } from './owner.ts';
 import { RateLimiter, type RateLimitOptions } from './rateLimit.ts';
-import { type Handler, MAX_REQUEST_DEPTH, nestedDeeperThan, type Service } from './request.ts';
+import { type Binding, MAX_REQUEST_DEPTH, nestedDeeperThan } from './request.ts';
+import { IQ_CHILDREN, route } from './routes.ts';
 
 export interface ComponentOptions {
   /** `xmpp://HOST:PORT` of the server's component port. */
   service: string;
   domain: string;
   secret: string;
-  admins: readonly string[];
-  /** Who may create nodes (default `admins`). */
-  create?: CreatePolicy;
-  /** The server's own domain, for `create: local` (default: the component's domain less its first label). */
-  localDomain?: string;
-  /** Publishing to a missing node creates it, for those who may create (default true). */
-  autoCreate?: boolean;
   backoff?: BackoffOptions;
   /** Per-sender request limit; absent or a rate of 0: no limit. */
   rateLimit?: RateLimitOptions;
   /** Receives chat messages and presence sent to the component (the feed bot, src/bot/). */
   chat?: (stanza: Element) => void;
 }
-
-/** The IQ routes: (type, namespace, element) → handler. */
-const IQ_ROUTES: [type: 'get' | 'set', ns: string, name: string, handler: Handler][] = [
-  ['get', NS.discoInfo, 'query', discoInfo],
-  ['get', NS.discoItems, 'query', discoItems],
-  ['get', NS.pubsub, 'pubsub', pubsubHandler('get')],
-  ['set', NS.pubsub, 'pubsub', pubsubHandler('set')],
-  ['get', NS.pubsubOwner, 'pubsub', ownerHandler],
-  ['set', NS.pubsubOwner, 'pubsub', ownerHandler],
-];
 
 /**
  * The XEP-0114 component serving the engine's feeds as XEP-0060 nodes: routes requests,
@@ -52,7 +34,7 @@ export class PubsubComponent {
   readonly xmpp: Component;
   readonly notifier: Notifier;
   private readonly reconnector: Reconnector;
-  private readonly service: Service;
+  private readonly binding: Binding;
   private readonly limiter: RateLimiter | undefined;
   /** IQ requests nested deeper than MAX_REQUEST_DEPTH, already cut down to a bare child. */
   private readonly tooDeep = new WeakSet<Element>();
@@ -64,7 +46,7 @@ export class PubsubComponent {
   private readonly chat: ((stanza: Element) => void) | undefined;
 
   constructor(
-    private readonly engine: FeedEngine,
+    private readonly feeds: FeedService,
     options: ComponentOptions,
     private readonly log: Log,
   ) {
@@ -75,7 +57,7 @@ export class PubsubComponent {
     this.xmpp.on('offline', () => log.info('offline'));
     // Purges a stop or crash interrupted finish once their notification can be sent.
     this.xmpp.once('online', () => {
-      void engine.resumePurges().catch((e) => log.error('resuming purges failed', { error: String(e) }));
+      void feeds.resumePurges().catch((e) => log.error('resuming purges failed', { error: String(e) }));
     });
     // Many small stanzas in a row: without TCP_NODELAY, Nagle and delayed ACKs stall each burst.
     this.xmpp.on('status', (status) => {
@@ -84,31 +66,16 @@ export class PubsubComponent {
     });
     this.limiter = options.rateLimit?.rate ? new RateLimiter(options.rateLimit) : undefined;
     this.reconnector = new Reconnector(this.xmpp, log, options.backoff ?? DEFAULT_BACKOFF);
-    const policy = engine.policy();
-    this.notifier = new Notifier(engine, this.outlet(options.domain), log, policy);
-    this.service = {
-      engine,
-      domain: options.domain,
-      admins: new Set(options.admins.map((a) => jid(a).bare().toString())),
-      policy,
-      create: options.create ?? 'admins',
-      localDomain: options.localDomain ?? defaultLocalDomain(options.domain),
-      autoCreate: options.autoCreate ?? true,
-      notifier: this.notifier,
-      log,
-    };
-    const unlistenChanges = engine.onChange((change) => this.notifier.enqueue(change));
-    // Every writer of the engine (HTTP, the bot, not only XMPP publishers) waits for room here.
-    const removeGate = engine.addWriteGate(() => this.notifier.ready());
-    // A purge is told when it is recorded, in commit order (its quiet tombstones, and changes after
-    // them, break the cursor chain only after that), and again when it is done (all tombstones in).
-    const unlistenPurgeStarts = engine.onPurgeStart((node) => this.purged(node));
-    const unlistenPurges = engine.onPurge((node) => this.purged(node));
+    const audience = (node: string) => feeds.audience(node);
+    this.notifier = new Notifier(audience, this.outlet(options.domain), log);
+    this.binding = { feeds, domain: options.domain, notifier: this.notifier, log };
+    // The service's events, in the order it emits them (commit order for item changes and purges).
+    const unlistenEvents = feeds.onEvent((event) => deliver(this.notifier, event, audience));
+    // Every writer (HTTP, the bot, not only XMPP publishers) waits for room in the fan-out here.
+    const removeGate = feeds.addWriteGate(() => this.notifier.ready());
     this.unlisten = () => {
       removeGate();
-      unlistenChanges();
-      unlistenPurgeStarts();
-      unlistenPurges();
+      unlistenEvents();
     };
     // Before xmpp.js routes it: an error reply echoes the request's child, and echoing (serialising)
     // thousands of nested levels overflows the stack, so no reply would leave at all.
@@ -117,8 +84,8 @@ export class PubsubComponent {
       for (const child of stanza.getChildElements()) child.children = [];
       this.tooDeep.add(stanza);
     });
-    for (const [type, ns, name, handler] of IQ_ROUTES) {
-      this.xmpp.iqCallee[type](ns, name, (ctx) => this.handle(handler, ctx));
+    for (const [type, ns, name] of IQ_CHILDREN) {
+      this.xmpp.iqCallee[type](ns, name, (ctx) => this.handle(type, ctx));
     }
     (
       this.xmpp as unknown as {
@@ -162,8 +129,8 @@ export class PubsubComponent {
     };
   }
 
-  /** Runs one handler, turning every failure into the exact error reply. */
-  private async handle(handler: Handler, ctx: IqContext): Promise<Element | true> {
+  /** Routes and runs one request: the one place a failure becomes its exact error reply. */
+  private async handle(type: 'get' | 'set', ctx: IqContext): Promise<Element | true> {
     if (this.stopping) return errorElement(errors.serviceUnavailable('the service is shutting down'));
     const from = ctx.stanza.attrs.from;
     let bare: string;
@@ -186,14 +153,16 @@ export class PubsubComponent {
           errors.badRequest(`the request nests elements more than ${MAX_REQUEST_DEPTH} deep`),
         );
       // xmpp.js answers a falsy reply with service-unavailable; `true` is an empty result.
-      return (
-        (await handler(this.service, {
-          from: from as string,
-          bare,
-          stanza: ctx.stanza,
-          element: ctx.element,
-        })) ?? true
-      );
+      const { handler, verb } = route(type, ctx.element);
+      const request = {
+        from: from as string,
+        bare,
+        actor: user(bare),
+        stanza: ctx.stanza,
+        element: ctx.element,
+        verb,
+      };
+      return (await handler(this.binding, request)) ?? true;
     } catch (e) {
       const err = toStanzaError(e);
       if (err.condition === 'internal-server-error')
@@ -206,20 +175,6 @@ export class PubsubComponent {
     }
   }
 
-  /** A finished purge (asked now, or resumed after a restart): subscribers hear of it once. */
-  /** Queues the `<purge/>` event at this point of the notifications; its audience is read then. */
-  private purged(node: string): void {
-    this.notifier.sendLater(async () => {
-      try {
-        const config = await this.service.policy.config(node);
-        return purgeMessages(config, await this.engine.subscriptionsOf(node));
-      } catch {
-        // Deleted since: nobody left to tell.
-        return [];
-      }
-    });
-  }
-
   /** An owner's answer to a subscription authorization form (XEP-0060 8.6). */
   private async answered(stanza: Element): Promise<void> {
     if (this.stopping) return;
@@ -229,7 +184,7 @@ export class PubsubComponent {
       const bare = jid(from).bare().toString();
       if (this.limiter && !this.limiter.admit(bare)) return;
       try {
-        await authorizationAnswer(this.service, bare, stanza);
+        await authorizationAnswer(this.binding, user(bare), stanza);
       } finally {
         this.limiter?.answered(bare);
       }
@@ -251,7 +206,7 @@ export class PubsubComponent {
     try {
       const who = jid(from);
       const feed = target.order === 'created' ? `${target.node}?order=created` : target.node;
-      await this.engine.unsubscribe(feed, who.toString(), who.bare().toString());
+      await this.feeds.bounced(feed, who.toString());
       this.log.info('subscription ended by a bounce', { node: target.node, order: target.order, jid: from });
     } catch {
       // Already gone, or the node was deleted: nothing to end.
@@ -271,10 +226,4 @@ export class PubsubComponent {
     this.reconnector.stop();
     if (this.xmpp.status !== 'offline') await this.xmpp.stop().catch(() => undefined);
   }
-}
-
-/** `feeds.example.org` serves `example.org`: the server's own users are those of the parent domain. */
-function defaultLocalDomain(domain: string): string {
-  const dot = domain.indexOf('.');
-  return dot < 0 ? domain : domain.slice(dot + 1);
 }

@@ -7,8 +7,10 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { FetchError, Fetcher, type FetchLimits } from '../../src/bot/fetcher.ts';
 import { FeedIngest, type FeedRecord, type IngestOptions } from '../../src/bot/ingest.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
+import type { FeedEvent } from '../../src/feed/events.ts';
 import type { Change } from '../../src/feed/model.ts';
 import { PolicyStore } from '../../src/feed/policy.ts';
+import { FeedService } from '../../src/feed/service/service.ts';
 import { createLog } from '../../src/log.ts';
 import { FeedServer, fixture, rss } from './feedServer.ts';
 
@@ -28,13 +30,21 @@ let engine: FeedEngine;
 let fetcher: Fetcher;
 let ingest: FeedIngest;
 let changes: Change[];
+let feeds: FeedService;
+/** The service's events other than item changes (those are in `changes`). */
+let events: FeedEvent[];
 
 function makeIngest(
   options: Partial<IngestOptions> = {},
   wanted: (node: string) => boolean = () => true,
 ): FeedIngest {
+  feeds = new FeedService(engine);
+  events = [];
+  feeds.onEvent((e) => {
+    if (e.type !== 'item-changed') events.push(e);
+  });
   return new FeedIngest(
-    engine,
+    feeds,
     fetcher,
     {
       feeds: engine.kv<FeedRecord>('bot.feeds'),
@@ -363,8 +373,18 @@ describe('identity and change detection', () => {
     const rec = await ingest.add(server.url('/retitled.xml'));
     expect((await engine.policy().config(rec.node)).title).toBe('First title');
     doc = rss('Second title', entries(['t1']));
+    events.length = 0;
     await ingest.poll(rec.node);
     expect((await engine.policy().config(rec.node)).title).toBe('Second title');
+    // Told as any configuration change is: the XMPP binding sends it when notify_config is on.
+    expect(events).toMatchObject([
+      {
+        type: 'node-configured',
+        node: rec.node,
+        config: { title: 'Second title' },
+        previous: { title: 'First title' },
+      },
+    ]);
   });
 
   it('entries without guid are known by link; without link by a hash of the title', async () => {

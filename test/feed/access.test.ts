@@ -112,10 +112,13 @@ describe('the rights table', () => {
       expect(decide('retract-own', standing(a), models('open', 'open'))).toBe('allow');
       expect(decide('retract', standing(a), models('open', 'open'))).toBe('forbidden');
     }
-    // Open publishing does not open a node the requester may not read.
-    expect(decide('publish', standing('none'), models('whitelist', 'open'))).toBe('forbidden');
+    // XEP-0060: open publishing admits anyone but an outcast, whatever the access model (a
+    // whitelist node with open publishing is a drop box).
+    expect(decide('publish', standing('none'), models('whitelist', 'open'))).toBe('allow');
     expect(decide('publish', standing('member'), models('whitelist', 'open'))).toBe('allow');
-    expect(decide('publish', standing('none'), models('authorize', 'open'))).toBe('forbidden');
+    expect(decide('publish', standing('none'), models('authorize', 'open'))).toBe('allow');
+    expect(decide('publish', standing('outcast'), models('whitelist', 'open'))).toBe('forbidden');
+    expect(decide('retrieve', standing('none'), models('whitelist', 'open'))).toBe('closed-node');
     expect(decide('publish', standing('none', { subscribed: true }), models('authorize', 'open'))).toBe(
       'allow',
     );

@@ -15,7 +15,7 @@ import {
   PayloadTooBig,
 } from '../../src/feed/errors.ts';
 import type { Change, ExportRecord, Page, ReadQuery } from '../../src/feed/model.ts';
-import { itemElement } from '../../src/xmpp/pubsub.ts';
+import { itemElement } from '../../src/xmpp/items.ts';
 import { rsmReply } from '../../src/xmpp/rsm.ts';
 import { ATOM, Clock, cursorOf, entry, Harness, ids, stored, T0 } from './support.ts';
 

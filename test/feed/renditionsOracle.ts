@@ -4,7 +4,7 @@ import { decodeHTML } from 'entities';
 import { createElement, type Element, escapeXML, parse } from 'ltx';
 import { ATOM_NS, TOMBSTONE_NS } from '../../src/feed/atom.ts';
 import type { Item } from '../../src/feed/model.ts';
-import type { PageView } from '../../src/http/representation.ts';
+import type { PageView } from '../../src/http/render/pageView.ts';
 
 const FANOUT_NS = 'http://fanout.org/protocol/atom';
 

@@ -2,7 +2,7 @@
 // and a listening server, read with Node's fetch and parsed as XML, links followed, never built.
 import { type Element, parse } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Collection } from '../../src/http/collection.ts';
+import type { Collection } from '../../src/http/render/json.ts';
 import { ATOM, entry, feedUrl, get, type HttpStack, type Problem, startHttp, TOKENS } from './support.ts';
 
 const FO = 'http://fanout.org/protocol/atom';

@@ -2,8 +2,8 @@
 // way a consumer would: Node's fetch, and the official CloudEvents SDK to parse and validate.
 import { type CloudEvent, HTTP } from 'cloudevents';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { FeedEvent } from '../../src/http/cloudEvents.ts';
-import type { Collection } from '../../src/http/collection.ts';
+import type { FeedEvent } from '../../src/http/render/cloudEvents.ts';
+import type { Collection } from '../../src/http/render/json.ts';
 import { entry, feedUrl, fill, get, type HttpStack, type Problem, startHttp, TOKENS } from './support.ts';
 
 let s: HttpStack;

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Collection } from '../../src/http/collection.ts';
 import { LongPolls } from '../../src/http/longPoll.ts';
+import type { Collection } from '../../src/http/render/json.ts';
 import { entry, feedUrl, fill, get, type HttpStack, type Problem, startHttp, TOKENS } from './support.ts';
 
 let s: HttpStack;

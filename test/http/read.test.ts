@@ -1,7 +1,7 @@
 import { parseFeed } from '@rowanmanning/feed-parser';
 import { escapeXML, parse } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Collection } from '../../src/http/collection.ts';
+import type { Collection } from '../../src/http/render/json.ts';
 import { ATOM, entry, feedUrl, fill, get, type HttpStack, type Problem, startHttp } from './support.ts';
 
 const FO = 'http://fanout.org/protocol/atom';

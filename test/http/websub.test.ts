@@ -11,7 +11,7 @@ import { parse } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { HubStore } from '../../src/feed/hubStore.ts';
-import type { Collection } from '../../src/http/collection.ts';
+import type { Collection } from '../../src/http/render/json.ts';
 import type { HubOptions } from '../../src/http/websub/hub.ts';
 import { entry, feedUrl, type HttpStack, startHttp, TOKENS } from './support.ts';
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import type { Collection } from '../../src/http/collection.ts';
+import type { Collection } from '../../src/http/render/json.ts';
 import { ATOM, entry, feedUrl, get, type HttpStack, type Problem, startHttp, TOKENS } from './support.ts';
 
 let s: HttpStack;

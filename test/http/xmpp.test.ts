@@ -3,7 +3,7 @@ import { parseFeed } from '@rowanmanning/feed-parser';
 import { xml } from '@xmpp/client';
 import { parse } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Collection } from '../../src/http/collection.ts';
+import type { Collection } from '../../src/http/render/json.ts';
 import {
   itemsOf,
   NS,

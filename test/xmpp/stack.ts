@@ -10,6 +10,7 @@ import { type ServerName, startServer, testServer, type XmppServer } from '../..
 import { type BotOptions, FeedBot } from '../../src/bot/bot.ts';
 import { type EngineOptions, FeedEngine } from '../../src/feed/engine.ts';
 import type { Limits } from '../../src/feed/model.ts';
+import { FeedService, type FeedServiceOptions } from '../../src/feed/service/service.ts';
 import { createLog } from '../../src/log.ts';
 import { sendStanza } from '../../src/serve.ts';
 import type { RateLimitOptions } from '../../src/xmpp/rateLimit.ts';
@@ -49,6 +50,8 @@ export interface User {
 export class Stack {
   server!: XmppServer;
   engine!: FeedEngine;
+  /** The feed service over the engine, as serve.ts makes it. */
+  feeds!: FeedService;
   component!: PubsubComponent;
   dataDir!: string;
   private users: User[] = [];
@@ -60,14 +63,14 @@ export class Stack {
   bot: FeedBot | undefined;
 
   /** Service policy (who may create, auto-create) and engine options, kept across restarts. */
-  policy: Pick<ComponentOptions, 'create' | 'autoCreate'> = {};
+  policy: Pick<FeedServiceOptions, 'create' | 'autoCreate'> = {};
   engineOptions: EngineOptions = {};
 
   static async start(
     options: {
       limits?: Partial<Limits>;
       rateLimit?: RateLimitOptions;
-      policy?: Pick<ComponentOptions, 'create' | 'autoCreate'>;
+      policy?: Pick<FeedServiceOptions, 'create' | 'autoCreate'>;
       engine?: EngineOptions;
       bot?: BotOptions;
     } = {},
@@ -88,21 +91,22 @@ export class Stack {
       ...this.engineOptions,
       ...(limits ? { limits } : {}),
     });
+    this.feeds = new FeedService(this.engine, {
+      admins: ['admin@localhost'],
+      localDomain: 'localhost',
+      ...this.policy,
+    });
     const log = createLog('debug', (line) => this.logs.push(line));
     const bot = this.botOptions
-      ? new FeedBot(this.engine, SERVICE, this.botOptions, log, (stanza) =>
-          sendStanza(this.component, stanza),
-        )
+      ? new FeedBot(this.feeds, SERVICE, this.botOptions, log, (stanza) => sendStanza(this.component, stanza))
       : undefined;
     this.bot = bot;
     this.component = new PubsubComponent(
-      this.engine,
+      this.feeds,
       {
         service: `xmpp://127.0.0.1:${this.server.componentPort}`,
         domain: SERVICE,
         secret: this.server.componentSecret,
-        admins: ['admin@localhost'],
-        ...this.policy,
         backoff: { initialMs: 100, maxMs: 1000 },
         ...(this.rateLimit ? { rateLimit: this.rateLimit } : {}),
         ...(bot ? { chat: (stanza: Element) => bot.receive(stanza) } : {}),
@@ -121,6 +125,7 @@ export class Stack {
   async stopComponent(): Promise<void> {
     await this.bot?.stop();
     await this.component.stop();
+    this.feeds.close();
     await this.engine.close();
   }
 

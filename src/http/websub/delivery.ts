@@ -3,7 +3,7 @@ import type { BackoffOptions } from '../../backoff.ts';
 import { backoffDelay } from '../../backoff.ts';
 import type { HubSubscription } from '../../feed/hubStore.ts';
 import type { Change } from '../../feed/model.ts';
-import { atomFeed } from '../atomFeed.ts';
+import { atomFeed } from '../render/atom.ts';
 import { callCallback } from './callback.ts';
 
 export interface DeliveryOptions {

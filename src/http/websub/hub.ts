@@ -1,15 +1,15 @@
 import { randomBytes } from 'node:crypto';
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { FeedEngine } from '../../feed/engine.ts';
 import { FeedError } from '../../feed/errors.ts';
-import { type FeedName, parseFeedName } from '../../feed/feedName.ts';
+import type { FeedName } from '../../feed/feedName.ts';
 import { HubStore, type HubSubscription } from '../../feed/hubStore.ts';
 import type { Change } from '../../feed/model.ts';
 import type { Log } from '../../log.ts';
 import type { Access } from '../access.ts';
 import { problems } from '../errors.ts';
-import { CallbackRefused, callCallback, checkResolvable, parseCallback } from './callback.ts';
+import { callCallback } from './callback.ts';
 import { DeliveryQueue, type Outcome } from './delivery.ts';
+import type { Intent } from './intent.ts';
 
 export interface HubOptions {
   /** Callbacks may be on loopback, private and link-local addresses (never by default). */
@@ -47,32 +47,12 @@ export const HUB_DEFAULTS: HubOptions = {
   maxVerifying: 64,
 };
 
-/** The hub's path, under the binding's origin. */
-export const HUB_PATH = '/hub';
-const FORM = 'application/x-www-form-urlencoded';
-/** WebSub 5.1: a secret is under 200 bytes. */
-const MAX_SECRET_BYTES = 199;
 /** Timers cannot wait longer; a lease beyond it is looked at again when the timer fires. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
 
 interface Active {
   queue: DeliveryQueue;
   expiry: NodeJS.Timeout;
-}
-
-/** A subscription request, checked: what verification of intent is asked about. */
-interface Intent {
-  mode: 'subscribe' | 'unsubscribe';
-  callback: URL;
-  topic: string;
-  hub: string;
-  leaseSeconds: number;
-  secret: string | undefined;
-  /** The feed the topic names, when it names one the caller may read. */
-  feed: FeedName | undefined;
-  /** The caller's bare JID, from its bearer token (none: anonymous). */
-  reader: string | undefined;
-  denial: string;
 }
 
 /**
@@ -82,7 +62,7 @@ interface Intent {
  */
 export class Hub {
   private readonly store: HubStore;
-  private readonly options: HubOptions;
+  readonly options: HubOptions;
   /** Active subscriptions by feed (`ORDER NODE`), then by callback. */
   private readonly byFeed = new Map<string, Map<string, Active>>();
   /** Verifications per subscription run one after another, in the order they were asked. */
@@ -96,30 +76,12 @@ export class Hub {
 
   constructor(
     private readonly engine: FeedEngine,
-    private readonly access: Access,
+    private readonly access: Pick<Access, 'mayRead'>,
     options: Partial<HubOptions>,
     private readonly log: Log,
   ) {
     this.store = new HubStore(engine);
     this.options = { ...HUB_DEFAULTS, ...options };
-  }
-
-  /** Adds the hub's route; its form body parser stays inside its own context. */
-  register(app: FastifyInstance, originOf: (request: FastifyRequest) => string): void {
-    void app.register(async (hub) => {
-      hub.addContentTypeParser('*', { parseAs: 'string', bodyLimit: 64 * 1024 }, (_req, body, done) =>
-        done(null, body),
-      );
-      hub.post(HUB_PATH, (request, reply) => this.request(request, reply, originOf(request)));
-      hub.route({
-        method: ['GET', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'],
-        url: HUB_PATH,
-        onRequest: async () => {
-          throw problems.methodNotAllowed(['POST']);
-        },
-        handler: async () => undefined,
-      });
-    });
   }
 
   /** Loads the stored subscriptions and starts listening to the engine's changes. */
@@ -239,12 +201,12 @@ export class Hub {
     void told.finally(() => this.inFlight.delete(told));
   }
 
-  private async request(request: FastifyRequest, reply: FastifyReply, origin: string): Promise<FastifyReply> {
+  /**
+   * Takes a checked subscription request: its verification runs after the answer (WebSub's hub
+   * answers 202 and calls back). Refused (503) beyond the bounds on verifications and subscriptions.
+   */
+  accept(intent: Intent): void {
     if (this.stopping) throw problems.busy('the server is shutting down');
-    const type = (request.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase();
-    if (type !== FORM) throw problems.unsupportedMediaType(FORM);
-    const intent = await this.intent(String(request.body ?? ''), request, origin);
-    // Verification runs after the answer: WebSub's hub answers 202 and calls back.
     const key = `${feedKey(intent.feed?.node ?? '', intent.feed?.order ?? 'modified')} ${intent.callback.href}`;
     // Every subscription holds a queue and timers, every verification a request: both are bounded.
     if (this.verifying.size >= this.options.maxVerifying && !this.verifying.has(key))
@@ -264,82 +226,6 @@ export class Hub {
       this.inFlight.delete(tracked);
       if (this.verifying.get(key) === tracked) this.verifying.delete(key);
     });
-    return reply.code(202).header('cache-control', 'no-store').type('text/plain; charset=utf-8').send('');
-  }
-
-  /** Checks a request's form; a bad one is a 400 before anything is called back. */
-  private async intent(body: string, request: FastifyRequest, origin: string): Promise<Intent> {
-    const form = new URLSearchParams(body);
-    const one = (name: string): string | undefined => {
-      const values = form.getAll(name);
-      if (values.length > 1) throw problems.badRequest(`${name} is given twice`);
-      return values[0];
-    };
-    const mode = one('hub.mode');
-    if (mode !== 'subscribe' && mode !== 'unsubscribe')
-      throw problems.badRequest('hub.mode must be subscribe or unsubscribe');
-    const rawCallback = one('hub.callback');
-    if (!rawCallback) throw problems.badRequest('hub.callback is missing');
-    let callback: URL;
-    try {
-      callback = parseCallback(rawCallback, this.options.allowPrivate);
-      await checkResolvable(callback, this.options.allowPrivate);
-    } catch (e) {
-      if (e instanceof CallbackRefused) throw problems.badRequest(`hub.callback is refused: ${e.message}`);
-      throw e;
-    }
-    const topic = one('hub.topic');
-    if (!topic) throw problems.badRequest('hub.topic is missing');
-    // It goes back in headers (Link) and query strings as given: no control characters.
-    if ([...topic].some((c) => c <= '\u001f' || c === '\u007f'))
-      throw problems.badRequest('hub.topic holds a control character');
-    const leaseRaw = one('hub.lease_seconds');
-    let leaseSeconds = this.options.leaseSeconds;
-    if (leaseRaw !== undefined && leaseRaw !== '') {
-      if (!/^\d{1,15}$/.test(leaseRaw)) throw problems.badRequest('hub.lease_seconds must be a whole number');
-      leaseSeconds = Number(leaseRaw);
-    }
-    leaseSeconds = Math.min(
-      this.options.maxLeaseSeconds,
-      Math.max(this.options.minLeaseSeconds, leaseSeconds),
-    );
-    const secret = one('hub.secret') || undefined;
-    if (secret !== undefined && Buffer.byteLength(secret) > MAX_SECRET_BYTES)
-      throw problems.badRequest('hub.secret must be under 200 bytes');
-    let feed: FeedName | undefined;
-    let denial = '';
-    // A bad token is the request's error (401), before anything is verified.
-    const reader = this.access.caller(request.headers.authorization);
-    try {
-      feed = await this.topicFeed(topic, origin, reader);
-    } catch (e) {
-      denial = e instanceof FeedError || e instanceof Error ? e.message : 'unknown topic';
-      if ((e as { status?: number }).status === 401) throw e;
-    }
-    return { mode, callback, topic, hub: `${origin}${HUB_PATH}`, leaseSeconds, secret, feed, reader, denial };
-  }
-
-  /** The feed a topic URL names: one of this server's feeds that the caller may read. */
-  private async topicFeed(topic: string, origin: string, reader: string | undefined): Promise<FeedName> {
-    let url: URL;
-    try {
-      url = new URL(topic);
-    } catch {
-      throw new Error('the topic is not a URL');
-    }
-    if (url.host.toLowerCase() !== new URL(origin).host.toLowerCase())
-      throw new Error('the topic is not a feed of this hub');
-    const match = /^\/feeds\/([^/]+)$/.exec(url.pathname);
-    if (!match?.[1]) throw new Error('the topic is not a feed of this hub');
-    let node: string;
-    try {
-      node = decodeURIComponent(match[1]);
-    } catch {
-      throw new Error('the topic is not a feed of this hub');
-    }
-    const feed = parseFeedName(url.search ? `${node}?${url.search.slice(1)}` : node);
-    await this.access.mayRead(feed.node, reader);
-    return feed;
   }
 
   /** A GET to a subscriber's callback with the hub's parameters (verification, denial). */

@@ -1,0 +1,57 @@
+import type { Affiliation } from './access.ts';
+import type { Change, Item, Subscription } from './model.ts';
+import type { NodeConfig } from './nodeConfig.ts';
+
+/** Why a subscription changed: bindings tell the subscriber of some causes and not of others. */
+export type SubscriptionCause =
+  /** The subscriber asked (subscribe or unsubscribe). */
+  | 'request'
+  /** An owner answered an authorization request. */
+  | 'approval'
+  /** An owner set it (XEP-0060 8.8.2). */
+  | 'owner'
+  /** The subscriber may no longer read the node (affiliation or access model changed). */
+  | 'revoked'
+  /** Notifications to it bounced. */
+  | 'bounce';
+
+/**
+ * Everything that happened to the feeds, one union: the service emits each once it is committed,
+ * in commit order; bindings deliver them (notifications, long polls, WebSub, the bot).
+ */
+export type FeedEvent =
+  /** An item was published, updated or retracted (quiet ones are a purge's tombstones). */
+  | { type: 'item-changed'; change: Change }
+  /** A purge is recorded: from here on the node's items are tombstones, told once. */
+  | { type: 'purge-started'; node: string }
+  /** A purge is done (asked now, or resumed after a restart). */
+  | { type: 'purge-done'; node: string }
+  /** The node is gone; `subscriptions` and `config` are what it had. */
+  | { type: 'node-deleted'; node: string; config: NodeConfig; subscriptions: Subscription[] }
+  /** The node's configuration changed (by an owner, an administrator or the feed bot). */
+  | {
+      type: 'node-configured';
+      node: string;
+      config: NodeConfig;
+      previous: NodeConfig;
+      subscriptions: Subscription[];
+    }
+  /** Affiliations were set (`none` removes one). */
+  | { type: 'affiliations-changed'; node: string; changes: [string, Affiliation][] }
+  /** A subscription was made, approved, or ended. */
+  | {
+      type: 'subscription-changed';
+      subscription: Subscription;
+      state: 'subscribed' | 'pending' | 'none';
+      cause: SubscriptionCause;
+      config: NodeConfig;
+      /** For `pending`: who may approve it (the owners, or the administrators of an owner-less node). */
+      approvers?: string[];
+      /** `send_last_published_item = on_sub`: the feed's last item, for a new subscriber. */
+      lastItem?: Item;
+    };
+
+export type FeedEventType = FeedEvent['type'];
+
+/** Receives the service's events (bindings, and tests' spy sinks). */
+export type FeedEventListener = (event: FeedEvent) => void;

@@ -1,0 +1,132 @@
+import type { Element } from 'ltx';
+import { NodeExists, NodeNotFound } from '../errors.ts';
+import { type FeedName, parseFeedName } from '../feedName.ts';
+import type { Change, Item, Page, ReadQuery } from '../model.ts';
+import type { NodeConfig } from '../nodeConfig.ts';
+import { type Actor, jidOf } from './actor.ts';
+import type { ServiceContext } from './context.ts';
+
+export const feedOf = (name: string | FeedName): FeedName =>
+  typeof name === 'string' ? parseFeedName(name) : name;
+
+export interface PublishInput {
+  /** The item id; one is generated when absent. */
+  id?: string;
+  /** One Atom entry: XML text, or an element a binding has parsed already. */
+  entry: string | Element;
+  /** The publisher to record: the operator's only (a user's publishes are recorded as theirs). */
+  publisher?: string;
+}
+
+export interface PublishOptions {
+  /** The configuration of a node this publish creates (XEP-0060 7.1.5 publish-options); read only then. */
+  configure?: () => Partial<NodeConfig>;
+  /** Throws unless an existing node's configuration meets the publish's preconditions. */
+  preconditions?: (config: NodeConfig) => void;
+}
+
+/** The operator (the CLI's corrections, the feed bot's updates) may change an append-only node's items. */
+function keepsAppendOnly(actor: Actor, config: NodeConfig): boolean {
+  return config.appendOnly && actor.kind !== 'operator';
+}
+
+/**
+ * Creates a missing node for a publish, owned by the publisher: only after the create right and
+ * the payload are checked, so a refused publish writes nothing. True when this call created it.
+ */
+async function autoCreate(
+  ctx: ServiceContext,
+  actor: Actor,
+  node: string,
+  input: PublishInput,
+  options: PublishOptions,
+): Promise<boolean> {
+  if (await ctx.engine.hasNode(node)) return false;
+  if (!ctx.autoCreate) throw new NodeNotFound(node);
+  ctx.rights.requireCreate(actor);
+  ctx.engine.checkEntry(input.entry);
+  const config = options.configure?.() ?? {};
+  const owner = jidOf(actor);
+  const made =
+    owner === undefined
+      ? ctx.engine
+          .createNode(node)
+          .then(() => (Object.keys(config).length > 0 ? ctx.policy.configure(node, config) : undefined))
+      : ctx.policy.createNode(node, owner, config);
+  return made.then(
+    () => true,
+    (e) => {
+      if (e instanceof NodeExists) return false;
+      throw e;
+    },
+  );
+}
+
+/** Publishes one item: rights, auto-create, preconditions, the fan-out gate, then the engine. */
+export async function publish(
+  ctx: ServiceContext,
+  actor: Actor,
+  feedName: string | FeedName,
+  input: PublishInput,
+  options: PublishOptions = {},
+): Promise<Change> {
+  const { node } = feedOf(feedName);
+  const created = await autoCreate(ctx, actor, node, input, options);
+  const { config } = await ctx.rights.check(node, actor, 'publish');
+  // A node just made with them has them; one that was there already must meet them.
+  if (!created) options.preconditions?.(config);
+  await ctx.engine.writable();
+  const publisher = actor.kind === 'operator' ? input.publisher : jidOf(actor);
+  const item = { entry: input.entry, ...(input.id !== undefined ? { id: input.id } : {}) };
+  return ctx.engine.publish(node, publisher === undefined ? item : { ...item, publisher }, {
+    appendOnly: keepsAppendOnly(actor, config),
+  });
+}
+
+/**
+ * Retracts one item. Who published it decides which right it takes: one's own under the
+ * publish rights, anyone's as a publisher or owner; an unknown item needs the wider one.
+ */
+export async function retract(
+  ctx: ServiceContext,
+  actor: Actor,
+  feedName: string | FeedName,
+  id: string,
+  options: { notify?: boolean } = {},
+): Promise<Change> {
+  const { node } = feedOf(feedName);
+  const who = jidOf(actor);
+  const [item] = await ctx.engine.getItems(node, [id]);
+  const own = item !== undefined && who !== undefined && item.publisher === who;
+  const { config } = await ctx.rights.check(node, actor, own ? 'retract-own' : 'retract');
+  await ctx.engine.writable();
+  return ctx.engine.retract(node, id, {
+    ...(who !== undefined ? { publisher: who } : {}),
+    appendOnly: keepsAppendOnly(actor, config),
+    ...(options.notify ? { notify: true } : {}),
+  });
+}
+
+/** A page of a feed (protocol.md 4), for those who may retrieve the node's items. */
+export async function read(
+  ctx: ServiceContext,
+  actor: Actor,
+  feedName: string | FeedName,
+  query: ReadQuery = {},
+): Promise<Page> {
+  const feed = feedOf(feedName);
+  await ctx.rights.check(feed.node, actor, 'retrieve');
+  return ctx.engine.read(feed, query);
+}
+
+/** Items by id (unknown ids are left out), for those who may retrieve the node's items. */
+export async function getItems(
+  ctx: ServiceContext,
+  actor: Actor,
+  feedName: string | FeedName,
+  ids: readonly string[],
+): Promise<Item[]> {
+  const feed = feedOf(feedName);
+  await ctx.rights.check(feed.node, actor, 'retrieve');
+  return ctx.engine.getItems(feed, ids);
+}

@@ -1,0 +1,146 @@
+import { randomUUID } from 'node:crypto';
+import { AppendOnly, NodeNotFound } from '../errors.ts';
+import type { NodeConfig } from '../nodeConfig.ts';
+import { type Actor, jidOf } from './actor.ts';
+import type { ServiceContext } from './context.ts';
+import { revokeUnentitled } from './subscriptions.ts';
+
+/**
+ * Creates a node, owned by the creating user; the operator (the CLI, the feed bot) may name
+ * another owner or none. Without a name, one is made up. `config` may be given as a function,
+ * read once the right is checked (a form parsed only for those who may create). Returns the name.
+ */
+export async function create(
+  ctx: ServiceContext,
+  actor: Actor,
+  name: string | undefined,
+  config: Partial<NodeConfig> | (() => Partial<NodeConfig>) = {},
+  options: { owner?: string } = {},
+): Promise<string> {
+  ctx.rights.requireCreate(actor);
+  const settings = typeof config === 'function' ? config() : config;
+  const node = name ?? randomUUID();
+  const owner = actor.kind === 'operator' ? options.owner : jidOf(actor);
+  if (owner !== undefined) await ctx.policy.createNode(node, owner, settings);
+  else {
+    await ctx.engine.createNode(node);
+    if (Object.keys(settings).length > 0) await ctx.policy.configure(node, settings);
+  }
+  return node;
+}
+
+/** The node's whole configuration, for those who may configure it. */
+export async function configuration(ctx: ServiceContext, actor: Actor, node: string): Promise<NodeConfig> {
+  return (await ctx.rights.check(node, actor, 'configure')).config;
+}
+
+/**
+ * Changes the given settings. Those who may no longer read the node lose their subscriptions
+ * first; then the node-configured event goes out (bindings tell subscribers when notify_config).
+ */
+export async function configure(
+  ctx: ServiceContext,
+  actor: Actor,
+  node: string,
+  change: Partial<NodeConfig>,
+): Promise<NodeConfig> {
+  const { config: previous } = await ctx.rights.check(node, actor, 'configure');
+  const config = await ctx.policy.configure(node, change);
+  if (config.accessModel !== previous.accessModel) await revokeUnentitled(ctx, node);
+  const subscriptions = await ctx.engine.subscriptionsOf(node);
+  ctx.emit({ type: 'node-configured', node, config, previous, subscriptions });
+  return config;
+}
+
+export async function deleteNode(ctx: ServiceContext, actor: Actor, node: string): Promise<void> {
+  const { config } = await ctx.rights.check(node, actor, 'delete');
+  const subscriptions = await ctx.engine.subscriptionsOf(node);
+  await ctx.policy.deleteNode(node);
+  ctx.emit({ type: 'node-deleted', node, config, subscriptions });
+}
+
+/**
+ * Makes every item a tombstone. Resolves once the purge is recorded (or, with `wait`, done):
+ * purge-started and purge-done come from the engine, in commit order.
+ */
+export async function purge(
+  ctx: ServiceContext,
+  actor: Actor,
+  node: string,
+  options: { wait?: boolean } = {},
+): Promise<void> {
+  const { config } = await ctx.rights.check(node, actor, 'purge');
+  // Archive documents of an append-only node never change: its items are never tombstoned.
+  if (config.appendOnly) throw new AppendOnly(node, 'purged');
+  await ctx.engine.purgeNode(node, { wait: options.wait === true });
+}
+
+/** What disco#info tells of a node; `total` only to those who may read its items. */
+export interface NodeDescription {
+  config: NodeConfig;
+  owners: string[];
+  readable: boolean;
+  total?: number;
+}
+
+/** Describes a node. A whitelist node is hidden from strangers: they get its refusal. */
+export async function describe(ctx: ServiceContext, actor: Actor, node: string): Promise<NodeDescription> {
+  if (!(await ctx.engine.hasNode(node))) throw new NodeNotFound(node);
+  const config = await ctx.policy.config(node);
+  const readable = await ctx.rights.may(node, actor, 'retrieve');
+  if (!readable && config.accessModel === 'whitelist') await ctx.rights.check(node, actor, 'retrieve');
+  const owners = (await ctx.policy.affiliations(node)).filter(([, a]) => a === 'owner').map(([j]) => j);
+  const out: NodeDescription = { config, owners, readable };
+  if (readable) out.total = await ctx.engine.total(node);
+  return out;
+}
+
+/** A range of the node registry: after and before a name, from its start or (`last`) its end. */
+export interface NodeRange {
+  after?: string;
+  before?: string;
+  last?: boolean;
+  /** At most this many names (default: all). */
+  max?: number;
+}
+
+/** Names the actor may see: a whitelist node is listed only to those who may read it. */
+async function visible(ctx: ServiceContext, actor: Actor, names: string[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const name of names) {
+    const config = await ctx.policy.config(name).catch(() => undefined);
+    if (!config) continue;
+    if (config.accessModel !== 'whitelist' || (await ctx.rights.may(name, actor, 'retrieve'))) out.push(name);
+  }
+  return out;
+}
+
+const CHUNK = 256;
+
+/**
+ * The names the actor may see in a range, in byte order. Hidden nodes leave gaps: the registry
+ * is read on, a chunk at a time, until `max` names are found or it ends.
+ */
+export async function listNodes(ctx: ServiceContext, actor: Actor, range: NodeRange = {}): Promise<string[]> {
+  let { after, before } = range;
+  const last = range.last === true;
+  const max = range.max ?? Number.POSITIVE_INFINITY;
+  const names: string[] = [];
+  while (names.length < max) {
+    const size = Math.min(CHUNK, max === Number.POSITIVE_INFINITY ? CHUNK : max - names.length + 1);
+    const chunk = await ctx.engine.listNodes({
+      ...(after !== undefined ? { after } : {}),
+      ...(before !== undefined ? { before } : {}),
+      last,
+      max: size,
+    });
+    const shown = await visible(ctx, actor, chunk);
+    if (last) names.unshift(...shown);
+    else names.push(...shown);
+    if (chunk.length < size) break;
+    if (last) before = chunk[0];
+    else after = chunk[chunk.length - 1];
+  }
+  if (names.length <= max) return names;
+  return last ? names.slice(names.length - max) : names.slice(0, max);
+}

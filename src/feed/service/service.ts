@@ -1,0 +1,300 @@
+import type { Affiliation, CreatePolicy } from '../access.ts';
+import type { FeedEngine } from '../engine.ts';
+import { AccessDenied } from '../errors.ts';
+import type { FeedEvent, FeedEventListener } from '../events.ts';
+import type { FeedName } from '../feedName.ts';
+import type { KeyValueStore } from '../kv.ts';
+import type { Change, ExportRecord, Item, Limits, Page, ReadQuery, Subscription } from '../model.ts';
+import type { NodeConfig } from '../nodeConfig.ts';
+import type { PolicyStore } from '../policy.ts';
+import { type Actor, jidOf } from './actor.ts';
+import * as affiliations from './affiliations.ts';
+import type { ServiceContext } from './context.ts';
+import * as items from './items.ts';
+import * as nodes from './nodes.ts';
+import { Rights } from './rights.ts';
+import * as subscriptions from './subscriptions.ts';
+
+export interface FeedServiceOptions {
+  /** Bare JIDs with every right on every node. */
+  admins?: Iterable<string>;
+  /** Who may create nodes (default `admins`). */
+  create?: CreatePolicy;
+  /** The server's own domain, for `create: local`. */
+  localDomain?: string;
+  /** Publishing to a missing node creates it, for those who may create (default true). */
+  autoCreate?: boolean;
+}
+
+/**
+ * The use cases of the feeds, one verb each, over the engine: every verb takes the acting entity,
+ * checks its right first (rights.ts, over the one table in access.ts), then does the work and
+ * emits one typed event (events.ts) once it is committed. Bindings call only this, and deliver
+ * its events; failures are the typed errors of errors.ts. Modelled on Prosody's util/pubsub.lua.
+ */
+export class FeedService {
+  readonly rights: Rights;
+  private readonly listeners = new Set<FeedEventListener>();
+  private readonly ctx: ServiceContext;
+  private readonly policy: PolicyStore;
+  private readonly unlisten: () => void;
+
+  constructor(
+    private readonly engine: FeedEngine,
+    options: FeedServiceOptions = {},
+  ) {
+    this.policy = engine.policy();
+    this.rights = new Rights(this.policy, {
+      admins: new Set(options.admins ?? []),
+      create: options.create ?? 'admins',
+      localDomain: options.localDomain ?? 'localhost',
+    });
+    this.ctx = {
+      engine,
+      policy: this.policy,
+      rights: this.rights,
+      autoCreate: options.autoCreate ?? true,
+      emit: (event) => this.emit(event),
+    };
+    // Item changes and purges are told by the engine as they commit: re-emitted in that order.
+    const offChange = engine.onChange((change) => this.emit({ type: 'item-changed', change }));
+    const offStart = engine.onPurgeStart((node) => this.emit({ type: 'purge-started', node }));
+    const offDone = engine.onPurge((node) => this.emit({ type: 'purge-done', node }));
+    this.unlisten = () => {
+      offChange();
+      offStart();
+      offDone();
+    };
+  }
+
+  /** Registers an event listener; returns its remover. */
+  onEvent(listener: FeedEventListener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private emit(event: FeedEvent): void {
+    for (const listener of this.listeners) listener(event);
+  }
+
+  /** Stops listening to the engine (the engine stays open: whoever opened it closes it). */
+  close(): void {
+    this.unlisten();
+    this.listeners.clear();
+  }
+
+  // ---- nodes ------------------------------------------------------------------------------
+
+  create(
+    actor: Actor,
+    node: string | undefined,
+    config: Partial<NodeConfig> | (() => Partial<NodeConfig>) = {},
+    options: { owner?: string } = {},
+  ): Promise<string> {
+    return nodes.create(this.ctx, actor, node, config, options);
+  }
+
+  configuration(actor: Actor, node: string): Promise<NodeConfig> {
+    return nodes.configuration(this.ctx, actor, node);
+  }
+
+  configure(actor: Actor, node: string, change: Partial<NodeConfig>): Promise<NodeConfig> {
+    return nodes.configure(this.ctx, actor, node, change);
+  }
+
+  delete(actor: Actor, node: string): Promise<void> {
+    return nodes.deleteNode(this.ctx, actor, node);
+  }
+
+  purge(actor: Actor, node: string, options: { wait?: boolean } = {}): Promise<void> {
+    return nodes.purge(this.ctx, actor, node, options);
+  }
+
+  describe(actor: Actor, node: string): Promise<nodes.NodeDescription> {
+    return nodes.describe(this.ctx, actor, node);
+  }
+
+  listNodes(actor: Actor, range: nodes.NodeRange = {}): Promise<string[]> {
+    return nodes.listNodes(this.ctx, actor, range);
+  }
+
+  /** Whether publishing to a missing node creates it (for those who may create). */
+  get autoCreates(): boolean {
+    return this.ctx.autoCreate;
+  }
+
+  /** Whether a node of that name exists (no right needed: publishing to it may create it). */
+  hasNode(node: string): Promise<boolean> {
+    return this.engine.hasNode(node);
+  }
+
+  // ---- affiliations -----------------------------------------------------------------------
+
+  affiliations(actor: Actor, node: string): Promise<[string, Affiliation][]> {
+    return affiliations.affiliations(this.ctx, actor, node);
+  }
+
+  ownAffiliations(actor: Actor, node?: string): Promise<{ node: string; affiliation: Affiliation }[]> {
+    return affiliations.ownAffiliations(this.ctx, actor, node);
+  }
+
+  setAffiliations(
+    actor: Actor,
+    node: string,
+    changes: readonly (readonly [jid: string, affiliation: string])[],
+  ): Promise<boolean[]> {
+    return affiliations.setAffiliations(this.ctx, actor, node, changes);
+  }
+
+  // ---- subscriptions ----------------------------------------------------------------------
+
+  subscribe(actor: Actor, feed: string | FeedName, jid: string): Promise<Subscription> {
+    return subscriptions.subscribe(this.ctx, actor, feed, jid);
+  }
+
+  unsubscribe(actor: Actor, feed: string | FeedName, jid: string, subid?: string): Promise<Subscription> {
+    return subscriptions.unsubscribe(this.ctx, actor, feed, jid, subid);
+  }
+
+  approve(
+    actor: Actor,
+    feed: string | FeedName,
+    jid: string,
+    allow: boolean,
+    subid?: string,
+  ): Promise<boolean> {
+    return subscriptions.approve(this.ctx, actor, feed, jid, allow, subid);
+  }
+
+  setSubscription(
+    actor: Actor,
+    feed: string | FeedName,
+    jid: string,
+    state: string,
+    subid?: string,
+  ): Promise<boolean> {
+    return subscriptions.setSubscription(this.ctx, actor, feed, jid, state, subid);
+  }
+
+  nodeSubscriptions(actor: Actor, node: string): Promise<Subscription[]> {
+    return subscriptions.nodeSubscriptions(this.ctx, actor, node);
+  }
+
+  subscriptions(actor: Actor, node?: string): Promise<Subscription[]> {
+    return subscriptions.subscriptions(this.ctx, actor, node);
+  }
+
+  /** Ends a subscription whose notifications bounce (a binding's report, not a user's request). */
+  bounced(feed: string | FeedName, jid: string): Promise<void> {
+    return subscriptions.bounced(this.ctx, feed, jid);
+  }
+
+  // ---- items ------------------------------------------------------------------------------
+
+  publish(
+    actor: Actor,
+    feed: string | FeedName,
+    input: items.PublishInput,
+    options: items.PublishOptions = {},
+  ): Promise<Change> {
+    return items.publish(this.ctx, actor, feed, input, options);
+  }
+
+  retract(
+    actor: Actor,
+    feed: string | FeedName,
+    id: string,
+    options: { notify?: boolean } = {},
+  ): Promise<Change> {
+    return items.retract(this.ctx, actor, feed, id, options);
+  }
+
+  read(actor: Actor, feed: string | FeedName, query: ReadQuery = {}): Promise<Page> {
+    return items.read(this.ctx, actor, feed, query);
+  }
+
+  getItems(actor: Actor, feed: string | FeedName, ids: readonly string[]): Promise<Item[]> {
+    return items.getItems(this.ctx, actor, feed, ids);
+  }
+
+  /** The node's configuration, for those who may read its items (HTTP views need its settings). */
+  async settings(actor: Actor, node: string): Promise<NodeConfig> {
+    return (await this.rights.check(node, actor, 'retrieve')).config;
+  }
+
+  /** Items in the node, tombstones included, for those who may read them. */
+  async total(actor: Actor, node: string): Promise<number> {
+    await this.rights.check(node, actor, 'retrieve');
+    return this.engine.total(node);
+  }
+
+  /** The id of the `position`th item in created order (Atom archives), for those who may read. */
+  async createdIdAt(
+    actor: Actor,
+    node: string,
+    position: number,
+    stride: number,
+  ): Promise<string | undefined> {
+    await this.rights.check(node, actor, 'retrieve');
+    return this.engine.createdIdAt(node, position, stride);
+  }
+
+  // ---- import / export (administrators) ---------------------------------------------------
+
+  exportNode(actor: Actor, node: string): AsyncGenerator<ExportRecord> {
+    const engine = this.engine;
+    const rights = this.rights;
+    return (async function* () {
+      if (!rights.isAdmin(actor)) await rights.check(node, actor, 'configure');
+      yield* engine.exportNode(node);
+    })();
+  }
+
+  async importNode(
+    actor: Actor,
+    node: string,
+    records: AsyncIterable<ExportRecord> | Iterable<ExportRecord>,
+  ): Promise<number> {
+    if (!this.rights.isAdmin(actor)) throw new AccessDenied('forbidden', 'only administrators import items');
+    return this.engine.importNode(node, records);
+  }
+
+  // ---- for bindings: limits, the fan-out, delivery ----------------------------------------
+
+  get limits(): Limits {
+    return this.engine.limits;
+  }
+
+  /**
+   * The cursor of the feed's last change as this process knows it now, without a read (a long
+   * poll compares it with what it read).
+   */
+  lastCursorNow(feed: string | FeedName): string | undefined {
+    return this.engine.lastCursorNow(feed);
+  }
+
+  /** Adds a gate every writer waits on before writing (the XMPP fan-out's room). */
+  addWriteGate(gate: () => Promise<void>): () => void {
+    return this.engine.addWriteGate(gate);
+  }
+
+  /** Who hears of a node's events: its configuration and subscriptions (for delivery only). */
+  async audience(node: string): Promise<{ config: NodeConfig; subscriptions: Subscription[] }> {
+    return { config: await this.policy.config(node), subscriptions: await this.engine.subscriptionsOf(node) };
+  }
+
+  /** Finishes purges a stop or crash interrupted (their purge-done events follow). */
+  resumePurges(): Promise<void> {
+    return this.engine.resumePurges();
+  }
+
+  /** A binding's own key-value state (the feed bot's), kept in the service's store. */
+  kv<T>(namespace: string): KeyValueStore<T> {
+    return this.engine.kv<T>(namespace);
+  }
+
+  /** The bare JID an actor acts as, if any. */
+  jidOf(actor: Actor): string | undefined {
+    return jidOf(actor);
+  }
+}

@@ -1,0 +1,44 @@
+import type { FastifyRequest } from 'fastify';
+
+/** What a handler answers: the binding adds validators, caching and conditional responses. */
+export interface Answer {
+  status: number;
+  type: string;
+  body: string;
+  headers?: Record<string, string>;
+  /** Cache-Control; `no-cache` (revalidate with the ETag) unless said. */
+  cache?: string;
+  /** The body's ETag, when it was computed already. */
+  etag?: string;
+}
+
+/** One request as a handler sees it; the binding fills in what needs its own state. */
+export interface Exchange {
+  request: FastifyRequest;
+  /** The path's parameters (`:node`, `:id`, `:n`), decoded. */
+  params: Record<string, string>;
+  /** The query string, without its `?`. */
+  search: string;
+  /** The origin the request addressed, for the links in its answer; a bad Host is a 400. */
+  origin(): string;
+  /** The bare JID the request acts as, undefined without credentials; a bad one is a 401. */
+  caller(): string | undefined;
+  /** Calls `gone` when the client leaves (at once if it has left); returns the unhook. */
+  onGone(gone: () => void): () => void;
+}
+
+/** A route's handler: an answer, or undefined when the client left before there was one. */
+export type RouteHandler = (exchange: Exchange) => Promise<Answer | undefined>;
+
+export type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
+
+/** One row of the routes table. */
+export interface Route {
+  method: Method;
+  url: string;
+  handler: RouteHandler;
+  /** The body it reads: an Atom entry, a form (the hub), or none. */
+  body: 'none' | 'atom' | 'form';
+  /** A write: credentials are checked before the body is read. */
+  writes: boolean;
+}

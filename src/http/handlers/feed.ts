@@ -1,0 +1,150 @@
+import type { FeedEngine } from '../../feed/engine.ts';
+import { checkItemId } from '../../feed/feedName.ts';
+import type { Page } from '../../feed/model.ts';
+import type { Log } from '../../log.ts';
+import type { Access } from '../access.ts';
+import { problems } from '../errors.ts';
+import type { Answer, Exchange, RouteHandler } from '../exchange.ts';
+import { type FeedQuery, parseFeedQuery } from '../feedQuery.ts';
+import type { LongPolls } from '../longPoll.ts';
+import { negotiate } from '../negotiate.ts';
+import { HUB_PATH, nodeUrl } from '../paths.ts';
+import { entryDocument } from '../render/atom.ts';
+import { activityJson } from '../render/json.ts';
+import type { PageView } from '../render/pageView.ts';
+import { MEDIA_TYPES, renderPageOnce } from '../render/representation.ts';
+
+/** What the Smart Feeds pull views need. */
+export interface FeedViewDeps {
+  engine: Pick<FeedEngine, 'read' | 'getItems' | 'limits'>;
+  access: Pick<Access, 'mayRead'>;
+  polls: LongPolls;
+  maxTimeoutSeconds: number;
+  log: Log;
+}
+
+/** Long enough for the item set of a full `created` page to be reused, short enough for its payloads. */
+const CACHEABLE_PAGE = 'public, max-age=60';
+
+/** The feed's base URL: its node's URL and its own `order` parameter, as the client gave it. */
+export function feedUrl(origin: string, query: Pick<FeedQuery, 'feed'>): string {
+  const { node, requested } = query.feed;
+  const order = new URLSearchParams(requested.slice(node.length + 1)).get('order');
+  return `${nodeUrl(origin, 'feeds', node)}${order === null ? '' : `?order=${order}`}`;
+}
+
+/** The next page's URL: since the page's last cursor, with the same `until` and `max`. */
+function nextUrl(url: string, query: FeedQuery, page: Page, pageItems: number): string | undefined {
+  const last = page.items[page.items.length - 1];
+  // A page read backwards (until only) ends at its bound: what follows is not its next page.
+  const forward = query.since !== undefined || query.until === undefined;
+  if (!last || !forward || page.atEnd) return undefined;
+  // Bounded by `until`, a page that is not full has reached its bound.
+  if (query.until !== undefined && page.items.length < pageItems && !page.truncated) return undefined;
+  const params = new URLSearchParams({ since: `cursor:${last.cursor}` });
+  if (query.until !== undefined) params.set('until', query.until);
+  if (query.max !== undefined) params.set('max', String(query.max));
+  return `${url}${url.includes('?') ? '&' : '?'}${params.toString()}`;
+}
+
+function readQuery(query: Pick<FeedQuery, 'since' | 'until' | 'max'>) {
+  return {
+    ...(query.since !== undefined ? { since: query.since } : {}),
+    ...(query.until !== undefined ? { until: query.until } : {}),
+    ...(query.max !== undefined ? { max: query.max } : {}),
+  };
+}
+
+/**
+ * Holds a read of an empty page until the feed has something for it; undefined when the client
+ * left. What it answers is checked against the node's access as it is then.
+ */
+export function holdRead(
+  deps: Pick<FeedViewDeps, 'engine' | 'access' | 'polls' | 'log'>,
+  x: Exchange,
+  query: Pick<FeedQuery, 'feed' | 'since' | 'max'> & { timeoutMs: number },
+  reader: string | undefined,
+): Promise<Page | undefined> {
+  const { feed } = query;
+  deps.log.debug('long poll held', { feed: feed.requested, held: deps.polls.held });
+  return deps.polls.hold({
+    node: feed.node,
+    order: feed.order,
+    shared: `${query.since ?? ''}\n${query.max ?? ''}`,
+    read: () => deps.engine.read(feed, readQuery(query)),
+    recheck: () => deps.access.mayRead(feed.node, reader),
+    timeoutMs: query.timeoutMs,
+    onGone: (gone) => x.onGone(gone),
+  });
+}
+
+/** `GET /feeds/{node}`: a page in JSON, Atom or JSON-P, held while the feed has nothing new. */
+export function readFeed(deps: FeedViewDeps): RouteHandler {
+  const { engine } = deps;
+  return async (x) => {
+    const query = parseFeedQuery(x.params.node ?? '', x.search, deps.maxTimeoutSeconds);
+    // Every check a request can fail comes before it may be held.
+    const origin = x.origin();
+    const jid = x.caller();
+    await deps.access.mayRead(query.feed.node, jid);
+    const representation = negotiate(x.request.headers.accept, query.callback !== undefined);
+    let page: Page | undefined = await engine.read(query.feed, readQuery(query));
+    const pageItems = Math.min(query.max ?? engine.limits.defaultPageItems, engine.limits.maxPageItems);
+    // Only a read towards the feed's end can wait for what comes next.
+    const holdable =
+      page.items.length === 0 &&
+      query.until === undefined &&
+      pageItems > 0 &&
+      query.timeout > 0 &&
+      x.request.method === 'GET';
+    if (holdable) page = await holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, jid);
+    if (!page) return undefined;
+    const url = feedUrl(origin, query);
+    const hub = `${origin}${HUB_PATH}`;
+    const view: PageView = {
+      page,
+      url,
+      node: query.feed.node,
+      next: nextUrl(url, query, page, pageItems),
+      hub,
+    };
+    const { type, body, etag } = renderPageOnce(view, representation, query.callback);
+    // A full page of the created order, ending before the feed's end, keeps its items.
+    const cacheable =
+      query.feed.order === 'created' &&
+      query.until === undefined &&
+      !page.atEnd &&
+      (page.items.length === pageItems || page.truncated) &&
+      page.items.length > 0;
+    const cache = jid !== undefined ? 'private, no-cache' : cacheable ? CACHEABLE_PAGE : 'no-cache';
+    // WebSub discovery: every feed is a topic of this server's hub.
+    const link = `<${hub}>; rel="hub", <${url}>; rel="self"`;
+    return { status: 200, type, body, etag, cache, headers: { vary: 'Accept, Authorization', link } };
+  };
+}
+
+/** `GET /feeds/{node}/items/{id}`: one item as JSON or an Atom entry document. */
+export function readItem(deps: Pick<FeedViewDeps, 'engine' | 'access'>): RouteHandler {
+  return async (x): Promise<Answer> => {
+    const extra = [...new URLSearchParams(x.search).keys()].find((k) => k !== 'order');
+    if (extra !== undefined)
+      throw problems.badRequest(`an item is read with no parameter but order, not ${JSON.stringify(extra)}`);
+    const query = parseFeedQuery(x.params.node ?? '', x.search, 0);
+    const id = x.params.id ?? '';
+    checkItemId(id);
+    const jid = x.caller();
+    await deps.access.mayRead(query.feed.node, jid);
+    const representation = negotiate(x.request.headers.accept, false);
+    const [item] = await deps.engine.getItems(query.feed, [id]);
+    if (!item)
+      throw problems.notFound(`no item ${JSON.stringify(id)} in node ${JSON.stringify(query.feed.node)}`);
+    const json = representation === 'json';
+    return {
+      status: 200,
+      type: `${MEDIA_TYPES[representation]}; charset=utf-8`,
+      body: json ? activityJson(item) : entryDocument(item, feedUrl(x.origin(), query)),
+      cache: jid !== undefined ? 'private, no-cache' : 'no-cache',
+      headers: { vary: 'Accept, Authorization' },
+    };
+  };
+}

@@ -1,0 +1,101 @@
+import { randomUUID } from 'node:crypto';
+import { readAtomEntry } from '../../feed/atom.ts';
+import type { FeedEngine } from '../../feed/engine.ts';
+import { checkItemId, parseFeedName } from '../../feed/feedName.ts';
+import type { Change } from '../../feed/model.ts';
+import type { Access } from '../access.ts';
+import { problems } from '../errors.ts';
+import type { Answer, Exchange, RouteHandler } from '../exchange.ts';
+import { nodeUrl } from '../paths.ts';
+import { itemUrl } from '../render/atom.ts';
+
+/** What the write API needs. */
+export interface WriteDeps {
+  engine: Pick<FeedEngine, 'getItems' | 'policy' | 'writable' | 'publish' | 'retract'>;
+  access: Pick<Access, 'mayPublish' | 'mayRetract'>;
+}
+
+/** The only body a write reads. */
+export const ATOM = 'application/atom+xml';
+
+/** The caller's JID: the write routes' credential check has let it through. */
+const writer = (x: Exchange): string => x.caller() as string;
+
+function requireBody(x: Exchange): string {
+  if (typeof x.request.body !== 'string') throw problems.unsupportedMediaType(ATOM);
+  return x.request.body;
+}
+
+function written(x: Exchange, node: string, change: Change, status: number, extra: object = {}): Answer {
+  return {
+    status,
+    type: 'application/json; charset=utf-8',
+    body: JSON.stringify({ id: change.item.id, cursor: change.feeds.modified.cursor, ...extra }),
+    headers: { location: itemUrl(nodeUrl(x.origin(), 'feeds', node), change.item.id) },
+    cache: 'no-store',
+  };
+}
+
+/** Publishes the body as item `id` of the node and answers once the write is durable. */
+async function publishBody(deps: WriteDeps, x: Exchange, node: string, id: string): Promise<Answer> {
+  const { engine } = deps;
+  await deps.access.mayPublish(node, writer(x));
+  const { appendOnly } = await engine.policy().config(node);
+  await engine.writable();
+  const change = await engine.publish(
+    node,
+    { id, entry: x.request.body as string, publisher: writer(x) },
+    { appendOnly },
+  );
+  return written(x, node, change, change.kind === 'create' ? 201 : 200);
+}
+
+/** `POST /feeds/{node}`: a new item, or the item the entry's Atom id names. */
+export function postItem(deps: WriteDeps): RouteHandler {
+  return async (x) => {
+    const node = parseFeedName(x.params.node ?? '').node;
+    // The item id is the entry's Atom id when that can be one, so that posting an entry again
+    // replaces it rather than duplicating it.
+    const { atomId } = readAtomEntry(requireBody(x));
+    let id: string = randomUUID();
+    if (atomId !== undefined) {
+      try {
+        checkItemId(atomId);
+        id = atomId;
+      } catch {
+        // Longer than an item id may be: the item gets a new one.
+      }
+    }
+    return publishBody(deps, x, node, id);
+  };
+}
+
+/** `PUT /feeds/{node}/items/{id}`: the item with that id, created or replaced. */
+export function putItem(deps: WriteDeps): RouteHandler {
+  return async (x) => {
+    const node = parseFeedName(x.params.node ?? '').node;
+    requireBody(x);
+    return publishBody(deps, x, node, x.params.id ?? '');
+  };
+}
+
+/** `DELETE /feeds/{node}/items/{id}`: the item becomes a tombstone. */
+export function deleteItem(deps: WriteDeps): RouteHandler {
+  const { engine } = deps;
+  return async (x) => {
+    const node = parseFeedName(x.params.node ?? '').node;
+    const id = x.params.id ?? '';
+    checkItemId(id);
+    const [existing] = await engine.getItems(node, [id]);
+    await deps.access.mayRetract(node, writer(x), existing?.publisher);
+    const { appendOnly } = await engine.policy().config(node);
+    await engine.writable();
+    const change = await engine.retract(node, id, { publisher: writer(x), appendOnly });
+    if (!change.changed) {
+      // Retracting a tombstone changes nothing and reports no position: give its current one.
+      const [item] = await engine.getItems(node, [id]);
+      change.feeds.modified.cursor = item?.cursor ?? '';
+    }
+    return written(x, node, change, 200, { changed: change.changed });
+  };
+}

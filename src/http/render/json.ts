@@ -1,0 +1,48 @@
+import type { Item } from '../../feed/model.ts';
+import { renditions } from '../../feed/renditions.ts';
+import type { PageView } from './pageView.ts';
+
+/** One item of the ActivityStreams collection. */
+export interface ActivityItem {
+  id: string;
+  cursor: string;
+  published: string;
+  updated: string;
+  deleted?: true;
+  /** The stored Atom entry (or tombstone), so that nothing is lost. */
+  entry: string;
+  publisher?: string;
+  displayName?: string;
+  content?: string;
+  summary?: string;
+  url?: string;
+  author?: { displayName: string };
+}
+
+/** The seed's ActivityStreams collection of a page. */
+export interface Collection {
+  count: number;
+  totalItems: number;
+  url: string;
+  last_cursor?: string;
+  next?: string;
+  items: ActivityItem[];
+}
+
+/**
+ * The page's collection as JSON text: the bytes `JSON.stringify` gives of its Collection, put
+ * together from each item version's JSON, built once (src/feed/renditions.ts).
+ */
+export function collectionJson(view: PageView): string {
+  const { items, total } = view.page;
+  const last = items[items.length - 1];
+  let head = `{"count":${items.length},"totalItems":${total},"url":${JSON.stringify(view.url)}`;
+  if (last) head += `,"last_cursor":${JSON.stringify(last.cursor)}`;
+  if (view.next) head += `,"next":${JSON.stringify(view.next)}`;
+  return `${head},"items":[${items.map((item) => renditions.json(item)).join(',')}]}`;
+}
+
+/** One item's ActivityItem as JSON text. */
+export function activityJson(item: Item): string {
+  return renditions.json(item);
+}
