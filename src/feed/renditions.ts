@@ -11,6 +11,8 @@ export const FANOUT_NS = 'http://fanout.org/protocol/atom';
  * `fo:id`. Pages are then strings put together from these pieces.
  */
 interface Rendition {
+  /** The entry it was made of: a hit must hold the very same text. */
+  entry: string;
   /** The JSON object of the item less its `{"id":…,"cursor":…,` head (the cursor is per feed). */
   json?: string;
   /** The Atom entry split where an `<id>` it lacks goes (the id is the item's URL, per request). */
@@ -23,8 +25,9 @@ interface Rendition {
 
 /**
  * A bounded LRU of renditions keyed by everything they are made of (the id, both stamps, the
- * deleted flag, the publisher and the entry itself), so a key never names two different versions,
- * whatever happens to the node: nothing needs invalidating.
+ * deleted flag, the publisher and the entry's length) and checked against the entry itself, so a
+ * rendition never serves another version, whatever happens to the node: nothing needs
+ * invalidating. (A short key and one comparison cost less than hashing the whole entry.)
  */
 export class Renditions {
   private readonly cache = new Map<string, Rendition>();
@@ -63,15 +66,19 @@ export class Renditions {
   }
 
   private rendition(item: Item): Rendition {
-    const key = `${item.id}\u0000${item.created}\u0000${item.modified}\u0000${item.deleted ? 1 : 0}\u0000${item.publisher ?? '\u0001'}\u0000${item.entry}`;
+    const key = `${item.id}\u0000${item.created}\u0000${item.modified}\u0000${item.deleted ? 1 : 0}\u0000${item.publisher ?? '\u0001'}\u0000${item.entry.length}`;
     let r = this.cache.get(key);
     if (r) {
-      // Most recently used last: the Map's order is the eviction order.
       this.cache.delete(key);
-      this.cache.set(key, r);
-      return r;
+      this.bytes -= r.size;
+      // The same text: most recently used last (the Map's order is the eviction order).
+      if (r.entry === item.entry) {
+        this.cache.set(key, r);
+        this.bytes += r.size;
+        return r;
+      }
     }
-    r = { size: key.length };
+    r = { entry: item.entry, size: key.length + item.entry.length };
     this.cache.set(key, r);
     this.bytes += r.size;
     this.evict();

@@ -41,6 +41,7 @@ describe('Renditions', () => {
     };
     const versions: Item[] = [
       base,
+      // Same length, other text: the same key, told apart by the text.
       { ...base, entry: `<entry xmlns="${ATOM_NS}"><title>two</title></entry>` },
       { ...base, modified: 2 },
       { ...base, created: 0 },
@@ -52,7 +53,8 @@ describe('Renditions', () => {
         expect(cached.json(v)).toBe(JSON.stringify(activityItem(v)));
         expect(cached.atomEntry(v, 'http://h/feeds/n')).toBe(entry(v, 'http://h/feeds/n'));
       }
-    expect(cached.size).toBe(versions.length);
+    // The two texts of one length take turns in one place.
+    expect(cached.size).toBe(versions.length - 1);
   });
 
   it('stays within its bound, dropping the least recently used first', () => {
