@@ -19,6 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
+import { freePort } from '../prosody-dev/process.ts';
 import { type ServerName, startServer, type XmppServer } from '../prosody-dev/servers.ts';
 
 const PROJECT = fileURLToPath(new URL('..', import.meta.url));
@@ -49,7 +50,7 @@ if (!existsSync(join(values.peerbench, 'node_modules')))
 const users = ['admin', 'reader', ...Array.from({ length: Number(values.subs) }, (_, k) => `sub${k}`)];
 
 /** The server's own pubsub and the null component's domain, added to the harness's config. */
-async function addPeers(xmpp: XmppServer): Promise<void> {
+async function addPeers(xmpp: XmppServer, nullPort: number): Promise<void> {
   if (server === 'prosody') {
     // The template already serves Prosody's mod_pubsub as pubsub.localhost.
     const file = join(xmpp.dir, 'prosody.cfg.lua');
@@ -62,11 +63,21 @@ async function addPeers(xmpp: XmppServer): Promise<void> {
   }
   const file = join(xmpp.dir, 'ejabberd.yml');
   let config = (await readFile(file, 'utf8')).replace('  - "SCRAM-SHA-1"\n', '');
-  const service = `      ${FEEDS_DOMAIN}:\n        password: ${JSON.stringify(SECRET)}\n`;
-  if (!config.includes(service)) throw new Error('unexpected ejabberd.yml: no component host entry');
+  // A listener of its own: ejabberd routes every host of a listener to whichever component connects.
   config = config.replace(
-    service,
-    `${service}      ${NULL_DOMAIN}:\n        password: ${JSON.stringify(SECRET)}\n`,
+    'modules:\n',
+    [
+      '  -',
+      `    port: ${nullPort}`,
+      '    ip: "127.0.0.1"',
+      '    module: ejabberd_service',
+      '    max_stanza_size: 524288',
+      '    hosts:',
+      `      ${NULL_DOMAIN}:`,
+      `        password: ${JSON.stringify(SECRET)}`,
+      '',
+      'modules:\n',
+    ].join('\n'),
   );
   // ejabberd's own pubsub, in memory (Mnesia), keeping every item of the run.
   config += [
@@ -99,7 +110,9 @@ const children: ChildProcess[] = [];
 const data = await mkdtemp(join(tmpdir(), 'smartfeeds-peers-'));
 try {
   await xmpp.stop();
-  await addPeers(xmpp);
+  // Prosody serves every component on its one component port.
+  const nullPort = server === 'prosody' ? xmpp.componentPort : await freePort();
+  await addPeers(xmpp, nullPort);
   await xmpp.start();
   for (const user of users) await xmpp.register(user, 'pw');
   const targets: [name: string, jid: string, extra: string[]][] = [];
@@ -114,7 +127,7 @@ try {
       node([
         join(values.peerbench, 'nullpubsub.mjs'),
         '--port',
-        String(xmpp.componentPort),
+        String(nullPort),
         '--domain',
         NULL_DOMAIN,
         '--secret',
