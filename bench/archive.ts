@@ -13,6 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { FeedEngine } from '../src/feed/engine.ts';
+import { FeedService } from '../src/feed/service/service.ts';
 import { HttpBinding } from '../src/http/server.ts';
 import { createLog } from '../src/log.ts';
 
@@ -46,8 +47,8 @@ function entryOf(id: string): string {
 const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-bench-archive-'));
 const engine = await FeedEngine.open(dir);
 const binding = new HttpBinding(
-  engine,
-  { host: '127.0.0.1', port: 0, tokens: new Map(), admins: [], maxHeld: 100, maxTimeoutSeconds: 60 },
+  new FeedService(engine),
+  { host: '127.0.0.1', port: 0, tokens: new Map(), maxHeld: 100, maxTimeoutSeconds: 60 },
   createLog('warn'),
 );
 try {

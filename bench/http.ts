@@ -21,6 +21,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import autocannon from 'autocannon';
 import { FeedEngine } from '../src/feed/engine.ts';
+import { FeedService } from '../src/feed/service/service.ts';
 import { HttpBinding } from '../src/http/server.ts';
 import { createLog } from '../src/log.ts';
 
@@ -82,12 +83,11 @@ async function staticMode(file: string): Promise<void> {
 async function serveMode(dir: string): Promise<void> {
   const engine = await FeedEngine.open(dir);
   const binding = new HttpBinding(
-    engine,
+    new FeedService(engine, { admins: ['admin@bench'] }),
     {
       host: '127.0.0.1',
       port: 0,
       tokens: new Map([[TOKEN, 'admin@bench']]),
-      admins: ['admin@bench'],
       maxHeld: 100_000,
       maxTimeoutSeconds: 600,
     },

@@ -1,6 +1,6 @@
 /**
  * The `smartfeeds` command: one table of subcommands, each parsing its own options with
- * node:util parseArgs and calling the feed engine. Engine errors become messages and exit codes
+ * node:util parseArgs and calling the feed service as its operator. Feed errors become messages and exit codes
  * in one place (`failure`). Exit codes: 0 done; 1 the operation failed (database in use, storage,
  * input data rejected); 2 the command line is wrong (usage, position spec, max, unknown node or id);
  * 3 `check` found inconsistencies (that --repair did not mend).
@@ -22,9 +22,10 @@ import { FeedEngine } from './feed/engine.ts';
 import { FeedError, type FeedErrorCode, NodeNotFound, PayloadTooBig } from './feed/errors.ts';
 import { checkItemId, parseFeedName } from './feed/feedName.ts';
 import type { Change, ExportRecord, Item, ReadQuery } from './feed/model.ts';
-import { PolicyStore } from './feed/policy.ts';
 import { type PositionSpec, parsePositionSpec } from './feed/positionSpec.ts';
 import { parseMax } from './feed/query.ts';
+import { OPERATOR } from './feed/service/actor.ts';
+import { FeedService } from './feed/service/service.ts';
 import { serve } from './serve.ts';
 
 // ---- output -------------------------------------------------------------------------------
@@ -172,21 +173,25 @@ function str(values: Values, name: string): string | undefined {
 }
 
 /**
- * Opens the engine on the data directory for the time of `fn`, and always closes it. Reading
- * commands do not create a database where there is none.
+ * Opens the feed service (over the engine on the data directory) for the time of `fn`, and always
+ * closes it. Reading commands do not create a database where there is none. The command line acts
+ * as the operator: every right, and a publish creates a missing node only when `autoCreate`.
  */
-async function withEngine<T>(
+async function withService<T>(
   ctx: Context,
   access: 'read' | 'write',
-  fn: (engine: FeedEngine) => Promise<T>,
+  fn: (feeds: FeedService) => Promise<T>,
+  autoCreate = false,
 ): Promise<T> {
   if (access === 'read' && !existsSync(ctx.data)) {
     throw new Error(`no database at ${ctx.data} (give --data DIR or set SMARTFEEDS_DATA)`);
   }
   const engine = await FeedEngine.open(ctx.data);
+  const feeds = new FeedService(engine, { autoCreate });
   try {
-    return await fn(engine);
+    return await fn(feeds);
   } finally {
+    feeds.close();
     await engine.close();
   }
 }
@@ -313,11 +318,11 @@ function parsePublishLine(text: string): { id?: string; entry: string; publisher
 /** Publishes in flight at once with --jsonl: the engine commits concurrent writes together. */
 const JSONL_WINDOW = 256;
 
-async function publishLines(ctx: Context, engine: FeedEngine, node: string): Promise<void> {
+async function publishLines(ctx: Context, feeds: FeedService, node: string): Promise<void> {
   const { values } = ctx;
   const autoCreate = values.create === true;
   const base = parseFeedName(node).node;
-  let exists = await engine.hasNode(base);
+  let exists = await feeds.hasNode(base);
   // Fail before reading any input.
   if (!autoCreate && !exists) throw new NodeNotFound(base);
   const inFlight: { n: number; write: Promise<Change> }[] = [];
@@ -339,18 +344,18 @@ async function publishLines(ctx: Context, engine: FeedEngine, node: string): Pro
       try {
         input = parsePublishLine(text);
         input.entry = entryText(input.entry);
-        checkPublish(input.id, input.entry, engine.limits.maxPayloadBytes);
+        checkPublish(input.id, input.entry, feeds.limits.maxPayloadBytes);
       } catch (e) {
         // Everything before this line is written and reported; nothing after it is.
         while (inFlight.length > 0) await settleFirst();
         throw new InputError(n, e);
       }
       const publisher = input.publisher ?? str(values, 'publisher');
-      const write = engine.publish(
-        node,
-        { id: input.id, entry: input.entry, ...(publisher !== undefined ? { publisher } : {}) },
-        { autoCreate },
-      );
+      const write = feeds.publish(OPERATOR, node, {
+        entry: input.entry,
+        ...(input.id !== undefined ? { id: input.id } : {}),
+        ...(publisher !== undefined ? { publisher } : {}),
+      });
       write.catch(() => undefined);
       inFlight.push({ n, write });
       // Concurrent publishes that each create the node may reach it in any order: the first goes alone.
@@ -394,25 +399,35 @@ ${COMMON_DETAILS}`,
     if (values.jsonl) {
       if (values.id !== undefined)
         throw new UsageError('--id cannot be used with --jsonl (give "id" per line)');
-      return withEngine(ctx, 'write', async (engine) => {
-        await publishLines(ctx, engine, node);
-        return 0;
-      });
+      return withService(
+        ctx,
+        'write',
+        async (feeds) => {
+          await publishLines(ctx, feeds, node);
+          return 0;
+        },
+        values.create === true,
+      );
     }
     const id = str(values, 'id');
     if (id !== undefined) checkItemId(id);
     // Read the entry before opening the database, so that a slow stdin does not hold it.
     const entry = entryText(await readAll(str(values, 'file')));
     const publisher = str(values, 'publisher');
-    return withEngine(ctx, 'write', async (engine) => {
-      const change = await engine.publish(
-        node,
-        { id, entry, ...(publisher !== undefined ? { publisher } : {}) },
-        { autoCreate: values.create === true },
-      );
-      await ctx.out.line(published(change));
-      return 0;
-    });
+    return withService(
+      ctx,
+      'write',
+      async (feeds) => {
+        const change = await feeds.publish(OPERATOR, node, {
+          entry,
+          ...(id !== undefined ? { id } : {}),
+          ...(publisher !== undefined ? { publisher } : {}),
+        });
+        await ctx.out.line(published(change));
+        return 0;
+      },
+      values.create === true,
+    );
   },
 };
 
@@ -427,13 +442,13 @@ ${COMMON_DETAILS}`,
   options: {},
   positionals: [2, 2],
   run: (ctx) =>
-    withEngine(ctx, 'write', async (engine) => {
+    withService(ctx, 'write', async (feeds) => {
       const [node, id] = ctx.positionals as [string, string];
-      const change = await engine.retract(node, id);
+      const change = await feeds.retract(OPERATOR, node, id);
       let cursor = change.feeds.modified.cursor;
       if (!change.changed) {
         // A retract that changes nothing reports no position: give the tombstone's current one.
-        const [item] = await engine.getItems(node, [id]);
+        const [item] = await feeds.getItems(OPERATOR, node, [id]);
         cursor = item?.cursor ?? '';
       }
       await ctx.out.line(JSON.stringify({ id, cursor, changed: change.changed }));
@@ -493,8 +508,8 @@ ${COMMON_DETAILS}`,
       if (since) throw new UsageError('--last cannot be used with --since');
       query.last = true;
     }
-    return withEngine(ctx, 'read', async (engine) => {
-      const page = await engine.read(ctx.positionals[0] as string, query);
+    return withService(ctx, 'read', async (feeds) => {
+      const page = await feeds.read(OPERATOR, ctx.positionals[0] as string, query);
       const last = page.items[page.items.length - 1];
       const doc: Record<string, unknown> = { totalItems: page.total, count: page.items.length };
       if (last) doc.last_cursor = last.cursor;
@@ -514,8 +529,8 @@ ${COMMON_DETAILS}`,
   options: {},
   positionals: [0, 0],
   run: (ctx) =>
-    withEngine(ctx, 'read', async (engine) => {
-      for (const name of await engine.listNodes()) await ctx.out.line(name);
+    withService(ctx, 'read', async (feeds) => {
+      for (const name of await feeds.listNodes(OPERATOR)) await ctx.out.line(name);
       return 0;
     }),
 };
@@ -542,10 +557,9 @@ ${COMMON_DETAILS}`,
       }
       if (!bare.includes('@')) throw new UsageError(`--owner: not a user's JID: ${owner}`);
     }
-    return withEngine(ctx, 'write', async (engine) => {
+    return withService(ctx, 'write', async (feeds) => {
       const node = ctx.positionals[0] as string;
-      if (bare === undefined) await engine.createNode(node);
-      else await new PolicyStore(engine).createNode(node, bare);
+      await feeds.create(OPERATOR, node, {}, bare === undefined ? {} : { owner: bare });
       return 0;
     });
   },
@@ -562,8 +576,8 @@ ${COMMON_DETAILS}`,
   options: {},
   positionals: [1, 1],
   run: (ctx) =>
-    withEngine(ctx, 'read', async (engine) => {
-      for await (const record of engine.exportNode(ctx.positionals[0] as string)) {
+    withService(ctx, 'read', async (feeds) => {
+      for await (const record of feeds.exportNode(OPERATOR, ctx.positionals[0] as string)) {
         if (ctx.out.broken) break;
         await ctx.out.line(JSON.stringify(record));
       }
@@ -601,7 +615,7 @@ ${COMMON_DETAILS}`,
   options: { file: { type: 'string', short: 'f' } },
   positionals: [1, 1],
   run: (ctx) =>
-    withEngine(ctx, 'write', async (engine) => {
+    withService(ctx, 'write', async (feeds) => {
       let line = 0;
       async function* records(): AsyncGenerator<ExportRecord> {
         for await (const { n, text } of readLines(str(ctx.values, 'file'))) {
@@ -617,7 +631,7 @@ ${COMMON_DETAILS}`,
       }
       let imported: number;
       try {
-        imported = await engine.importNode(ctx.positionals[0] as string, records());
+        imported = await feeds.importNode(OPERATOR, ctx.positionals[0] as string, records());
       } catch (e) {
         // The engine checks each record as it takes it: a data error inside the loop is that line's.
         const dataError = e instanceof FeedError && e.code !== 'storage' && e.code !== 'node-not-empty';

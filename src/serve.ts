@@ -57,13 +57,11 @@ export async function serve(config: Config): Promise<number> {
   });
   const http = config.http
     ? new HttpBinding(
-        engine,
+        feeds,
         {
           host: config.http.host,
           port: config.http.port,
           tokens: config.http.tokens,
-          admins: config.admins,
-          creating: { create: config.create, localDomain: config.localDomain, autoCreate: config.autoCreate },
           maxHeld: config.http.maxHeld,
           maxTimeoutSeconds: config.http.maxTimeoutSeconds,
           websub: config.http.websub,

@@ -1,6 +1,7 @@
-import type { FeedEngine } from '../feed/engine.ts';
 import type { FeedName } from '../feed/feedName.ts';
 import type { Item } from '../feed/model.ts';
+import type { Actor } from '../feed/service/actor.ts';
+import type { FeedService } from '../feed/service/service.ts';
 import type { ArchiveDocument } from './render/archive.ts';
 
 /**
@@ -12,7 +13,8 @@ import type { ArchiveDocument } from './render/archive.ts';
 
 /** Reads document `number` of the node, or undefined past the working document. */
 export async function readDocument(
-  engine: Pick<FeedEngine, 'read' | 'createdIdAt'>,
+  feeds: Pick<FeedService, 'read' | 'createdIdAt'>,
+  reader: Actor,
   feed: FeedName,
   size: number,
   number: number | 'recent',
@@ -27,11 +29,11 @@ export async function readDocument(
   const items: Item[] = [];
   if (count > 0) {
     // The created order never moves an item, so the item before the document is found by position
-    // (remembered by the engine at every document's end: one read once the node has been walked).
-    let since = start === 0 ? undefined : await engine.createdIdAt(feed.node, start - 1, size);
+    // (remembered below the service at every document's end: one read once the node has been walked).
+    let since = start === 0 ? undefined : await feeds.createdIdAt(reader, feed.node, start - 1, size);
     if (since !== undefined) since = `id:${since}`;
     while (items.length < count) {
-      const page = await engine.read(feed, {
+      const page = await feeds.read(reader, feed, {
         ...(since !== undefined ? { since } : {}),
         max: count - items.length,
       });
@@ -61,20 +63,25 @@ export interface Numbering {
   highest: number;
 }
 
-/** Per engine and node name, the numbering updates under way (read-modify-write, one at a time). */
-const numberings = new WeakMap<FeedEngine, Map<string, Promise<unknown>>>();
+/** Per service and node name, the numbering updates under way (read-modify-write, one at a time). */
+const numberings = new WeakMap<object, Map<string, Promise<unknown>>>();
 
 /** The node's numbering, with `working` (its working document's number) recorded as shown. */
-export function numberingOf(engine: FeedEngine, node: string, working: number): Promise<Numbering> {
-  let chains = numberings.get(engine);
+export function numberingOf(
+  feeds: Pick<FeedService, 'kv' | 'nodeNumber'>,
+  reader: Actor,
+  node: string,
+  working: number,
+): Promise<Numbering> {
+  let chains = numberings.get(feeds);
   if (!chains) {
     chains = new Map();
-    numberings.set(engine, chains);
+    numberings.set(feeds, chains);
   }
   const previous = chains.get(node) ?? Promise.resolve();
   const run = previous.then(async () => {
-    const store = engine.kv<Numbering>('archive');
-    const nid = await engine.storage().nid(node);
+    const store = feeds.kv<Numbering>('archive');
+    const nid = await feeds.nodeNumber(reader, node);
     const stored = await store.get(node);
     const current: Numbering =
       stored?.nid === nid ? stored : { nid, base: stored?.highest ?? 0, highest: stored?.highest ?? 0 };

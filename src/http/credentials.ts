@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import jid from '@xmpp/jid';
+import { type Actor, ANONYMOUS, user } from '../feed/service/actor.ts';
 import { problems } from './errors.ts';
 
 /** RFC 6750 section 2.1: `Bearer` and a token68. */
@@ -8,11 +9,11 @@ const BEARER = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i;
 const digest = (token: string) => createHash('sha256').update(token).digest('base64');
 
 /** Bare JIDs compared as the XMPP binding compares them: in their canonical spelling. */
-export const bareJid = (text: string): string => jid(text).bare().toString();
+const bareJid = (text: string): string => jid(text).bare().toString();
 
 /**
- * Who an HTTP request acts as: a bearer token names a bare JID. What that JID may do is the feed
- * service's to say.
+ * Who an HTTP request acts as: a bearer token names a bare JID. What it may do is the feed
+ * service's to say (its rights table); HTTP only authenticates.
  */
 export class Credentials {
   /** Tokens are kept by digest: a lookup takes the same time whatever prefix of a token is right. */
@@ -26,8 +27,14 @@ export class Credentials {
     return this.jidByDigest.size;
   }
 
+  /** Who the request acts as: a user, or anonymous without credentials; a bad credential is a 401. */
+  actor(authorization: string | undefined): Actor {
+    const who = this.jid(authorization);
+    return who === undefined ? ANONYMOUS : user(who);
+  }
+
   /** The bare JID the request acts as, undefined without credentials; a bad credential is a 401. */
-  caller(authorization: string | undefined): string | undefined {
+  private jid(authorization: string | undefined): string | undefined {
     if (authorization === undefined) return undefined;
     const m = BEARER.exec(authorization);
     if (!m) throw problems.unauthorized('only Bearer tokens are accepted');
@@ -37,10 +44,8 @@ export class Credentials {
   }
 
   /** A writer: any write needs credentials, checked before its body is read. */
-  writer(authorization: string | undefined, node: string): string {
-    const who = this.caller(authorization);
-    if (who === undefined)
+  requireWriter(authorization: string | undefined, node: string): void {
+    if (this.jid(authorization) === undefined)
       throw problems.unauthorized(`writing to ${JSON.stringify(node)} needs a bearer token`);
-    return who;
   }
 }

@@ -14,7 +14,7 @@ export class HttpProblem extends Error {
   }
 }
 
-/** The one table from engine errors to HTTP statuses. */
+/** The one table from the service's domain errors to HTTP statuses: the compiler checks it names every code. */
 const FEED_STATUS: Record<FeedErrorCode, number> = {
   'bad-request': 400,
   'invalid-position': 400,

@@ -1,4 +1,5 @@
 import type { FastifyRequest } from 'fastify';
+import type { Actor } from '../feed/service/actor.ts';
 
 /** What a handler answers: the binding adds validators, caching and conditional responses. */
 export interface Answer {
@@ -21,8 +22,8 @@ export interface Exchange {
   search: string;
   /** The origin the request addressed, for the links in its answer; a bad Host is a 400. */
   origin(): string;
-  /** The bare JID the request acts as, undefined without credentials; a bad one is a 401. */
-  caller(): string | undefined;
+  /** Who the request acts as (anonymous without credentials); a bad credential is a 401. */
+  caller(): Actor;
   /** Calls `gone` when the client leaves (at once if it has left); returns the unhook. */
   onGone(gone: () => void): () => void;
 }

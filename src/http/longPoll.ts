@@ -98,7 +98,7 @@ export interface HeldRead {
 }
 
 /**
- * The held long polls, by feed. Fed by the engine's change events (no polling); bounded; a
+ * The held long polls, by feed. Woken by the feed service's events (no polling); bounded; a
  * held request costs one small object and one timer.
  */
 export class LongPolls {

@@ -1,13 +1,13 @@
 import type { Route } from './exchange.ts';
 import { type ArchiveDeps, readArchive } from './handlers/archive.ts';
-import { readFeed, readItem } from './handlers/feed.ts';
-import { type HttpFeedDeps, readHttpFeed } from './handlers/httpFeed.ts';
+import { type FeedViewDeps, readFeed, readItem } from './handlers/feed.ts';
+import { readHttpFeed } from './handlers/httpFeed.ts';
 import { type HubRouteDeps, subscribe } from './handlers/hub.ts';
 import { deleteItem, postItem, putItem, type WriteDeps } from './handlers/write.ts';
 import { HUB_PATH } from './paths.ts';
 
 /** Everything the handlers need between them; each takes only its own part. */
-export type RouteDeps = HttpFeedDeps & WriteDeps & ArchiveDeps & HubRouteDeps;
+export type RouteDeps = FeedViewDeps & WriteDeps & ArchiveDeps & HubRouteDeps;
 
 /** The routes table: (method, path) → handler, and the body each reads. */
 export function routes(deps: RouteDeps): Route[] {

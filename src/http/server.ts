@@ -1,8 +1,8 @@
 import type { AddressInfo } from 'node:net';
 import fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import type { FeedEngine } from '../feed/engine.ts';
+import type { FeedEvent } from '../feed/events.ts';
+import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
-import { Access, type CreateOptions } from './access.ts';
 import { Credentials } from './credentials.ts';
 import { problemBody, problems, toProblem } from './errors.ts';
 import type { Exchange, Route } from './exchange.ts';
@@ -14,12 +14,8 @@ import { Hub, type HubOptions } from './websub/hub.ts';
 export interface HttpOptions {
   host: string;
   port: number;
-  /** Bearer token → bare JID. */
+  /** Bearer token → bare JID; what each JID may do is the feed service's rights. */
   tokens: ReadonlyMap<string, string>;
-  /** Bare JIDs with every right (the service's administrators). */
-  admins: readonly string[];
-  /** Who may create nodes, and whether a write to a missing node creates it. */
-  creating?: CreateOptions;
   maxHeld: number;
   maxTimeoutSeconds: number;
   /** The WebSub hub's settings over its defaults (`HUB_DEFAULTS`). */
@@ -51,28 +47,21 @@ export class HttpBinding {
   private readonly unlisten: () => void;
 
   constructor(
-    readonly engine: FeedEngine,
+    readonly feeds: FeedService,
     readonly options: HttpOptions,
     readonly log: Log,
   ) {
     this.polls = new LongPolls(options.maxHeld);
     this.credentials = new Credentials(options.tokens);
-    const access = new Access(engine, options.admins, options.creating);
-    const unlistenChanges = engine.onChange((change) => this.polls.onChange(change));
-    // Polls held on a deleted node read again, and are answered 404.
-    const unlistenDeletes = engine.onDelete((node) => this.polls.onDelete(node));
-    this.unlisten = () => {
-      unlistenChanges();
-      unlistenDeletes();
-    };
-    this.hub = new Hub(engine, access, options.websub ?? {}, log);
+    this.unlisten = feeds.onEvent((event) => this.wakePolls(event));
+    this.hub = new Hub(feeds, options.websub ?? {}, log);
     this.app = fastify({
       logger: false,
       routerOptions: { maxParamLength: MAX_PARAM_CHARS },
       // Malformed URLs (bad percent-encoding) are found before routing: answer them as problems too.
       frameworkErrors: (error, request, reply) => this.fail(request, reply, error),
-      // The engine's own check counts the canonical entry; a body may carry a declaration and blanks.
-      bodyLimit: engine.limits.maxPayloadBytes + 1024,
+      // The service's own check counts the canonical entry; a body may carry a declaration and blanks.
+      bodyLimit: feeds.limits.maxPayloadBytes + 1024,
       forceCloseConnections: 'idle',
     });
     this.app.removeAllContentTypeParsers();
@@ -88,14 +77,19 @@ export class HttpBinding {
     });
     this.mount(
       routes({
-        engine,
-        access,
+        feeds,
         polls: this.polls,
         hub: this.hub,
         maxTimeoutSeconds: options.maxTimeoutSeconds,
         log,
       }),
     );
+  }
+
+  /** Long polls wake at a change of their feed; those held on a deleted node read again (and get 404). */
+  private wakePolls(event: FeedEvent): void {
+    if (event.type === 'item-changed') this.polls.onChange(event.change);
+    else if (event.type === 'node-deleted') this.polls.onDelete(event.node);
   }
 
   /** Mounts the routes table, and a 405 naming the allowed methods for every other method. */
@@ -136,7 +130,7 @@ export class HttpBinding {
       ...(route.writes
         ? {
             onRequest: async (request: FastifyRequest) => {
-              this.credentials.writer(request.headers.authorization, params(request).node ?? '');
+              this.credentials.requireWriter(request.headers.authorization, params(request).node ?? '');
             },
           }
         : {}),
@@ -152,7 +146,7 @@ export class HttpBinding {
       params,
       search: q < 0 ? '' : request.url.slice(q + 1),
       origin: () => this.originOf(request),
-      caller: () => this.credentials.caller(request.headers.authorization),
+      caller: () => this.credentials.actor(request.headers.authorization),
       onGone: (gone) => {
         reply.raw.on('close', gone);
         // A client that left before the listener was on: its 'close' has been emitted already.

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { LongPolls } from '../../src/http/longPoll.ts';
 import type { Collection } from '../../src/http/render/json.ts';
 import { entry, feedUrl, fill, get, type HttpStack, type Problem, startHttp, TOKENS } from './support.ts';
@@ -148,7 +149,8 @@ describe('long polls and a node that changes under them', () => {
     const started = Date.now();
     const held = get(feedUrl(s.origin, 'doomed', `since=cursor:${since}&timeout=20`));
     await heldReaches(s.binding, before + 1);
-    await s.engine.deleteNode('doomed');
+    // Deleted through the service, as every binding deletes: its node-deleted event ends the poll.
+    await s.feeds.delete(OPERATOR, 'doomed');
     const r = await held;
     expect(r.status).toBe(404);
     expect((r.json as Problem).status).toBe(404);

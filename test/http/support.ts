@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import type { Limits } from '../../src/feed/model.ts';
+import { FeedService, type FeedServiceOptions } from '../../src/feed/service/service.ts';
 import { HttpBinding, type HttpOptions } from '../../src/http/server.ts';
 import { createLog } from '../../src/log.ts';
 
@@ -13,6 +14,8 @@ export const TOKENS = { admin: 'admin-token-1', alice: 'alice-token-2' };
 
 export interface HttpStack {
   engine: FeedEngine;
+  /** The feed service the binding calls, over `engine`. */
+  feeds: FeedService;
   binding: HttpBinding;
   /** `http://127.0.0.1:PORT` */
   origin: string;
@@ -22,14 +25,22 @@ export interface HttpStack {
 }
 
 export async function startHttp(
-  options: { limits?: Partial<Limits>; http?: Partial<HttpOptions>; engine?: FeedEngine } = {},
+  options: {
+    limits?: Partial<Limits>;
+    http?: Partial<HttpOptions>;
+    engine?: FeedEngine;
+    service?: FeedServiceOptions;
+    /** A service another binding calls too (serve.ts makes one for all); else one over `engine`. */
+    feeds?: FeedService;
+  } = {},
 ): Promise<HttpStack> {
   const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-http-'));
   const engine =
     options.engine ?? (await FeedEngine.open(dir, options.limits ? { limits: options.limits } : {}));
   const logs: string[] = [];
+  const feeds = options.feeds ?? new FeedService(engine, { admins: ['admin@localhost'], ...options.service });
   const binding = new HttpBinding(
-    engine,
+    feeds,
     {
       host: '127.0.0.1',
       port: 0,
@@ -37,7 +48,6 @@ export async function startHttp(
         [TOKENS.admin, 'admin@localhost'],
         [TOKENS.alice, 'alice@localhost'],
       ]),
-      admins: ['admin@localhost'],
       maxHeld: 10_000,
       maxTimeoutSeconds: 120,
       ...options.http,
@@ -47,12 +57,14 @@ export async function startHttp(
   const origin = await binding.start();
   return {
     engine,
+    feeds,
     binding,
     origin,
     logs,
     dir,
     async stop() {
       await binding.stop();
+      if (!options.feeds) feeds.close();
       if (!options.engine) await engine.close();
       await rm(dir, { recursive: true, force: true });
     },

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { parse } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import { HubStore } from '../../src/feed/hubStore.ts';
+import { OPERATOR } from '../../src/feed/service/actor.ts';
 import type { Collection } from '../../src/http/render/json.ts';
 import type { HubOptions } from '../../src/http/websub/hub.ts';
 import { entry, feedUrl, type HttpStack, startHttp, TOKENS } from './support.ts';
@@ -209,7 +209,8 @@ describe('subscription', () => {
     await subscribe(s, sub, feedUrl(s.origin, 'doomed'));
     await publish('doomed', 'b');
     await waitFor('the delivery', () => sub.deliveries.length === 1);
-    await s.engine.deleteNode('doomed');
+    // Deleted through the service, as every binding deletes: its node-deleted event reaches the hub.
+    await s.feeds.delete(OPERATOR, 'doomed');
     await publish('doomed', 'reborn');
     // A change to another subscribed feed, delivered after it, shows the hub is not just slow.
     const witness = await subscriber();
@@ -348,7 +349,7 @@ describe('subscription', () => {
     }
     expect(member.deliveries.map((d) => d.id)).toEqual(['m1']);
     expect(anonymous.deliveries.map((d) => d.id)).toEqual(['p1']);
-    const stored = (await new HubStore(s.engine).all()).map((x) => x.callback);
+    const stored = (await s.feeds.hubSubscriptions.all()).map((x) => x.callback);
     expect(stored).not.toContain(member.url);
     expect(stored).not.toContain(anonymous.url);
   });
@@ -442,7 +443,7 @@ describe('subscription', () => {
     const v = sub.verifications.at(-1) as URLSearchParams;
     expect(v.get('hub.mode')).toBe('unsubscribe');
     expect(v.get('hub.lease_seconds')).toBeNull();
-    expect((await new HubStore(s.engine).all()).some((x) => x.callback === sub.url)).toBe(false);
+    expect((await s.feeds.hubSubscriptions.all()).some((x) => x.callback === sub.url)).toBe(false);
   });
 
   it('ends a subscription when its lease expires', async () => {
@@ -452,7 +453,7 @@ describe('subscription', () => {
     expect(sub.verifications[0]?.get('hub.lease_seconds')).toBe('1');
     await waitFor('the expiry', () => !active(s, sub.url));
     await waitFor('the stored expiry', async () =>
-      (await new HubStore(s.engine).all()).every((x) => x.callback !== sub.url),
+      (await s.feeds.hubSubscriptions.all()).every((x) => x.callback !== sub.url),
     );
   });
 });
@@ -523,7 +524,7 @@ describe('delivery', () => {
     await publish('gone', 'b');
     await waitFor('the removal', () => !active(s, sub.url));
     await waitFor('the stored removal', async () =>
-      (await new HubStore(s.engine).all()).every((x) => x.callback !== sub.url),
+      (await s.feeds.hubSubscriptions.all()).every((x) => x.callback !== sub.url),
     );
     await publish('gone', 'c');
     expect(posts).toBe(1);

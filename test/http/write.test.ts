@@ -258,6 +258,47 @@ describe('node policy over HTTP', () => {
     expect((await send('GET', '/feeds/closed', undefined, auth(TOKENS.alice))).status).toBe(403);
   });
 
+  it('refuses a body that is not an Atom entry to a missing node, and leaves no node (issue 16)', async () => {
+    const headers = { ...atomBody, ...auth(TOKENS.admin) };
+    for (const [i, body] of ["<item xmlns='urn:x'/>", '<entry', ''].entries()) {
+      const node = `never-made-${i}`;
+      const res = await send('PUT', `/feeds/${node}/items/x`, body, headers);
+      expect(res.status, body).toBe(400);
+      expect((res.json as unknown as Problem).code, body).toBe('invalid-payload');
+      expect(await s.engine.hasNode(node), body).toBe(false);
+      expect((await send('POST', `/feeds/${node}`, body, headers)).status, body).toBe(400);
+      expect(await s.engine.hasNode(node), body).toBe(false);
+    }
+  });
+
+  it('lets anyone with a token publish to a whitelist node whose publish model is open (a drop box)', async () => {
+    await s.engine.policy().createNode('drop-box', 'admin@localhost', {
+      accessModel: 'whitelist',
+      publishModel: 'open',
+    });
+    // Alice is neither affiliated nor subscribed: she may not read, yet she may publish.
+    expect((await send('GET', '/feeds/drop-box', undefined, auth(TOKENS.alice))).status).toBe(403);
+    const put = await send('PUT', '/feeds/drop-box/items/tip', entry('tip'), {
+      ...atomBody,
+      ...auth(TOKENS.alice),
+    });
+    expect(put.status).toBe(201);
+    const [item] = await s.engine.getItems('drop-box', ['tip']);
+    expect(item?.publisher).toBe('alice@localhost');
+    // Her own item she may retract; anonymous writers are still asked for a token.
+    expect((await send('DELETE', '/feeds/drop-box/items/tip', undefined, auth(TOKENS.alice))).status).toBe(
+      200,
+    );
+    expect((await send('PUT', '/feeds/drop-box/items/anon', entry('anon'), atomBody)).status).toBe(401);
+    // An outcast is refused, whatever the publish model.
+    await s.engine.policy().setAffiliations('drop-box', [['alice@localhost', 'outcast']]);
+    const outcast = await send('PUT', '/feeds/drop-box/items/again', entry('again'), {
+      ...atomBody,
+      ...auth(TOKENS.alice),
+    });
+    expect(outcast.status).toBe(403);
+  });
+
   it('makes the writer the owner of a node its write creates', async () => {
     const created = await send('PUT', '/feeds/made-by-http/items/x', entry('x'), {
       ...atomBody,

@@ -25,7 +25,8 @@ let admin: User;
 
 beforeAll(async () => {
   stack = await Stack.start();
-  http = await startHttp({ engine: stack.engine });
+  // One service under both bindings, as serve.ts composes them.
+  http = await startHttp({ engine: stack.engine, feeds: stack.feeds });
   admin = await stack.user('admin');
 });
 

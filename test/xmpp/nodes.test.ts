@@ -6,6 +6,7 @@ import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DatabaseCheck, openDatabase } from '../../src/feed/check.ts';
 import { decodeRecord } from '../../src/feed/record.ts';
+import { OPERATOR } from '../../src/feed/service/actor.ts';
 import {
   entry,
   errorOf,
@@ -355,6 +356,17 @@ describe('access models', () => {
     await ok(bob.iq('set', subscribeIq(bob, 'wl')));
   });
 
+  it('whitelist with open publishing is a drop box: a stranger publishes but cannot read (XEP-0060)', async () => {
+    await create(alice, 'drop', { 'pubsub#access_model': 'whitelist', 'pubsub#publish_model': 'open' });
+    await ok(carol.iq('set', publishIq('drop', 'from-carol')));
+    expect(errorOf(await carol.iq('get', pubsub(xml('items', { node: 'drop' }))))).toEqual(CLOSED);
+    expect(itemsOf(await alice.iq('get', pubsub(xml('items', { node: 'drop' })))).ids).toEqual([
+      'from-carol',
+    ]);
+    await ok(setAffiliations(alice, 'drop', [[carol, 'outcast']]));
+    expect(errorOf(await carol.iq('set', publishIq('drop', 'again')))).toEqual(FORBIDDEN);
+  });
+
   it('whitelist: disco hides the node and its count from strangers only', async () => {
     const listed = async (user: User) => {
       const reply = await ok(user.iq('get', xml('query', { xmlns: NS.items })));
@@ -665,6 +677,17 @@ describe('configuration', () => {
     );
     const [m] = await bob.waitMessages(1, isEvent('configuration', 'cfg-n'));
     expect(fieldsOf(eventOf(m as Element)?.getChild('configuration'))['pubsub#title']).toEqual(['Renamed']);
+  });
+
+  it('notifies subscribers of a change made by the feed bot or the operator, not only by an owner', async () => {
+    await create(alice, 'cfg-op', { 'pubsub#notify_config': 'true' });
+    await ok(bob.iq('set', subscribeIq(bob, 'cfg-op')));
+    // As the feed bot retitles a node after its remote feed: through the service, as the operator.
+    await stack.feeds.configure(OPERATOR, 'cfg-op', { title: 'Retitled by the bot' });
+    const [m] = await bob.waitMessages(1, isEvent('configuration', 'cfg-op'));
+    expect(fieldsOf(eventOf(m as Element)?.getChild('configuration'))['pubsub#title']).toEqual([
+      'Retitled by the bot',
+    ]);
   });
 
   it('follows notification_type, deliver_payloads, notify_retract and send_last_published_item', async () => {

@@ -2,7 +2,7 @@ import { type Action, type CreatePolicy, decide, enforce, mayCreate, type Standi
 import { AccessDenied } from '../errors.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import type { PolicyStore } from '../policy.ts';
-import type { Actor } from './actor.ts';
+import { type Actor, describe } from './actor.ts';
 
 /** The service's configuration of who is who. */
 export interface RightsOptions {
@@ -81,6 +81,6 @@ export class Rights {
   requireCreate(actor: Actor): void {
     if (actor.kind === 'operator') return;
     if (actor.kind === 'user' && mayCreate(actor.jid, this.options)) return;
-    throw new AccessDenied('forbidden', 'you may not create nodes on this service');
+    throw new AccessDenied('forbidden', `${describe(actor)} may not create nodes on this service`);
   }
 }

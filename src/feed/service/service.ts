@@ -10,6 +10,7 @@ import type { PolicyStore } from '../policy.ts';
 import { type Actor, jidOf } from './actor.ts';
 import * as affiliations from './affiliations.ts';
 import type { ServiceContext } from './context.ts';
+import { type HubSubscriptions, hubSubscriptions } from './hubSubscriptions.ts';
 import * as items from './items.ts';
 import * as nodes from './nodes.ts';
 import { Rights } from './rights.ts';
@@ -38,6 +39,7 @@ export class FeedService {
   private readonly ctx: ServiceContext;
   private readonly policy: PolicyStore;
   private readonly unlisten: () => void;
+  private hubs: HubSubscriptions | undefined;
 
   constructor(
     private readonly engine: FeedEngine,
@@ -286,6 +288,18 @@ export class FeedService {
   /** Finishes purges a stop or crash interrupted (their purge-done events follow). */
   resumePurges(): Promise<void> {
     return this.engine.resumePurges();
+  }
+
+  /** The node's incarnation number, for those who may read it: a node made again under its name has another. */
+  async nodeNumber(actor: Actor, node: string): Promise<number> {
+    await this.rights.check(node, actor, 'retrieve');
+    return this.engine.storage().nid(node);
+  }
+
+  /** The WebSub hub's stored subscriptions. */
+  get hubSubscriptions(): HubSubscriptions {
+    this.hubs ??= hubSubscriptions(this.engine);
+    return this.hubs;
   }
 
   /** A binding's own key-value state (the feed bot's), kept in the service's store. */

@@ -1,6 +1,5 @@
-import type { FeedEngine } from '../../feed/engine.ts';
 import { type FeedName, parseFeedName } from '../../feed/feedName.ts';
-import type { Access } from '../access.ts';
+import type { FeedService } from '../../feed/service/service.ts';
 import { numberingOf, readDocument } from '../archiveDocuments.ts';
 import { problems } from '../errors.ts';
 import type { Answer, RouteHandler } from '../exchange.ts';
@@ -10,8 +9,7 @@ import { etagOf } from '../validators.ts';
 
 /** What the archive view needs. */
 export interface ArchiveDeps {
-  engine: FeedEngine;
-  access: Pick<Access, 'mayRead'>;
+  feeds: Pick<FeedService, 'settings' | 'total' | 'read' | 'createdIdAt' | 'nodeNumber' | 'kv'>;
 }
 
 /** Complete archive documents never change. */
@@ -26,7 +24,7 @@ const httpDate = (ms: number) => new Date(ms).toUTCString();
 
 /** `GET /archive/{node}` (recent) and `GET /archive/{node}/{n}`. */
 export function readArchive(deps: ArchiveDeps): RouteHandler {
-  const { engine } = deps;
+  const { feeds } = deps;
   return async (x) => {
     const feed = parseFeedName(x.params.node ?? '');
     const extra = [...new URLSearchParams(x.search).keys()][0];
@@ -36,27 +34,27 @@ export function readArchive(deps: ArchiveDeps): RouteHandler {
     if (wanted !== undefined && !DOCUMENT_NUMBER.test(wanted))
       throw problems.badRequest(`an archive document is numbered from 1, not ${JSON.stringify(wanted)}`);
     const origin = x.origin();
-    const jid = x.caller();
-    await deps.access.mayRead(feed.node, jid);
-    const config = await engine.policy().config(feed.node);
+    const reader = x.caller();
+    const config = await feeds.settings(reader, feed.node);
     if (!config.appendOnly)
       throw problems.notFound(
         `node ${JSON.stringify(feed.node)} is not append-only: it has no archive documents`,
       );
     const created: FeedName = { node: feed.node, order: 'created', requested: `${feed.node}?order=created` };
     // Items written from here on wait for the next answer.
-    const total = await engine.total(feed.node);
-    const numbering = await numberingOf(engine, feed.node, Math.floor(total / config.archiveSize) + 1);
+    const total = await feeds.total(reader, feed.node);
+    const working = Math.floor(total / config.archiveSize) + 1;
+    const numbering = await numberingOf(feeds, reader, feed.node, working);
     const number = wanted === undefined ? 'recent' : Number(wanted) - numbering.base;
     const doc =
       number === 'recent' || number >= 1
-        ? await readDocument(engine, created, config.archiveSize, number, total)
+        ? await readDocument(feeds, reader, created, config.archiveSize, number, total)
         : undefined;
     if (!doc) throw problems.notFound(`node ${JSON.stringify(feed.node)} has no archive document ${wanted}`);
     doc.base = numbering.base;
     const body = archiveDocument(doc, nodeUrl(origin, 'archive', feed.node), feed.node, wanted === undefined);
     // Shared caches may keep what anyone may read; a node with an access list is the reader's own.
-    const scope = config.accessModel === 'open' && jid === undefined ? 'public' : 'private';
+    const scope = config.accessModel === 'open' && reader.kind === 'anonymous' ? 'public' : 'private';
     return answer(doc, body, scope, x.request.headers);
   };
 }

@@ -1,8 +1,8 @@
-import type { FeedEngine } from '../../feed/engine.ts';
 import { checkItemId } from '../../feed/feedName.ts';
 import type { Page } from '../../feed/model.ts';
+import { type Actor, describe } from '../../feed/service/actor.ts';
+import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
-import type { Access } from '../access.ts';
 import { problems } from '../errors.ts';
 import type { Answer, Exchange, RouteHandler } from '../exchange.ts';
 import { type FeedQuery, parseFeedQuery } from '../feedQuery.ts';
@@ -16,8 +16,7 @@ import { MEDIA_TYPES, renderPageOnce } from '../render/representation.ts';
 
 /** What the Smart Feeds pull views need. */
 export interface FeedViewDeps {
-  engine: Pick<FeedEngine, 'read' | 'getItems' | 'limits'>;
-  access: Pick<Access, 'mayRead'>;
+  feeds: Pick<FeedService, 'read' | 'getItems' | 'settings' | 'limits'>;
   polls: LongPolls;
   maxTimeoutSeconds: number;
   log: Log;
@@ -60,19 +59,22 @@ function readQuery(query: Pick<FeedQuery, 'since' | 'until' | 'max'>) {
  * left. What it answers is checked against the node's access as it is then.
  */
 export function holdRead(
-  deps: Pick<FeedViewDeps, 'engine' | 'access' | 'polls' | 'log'>,
+  deps: Pick<FeedViewDeps, 'feeds' | 'polls' | 'log'>,
   x: Exchange,
   query: Pick<FeedQuery, 'feed' | 'since' | 'max'> & { timeoutMs: number },
-  reader: string | undefined,
+  reader: Actor,
 ): Promise<Page | undefined> {
   const { feed } = query;
   deps.log.debug('long poll held', { feed: feed.requested, held: deps.polls.held });
   return deps.polls.hold({
     node: feed.node,
     order: feed.order,
-    shared: `${query.since ?? ''}\n${query.max ?? ''}`,
-    read: () => deps.engine.read(feed, readQuery(query)),
-    recheck: () => deps.access.mayRead(feed.node, reader),
+    // Shared among polls of one reader only: the read checks its right to read.
+    shared: `${describe(reader)}\n${query.since ?? ''}\n${query.max ?? ''}`,
+    read: () => deps.feeds.read(reader, feed, readQuery(query)),
+    recheck: async () => {
+      await deps.feeds.settings(reader, feed.node);
+    },
     timeoutMs: query.timeoutMs,
     onGone: (gone) => x.onGone(gone),
   });
@@ -80,16 +82,16 @@ export function holdRead(
 
 /** `GET /feeds/{node}`: a page in JSON, Atom or JSON-P, held while the feed has nothing new. */
 export function readFeed(deps: FeedViewDeps): RouteHandler {
-  const { engine } = deps;
+  const { feeds } = deps;
   return async (x) => {
     const query = parseFeedQuery(x.params.node ?? '', x.search, deps.maxTimeoutSeconds);
     // Every check a request can fail comes before it may be held.
     const origin = x.origin();
-    const jid = x.caller();
-    await deps.access.mayRead(query.feed.node, jid);
+    const reader = x.caller();
+    await feeds.settings(reader, query.feed.node);
     const representation = negotiate(x.request.headers.accept, query.callback !== undefined);
-    let page: Page | undefined = await engine.read(query.feed, readQuery(query));
-    const pageItems = Math.min(query.max ?? engine.limits.defaultPageItems, engine.limits.maxPageItems);
+    let page: Page | undefined = await feeds.read(reader, query.feed, readQuery(query));
+    const pageItems = Math.min(query.max ?? feeds.limits.defaultPageItems, feeds.limits.maxPageItems);
     // Only a read towards the feed's end can wait for what comes next.
     const holdable =
       page.items.length === 0 &&
@@ -97,7 +99,7 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
       pageItems > 0 &&
       query.timeout > 0 &&
       x.request.method === 'GET';
-    if (holdable) page = await holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, jid);
+    if (holdable) page = await holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, reader);
     if (!page) return undefined;
     const url = feedUrl(origin, query);
     const hub = `${origin}${HUB_PATH}`;
@@ -116,7 +118,7 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
       !page.atEnd &&
       (page.items.length === pageItems || page.truncated) &&
       page.items.length > 0;
-    const cache = jid !== undefined ? 'private, no-cache' : cacheable ? CACHEABLE_PAGE : 'no-cache';
+    const cache = reader.kind !== 'anonymous' ? 'private, no-cache' : cacheable ? CACHEABLE_PAGE : 'no-cache';
     // WebSub discovery: every feed is a topic of this server's hub.
     const link = `<${hub}>; rel="hub", <${url}>; rel="self"`;
     return { status: 200, type, body, etag, cache, headers: { vary: 'Accept, Authorization', link } };
@@ -124,7 +126,7 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
 }
 
 /** `GET /feeds/{node}/items/{id}`: one item as JSON or an Atom entry document. */
-export function readItem(deps: Pick<FeedViewDeps, 'engine' | 'access'>): RouteHandler {
+export function readItem(deps: Pick<FeedViewDeps, 'feeds'>): RouteHandler {
   return async (x): Promise<Answer> => {
     const extra = [...new URLSearchParams(x.search).keys()].find((k) => k !== 'order');
     if (extra !== undefined)
@@ -132,10 +134,10 @@ export function readItem(deps: Pick<FeedViewDeps, 'engine' | 'access'>): RouteHa
     const query = parseFeedQuery(x.params.node ?? '', x.search, 0);
     const id = x.params.id ?? '';
     checkItemId(id);
-    const jid = x.caller();
-    await deps.access.mayRead(query.feed.node, jid);
+    const reader = x.caller();
+    await deps.feeds.settings(reader, query.feed.node);
     const representation = negotiate(x.request.headers.accept, false);
-    const [item] = await deps.engine.getItems(query.feed, [id]);
+    const [item] = await deps.feeds.getItems(reader, query.feed, [id]);
     if (!item)
       throw problems.notFound(`no item ${JSON.stringify(id)} in node ${JSON.stringify(query.feed.node)}`);
     const json = representation === 'json';
@@ -143,7 +145,7 @@ export function readItem(deps: Pick<FeedViewDeps, 'engine' | 'access'>): RouteHa
       status: 200,
       type: `${MEDIA_TYPES[representation]}; charset=utf-8`,
       body: json ? activityJson(item) : entryDocument(item, feedUrl(x.origin(), query)),
-      cache: jid !== undefined ? 'private, no-cache' : 'no-cache',
+      cache: reader.kind !== 'anonymous' ? 'private, no-cache' : 'no-cache',
       headers: { vary: 'Accept, Authorization' },
     };
   };

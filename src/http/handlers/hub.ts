@@ -1,4 +1,4 @@
-import type { Access } from '../access.ts';
+import type { FeedService } from '../../feed/service/service.ts';
 import { problems } from '../errors.ts';
 import type { RouteHandler } from '../exchange.ts';
 import type { Hub } from '../websub/hub.ts';
@@ -7,7 +7,7 @@ import { parseIntent } from '../websub/intent.ts';
 /** What the hub's route needs. */
 export interface HubRouteDeps {
   hub: Pick<Hub, 'accept' | 'options'>;
-  access: Pick<Access, 'mayRead'>;
+  feeds: Pick<FeedService, 'settings'>;
 }
 
 const FORM = 'application/x-www-form-urlencoded';
@@ -22,7 +22,9 @@ export function subscribe(deps: HubRouteDeps): RouteHandler {
       ...deps.hub.options,
       origin,
       caller: () => x.caller(),
-      mayRead: (node, reader) => deps.access.mayRead(node, reader),
+      mayRead: async (node, reader) => {
+        await deps.feeds.settings(reader, node);
+      },
     });
     deps.hub.accept(intent);
     return { status: 202, type: 'text/plain; charset=utf-8', body: '', cache: 'no-store' };

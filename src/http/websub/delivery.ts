@@ -1,8 +1,8 @@
 import { createHmac } from 'node:crypto';
 import type { BackoffOptions } from '../../backoff.ts';
 import { backoffDelay } from '../../backoff.ts';
-import type { HubSubscription } from '../../feed/hubStore.ts';
 import type { Change } from '../../feed/model.ts';
+import type { HubSubscription } from '../../feed/service/hubSubscriptions.ts';
 import { atomFeed } from '../render/atom.ts';
 import { callCallback } from './callback.ts';
 

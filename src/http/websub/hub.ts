@@ -1,11 +1,12 @@
 import { randomBytes } from 'node:crypto';
-import type { FeedEngine } from '../../feed/engine.ts';
 import { FeedError } from '../../feed/errors.ts';
+import type { FeedEvent } from '../../feed/events.ts';
 import type { FeedName } from '../../feed/feedName.ts';
-import { HubStore, type HubSubscription } from '../../feed/hubStore.ts';
 import type { Change } from '../../feed/model.ts';
+import { ANONYMOUS, jidOf, user } from '../../feed/service/actor.ts';
+import type { HubSubscription, HubSubscriptions } from '../../feed/service/hubSubscriptions.ts';
+import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
-import type { Access } from '../access.ts';
 import { problems } from '../errors.ts';
 import { callCallback } from './callback.ts';
 import { DeliveryQueue, type Outcome } from './delivery.ts';
@@ -61,7 +62,7 @@ interface Active {
  * Atom document with `fo:prev_cursor`, through one ordered, bounded queue per subscription.
  */
 export class Hub {
-  private readonly store: HubStore;
+  private readonly store: HubSubscriptions;
   readonly options: HubOptions;
   /** Active subscriptions by feed (`ORDER NODE`), then by callback. */
   private readonly byFeed = new Map<string, Map<string, Active>>();
@@ -75,26 +76,25 @@ export class Hub {
   private stopping = false;
 
   constructor(
-    private readonly engine: FeedEngine,
-    private readonly access: Pick<Access, 'mayRead'>,
+    private readonly feeds: Pick<FeedService, 'onEvent' | 'settings' | 'hubSubscriptions'>,
     options: Partial<HubOptions>,
     private readonly log: Log,
   ) {
-    this.store = new HubStore(engine);
+    this.store = feeds.hubSubscriptions;
     this.options = { ...HUB_DEFAULTS, ...options };
   }
 
-  /** Loads the stored subscriptions and starts listening to the engine's changes. */
+  /** Loads the stored subscriptions and starts listening to the service's events. */
   async start(): Promise<void> {
     for (const sub of await this.store.all()) this.activate(sub);
-    const unlistenChanges = this.engine.onChange((change) => this.onChange(change));
+    this.unlisten = this.feeds.onEvent((event) => this.onEvent(event));
+  }
+
+  private onEvent(event: FeedEvent): void {
+    if (event.type === 'item-changed') this.onChange(event.change);
     // A deleted node's subscriptions end with it (its stored ones are swept with its keys): a later
     // node of the same name must not reach them.
-    const unlistenDeletes = this.engine.onDelete((node) => this.forget(node));
-    this.unlisten = () => {
-      unlistenChanges();
-      unlistenDeletes();
-    };
+    else if (event.type === 'node-deleted') this.forget(event.node);
   }
 
   private forget(node: string): void {
@@ -170,7 +170,7 @@ export class Hub {
   /** Why `reader` may not read the node now, or undefined when it may. */
   private async refusal(node: string, reader: string | undefined): Promise<string | undefined> {
     try {
-      await this.access.mayRead(node, reader);
+      await this.feeds.settings(reader === undefined ? ANONYMOUS : user(reader), node);
       return undefined;
     } catch (e) {
       if (e instanceof FeedError || (e as { status?: number }).status !== undefined)
@@ -276,6 +276,7 @@ export class Hub {
       this.deactivate(node, order, callback);
       return;
     }
+    const reader = jidOf(intent.reader);
     const sub: HubSubscription = {
       node,
       order,
@@ -284,7 +285,7 @@ export class Hub {
       hub: intent.hub,
       expires: Date.now() + intent.leaseSeconds * 1000,
       ...(intent.secret !== undefined ? { secret: intent.secret } : {}),
-      ...(intent.reader !== undefined ? { reader: intent.reader } : {}),
+      ...(reader !== undefined ? { reader } : {}),
     };
     await this.store.put(sub);
     this.activate(sub);

@@ -1,5 +1,6 @@
 import { FeedError } from '../../feed/errors.ts';
 import { type FeedName, parseFeedName } from '../../feed/feedName.ts';
+import type { Actor } from '../../feed/service/actor.ts';
 import { problems } from '../errors.ts';
 import { HUB_PATH } from '../paths.ts';
 import { CallbackRefused, checkResolvable, parseCallback } from './callback.ts';
@@ -14,8 +15,8 @@ export interface Intent {
   secret: string | undefined;
   /** The feed the topic names, when it names one the caller may read. */
   feed: FeedName | undefined;
-  /** The caller's bare JID, from its bearer token (none: anonymous). */
-  reader: string | undefined;
+  /** Who asked, from its bearer token: deliveries are checked against its right to read. */
+  reader: Actor;
   denial: string;
 }
 
@@ -28,9 +29,9 @@ export interface IntentContext {
   /** The origin the request addressed: topics are feeds under it. */
   origin: string;
   /** The caller; a bad token is the request's error (401), before anything is verified. */
-  caller: () => string | undefined;
+  caller: () => Actor;
   /** Throws when `reader` may not read the node. */
-  mayRead: (node: string, reader: string | undefined) => Promise<void>;
+  mayRead: (node: string, reader: Actor) => Promise<void>;
 }
 
 /** WebSub 5.1: a secret is under 200 bytes. */
@@ -96,11 +97,7 @@ function lease(
 }
 
 /** The feed a topic URL names: one of this server's feeds that the caller may read. */
-async function topicFeed(
-  topic: string,
-  context: IntentContext,
-  reader: string | undefined,
-): Promise<FeedName> {
+async function topicFeed(topic: string, context: IntentContext, reader: Actor): Promise<FeedName> {
   let url: URL;
   try {
     url = new URL(topic);
