@@ -1,15 +1,19 @@
 /**
  * HTTP benchmark: requests/s for a 50-item page at 1 % and 99 % depth of a large feed (JSON and
- * Atom), measured with autocannon, and the server's memory while it holds many long polls.
+ * Atom), measured with autocannon beside a bare node:http server serving the same bytes in the
+ * same run (the static baseline: the ratio is what holds on a busy machine), and the server's
+ * memory while it holds many long polls.
  *
- *   npm run bench:http -- [--items N] [--duration S] [--connections C] [--polls P]
+ *   npm run bench:http -- [--items N] [--duration S] [--connections C] [--polls P] [--cpu-prof DIR]
  *
  * The server runs in a child process (this file with --serve), so that the load generator does
- * not share its thread and its memory is measured alone. Everything happens in a temporary
- * directory, removed at the end.
+ * not share its thread and its memory is measured alone; the static server in another (--static).
+ * `--cpu-prof DIR` writes the server's CPU profile there (summarize it with bench/profileTop.ts).
+ * Everything else happens in a temporary directory, removed at the end.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -27,17 +31,53 @@ const PAGE = 50;
 
 const { values } = parseArgs({
   options: {
-    items: { type: 'string', default: '100000' },
+    items: { type: 'string', default: '20000' },
     duration: { type: 'string', default: '10' },
     connections: { type: 'string', default: '16' },
     polls: { type: 'string', default: '5000' },
     serve: { type: 'string' },
+    static: { type: 'string' },
+    'cpu-prof': { type: 'string' },
     help: { type: 'boolean', short: 'h' },
   },
 });
 
 if (values.serve !== undefined) await serveMode(values.serve);
+else if (values.static !== undefined) await staticMode(values.static);
 else await benchMode();
+
+/** A page's bytes as the server sent them, served again by the static baseline. */
+interface StaticPage {
+  type: string;
+  body: string;
+}
+
+/** The static baseline: a bare node:http server answering each path with fixed bytes. */
+async function staticMode(file: string): Promise<void> {
+  const pages = JSON.parse(await readFile(file, 'utf8')) as Record<string, StaticPage>;
+  const bodies = new Map(
+    Object.entries(pages).map(([path, page]) => [
+      path,
+      { type: page.type, body: Buffer.from(page.body, 'utf8') },
+    ]),
+  );
+  const server = createServer((req, res) => {
+    const page = bodies.get(req.url ?? '');
+    if (!page) {
+      res.writeHead(404).end();
+      return;
+    }
+    res.writeHead(200, { 'content-type': page.type, 'content-length': page.body.length }).end(page.body);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const address = server.address() as { port: number };
+  console.log(JSON.stringify({ origin: `http://127.0.0.1:${address.port}` }));
+  for await (const _ of createInterface({ input: process.stdin })) {
+    // Runs until stdin closes.
+  }
+  server.close();
+  server.closeAllConnections();
+}
 
 /** The server side: the engine and the HTTP binding on a free port; answers `memory` and `held` on stdin. */
 async function serveMode(dir: string): Promise<void> {
@@ -110,6 +150,7 @@ async function benchMode(): Promise<void> {
   }
   const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-bench-http-'));
   let child: ChildProcess | undefined;
+  let baseline: ChildProcess | undefined;
   try {
     const ids = await fill(dir, N);
     const engine = await FeedEngine.open(dir);
@@ -124,9 +165,10 @@ async function benchMode(): Promise<void> {
     const last = (await engine.read(NODE, { last: true, max: 1 })).items[0]?.cursor as string;
     await engine.close();
 
+    const profile = values['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${values['cpu-prof']}`] : [];
     child = spawn(
       process.execPath,
-      ['--expose-gc', '--import', 'tsx', fileURLToPath(import.meta.url), '--serve', dir],
+      ['--expose-gc', ...profile, '--import', 'tsx', fileURLToPath(import.meta.url), '--serve', dir],
       {
         stdio: ['pipe', 'pipe', 'inherit'],
       },
@@ -139,25 +181,59 @@ async function benchMode(): Promise<void> {
       return (await nextLine()) as { rss: number; heapUsed: number; held: number; releaseMs: number };
     };
 
-    console.log(
-      `\n${N.toLocaleString('en')} items of 1 KiB; ${CONNECTIONS} connections, ${DURATION} s each\n`,
-    );
-    console.log('| page of 50 | representation | requests/s | latency p50 | latency p99 | MB/s | errors |');
-    console.log('|---|---|---:|---:|---:|---:|---:|');
+    const pages: Record<string, StaticPage> = {};
+    const runs: { label: string; accept: string; url: string; path: string }[] = [];
     for (const [label, cursor] of depths) {
       for (const accept of ['application/json', 'application/atom+xml']) {
-        const result = await autocannon({
-          url: `${origin}/feeds/${NODE}?since=cursor:${cursor}&max=${PAGE}&timeout=0`,
-          headers: { accept },
-          connections: CONNECTIONS,
-          duration: DURATION,
-        });
-        const errors = result.errors + result.non2xx + result.timeouts;
-        console.log(
-          `| since ${label} depth | ${accept} | ${Math.round(result.requests.average).toLocaleString('en')} | ${result.latency.p50} ms | ${result.latency.p99} ms | ${(result.throughput.average / 1e6).toFixed(1)} | ${errors} |`,
-        );
+        const url = `${origin}/feeds/${NODE}?since=cursor:${cursor}&max=${PAGE}&timeout=0`;
+        const res = await fetch(url, { headers: { accept } });
+        const path = `/${runs.length}`;
+        pages[path] = { type: res.headers.get('content-type') ?? accept, body: await res.text() };
+        runs.push({ label, accept, url, path });
       }
     }
+    const staticFile = join(dir, 'static-pages.json');
+    await writeFile(staticFile, JSON.stringify(pages));
+    baseline = spawn(
+      process.execPath,
+      ['--import', 'tsx', fileURLToPath(import.meta.url), '--static', staticFile],
+      {
+        stdio: ['pipe', 'pipe', 'inherit'],
+      },
+    );
+    const staticLines = createInterface({ input: baseline.stdout as NodeJS.ReadableStream })[
+      Symbol.asyncIterator
+    ]();
+    const staticOrigin = (JSON.parse((await staticLines.next()).value as string) as { origin: string })
+      .origin;
+
+    console.log(
+      `\n${N.toLocaleString('en')} items of 1 KiB; ${CONNECTIONS} connections, ${DURATION} s each; ` +
+        'static: a bare node:http server sending the same bytes, in the same run\n',
+    );
+    console.log(
+      '| page of 50 | representation | bytes | requests/s | static requests/s | ratio | latency p50 / p99 | static p50 | errors |',
+    );
+    console.log('|---|---|---:|---:|---:|---:|---:|---:|---:|');
+    for (const run of runs) {
+      const ours = await autocannon({
+        url: run.url,
+        headers: { accept: run.accept },
+        connections: CONNECTIONS,
+        duration: DURATION,
+      });
+      const bare = await autocannon({
+        url: `${staticOrigin}${run.path}`,
+        connections: CONNECTIONS,
+        duration: DURATION,
+      });
+      const errors = ours.errors + ours.non2xx + ours.timeouts + bare.errors + bare.non2xx + bare.timeouts;
+      const bytes = Buffer.byteLength((pages[run.path] as StaticPage).body, 'utf8');
+      console.log(
+        `| since ${run.label} depth | ${run.accept} | ${bytes.toLocaleString('en')} | ${Math.round(ours.requests.average).toLocaleString('en')} | ${Math.round(bare.requests.average).toLocaleString('en')} | ${(ours.requests.average / bare.requests.average).toFixed(3)} | ${ours.latency.p50} / ${ours.latency.p99} ms | ${bare.latency.p50} ms | ${errors} |`,
+      );
+    }
+    baseline.stdin?.end();
 
     // Long polls: each waits since the last cursor; one write releases them all.
     const before = await memory();
@@ -209,6 +285,7 @@ async function benchMode(): Promise<void> {
       `| the same, in the server: change event to the last answer sent | ${serverMs.toFixed(0)} ms |`,
     );
   } finally {
+    baseline?.stdin?.end();
     child?.stdin?.end();
     if (child && child.exitCode === null) await new Promise((r) => child?.once('exit', r));
     await rm(dir, { recursive: true, force: true });

@@ -124,16 +124,16 @@ export class PubsubComponent {
     }
     // Over the limit: answered at once, before any parsing or engine work, and echoed bare (the
     // reply to a flood should cost the server as little as it can).
-    if (this.limiter && !this.limiter.take(bare)) {
+    if (this.limiter && !this.limiter.admit(bare)) {
       ctx.element.children = [];
       return errorElement(errors.resourceConstraint('too many requests; retry later'));
     }
-    if (this.tooDeep.has(ctx.stanza))
-      return errorElement(
-        errors.badRequest(`the request nests elements more than ${MAX_REQUEST_DEPTH} deep`),
-      );
     this.inFlight += 1;
     try {
+      if (this.tooDeep.has(ctx.stanza))
+        return errorElement(
+          errors.badRequest(`the request nests elements more than ${MAX_REQUEST_DEPTH} deep`),
+        );
       // xmpp.js answers a falsy reply with service-unavailable; `true` is an empty result.
       const { handler, verb } = route(type, ctx.element);
       const request = {
@@ -151,6 +151,7 @@ export class PubsubComponent {
         this.log.error('request failed', { error: String(e), stack: (e as Error).stack });
       return errorElement(err);
     } finally {
+      this.limiter?.answered(bare);
       this.inFlight -= 1;
       if (this.inFlight === 0) for (const s of this.settled.splice(0)) s();
     }
@@ -163,8 +164,12 @@ export class PubsubComponent {
     if (!from) return;
     try {
       const bare = jid(from).bare().toString();
-      if (this.limiter && !this.limiter.take(bare)) return;
-      await authorizationAnswer(this.binding, user(bare), stanza);
+      if (this.limiter && !this.limiter.admit(bare)) return;
+      try {
+        await authorizationAnswer(this.binding, user(bare), stanza);
+      } finally {
+        this.limiter?.answered(bare);
+      }
     } catch (e) {
       // A message has no reply to carry an error; the owner sees the subscription still pending.
       this.log.info('authorization answer refused', { from, error: String(e) });

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { RateLimiter } from '../../src/xmpp/rateLimit.ts';
+import { FREE_IN_FLIGHT, RateLimiter } from '../../src/xmpp/rateLimit.ts';
 
 /** A clock the test moves by hand, in ms. */
 function fakeClock(start = 1_000) {
@@ -20,6 +20,13 @@ function takeMany(limiter: RateLimiter, key: string, n: number): number {
   let granted = 0;
   for (let i = 0; i < n; i++) if (limiter.take(key)) granted += 1;
   return granted;
+}
+
+/** Admits n requests of `key` that are not answered; returns how many passed. */
+function admitMany(limiter: RateLimiter, key: string, n: number): number {
+  let admitted = 0;
+  for (let i = 0; i < n; i++) if (limiter.admit(key)) admitted += 1;
+  return admitted;
 }
 
 describe('RateLimiter', () => {
@@ -103,5 +110,93 @@ describe('RateLimiter', () => {
       ),
       { seed: 20_260_101, numRuns: 300 },
     );
+  });
+
+  it('refuses nonsense free in-flight counts', () => {
+    expect(() => new RateLimiter({ rate: 1, burst: 1, freeInFlight: -1 })).toThrow(RangeError);
+    expect(() => new RateLimiter({ rate: 1, burst: 1, freeInFlight: 1.5 })).toThrow(RangeError);
+  });
+});
+
+describe('RateLimiter.admit (requests that are answered)', () => {
+  it('never refuses a sender that waits for its answers with up to 64 in flight, however fast', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: FREE_IN_FLIGHT }),
+        fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 300, maxLength: 1000 }),
+        (window, answersPerStep) => {
+          // The clock never moves: no token is ever refilled, so only the free requests can pass.
+          const limiter = new RateLimiter({ rate: 50, burst: 200 }, fakeClock().now);
+          let waiting = 0;
+          for (const answers of answersPerStep) {
+            for (let i = 0; i < answers && waiting > 0; i++, waiting--) limiter.answered('bulk@x');
+            while (waiting < window) {
+              expect(limiter.admit('bulk@x')).toBe(true);
+              waiting += 1;
+            }
+          }
+          expect(limiter.waiting('bulk@x')).toBe(window);
+          expect(limiter.size).toBe(0);
+        },
+      ),
+      { seed: 20_261_123, numRuns: 40 },
+    );
+  });
+
+  it('meets a flood past the free requests with the bucket, and keeps it on until the bucket is full', () => {
+    const clock = fakeClock();
+    const limiter = new RateLimiter({ rate: 10, burst: 5, freeInFlight: 4 }, clock.now);
+    // 4 free, then the burst of 5, then nothing: nothing was answered.
+    expect(admitMany(limiter, 'flood@x', 20)).toBe(9);
+    // Answers come back, but the sender still owes: every request takes a token now.
+    for (let i = 0; i < 9; i++) limiter.answered('flood@x');
+    expect(limiter.waiting('flood@x')).toBe(0);
+    expect(limiter.admit('flood@x')).toBe(false);
+    clock.advance(100);
+    expect(limiter.admit('flood@x')).toBe(true);
+    limiter.answered('flood@x');
+    expect(limiter.admit('flood@x')).toBe(false);
+    // Once the bucket is full again (burst / rate = 500 ms), the free requests are back.
+    clock.advance(500);
+    expect(admitMany(limiter, 'flood@x', 20)).toBe(9);
+    // Other senders are not concerned.
+    expect(limiter.admit('quiet@x')).toBe(true);
+  });
+
+  it('never lets a sender that does not wait past free + burst + rate × elapsed', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 200 }),
+        fc.integer({ min: 1, max: 100 }),
+        fc.integer({ min: 0, max: 64 }),
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 500 }), fc.integer({ min: 0, max: 50 })), {
+          maxLength: 60,
+        }),
+        (rate, burst, free, steps) => {
+          const clock = fakeClock(0);
+          const limiter = new RateLimiter({ rate, burst, freeInFlight: free }, clock.now);
+          let admitted = 0;
+          let elapsed = 0;
+          for (const [dt, n] of steps) {
+            clock.advance(dt);
+            elapsed += dt;
+            for (let i = 0; i < n; i++) if (limiter.admit('k')) admitted += 1;
+            expect(admitted).toBeLessThanOrEqual(free + burst + (rate * elapsed) / 1000 + 1e-9);
+          }
+          expect(limiter.waiting('k')).toBe(admitted);
+        },
+      ),
+      { seed: 20_261_124, numRuns: 300 },
+    );
+  });
+
+  it('forgets senders with nothing unanswered', () => {
+    const limiter = new RateLimiter({ rate: 1, burst: 1 }, fakeClock().now);
+    expect(limiter.admit('a@x')).toBe(true);
+    limiter.answered('a@x');
+    limiter.answered('a@x');
+    expect(limiter.waiting('a@x')).toBe(0);
+    expect(limiter.admit('a@x')).toBe(true);
+    expect(limiter.waiting('a@x')).toBe(1);
   });
 });

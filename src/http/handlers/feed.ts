@@ -10,7 +10,7 @@ import type { LongPolls } from '../longPoll.ts';
 import { negotiate } from '../negotiate.ts';
 import { HUB_PATH, nodeUrl } from '../paths.ts';
 import { entryDocument } from '../render/atom.ts';
-import { activityItem } from '../render/json.ts';
+import { activityJson } from '../render/json.ts';
 import type { PageView } from '../render/pageView.ts';
 import { MEDIA_TYPES, renderPageOnce } from '../render/representation.ts';
 
@@ -144,7 +144,7 @@ export function readItem(deps: Pick<FeedViewDeps, 'feeds'>): RouteHandler {
     return {
       status: 200,
       type: `${MEDIA_TYPES[representation]}; charset=utf-8`,
-      body: json ? JSON.stringify(activityItem(item)) : entryDocument(item, feedUrl(x.origin(), query)),
+      body: json ? activityJson(item) : entryDocument(item, feedUrl(x.origin(), query)),
       cache: reader.kind !== 'anonymous' ? 'private, no-cache' : 'no-cache',
       headers: { vary: 'Accept, Authorization' },
     };

@@ -1,16 +1,10 @@
-import { createElement, type Element, escapeXML, parse } from 'ltx';
+import { escapeXML } from 'ltx';
 import { ATOM_NS, TOMBSTONE_NS } from '../../feed/atom.ts';
 import type { Item } from '../../feed/model.ts';
+import { FANOUT_NS, renditions } from '../../feed/renditions.ts';
 import type { PageView } from './pageView.ts';
 
-export const FANOUT_NS = 'http://fanout.org/protocol/atom';
-
-/** The item's own URL (where PUT and DELETE address it), also its Atom id when it has none. */
-export function itemUrl(feedUrl: string, id: string): string {
-  const q = feedUrl.indexOf('?');
-  const base = q < 0 ? feedUrl : feedUrl.slice(0, q);
-  return `${base}/items/${encodeURIComponent(id)}`;
-}
+export { FANOUT_NS, itemUrl } from '../../feed/renditions.ts';
 
 /**
  * The seed's Atom feed document of a page: `fo:total`, `fo:last_cursor`, self and next links,
@@ -46,30 +40,12 @@ export function entryDocument(item: Item, feedUrl: string): string {
   return `<?xml version="1.0" encoding="utf-8"?>\n${el}\n`;
 }
 
-/** The fo:id element; it declares its prefix, which an entry could have bound to something else. */
-function foId(id: string): Element {
-  return createElement('fo:id', { 'xmlns:fo': FANOUT_NS }, id);
-}
-
+/** The entry with what RFC 4287 requires and its `fo:id`, built once per version (src/feed/renditions.ts). */
 export function entry(item: Item, feedUrl: string): string {
-  const el = parse(item.entry);
-  // RFC 4287 requires an id, a title and an updated date of every entry; a stored entry may lack them.
-  const missing: Element[] = [];
-  if (!el.getChild('id', ATOM_NS))
-    missing.push(createElement('id', { xmlns: ATOM_NS }, itemUrl(feedUrl, item.id)));
-  if (!el.getChild('title', ATOM_NS)) missing.push(createElement('title', { xmlns: ATOM_NS }));
-  if (!el.getChild('updated', ATOM_NS))
-    missing.push(createElement('updated', { xmlns: ATOM_NS }, new Date(item.modified).toISOString()));
-  el.children.unshift(...missing);
-  el.append(foId(item.id));
-  return el.toString();
+  return renditions.atomEntry(item, feedUrl);
 }
 
+/** The tombstone of a deleted item as an RFC 6721 `at:deleted-entry`, with its `fo:id`. */
 export function deletedEntry(item: Item): string {
-  const stored = parse(item.entry);
-  const el = createElement('at:deleted-entry', { 'xmlns:at': TOMBSTONE_NS });
-  for (const [name, value] of Object.entries(stored.attrs)) if (name !== 'xmlns') el.attrs[name] = value;
-  for (const child of stored.children) el.cnode(child);
-  el.append(foId(item.id));
-  return el.toString();
+  return renditions.atomEntry(item, '');
 }

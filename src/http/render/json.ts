@@ -1,7 +1,5 @@
-import { decodeHTML } from 'entities';
-import { type Element, escapeXML, parse } from 'ltx';
-import { ATOM_NS } from '../../feed/atom.ts';
 import type { Item } from '../../feed/model.ts';
+import { renditions } from '../../feed/renditions.ts';
 import type { PageView } from './pageView.ts';
 
 /** One item of the ActivityStreams collection. */
@@ -31,77 +29,20 @@ export interface Collection {
   items: ActivityItem[];
 }
 
-export function collection(view: PageView): Collection {
+/**
+ * The page's collection as JSON text: the bytes `JSON.stringify` gives of its Collection, put
+ * together from each item version's JSON, built once (src/feed/renditions.ts).
+ */
+export function collectionJson(view: PageView): string {
   const { items, total } = view.page;
   const last = items[items.length - 1];
-  return {
-    count: items.length,
-    totalItems: total,
-    url: view.url,
-    ...(last ? { last_cursor: last.cursor } : {}),
-    ...(view.next ? { next: view.next } : {}),
-    items: items.map(activityItem),
-  };
+  let head = `{"count":${items.length},"totalItems":${total},"url":${JSON.stringify(view.url)}`;
+  if (last) head += `,"last_cursor":${JSON.stringify(last.cursor)}`;
+  if (view.next) head += `,"next":${JSON.stringify(view.next)}`;
+  return `${head},"items":[${items.map((item) => renditions.json(item)).join(',')}]}`;
 }
 
-export function activityItem(item: Item): ActivityItem {
-  const out: ActivityItem = {
-    id: item.id,
-    cursor: item.cursor,
-    published: new Date(item.created).toISOString(),
-    updated: new Date(item.modified).toISOString(),
-  } as ActivityItem;
-  if (item.deleted) out.deleted = true;
-  out.entry = item.entry;
-  if (item.publisher !== undefined) out.publisher = item.publisher;
-  if (!item.deleted) Object.assign(out, entryFields(parse(item.entry)));
-  return out;
-}
-
-/** The ActivityStreams fields an Atom entry gives, where it has them. */
-function entryFields(entry: Element): Partial<ActivityItem> {
-  const out: Partial<ActivityItem> = {};
-  const title = entry.getChild('title', ATOM_NS);
-  if (title) {
-    const text = plainText(title);
-    if (text !== '') out.displayName = text;
-  }
-  for (const name of ['content', 'summary'] as const) {
-    const el = entry.getChild(name, ATOM_NS);
-    const html = el ? htmlOf(el) : undefined;
-    if (html !== undefined) out[name] = html;
-  }
-  const links = entry.getChildren('link', ATOM_NS);
-  // RFC 4287: a link without rel is an alternate; prefer a web page among several.
-  const alternates = links.filter((l) => (l.attrs.rel ?? 'alternate') === 'alternate' && l.attrs.href);
-  const link = alternates.find((l) => l.attrs.type === 'text/html') ?? alternates[0];
-  if (link) out.url = link.attrs.href as string;
-  const name = entry.getChild('author', ATOM_NS)?.getChildText('name', ATOM_NS)?.trim();
-  if (name) out.author = { displayName: name };
-  return out;
-}
-
-/** An Atom text construct as plain text (ActivityStreams' displayName is plain text). */
-function plainText(el: Element): string {
-  const type = el.attrs.type ?? 'text';
-  const text = type === 'xhtml' ? deepText(el) : el.getText();
-  return (type === 'html' ? decodeHTML(text.replace(/<[^>]*>/g, '')) : text).trim();
-}
-
-/** An Atom text construct as HTML (ActivityStreams' content and summary are HTML). */
-function htmlOf(el: Element): string | undefined {
-  // Out-of-line content (`src`) and other media types have no HTML to give.
-  if (el.attrs.src !== undefined) return undefined;
-  const type = el.attrs.type ?? 'text';
-  if (type === 'text') return escapeXML(el.getText());
-  if (type === 'html') return el.getText();
-  if (type === 'xhtml') {
-    const div = el.getChildElements()[0];
-    return div ? div.children.map((c) => (typeof c === 'string' ? escapeXML(c) : c.toString())).join('') : '';
-  }
-  return undefined;
-}
-
-function deepText(el: Element): string {
-  return el.children.map((c) => (typeof c === 'string' ? c : deepText(c))).join('');
+/** One item's ActivityItem as JSON text. */
+export function activityJson(item: Item): string {
+  return renditions.json(item);
 }

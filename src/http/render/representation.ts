@@ -1,6 +1,6 @@
 import { etagOf } from '../validators.ts';
 import { atomFeed } from './atom.ts';
-import { collection } from './json.ts';
+import { collectionJson } from './json.ts';
 import type { PageView } from './pageView.ts';
 
 export type Representation = 'json' | 'atom';
@@ -23,7 +23,7 @@ export function renderPage(
   representation: Representation,
   callback: string | undefined,
 ): { type: string; body: string } {
-  const body = representation === 'json' ? JSON.stringify(collection(view)) : atomFeed(view);
+  const body = representation === 'json' ? collectionJson(view) : atomFeed(view);
   if (callback === undefined) return { type: `${MEDIA_TYPES[representation]}; charset=utf-8`, body };
   // JSON is not quite JavaScript: U+2028 and U+2029 end a line in older engines. The comment in
   // front keeps a response from being read as another file type that starts with the callback.

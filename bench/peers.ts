@@ -1,0 +1,185 @@
+/**
+ * The side-by-side pubsub workload of shared/peers (the same load client, peerbench.mjs: N
+ * publishes W in flight, fan-out to K online subscribers, the node read back in RSM pages) on a
+ * throwaway ejabberd or Prosody from prosody-dev/, against three services on that one server:
+ * the server's own mod_pubsub, the null component (the component route's ceiling) and smartfeeds.
+ *
+ *   npx tsx bench/peers.ts [--server ejabberd|prosody] [--only own,null,smartfeeds] [--items N]
+ *     [--subs K] [--window W] [--size BYTES] [--peerbench DIR] [--cpu-prof DIR] [--rate-limit-off]
+ *
+ * DIR (default shared/peers/peerbench) must hold nullpubsub.mjs and peerbench.mjs with their
+ * node_modules (`npm ci` there, or in a copy of it). smartfeeds runs with its default per-sender
+ * limit unless --rate-limit-off. `--cpu-prof DIR` writes smartfeeds' CPU profile there.
+ * Needs root (the harness runs the servers as their own users). Prints one JSON line per service.
+ */
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs, promisify } from 'node:util';
+import { freePort } from '../prosody-dev/process.ts';
+import { type ServerName, startServer, type XmppServer } from '../prosody-dev/servers.ts';
+
+const PROJECT = fileURLToPath(new URL('..', import.meta.url));
+const SECRET = 'peer-secret';
+const NULL_DOMAIN = 'null.localhost';
+const OWN_DOMAIN = 'pubsub.localhost';
+const FEEDS_DOMAIN = 'feeds.localhost';
+
+const { values } = parseArgs({
+  options: {
+    server: { type: 'string', default: 'ejabberd' },
+    only: { type: 'string', default: 'own,null,smartfeeds' },
+    items: { type: 'string', default: '1000' },
+    subs: { type: 'string', default: '10' },
+    window: { type: 'string', default: '32' },
+    size: { type: 'string', default: '1024' },
+    peerbench: { type: 'string', default: join(PROJECT, '..', 'shared', 'peers', 'peerbench') },
+    'cpu-prof': { type: 'string' },
+    'rate-limit-off': { type: 'boolean', default: false },
+  },
+});
+const server = values.server as ServerName;
+if (server !== 'ejabberd' && server !== 'prosody') throw new Error('--server is ejabberd or prosody');
+const only = new Set(values.only.split(','));
+if (!existsSync(join(values.peerbench, 'node_modules')))
+  throw new Error(`no node_modules in ${values.peerbench}: copy it somewhere writable and run npm ci there`);
+
+const users = ['admin', 'reader', ...Array.from({ length: Number(values.subs) }, (_, k) => `sub${k}`)];
+
+/** The server's own pubsub and the null component's domain, added to the harness's config. */
+async function addPeers(xmpp: XmppServer, nullPort: number): Promise<void> {
+  if (server === 'prosody') {
+    // The template already serves Prosody's mod_pubsub as pubsub.localhost.
+    const file = join(xmpp.dir, 'prosody.cfg.lua');
+    // peerbench's @xmpp/client 0.14 authenticates with SCRAM-SHA-1 only over plain TCP.
+    const config = (await readFile(file, 'utf8'))
+      .replace('"DIGEST-MD5", "SCRAM-SHA-1"', '"DIGEST-MD5"')
+      .replace('pubsub_max_items = 10000', 'pubsub_max_items = 1000000');
+    await writeFile(file, `${config}\nComponent "${NULL_DOMAIN}"\n  component_secret = "${SECRET}"\n`);
+    return;
+  }
+  const file = join(xmpp.dir, 'ejabberd.yml');
+  let config = (await readFile(file, 'utf8')).replace('  - "SCRAM-SHA-1"\n', '');
+  // A listener of its own: ejabberd routes every host of a listener to whichever component connects.
+  config = config.replace(
+    'modules:\n',
+    [
+      '  -',
+      `    port: ${nullPort}`,
+      '    ip: "127.0.0.1"',
+      '    module: ejabberd_service',
+      '    max_stanza_size: 524288',
+      '    hosts:',
+      `      ${NULL_DOMAIN}:`,
+      `        password: ${JSON.stringify(SECRET)}`,
+      '',
+      'modules:\n',
+    ].join('\n'),
+  );
+  // ejabberd's own pubsub, in memory (Mnesia), keeping every item of the run.
+  config += [
+    '  mod_pubsub:',
+    `    hosts: ["${OWN_DOMAIN}"]`,
+    '    plugins: ["flat"]',
+    '    max_items_node: 1000000',
+    '    default_node_config:',
+    '      max_items: 1000000',
+    '',
+  ].join('\n');
+  await writeFile(file, config);
+}
+
+function node(args: string[], env: NodeJS.ProcessEnv = process.env): ChildProcess {
+  return spawn(process.execPath, args, { stdio: ['ignore', 'ignore', 'inherit'], env, cwd: PROJECT });
+}
+
+async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGTERM');
+  const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+const xmpp = await startServer(server, { componentDomain: FEEDS_DOMAIN, componentSecret: SECRET });
+const children: ChildProcess[] = [];
+const data = await mkdtemp(join(tmpdir(), 'smartfeeds-peers-'));
+try {
+  await xmpp.stop();
+  // Prosody serves every component on its one component port.
+  const nullPort = server === 'prosody' ? xmpp.componentPort : await freePort();
+  await addPeers(xmpp, nullPort);
+  await xmpp.start();
+  for (const user of users) await xmpp.register(user, 'pw');
+  const targets: [name: string, jid: string, extra: string[]][] = [];
+  if (only.has('own'))
+    targets.push([
+      `${server} mod_pubsub`,
+      OWN_DOMAIN,
+      server === 'prosody' ? ['--max-items', '1000000'] : [],
+    ]);
+  if (only.has('null')) {
+    children.push(
+      node([
+        join(values.peerbench, 'nullpubsub.mjs'),
+        '--port',
+        String(nullPort),
+        '--domain',
+        NULL_DOMAIN,
+        '--secret',
+        SECRET,
+      ]),
+    );
+    targets.push(['null component (memory, no checks)', NULL_DOMAIN, []]);
+  }
+  if (only.has('smartfeeds')) {
+    const profile = values['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${values['cpu-prof']}`] : [];
+    const env = values['rate-limit-off'] ? { ...process.env, SMARTFEEDS_RATE_LIMIT: '0' } : process.env;
+    children.push(
+      node(
+        [
+          ...profile,
+          'bin/smartfeeds.mjs',
+          'serve',
+          '--service',
+          `xmpp://127.0.0.1:${xmpp.componentPort}`,
+          '--domain',
+          FEEDS_DOMAIN,
+          '--secret',
+          SECRET,
+          '--data',
+          join(data, 'db'),
+          '--admin',
+          'admin@localhost',
+          '--bot',
+          'off',
+        ],
+        env,
+      ),
+    );
+    targets.push(['smartfeeds', FEEDS_DOMAIN, []]);
+  }
+  await new Promise((resolve) => setTimeout(resolve, 4000));
+  for (const [name, jid, extra] of targets) {
+    const args = [join(values.peerbench, 'peerbench.mjs'), '--c2s', String(xmpp.c2sPort), '--service', jid];
+    for (const key of ['items', 'subs', 'window', 'size'] as const) args.push(`--${key}`, values[key]);
+    try {
+      const { stdout } = await promisify(execFile)(process.execPath, [...args, ...extra], {
+        timeout: 900_000,
+      });
+      const line = stdout.trim().split('\n').at(-1) ?? '{}';
+      console.log(JSON.stringify({ server, target: name, ...JSON.parse(line) }));
+    } catch (e) {
+      console.log(JSON.stringify({ server, target: name, error: String(e).slice(0, 600) }));
+    }
+  }
+} finally {
+  for (const child of children) await stopChild(child);
+  await xmpp.stop();
+  await rm(data, { recursive: true, force: true });
+  await rm(xmpp.dir, { recursive: true, force: true });
+}

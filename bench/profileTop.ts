@@ -1,0 +1,67 @@
+/**
+ * The top lines of a V8 CPU profile (node --cpu-prof): self time per function as a share of the
+ * busy time (idle and program shown apart), then total time (the function and what it called).
+ *
+ *   npx tsx bench/profileTop.ts FILE.cpuprofile [--top N]
+ */
+import { readFile } from 'node:fs/promises';
+import { parseArgs } from 'node:util';
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+
+interface Profile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+const { values, positionals } = parseArgs({
+  options: { top: { type: 'string', default: '25' } },
+  allowPositionals: true,
+});
+const file = positionals[0];
+if (!file) {
+  console.error('usage: tsx bench/profileTop.ts FILE.cpuprofile [--top N]');
+  process.exit(2);
+}
+const profile = JSON.parse(await readFile(file, 'utf8')) as Profile;
+const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+const parent = new Map<number, number>();
+for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+const keyOf = (frame: ProfileNode['callFrame'] | undefined): string => {
+  const name = frame?.functionName || '(anonymous)';
+  const where = frame?.url ? frame.url.replace(/^.*\/(node_modules|src|bench)\//, '$1/') : '';
+  return `${name} ${where}`.trim();
+};
+const self = new Map<string, number>();
+const inclusive = new Map<string, number>();
+let total = 0;
+let idle = 0;
+profile.samples.forEach((id, i) => {
+  const us = profile.timeDeltas[i] ?? 0;
+  const frame = byId.get(id)?.callFrame;
+  const name = frame?.functionName || '(anonymous)';
+  if (name === '(idle)' || name === '(program)') {
+    idle += us;
+    return;
+  }
+  total += us;
+  const key = keyOf(frame);
+  self.set(key, (self.get(key) ?? 0) + us);
+  const seen = new Set<string>();
+  for (let at: number | undefined = id; at !== undefined; at = parent.get(at))
+    seen.add(keyOf(byId.get(at)?.callFrame));
+  for (const k of seen) inclusive.set(k, (inclusive.get(k) ?? 0) + us);
+});
+console.log(`busy ${(total / 1e6).toFixed(2)} s, idle/program ${(idle / 1e6).toFixed(2)} s`);
+const top = [...self].sort((a, b) => b[1] - a[1]).slice(0, Number(values.top));
+console.log('self:');
+for (const [key, us] of top) console.log(`${((100 * us) / total).toFixed(1).padStart(5)} %  ${key}`);
+console.log('total (self and callees), src/ only:');
+const mine = [...inclusive].filter(([k]) => k.includes('src/')).sort((a, b) => b[1] - a[1]);
+for (const [key, us] of mine.slice(0, Number(values.top)))
+  console.log(`${((100 * us) / total).toFixed(1).padStart(5)} %  ${key}`);

@@ -1,0 +1,210 @@
+import { decodeHTML } from 'entities';
+import { createElement, type Element, escapeXML, parse } from 'ltx';
+import { ATOM_NS, TOMBSTONE_NS } from './atom.ts';
+import type { Item } from './model.ts';
+
+export const FANOUT_NS = 'http://fanout.org/protocol/atom';
+
+/**
+ * What the readers' representations need of one item version, built once (by parsing its entry)
+ * and kept: every read of a page used to parse each entry again for its JSON fields and its Atom
+ * `fo:id`. Pages are then strings put together from these pieces.
+ */
+interface Rendition {
+  /** The entry it was made of: a hit must hold the very same text. */
+  entry: string;
+  /** The JSON object of the item less its `{"id":…,"cursor":…,` head (the cursor is per feed). */
+  json?: string;
+  /** The Atom entry split where an `<id>` it lacks goes (the id is the item's URL, per request). */
+  atom?: { head: string; tail: string; hasId: boolean };
+  /** The tombstone (`at:deleted-entry`) of a deleted item. */
+  tombstone?: string;
+  /** What its key and strings hold, in UTF-16 code units. */
+  size: number;
+}
+
+/**
+ * A bounded LRU of renditions keyed by everything they are made of (the id, both stamps, the
+ * deleted flag, the publisher and the entry's length) and checked against the entry itself, so a
+ * rendition never serves another version, whatever happens to the node: nothing needs
+ * invalidating. (A short key and one comparison cost less than hashing the whole entry.)
+ */
+export class Renditions {
+  private readonly cache = new Map<string, Rendition>();
+  private bytes = 0;
+
+  /** `maxBytes`: about what the cached strings (keys included) may hold, in UTF-16 code units. */
+  constructor(private readonly maxBytes = 32 * 1024 * 1024) {}
+
+  /** The ActivityStreams item (src/http/collection.ts) as JSON, for this feed's cursor. */
+  json(item: Item): string {
+    const r = this.rendition(item);
+    if (r.json === undefined) r.json = this.grow(r, activityTail(item));
+    return `{"id":${JSON.stringify(item.id)},"cursor":${JSON.stringify(item.cursor)},${r.json}`;
+  }
+
+  /** The item's Atom entry with its `fo:id` (or its tombstone), as the feed at `feedUrl` has it. */
+  atomEntry(item: Item, feedUrl: string): string {
+    const r = this.rendition(item);
+    if (item.deleted) {
+      if (r.tombstone === undefined) r.tombstone = this.grow(r, tombstoneOf(item));
+      return r.tombstone;
+    }
+    if (r.atom === undefined) {
+      r.atom = atomPieces(item);
+      this.grow(r, r.atom.head + r.atom.tail);
+    }
+    const { head, tail, hasId } = r.atom;
+    return hasId
+      ? head + tail
+      : head + createElement('id', { xmlns: ATOM_NS }, itemUrl(feedUrl, item.id)) + tail;
+  }
+
+  /** Renditions held (for tests). */
+  get size(): number {
+    return this.cache.size;
+  }
+
+  private rendition(item: Item): Rendition {
+    const key = `${item.id}\u0000${item.created}\u0000${item.modified}\u0000${item.deleted ? 1 : 0}\u0000${item.publisher ?? '\u0001'}\u0000${item.entry.length}`;
+    let r = this.cache.get(key);
+    if (r) {
+      this.cache.delete(key);
+      this.bytes -= r.size;
+      // The same text: most recently used last (the Map's order is the eviction order).
+      if (r.entry === item.entry) {
+        this.cache.set(key, r);
+        this.bytes += r.size;
+        return r;
+      }
+    }
+    r = { entry: item.entry, size: key.length + item.entry.length };
+    this.cache.set(key, r);
+    this.bytes += r.size;
+    this.evict();
+    return r;
+  }
+
+  /** Counts a string `r` now holds; returns it. */
+  private grow(r: Rendition, s: string): string {
+    r.size += s.length;
+    this.bytes += s.length;
+    this.evict();
+    return s;
+  }
+
+  /** Drops the least recently used renditions past the bound (never the one in use, the newest). */
+  private evict(): void {
+    for (const [key, r] of this.cache) {
+      if (this.bytes <= this.maxBytes || this.cache.size <= 1) return;
+      this.cache.delete(key);
+      this.bytes -= r.size;
+    }
+  }
+
+  /** What the held renditions hold, in UTF-16 code units (for tests). */
+  get heldBytes(): number {
+    return this.bytes;
+  }
+}
+
+/** The item's own URL (where PUT and DELETE address it), also its Atom id when it has none. */
+export function itemUrl(feedUrl: string, id: string): string {
+  const q = feedUrl.indexOf('?');
+  const base = q < 0 ? feedUrl : feedUrl.slice(0, q);
+  return `${base}/items/${encodeURIComponent(id)}`;
+}
+
+/** `JSON.stringify` of the ActivityStreams item from `published` on: what depends on the version only. */
+function activityTail(item: Item): string {
+  const out: Record<string, unknown> = {
+    published: new Date(item.created).toISOString(),
+    updated: new Date(item.modified).toISOString(),
+  };
+  if (item.deleted) out.deleted = true;
+  out.entry = item.entry;
+  if (item.publisher !== undefined) out.publisher = item.publisher;
+  if (!item.deleted) Object.assign(out, entryFields(parse(item.entry)));
+  return JSON.stringify(out).slice(1);
+}
+
+/** The Atom entry with what RFC 4287 requires added and `fo:id` appended, split after its start tag. */
+function atomPieces(item: Item): { head: string; tail: string; hasId: boolean } {
+  const el = parse(item.entry);
+  const hasId = el.getChild('id', ATOM_NS) !== undefined;
+  const missing: Element[] = [];
+  if (!el.getChild('title', ATOM_NS)) missing.push(createElement('title', { xmlns: ATOM_NS }));
+  if (!el.getChild('updated', ATOM_NS))
+    missing.push(createElement('updated', { xmlns: ATOM_NS }, new Date(item.modified).toISOString()));
+  el.children.unshift(...missing);
+  el.append(foId(item.id));
+  const text = el.toString();
+  // Attribute values are escaped, so the first `>` ends the start tag; a missing `<id>` goes first.
+  const end = text.indexOf('>') + 1;
+  return { head: text.slice(0, end), tail: text.slice(end), hasId };
+}
+
+function tombstoneOf(item: Item): string {
+  const stored = parse(item.entry);
+  const el = createElement('at:deleted-entry', { 'xmlns:at': TOMBSTONE_NS });
+  for (const [name, value] of Object.entries(stored.attrs)) if (name !== 'xmlns') el.attrs[name] = value;
+  for (const child of stored.children) el.cnode(child);
+  el.append(foId(item.id));
+  return el.toString();
+}
+
+/** The fo:id element; it declares its prefix, which an entry could have bound to something else. */
+function foId(id: string): Element {
+  return createElement('fo:id', { 'xmlns:fo': FANOUT_NS }, id);
+}
+
+/** The ActivityStreams fields an Atom entry gives, where it has them. */
+function entryFields(entry: Element): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  const title = entry.getChild('title', ATOM_NS);
+  if (title) {
+    const text = plainText(title);
+    if (text !== '') out.displayName = text;
+  }
+  for (const name of ['content', 'summary'] as const) {
+    const el = entry.getChild(name, ATOM_NS);
+    const html = el ? htmlOf(el) : undefined;
+    if (html !== undefined) out[name] = html;
+  }
+  const links = entry.getChildren('link', ATOM_NS);
+  // RFC 4287: a link without rel is an alternate; prefer a web page among several.
+  const alternates = links.filter((l) => (l.attrs.rel ?? 'alternate') === 'alternate' && l.attrs.href);
+  const link = alternates.find((l) => l.attrs.type === 'text/html') ?? alternates[0];
+  if (link) out.url = link.attrs.href as string;
+  const name = entry.getChild('author', ATOM_NS)?.getChildText('name', ATOM_NS)?.trim();
+  if (name) out.author = { displayName: name };
+  return out;
+}
+
+/** An Atom text construct as plain text (ActivityStreams' displayName is plain text). */
+function plainText(el: Element): string {
+  const type = el.attrs.type ?? 'text';
+  const text = type === 'xhtml' ? deepText(el) : el.getText();
+  return (type === 'html' ? decodeHTML(text.replace(/<[^>]*>/g, '')) : text).trim();
+}
+
+/** An Atom text construct as HTML (ActivityStreams' content and summary are HTML). */
+function htmlOf(el: Element): string | undefined {
+  // Out-of-line content (`src`) and other media types have no HTML to give.
+  if (el.attrs.src !== undefined) return undefined;
+  const type = el.attrs.type ?? 'text';
+  if (type === 'text') return escapeXML(el.getText());
+  if (type === 'html') return el.getText();
+  if (type === 'xhtml') {
+    const div = el.getChildElements()[0];
+    return div ? div.children.map((c) => (typeof c === 'string' ? escapeXML(c) : c.toString())).join('') : '';
+  }
+  return undefined;
+}
+
+function deepText(el: Element): string {
+  return el.children.map((c) => (typeof c === 'string' ? c : deepText(c))).join('');
+}
+
+/** The renditions every reader shares. */
+export const renditions = new Renditions();
