@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import { type Fasp, registerFasp } from '../fasp/routes.ts';
 import { readAtomEntry } from '../feed/atom.ts';
 import type { FeedEngine } from '../feed/engine.ts';
 import { checkItemId, parseFeedName } from '../feed/feedName.ts';
@@ -70,6 +71,7 @@ export class HttpBinding {
   readonly polls: LongPolls;
   readonly access: Access;
   readonly hub: Hub;
+  readonly fasp: Fasp;
   /** `http://HOST:PORT` once listening. */
   origin = '';
   private stopping = false;
@@ -128,6 +130,14 @@ export class HttpBinding {
     }
     this.hub = new Hub(engine, this.access, options.websub ?? {}, log);
     this.hub.register(this.app, (request) => this.originOf(request));
+    // The FASP base protocol, provider administration and NodeInfo (src/fasp/routes.ts).
+    this.fasp = registerFasp(this.app, {
+      kv: engine.kv('fasp'),
+      admins: options.admins,
+      log,
+      caller: (authorization) => this.access.caller(authorization),
+      origin: (request) => this.originOf(request),
+    });
     for (const [url, methods] of allowed) {
       const allow = methods.includes('GET') ? [...methods, 'HEAD'] : methods;
       const others = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'].filter((m) => !allow.includes(m));
