@@ -4,6 +4,7 @@ import {
   createPublicKey,
   generateKeyPairSync,
   type KeyObject,
+  randomBytes,
 } from 'node:crypto';
 import { createSigner, createVerifier, httpbis } from 'http-message-signatures';
 import { type Dictionary, type InnerList, type Item, isInnerList, parseDictionary } from 'structured-headers';
@@ -133,8 +134,10 @@ export async function signRequest(
       key: createSigner(signer.privateKey, 'ed25519', signer.keyId),
       name: 'sig1',
       fields: [...REQUEST_COMPONENTS],
-      params: ['created', 'keyid'],
-      paramValues: { created },
+      // Ed25519 is deterministic: without a nonce, the same request twice in a second would be
+      // the same signature, and refused by the receiver as a replay.
+      params: ['created', 'keyid', 'nonce'],
+      paramValues: { created, nonce: randomBytes(12).toString('base64url') },
     },
     { method: request.method, url: request.url, headers },
   );

@@ -136,7 +136,7 @@ describe('the project’s signatures, checked by a second library', () => {
       );
       expect(headers['content-digest']).toBe(contentDigest(body));
       expect(headers['signature-input']).toMatch(
-        /^sig1=\("@method" "@target-uri" "content-digest"\);created=\d+;keyid="b2ks6vm8p23w"$/,
+        /^sig1=\("@method" "@target-uri" "content-digest"\);created=\d+;keyid="b2ks6vm8p23w";nonce="[\w-]{16}"$/,
       );
       const incoming = { url, method, headers: { ...headers, host: 'fasp.example.com' }, body };
       expect(await verifyRFC9530DigestHeader(incoming, body, { failOnNoDigest: true })).toBe(true);
