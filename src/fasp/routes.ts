@@ -125,13 +125,55 @@ export function registerFasp(app: FastifyInstance, deps: FaspDependencies): Fasp
   const store = new ProviderStore(deps.kv);
   const client = new ProviderClient(store);
   const administration = new ProviderAdministration(store, client, deps.log);
-  const replays = new ReplayGuard();
+  const authenticate = authenticator(store, deps);
   const signedRoutes: SignedRoute[] = [];
-  // Compared as the bindings compare them: bare JIDs in their canonical spelling.
-  const admins = new Set(deps.admins.map((a) => jid(a).bare().toString()));
   let ready = false;
+  app.register(async (scope) => {
+    // FASP bodies are JSON whose exact bytes are digested: keep them as they came.
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: BODY_LIMIT }, (_req, body, done) =>
+      done(null, body),
+    );
+    scope.setErrorHandler((error) => {
+      throw toProblem(error);
+    });
+    // Every answer of the FASP API is signed, refusals included (general/v0.1, protocol basics).
+    scope.addHook('onSend', async (request, reply, payload) => {
+      if (!request.url.startsWith(`${FASP_BASE}/`)) return payload;
+      const body = typeof payload === 'string' || Buffer.isBuffer(payload) ? payload : '';
+      const { privateKey } = await store.serviceKey();
+      const keyId = keyIdOf.get(request);
+      const signer = keyId === undefined ? { privateKey } : { privateKey, keyId };
+      for (const [name, value] of Object.entries(await signResponse(reply.statusCode, body, signer)))
+        reply.header(name, value);
+      return payload;
+    });
+    await store.serviceKey();
+    registerRegistration(scope, store, deps);
+    for (const route of signedRoutes) registerSigned(scope, route, authenticate);
+    ready = true;
+    registerAdminRoutes(scope, administration, adminCheck(deps));
+  });
+  registerNodeInfo(app, deps);
+  return {
+    store,
+    administration,
+    client,
+    authenticate,
+    addSignedRoute(route) {
+      if (ready) throw new Error('FASP routes are added before the server listens');
+      signedRoutes.push(route);
+    },
+  };
+}
 
-  const authenticate = async (request: FastifyRequest): Promise<Provider> => {
+/** Checks a signed request: its provider must be known, confirmed, and its signature fresh and new. */
+function authenticator(
+  store: ProviderStore,
+  deps: FaspDependencies,
+): (request: FastifyRequest) => Promise<Provider> {
+  const replays = new ReplayGuard();
+  return async (request) => {
     let found: Provider | undefined;
     try {
       const verified = await verifyRequest(
@@ -162,8 +204,12 @@ export function registerFasp(app: FastifyInstance, deps: FaspDependencies): Fasp
     keyIdOf.set(request, provider.serverId);
     return provider;
   };
+}
 
-  const requireAdmin = (request: FastifyRequest): void => {
+function adminCheck(deps: FaspDependencies): (request: FastifyRequest) => void {
+  // Compared as the bindings compare them: bare JIDs in their canonical spelling.
+  const admins = new Set(deps.admins.map((a) => jid(a).bare().toString()));
+  return (request) => {
     const who = deps.caller(request.headers.authorization);
     if (who === undefined)
       throw new HttpProblem(401, 'unauthorized', 'the FASP administration needs a bearer token', {
@@ -171,90 +217,46 @@ export function registerFasp(app: FastifyInstance, deps: FaspDependencies): Fasp
       });
     if (!admins.has(who)) throw new HttpProblem(403, 'forbidden', `${who} is not an administrator`);
   };
+}
 
-  app.register(async (scope) => {
-    // FASP bodies are JSON whose exact bytes are digested: keep them as they came.
-    scope.removeAllContentTypeParsers();
-    scope.addContentTypeParser('*', { parseAs: 'buffer', bodyLimit: BODY_LIMIT }, (_req, body, done) =>
-      done(null, body),
-    );
-    scope.setErrorHandler((error) => {
-      throw toProblem(error);
+function registerRegistration(scope: FastifyInstance, store: ProviderStore, deps: FaspDependencies): void {
+  scope.post(`${FASP_BASE}/registration`, async (request, reply) => {
+    // Registration exchanges the keys, so it cannot be signed; a digest sent is checked.
+    if (request.headers['content-digest'] !== undefined)
+      checkContentDigest(request.headers, bodyBytes(request));
+    const registration = parseRegistration(jsonBody(request));
+    keyIdOf.set(request, registration.serverId);
+    const provider = await store.register(registration);
+    deps.log.info('fasp registration', { id: provider.id, name: provider.name, baseUrl: provider.baseUrl });
+    return send(reply, 201, {
+      faspId: provider.id,
+      publicKey: await store.servicePublicKey(),
+      registrationCompletionUri: `${deps.origin(request)}${ADMIN_BASE}/${encodeURIComponent(provider.id)}`,
     });
-    // Every answer of the FASP API is signed, refusals included (general/v0.1, protocol basics).
-    scope.addHook('onSend', async (request, reply, payload) => {
-      if (!request.url.startsWith(`${FASP_BASE}/`)) return payload;
-      const body = typeof payload === 'string' || Buffer.isBuffer(payload) ? payload : '';
-      const { privateKey } = await store.serviceKey();
-      const keyId = keyIdOf.get(request);
-      const headers = await signResponse(
-        reply.statusCode,
-        body,
-        keyId === undefined ? { privateKey } : { privateKey, keyId },
-      );
-      for (const [name, value] of Object.entries(headers)) reply.header(name, value);
-      return payload;
-    });
-    await store.serviceKey();
-
-    scope.post(`${FASP_BASE}/registration`, async (request, reply) => {
-      // Registration exchanges the keys, so it cannot be signed; a digest sent is checked.
-      if (request.headers['content-digest'] !== undefined) {
-        try {
-          checkContentDigest(request.headers, bodyBytes(request));
-        } catch (e) {
-          throw toProblem(e);
-        }
-      }
-      const registration = parseRegistration(jsonBody(request));
-      keyIdOf.set(request, registration.serverId);
-      const provider = await store.register(registration);
-      deps.log.info('fasp registration', { id: provider.id, name: provider.name, baseUrl: provider.baseUrl });
-      const origin = deps.origin(request);
-      return send(reply, 201, {
-        faspId: provider.id,
-        publicKey: await store.servicePublicKey(),
-        registrationCompletionUri: `${origin}${ADMIN_BASE}/${encodeURIComponent(provider.id)}`,
-      });
-    });
-
-    for (const route of signedRoutes) {
-      scope.route({
-        method: route.method,
-        url: `${FASP_BASE}${route.url}`,
-        handler: async (request, reply) => {
-          const provider = await authenticate(request);
-          if (route.capability !== undefined && provider.enabled[route.capability] === undefined)
-            throw new HttpProblem(
-              403,
-              'forbidden',
-              `the capability ${route.capability} is not on for this provider`,
-            );
-          const answer = await route.handler({
-            provider,
-            body: jsonBody(request),
-            params: request.params as Record<string, string>,
-            request,
-          });
-          return send(reply, answer.status, answer.body);
-        },
-      });
-    }
-    ready = true;
-    registerAdminRoutes(scope, administration, requireAdmin);
   });
+}
 
-  registerNodeInfo(app, deps);
-  return {
-    store,
-    administration,
-    client,
-    authenticate,
-    addSignedRoute(route) {
-      if (ready) throw new Error('FASP routes are added before the server listens');
-      signedRoutes.push(route);
+function registerSigned(
+  scope: FastifyInstance,
+  route: SignedRoute,
+  authenticate: (request: FastifyRequest) => Promise<Provider>,
+): void {
+  scope.route({
+    method: route.method,
+    url: `${FASP_BASE}${route.url}`,
+    handler: async (request, reply) => {
+      const provider = await authenticate(request);
+      if (route.capability !== undefined && provider.enabled[route.capability] === undefined)
+        throw new HttpProblem(
+          403,
+          'forbidden',
+          `the capability ${route.capability} is not on for this provider`,
+        );
+      const params = request.params as Record<string, string>;
+      const answer = await route.handler({ provider, body: jsonBody(request), params, request });
+      return send(reply, answer.status, answer.body);
     },
-  };
+  });
 }
 
 function registerAdminRoutes(

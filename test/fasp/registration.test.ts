@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { faspCommand } from '../../src/fasp/cli.ts';
 import type { Provider } from '../../src/fasp/providers.ts';
 import type { SignedRoute } from '../../src/fasp/routes.ts';
+import { contentDigest } from '../../src/fasp/signatures.ts';
 import type { FeedEngine } from '../../src/feed/engine.ts';
 import { removeDir, type ServiceStack, startService, TestFasp, TOKENS } from './support.ts';
 
@@ -102,6 +103,13 @@ describe('FASP registration, administration and signed calls', () => {
     // Refusals are signed too.
     expect(answer.headers.get('signature-input')).toContain('"@status" "content-digest"');
     expect((await post('not json')).status).toBe(400);
+    // A digest sent with a registration is checked.
+    const digested = await fetch(`${service.origin}/fasp/registration`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', 'content-digest': contentDigest('{}') },
+      body: badKey,
+    });
+    expect(digested.status).toBe(401);
   });
 
   it('refuses a pending provider’s signed requests', async () => {
