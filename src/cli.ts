@@ -1033,6 +1033,7 @@ export async function main(argv: string[]): Promise<number> {
     process.stdout.write(commandHelp(topic, command));
     return 0;
   }
+  if (name === 'fasp') return (await import('./fasp/cli.ts')).faspCommand(rest);
   const command = Object.hasOwn(commands, name) ? commands[name] : undefined;
   if (!command) return failure(new UsageError(`unknown command ${JSON.stringify(name)}`), '');
 

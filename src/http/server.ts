@@ -5,7 +5,9 @@ import fastify, {
   type FastifyRequest,
   LogController,
 } from 'fastify';
+import { type Fasp, registerFasp } from '../fasp/routes.ts';
 import type { FeedEvent } from '../feed/events.ts';
+import { jidOf, user } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import { Credentials } from './credentials.ts';
@@ -47,6 +49,7 @@ export class HttpBinding {
   readonly app: FastifyInstance;
   readonly polls: LongPolls;
   readonly hub: Hub;
+  readonly fasp: Fasp;
   /** `http://HOST:PORT` once listening. */
   origin = '';
   readonly credentials: Credentials;
@@ -93,6 +96,14 @@ export class HttpBinding {
         log,
       }),
     );
+    // The FASP base protocol, provider administration and NodeInfo (src/fasp/routes.ts).
+    this.fasp = registerFasp(this.app, {
+      kv: feeds.kv('fasp'),
+      isAdmin: (bare) => feeds.rights.isAdmin(user(bare)),
+      log,
+      caller: (authorization) => jidOf(this.credentials.actor(authorization)),
+      origin: (request) => this.originOf(request),
+    });
     options.extend?.(this.app, this);
   }
 

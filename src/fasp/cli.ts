@@ -1,0 +1,143 @@
+import { parseArgs } from 'node:util';
+import type { Provider } from './providers.ts';
+import { ADMIN_BASE } from './routes.ts';
+
+const USAGE = `Usage: smartfeeds fasp COMMAND [ID] [CAPABILITY] [--url URL] [--token TOKEN]
+
+Manages the fediverse auxiliary service providers (FASP) that registered with a running server,
+over its HTTP binding, as an administrator.
+
+Commands:
+  list                     every provider: id, status, name, base URL, key fingerprint, capabilities on
+  show ID                  one provider, as JSON
+  confirm ID               accepts a registration and fetches the provider's provider_info
+  decline ID               refuses a registration (its requests are refused from now on)
+  remove ID                forgets a provider (turning its capabilities off at it first)
+  enable ID CAPABILITY     turns a capability on at the provider (data_sharing)
+  disable ID CAPABILITY    turns it off
+
+Options:
+  --url URL      the server's HTTP origin (default: $SMARTFEEDS_URL, else http://127.0.0.1:8080)
+  --token TOKEN  a bearer token of an administrator (default: $SMARTFEEDS_TOKEN)
+
+Compare a provider's fingerprint with the one it shows before confirming it.
+Exit codes: 0 done; 1 the server refused or could not be reached; 2 bad command line.
+`;
+
+const ARITY: Record<string, number> = {
+  list: 0,
+  show: 1,
+  confirm: 1,
+  decline: 1,
+  remove: 1,
+  enable: 2,
+  disable: 2,
+};
+
+export interface FaspCommandIo {
+  out(text: string): void;
+  err(text: string): void;
+  env: Record<string, string | undefined>;
+}
+
+const processIo: FaspCommandIo = {
+  out: (t) => process.stdout.write(t),
+  err: (t) => process.stderr.write(t),
+  env: process.env,
+};
+
+class UsageError extends Error {}
+
+/** `smartfeeds fasp …` (argv after `fasp`): speaks to the running server; resolves with the exit code. */
+export async function faspCommand(argv: string[], io: FaspCommandIo = processIo): Promise<number> {
+  let request: { method: string; path: string; command: string };
+  let url: string;
+  let token: string;
+  try {
+    const parsed = parseArgs({
+      args: argv,
+      options: { url: { type: 'string' }, token: { type: 'string' }, help: { type: 'boolean', short: 'h' } },
+      allowPositionals: true,
+      strict: true,
+    });
+    if (parsed.values.help) {
+      io.out(USAGE);
+      return 0;
+    }
+    request = route(parsed.positionals);
+    url = (parsed.values.url ?? io.env.SMARTFEEDS_URL ?? 'http://127.0.0.1:8080').replace(/\/+$/, '');
+    token = parsed.values.token ?? io.env.SMARTFEEDS_TOKEN ?? '';
+    if (token === '') throw new UsageError('an administrator token is needed: --token or $SMARTFEEDS_TOKEN');
+  } catch (e) {
+    io.err(`smartfeeds fasp: ${(e as Error).message.replace(/\s*\n\s*/g, ' ')}\n\n${USAGE}`);
+    return 2;
+  }
+  let response: Response;
+  try {
+    response = await fetch(`${url}${request.path}`, {
+      method: request.method,
+      headers: { authorization: `Bearer ${token}`, accept: 'application/json' },
+      signal: AbortSignal.timeout(30_000),
+    });
+  } catch (e) {
+    io.err(`smartfeeds fasp: ${url} cannot be reached: ${(e as Error).message}\n`);
+    return 1;
+  }
+  const text = await response.text();
+  if (!response.ok) {
+    let detail = text;
+    try {
+      detail = (JSON.parse(text) as { detail?: string }).detail ?? text;
+    } catch {
+      // Not a problem document: its text says what happened.
+    }
+    io.err(`smartfeeds fasp ${request.command}: ${response.status} ${detail}\n`);
+    return 1;
+  }
+  io.out(render(request.command, text));
+  return 0;
+}
+
+function route(positionals: string[]): { method: string; path: string; command: string } {
+  const [command, ...args] = positionals;
+  if (command === undefined) throw new UsageError('a command is needed');
+  const arity = Object.hasOwn(ARITY, command) ? ARITY[command] : undefined;
+  if (arity === undefined) throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+  if (args.length !== arity)
+    throw new UsageError(`${command} takes ${arity} argument${arity === 1 ? '' : 's'}`);
+  const id = encodeURIComponent(args[0] ?? '');
+  const capability = encodeURIComponent(args[1] ?? '');
+  const one = `${ADMIN_BASE}/${id}`;
+  const table: Record<string, [string, string]> = {
+    list: ['GET', ADMIN_BASE],
+    show: ['GET', one],
+    confirm: ['POST', `${one}/confirm`],
+    decline: ['POST', `${one}/decline`],
+    remove: ['DELETE', one],
+    enable: ['POST', `${one}/capabilities/${capability}`],
+    disable: ['DELETE', `${one}/capabilities/${capability}`],
+  };
+  const [method, path] = table[command] as [string, string];
+  return { method, path, command };
+}
+
+/** One line a provider: what an administrator compares and decides on. */
+export function providerLine(p: Provider): string {
+  const on = Object.keys(p.enabled);
+  return [
+    p.id,
+    p.status,
+    JSON.stringify(p.name),
+    p.baseUrl,
+    p.fingerprint,
+    on.length ? on.join(',') : '-',
+  ].join('\t');
+}
+
+function render(command: string, text: string): string {
+  if (command === 'remove') return 'removed\n';
+  const body = JSON.parse(text) as { providers?: Provider[] } & Provider;
+  if (command === 'list') return (body.providers ?? []).map((p) => `${providerLine(p)}\n`).join('');
+  if (command === 'show') return `${JSON.stringify(body, null, 2)}\n`;
+  return `${providerLine(body)}\n`;
+}

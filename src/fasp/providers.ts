@@ -1,0 +1,166 @@
+import { randomBytes } from 'node:crypto';
+import type { KeyValueStore } from '../feed/kv.ts';
+import {
+  type Ed25519Pair,
+  exportPrivateKey,
+  fingerprint,
+  generateEd25519,
+  importPrivateKey,
+  publicKeyFromRaw,
+  rawPublicKey,
+  SignatureError,
+} from './signatures.ts';
+
+/** A provider's answer to `GET /provider_info` (general/v0.1, 04), as far as we use it. */
+export interface ProviderInfo {
+  name: string;
+  privacyPolicy: { url: string; language: string }[];
+  capabilities: { id: string; version: string }[];
+  signInUrl?: string;
+  contactEmail?: string;
+  fediverseAccount?: string;
+}
+
+export type ProviderStatus = 'pending' | 'confirmed' | 'declined';
+
+/** A FASP that registered with this service, and what the administrator decided about it. */
+export interface Provider {
+  /** The `faspId` we gave it: the keyid of its signatures to us. */
+  id: string;
+  name: string;
+  baseUrl: string;
+  /** The identifier it gave us: the keyid of our signatures to it. */
+  serverId: string;
+  /** Its Ed25519 public key, raw, base64. */
+  publicKey: string;
+  fingerprint: string;
+  status: ProviderStatus;
+  registeredAt: string;
+  decidedAt?: string;
+  info?: ProviderInfo;
+  infoFetchedAt?: string;
+  /** Capabilities turned on at the provider, by id: the version (major) activated. */
+  enabled: Record<string, string>;
+}
+
+export interface Registration {
+  name: string;
+  baseUrl: string;
+  serverId: string;
+  publicKey: string;
+}
+
+/** A registration that is not one: the 422's detail. */
+export class InvalidRegistration extends Error {}
+/** Too many registrations wait for an administrator: the 429's detail. */
+export class TooManyPending extends Error {}
+
+const SERVICE_KEY = 'service-key';
+const PROVIDER = 'provider:';
+/** Anyone may register: this many may wait for a decision, no more. */
+export const MAX_PENDING = 100;
+const MAX_TEXT = 512;
+const MAX_URL = 2048;
+
+function text(value: unknown, field: string, max = MAX_TEXT): string {
+  if (typeof value !== 'string' || value.trim() === '' || value.length > max)
+    throw new InvalidRegistration(`${field} must be a non-empty string of at most ${max} characters`);
+  return value;
+}
+
+/** Checks a registration body (general/v0.1, 03) and returns its fields. */
+export function parseRegistration(body: unknown): Registration {
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    throw new InvalidRegistration('the registration must be a JSON object');
+  const b = body as Record<string, unknown>;
+  const name = text(b.name, 'name');
+  const baseUrl = text(b.baseUrl, 'baseUrl', MAX_URL);
+  let url: URL;
+  try {
+    url = new URL(baseUrl);
+  } catch {
+    throw new InvalidRegistration('baseUrl must be an absolute URL');
+  }
+  if (url.protocol !== 'https:' && url.protocol !== 'http:')
+    throw new InvalidRegistration('baseUrl must be an http or https URL');
+  if (url.search !== '' || url.hash !== '' || url.username !== '' || url.password !== '')
+    throw new InvalidRegistration('baseUrl must have no query, fragment or credentials');
+  const serverId = text(b.serverId, 'serverId');
+  const publicKey = text(b.publicKey, 'publicKey', 64);
+  try {
+    publicKeyFromRaw(publicKey);
+  } catch (e) {
+    if (e instanceof SignatureError) throw new InvalidRegistration(`publicKey: ${e.message}`);
+    throw e;
+  }
+  return { name, baseUrl: url.href.replace(/\/+$/, ''), serverId, publicKey };
+}
+
+/** The URL of a provider's API path: its base URL (which may have a path) and the path. */
+export function providerUrl(provider: Pick<Provider, 'baseUrl'>, path: string): string {
+  return `${provider.baseUrl.replace(/\/+$/, '')}${path}`;
+}
+
+/**
+ * The providers and the service's own key, kept in the engine's key-value store. The key is made
+ * once, on first use, and kept: every provider has it, so a new one would disconnect them all.
+ */
+export class ProviderStore {
+  private key: Ed25519Pair | undefined;
+
+  constructor(private readonly kv: KeyValueStore<unknown>) {}
+
+  /** The service's Ed25519 pair, made and stored the first time. */
+  async serviceKey(): Promise<Ed25519Pair> {
+    if (this.key) return this.key;
+    const stored = (await this.kv.get(SERVICE_KEY)) as { privateKey: string } | undefined;
+    if (stored) {
+      this.key = importPrivateKey(stored.privateKey);
+    } else {
+      const made = generateEd25519();
+      await this.kv.put(SERVICE_KEY, {
+        privateKey: exportPrivateKey(made.privateKey),
+        created: new Date().toISOString(),
+      });
+      this.key = made;
+    }
+    return this.key;
+  }
+
+  async servicePublicKey(): Promise<string> {
+    return rawPublicKey((await this.serviceKey()).publicKey);
+  }
+
+  async get(id: string): Promise<Provider | undefined> {
+    return (await this.kv.get(PROVIDER + id)) as Provider | undefined;
+  }
+
+  async list(): Promise<Provider[]> {
+    return (await this.kv.entries(PROVIDER)).map(([, p]) => p as Provider);
+  }
+
+  async put(provider: Provider): Promise<void> {
+    await this.kv.put(PROVIDER + provider.id, provider);
+  }
+
+  async remove(id: string): Promise<void> {
+    await this.kv.del(PROVIDER + id);
+  }
+
+  /** Records a registration as pending; refused when too many wait already. */
+  async register(registration: Registration): Promise<Provider> {
+    const pending = (await this.list()).filter((p) => p.status === 'pending').length;
+    if (pending >= MAX_PENDING)
+      throw new TooManyPending(`${pending} registrations wait for an administrator already`);
+    const provider: Provider = {
+      id: randomBytes(9).toString('base64url'),
+      ...registration,
+      fingerprint: fingerprint(registration.publicKey),
+      status: 'pending',
+      registeredAt: new Date().toISOString(),
+      enabled: {},
+    };
+    await this.put(provider);
+    return provider;
+  }
+}
