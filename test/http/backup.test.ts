@@ -12,6 +12,8 @@ import type { Order } from '../../src/feed/feedName.ts';
 import type { Item } from '../../src/feed/model.ts';
 import { OPERATOR, user } from '../../src/feed/service/actor.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
+import { snapshotBatches } from '../../src/feed/store/copy.ts';
+import { openMemoryStore } from '../../src/feed/store/memory.ts';
 import { entry, fill, type HttpStack, startHttp, TOKENS } from './support.ts';
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -244,6 +246,9 @@ describe('online backup', () => {
     expect(alice.status).toBe(403);
     expect(((await alice.json()) as { code: string }).code).toBe('forbidden');
     expect(() => stack.feeds.backup(user('alice@localhost'))).toThrow(/only administrators/);
+    const head = await fetch(url, { method: 'HEAD', headers: { authorization: `Bearer ${TOKENS.admin}` } });
+    expect(head.status).toBe(200);
+    expect(head.headers.get('content-type')).toBe('application/octet-stream');
   });
 
   it('refuses a directory in use, and a truncated or damaged stream, leaving no copy', async () => {
@@ -306,5 +311,42 @@ describe('online backup', () => {
     const usage = await run(['backup', '--url', stack.origin, '--token', TOKENS.admin]);
     expect(usage.code).toBe(2);
     expect(usage.stderr).toMatch(/--to DIR is needed/);
+  });
+
+  it('reads in bounded batches, in key order, and releases its snapshot however the reader stops', async () => {
+    const store = await openMemoryStore();
+    const released: string[] = [];
+    const snapshot = store.snapshot.bind(store);
+    store.snapshot = () => {
+      const snap = snapshot();
+      const close = snap.close.bind(snap);
+      const counted = () => {
+        released.push('snapshot');
+        return close();
+      };
+      return Object.assign(snap, { close: counted });
+    };
+    const keys = Array.from({ length: 25 }, (_, i) => Buffer.from(`k${String(i).padStart(3, '0')}`));
+    await store.write(keys.map((key) => ({ type: 'put', key, value: Buffer.from('v') })));
+    const batches: number[] = [];
+    const read: Buffer[] = [];
+    const whole = snapshotBatches(store, 10);
+    // Written after the call: not in the snapshot.
+    await store.write([{ type: 'put', key: Buffer.from('k999'), value: Buffer.from('late') }]);
+    for await (const batch of whole) {
+      batches.push(batch.length);
+      read.push(...batch.map(([key]) => key));
+    }
+    expect(batches).toEqual([10, 10, 5]);
+    expect(read).toEqual(keys);
+    expect(released).toEqual(['snapshot']);
+
+    const early = snapshotBatches(store, 10);
+    for await (const _ of early) break;
+    expect(released).toHaveLength(2);
+    // Stopped before its first read (a client that left at once).
+    await snapshotBatches(store, 10).return?.();
+    expect(released).toHaveLength(3);
+    await store.close();
   });
 });
