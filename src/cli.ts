@@ -980,6 +980,7 @@ Usage: smartfeeds COMMAND [ARGS] [OPTIONS]
 
 Commands:
 ${list}
+  ${'backup'.padEnd(width)}  copy a running server's database, over HTTP: smartfeeds backup --help
   ${'help'.padEnd(width)}  show this text, or a command's options: smartfeeds help COMMAND
 
 Synopsis:
@@ -1034,6 +1035,7 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   if (name === 'fasp') return (await import('./fasp/cli.ts')).faspCommand(rest);
+  if (name === 'backup') return (await import('./cli/backup.ts')).backupCommand(rest);
   const command = Object.hasOwn(commands, name) ? commands[name] : undefined;
   if (!command) return failure(new UsageError(`unknown command ${JSON.stringify(name)}`), '');
 

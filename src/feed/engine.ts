@@ -24,9 +24,10 @@ import {
   type Subscription,
 } from './model.ts';
 import { PolicyStore } from './policy.ts';
+import { snapshotBatches } from './store/copy.ts';
 import { openLevelStore } from './store/level.ts';
 import { openMemoryStore } from './store/memory.ts';
-import type { Store } from './store/store.ts';
+import type { Entry, Store } from './store/store.ts';
 
 export interface EngineOptions {
   limits?: Partial<Limits>;
@@ -358,6 +359,16 @@ export class FeedEngine {
   /** Every item of the node in `modified` order, with what it takes to restore it exactly. */
   exportNode(node: string): AsyncGenerator<ExportRecord> {
     return this.transfer.exportNode(node);
+  }
+
+  /**
+   * Every key and value of the database from one snapshot taken now, in key order, in bounded
+   * batches: an online backup. Node numbers, counters, indexes, subscriptions, configurations,
+   * affiliations and bindings' state are all keys, so writing the pairs into an empty store gives
+   * the same database. The snapshot is released at the end or when the reader stops.
+   */
+  snapshotPairs(batch?: number): AsyncIterableIterator<Entry[]> {
+    return snapshotBatches(this.s.store, batch);
   }
 
   /** Restores exported items into an empty (or missing) node, keeping every cursor. */

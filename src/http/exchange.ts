@@ -1,3 +1,4 @@
+import type { Readable } from 'node:stream';
 import type { FastifyRequest } from 'fastify';
 import type { Actor } from '../feed/service/actor.ts';
 
@@ -11,6 +12,8 @@ export interface Answer {
   cache?: string;
   /** The body's ETag, when it was computed already. */
   etag?: string;
+  /** A body streamed instead of `body` (a backup): sent as read, without an ETag. */
+  stream?: Readable;
 }
 
 /** One request as a handler sees it; the binding fills in what needs its own state. */

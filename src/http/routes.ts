@@ -1,5 +1,6 @@
 import type { Route } from './exchange.ts';
 import { type ArchiveDeps, readArchive } from './handlers/archive.ts';
+import { BACKUP_PATH, type BackupDeps, backup } from './handlers/backup.ts';
 import { type FeedViewDeps, readFeed, readItem } from './handlers/feed.ts';
 import { readHttpFeed } from './handlers/httpFeed.ts';
 import { type HubRouteDeps, subscribe } from './handlers/hub.ts';
@@ -7,7 +8,7 @@ import { deleteItem, postItem, putItem, type WriteDeps } from './handlers/write.
 import { HUB_PATH } from './paths.ts';
 
 /** Everything the handlers need between them; each takes only its own part. */
-export type RouteDeps = FeedViewDeps & WriteDeps & ArchiveDeps & HubRouteDeps;
+export type RouteDeps = FeedViewDeps & WriteDeps & ArchiveDeps & HubRouteDeps & BackupDeps;
 
 /** The routes table: (method, path) → handler, and the body each reads. */
 export function routes(deps: RouteDeps): Route[] {
@@ -27,5 +28,6 @@ export function routes(deps: RouteDeps): Route[] {
     { method: 'GET', url: '/archive/:node', handler: readArchive(deps), body: 'none', writes: false },
     { method: 'GET', url: '/archive/:node/:n', handler: readArchive(deps), body: 'none', writes: false },
     { method: 'POST', url: HUB_PATH, handler: subscribe(deps), body: 'form', writes: false },
+    { method: 'GET', url: BACKUP_PATH, handler: backup(deps), body: 'none', writes: false },
   ];
 }

@@ -186,6 +186,7 @@ export class HttpBinding {
     reply.code(answer.status);
     for (const [name, value] of Object.entries(answer.headers ?? {})) reply.header(name, value);
     reply.header('cache-control', answer.cache ?? 'no-cache');
+    if (answer.stream) return reply.type(answer.type).send(answer.stream);
     const readable = x.request.method === 'GET' || x.request.method === 'HEAD';
     if (readable && answer.status === 200) {
       const etag = answer.etag ?? etagOf(answer.body);

@@ -1,4 +1,5 @@
 import type { Affiliation, CreatePolicy } from '../access.ts';
+import type { BackupPair } from '../backup.ts';
 import type { FeedEngine } from '../engine.ts';
 import { AccessDenied } from '../errors.ts';
 import type { FeedEvent, FeedEventListener } from '../events.ts';
@@ -262,6 +263,19 @@ export class FeedService {
   ): Promise<number> {
     if (!this.rights.isAdmin(actor)) throw new AccessDenied('forbidden', 'only administrators import items');
     return this.engine.importNode(node, records);
+  }
+
+  // ---- online backup (administrators) -----------------------------------------------------
+
+  /**
+   * Every key and value of the database from one snapshot taken now, in key order, in bounded
+   * batches, while writes go on (backup.ts frames them): administrators and the operator only.
+   * Whoever reads it stops it with `return()` (a `for await` does), releasing the snapshot.
+   */
+  backup(actor: Actor): AsyncIterableIterator<BackupPair[]> {
+    if (!this.rights.isAdmin(actor))
+      throw new AccessDenied('forbidden', 'only administrators may back up the database');
+    return this.engine.snapshotPairs();
   }
 
   // ---- for bindings: limits, the fan-out, delivery ----------------------------------------
