@@ -1,0 +1,78 @@
+// What a subcommand is, what it is given, and the option parsing every command shares.
+import { existsSync } from 'node:fs';
+import type { ParseArgsConfig } from 'node:util';
+import { type PositionSpec, parsePositionSpec } from '../feed/positionSpec.ts';
+import { openFeedService } from '../feed/service/open.ts';
+import type { FeedService } from '../feed/service/service.ts';
+import { UsageError } from './failure.ts';
+import type { Output } from './output.ts';
+
+export type Options = NonNullable<ParseArgsConfig['options']>;
+export type Values = Record<string, string | boolean | undefined>;
+
+export interface Context {
+  values: Values;
+  positionals: string[];
+  /** The database directory (--data, $SMARTFEEDS_DATA or ./data). */
+  data: string;
+  out: Output;
+}
+
+export interface Command {
+  /** One line for the command list. */
+  summary: string;
+  /** Arguments and options after the command name, for the usage line. */
+  synopsis: string;
+  /** Options and output, shown by `smartfeeds help CMD`. */
+  details: string;
+  /** The command's own options; --data and --help are added to every command. */
+  options: Options;
+  /** How many positionals it takes: [min, max]. */
+  positionals: [number, number];
+  run(ctx: Context): Promise<number>;
+}
+
+export const COMMON_OPTIONS: Options = {
+  data: { type: 'string', short: 'd' },
+  help: { type: 'boolean', short: 'h' },
+};
+
+export const COMMON_DETAILS = `  -d, --data DIR   the database directory (default: $SMARTFEEDS_DATA, else ./data)
+  -h, --help       this text`;
+
+export function str(values: Values, name: string): string | undefined {
+  const v = values[name];
+  return typeof v === 'string' ? v : undefined;
+}
+
+/**
+ * Opens the feed service (over the engine on the data directory) for the time of `fn`, and always
+ * closes it. Reading commands do not create a database where there is none. The command line acts
+ * as the operator: every right, and a publish creates a missing node only when `autoCreate`.
+ */
+export async function withService<T>(
+  ctx: Context,
+  access: 'read' | 'write',
+  fn: (feeds: FeedService) => Promise<T>,
+  autoCreate = false,
+): Promise<T> {
+  if (access === 'read' && !existsSync(ctx.data)) {
+    throw new Error(`no database at ${ctx.data} (give --data DIR or set SMARTFEEDS_DATA)`);
+  }
+  const opened = await openFeedService(ctx.data, {}, { autoCreate });
+  try {
+    return await fn(opened.feeds);
+  } finally {
+    await opened.close();
+  }
+}
+
+export function positionOption(values: Values, name: string): PositionSpec | undefined {
+  const text = str(values, name);
+  if (text === undefined) return undefined;
+  try {
+    return parsePositionSpec(text);
+  } catch (e) {
+    throw new UsageError(`--${name}: bad position spec: ${(e as Error).message}`);
+  }
+}

@@ -1,0 +1,53 @@
+// The help texts: the command list with synopses, and each command's own page.
+import { readFileSync } from 'node:fs';
+import type { Command } from './command.ts';
+import { commands } from './commands.ts';
+
+export function version(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+    version: string;
+  };
+  return pkg.version;
+}
+
+function synopsis(name: string, command: Command): string {
+  return `smartfeeds ${name}${command.synopsis ? ` ${command.synopsis}` : ''} [--data DIR]`;
+}
+
+export function usage(): string {
+  const width = Math.max(...Object.keys(commands).map((n) => n.length), 4);
+  const list = Object.entries(commands)
+    .map(([name, c]) => `  ${name.padEnd(width)}  ${c.summary}`)
+    .join('\n');
+  const lines = Object.entries(commands)
+    .map(([name, c]) => `  ${synopsis(name, c)}`)
+    .join('\n');
+  return `smartfeeds: a Smart Feeds server (feeds as XMPP pubsub nodes with exact paging and push)
+
+Usage: smartfeeds COMMAND [ARGS] [OPTIONS]
+
+Commands:
+${list}
+  ${'backup'.padEnd(width)}  copy a running server's database, over HTTP: smartfeeds backup --help
+  ${'help'.padEnd(width)}  show this text, or a command's options: smartfeeds help COMMAND
+
+Synopsis:
+${lines}
+
+Every command takes --data DIR (-d): the database directory (default: $SMARTFEEDS_DATA, else
+./data), and --help (-h). smartfeeds --version prints the version.
+
+Exit codes: 0 done; 1 failed (database in use, storage error, input data rejected);
+2 bad command line (unknown command or option, bad position spec or max, unknown node or id);
+3 check found inconsistencies.
+`;
+}
+
+export function commandHelp(name: string, command: Command): string {
+  return `Usage: ${synopsis(name, command)}
+
+${command.summary.charAt(0).toUpperCase()}${command.summary.slice(1)}.
+
+${command.details}
+`;
+}
