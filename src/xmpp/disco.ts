@@ -3,7 +3,6 @@ import type { Element } from 'ltx';
 import { parseFeedName } from '../feed/feedName.ts';
 import type { ReadQuery } from '../feed/model.ts';
 import type { NodeRange } from '../feed/service/nodes.ts';
-import { errors } from './errors.ts';
 import { configForm, type FormField, resultForm } from './forms.ts';
 import { NS } from './namespaces.ts';
 import type { Binding, Handler, Request } from './request.ts';

@@ -15,7 +15,7 @@ import { FeedService, type FeedServiceOptions } from '../../src/feed/service/ser
 import { createLog } from '../../src/log.ts';
 import { sendStanza } from '../../src/serve.ts';
 import type { RateLimitOptions } from '../../src/xmpp/rateLimit.ts';
-import { type ComponentOptions, PubsubComponent } from '../../src/xmpp/service.ts';
+import { PubsubComponent } from '../../src/xmpp/service.ts';
 
 export const NS = {
   pubsub: 'http://jabber.org/protocol/pubsub',
