@@ -7,6 +7,7 @@ import { FeedService } from './feed/service/service.ts';
 import { type MetricsExposure, OperationsListener, operationsRoutes, type Readiness } from './http/health.ts';
 import { HttpBinding } from './http/server.ts';
 import { webRoutes } from './http/web/routes.ts';
+import type { Log } from './log.ts';
 import { Metrics } from './metrics.ts';
 import { levelledLog, reloadOnHangup } from './reload.ts';
 import { PubsubComponent } from './xmpp/service.ts';
@@ -54,17 +55,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
     },
     log,
   );
-  log.info('starting', {
-    service: config.service,
-    domain: config.domain,
-    data: config.data,
-    admins: config.admins,
-    create: config.create,
-    localDomain: config.localDomain,
-    autoCreate: config.autoCreate,
-    rateLimit: config.rateLimit,
-    bot: config.bot.enabled,
-  });
+  logStart(config, log);
   metrics.observeComponent(pubsub);
   const readiness: Readiness = {
     database: () => engine.listNodes({ max: 1 }),
@@ -75,22 +66,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
     ? new OperationsListener(config.metrics.listen, exposure, readiness, log)
     : undefined;
   const http = config.http
-    ? new HttpBinding(
-        feeds,
-        {
-          host: config.http.host,
-          port: config.http.port,
-          tokens: config.http.tokens,
-          maxHeld: config.http.maxHeld,
-          maxTimeoutSeconds: config.http.maxTimeoutSeconds,
-          websub: { ...config.http.websub, metrics },
-          extend: (app, binding) => {
-            webRoutes(config.domain)(app, binding);
-            operationsRoutes({ readiness, metrics, ...(operations ? {} : { exposure }) })(app, binding);
-          },
-        },
-        log,
-      )
+    ? httpBinding(config, config.http, feeds, exposure, readiness, operations, log)
     : undefined;
   // Listening before the bot loads: a signal meanwhile stops the server cleanly once it has.
   const stopSignal = new Promise<NodeJS.Signals>((resolve) => {
@@ -101,18 +77,8 @@ export async function serve(config: Config, reread: () => Config = () => config)
   await http?.start();
   await pubsub.start();
   if (botModule) {
-    const started = new (await botModule).FeedBot(
-      feeds,
-      config.domain,
-      { ...config.bot, metrics },
-      log,
-      (stanza) => sendStanza(pubsub, stanza),
-    );
-    await started.start();
-    pubsub.xmpp.on('online', () => void started.connected());
-    if (pubsub.xmpp.status === 'online') await started.connected();
-    bot = started;
-    for (const stanza of early.splice(0)) started.receive(stanza);
+    bot = await startBot(await botModule, config, feeds, metrics, pubsub, log);
+    for (const stanza of early.splice(0)) bot.receive(stanza);
   }
   const signal = await stopSignal;
   log.info('stopping', { signal });
@@ -127,6 +93,67 @@ export async function serve(config: Config, reread: () => Config = () => config)
   await engine.close();
   log.info('stopped');
   return 0;
+}
+
+function logStart(config: Config, log: Log): void {
+  log.info('starting', {
+    service: config.service,
+    domain: config.domain,
+    data: config.data,
+    admins: config.admins,
+    create: config.create,
+    localDomain: config.localDomain,
+    autoCreate: config.autoCreate,
+    rateLimit: config.rateLimit,
+    bot: config.bot.enabled,
+  });
+}
+
+/** The HTTP binding over the service, with the reader page and, unless on their own listener, operations. */
+function httpBinding(
+  config: Config,
+  http: NonNullable<Config['http']>,
+  feeds: FeedService,
+  exposure: MetricsExposure,
+  readiness: Readiness,
+  operations: OperationsListener | undefined,
+  log: Log,
+): HttpBinding {
+  const { metrics } = exposure;
+  return new HttpBinding(
+    feeds,
+    {
+      host: http.host,
+      port: http.port,
+      tokens: http.tokens,
+      maxHeld: http.maxHeld,
+      maxTimeoutSeconds: http.maxTimeoutSeconds,
+      websub: { ...http.websub, metrics },
+      extend: (app, binding) => {
+        webRoutes(config.domain)(app, binding);
+        operationsRoutes({ readiness, metrics, ...(operations ? {} : { exposure }) })(app, binding);
+      },
+    },
+    log,
+  );
+}
+
+/** Starts the feed bot once the component runs, and tells it of each (re)connection. */
+async function startBot(
+  module: typeof import('./bot/bot.ts'),
+  config: Config,
+  feeds: FeedService,
+  metrics: Metrics,
+  pubsub: PubsubComponent,
+  log: Log,
+): Promise<FeedBot> {
+  const bot = new module.FeedBot(feeds, config.domain, { ...config.bot, metrics }, log, (stanza) =>
+    sendStanza(pubsub, stanza),
+  );
+  await bot.start();
+  pubsub.xmpp.on('online', () => void bot.connected());
+  if (pubsub.xmpp.status === 'online') await bot.connected();
+  return bot;
 }
 
 /** Hands a stanza of the bot to the component's stream; false when it is not online. */
