@@ -14,6 +14,7 @@ import { Credentials } from './credentials.ts';
 import { problemBody, problems, toProblem } from './errors.ts';
 import type { Exchange, Route } from './exchange.ts';
 import { LongPolls } from './longPoll.ts';
+import { PAGE_CACHE_DEFAULTS, PageCache, type PageCacheOptions } from './pageCache.ts';
 import { routes } from './routes.ts';
 import { etagOf, noneMatch } from './validators.ts';
 import { Hub, type HubOptions } from './websub/hub.ts';
@@ -27,6 +28,8 @@ export interface HttpOptions {
   maxTimeoutSeconds: number;
   /** The WebSub hub's settings over its defaults (`HUB_DEFAULTS`). */
   websub?: Partial<HubOptions>;
+  /** Bounds of the cache of rendered feed pages (`PAGE_CACHE_DEFAULTS`); false runs without one. */
+  pageCache?: Partial<PageCacheOptions> | false;
   /** More routes and hooks (the reader page, health, metrics: src/http/web/, health.ts). */
   extend?: (app: FastifyInstance, binding: HttpBinding) => void;
 }
@@ -50,6 +53,8 @@ export class HttpBinding {
   readonly polls: LongPolls;
   readonly hub: Hub;
   readonly fasp: Fasp;
+  /** Rendered feed pages by the node's generation (pageCache.ts); undefined when turned off. */
+  readonly pages: PageCache | undefined;
   /** `http://HOST:PORT` once listening. */
   origin = '';
   readonly credentials: Credentials;
@@ -63,7 +68,15 @@ export class HttpBinding {
   ) {
     this.polls = new LongPolls(options.maxHeld);
     this.credentials = new Credentials(options.tokens);
-    this.unlisten = feeds.onEvent((event) => this.wakePolls(event));
+    this.pages =
+      options.pageCache === false
+        ? undefined
+        : new PageCache({ ...PAGE_CACHE_DEFAULTS, ...options.pageCache });
+    this.unlisten = feeds.onEvent((event) => {
+      // First: a poll woken here reads again, and must not find the page it had.
+      this.pages?.onEvent(event);
+      this.wakePolls(event);
+    });
     this.hub = new Hub(feeds, options.websub ?? {}, log);
     this.app = fastify({
       // Fastify's own lines go to our sink; one line per request would drown the service's own.
@@ -94,6 +107,7 @@ export class HttpBinding {
         hub: this.hub,
         maxTimeoutSeconds: options.maxTimeoutSeconds,
         log,
+        ...(this.pages ? { pages: this.pages } : {}),
       }),
     );
     // The FASP base protocol, provider administration and NodeInfo (src/fasp/routes.ts).

@@ -8,6 +8,7 @@ import type { Answer, Exchange, RouteHandler } from '../exchange.ts';
 import { type FeedQuery, parseFeedQuery } from '../feedQuery.ts';
 import type { LongPolls } from '../longPoll.ts';
 import { negotiate } from '../negotiate.ts';
+import type { PageCache } from '../pageCache.ts';
 import { HUB_PATH, nodeUrl } from '../paths.ts';
 import { entryDocument } from '../render/atom.ts';
 import { activityJson } from '../render/json.ts';
@@ -20,6 +21,8 @@ export interface FeedViewDeps {
   polls: LongPolls;
   maxTimeoutSeconds: number;
   log: Log;
+  /** Whole page answers by the feed's generation; none when the binding runs without. */
+  pages?: PageCache;
 }
 
 /** Long enough for the item set of a full `created` page to be reused, short enough for its payloads. */
@@ -90,6 +93,20 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
     const reader = x.caller();
     await feeds.settings(reader, query.feed.node);
     const representation = negotiate(x.request.headers.accept, query.callback !== undefined);
+    // Read before the engine read: an answer read across a write is stored under a past generation.
+    const key = deps.pages?.key(query.feed.node, deps.pages.generation(query.feed.node), [
+      query.feed.requested,
+      origin,
+      reader.kind,
+      describe(reader),
+      representation,
+      query.callback,
+      query.since,
+      query.until,
+      query.max,
+    ]);
+    const cached = key === undefined ? undefined : deps.pages?.get(key);
+    if (cached) return cached;
     let page: Page | undefined = await feeds.read(reader, query.feed, readQuery(query));
     const pageItems = Math.min(query.max ?? feeds.limits.defaultPageItems, feeds.limits.maxPageItems);
     // Only a read towards the feed's end can wait for what comes next.
@@ -121,7 +138,10 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
     const cache = reader.kind !== 'anonymous' ? 'private, no-cache' : cacheable ? CACHEABLE_PAGE : 'no-cache';
     // WebSub discovery: every feed is a topic of this server's hub.
     const link = `<${hub}>; rel="hub", <${url}>; rel="self"`;
-    return { status: 200, type, body, etag, cache, headers: { vary: 'Accept, Authorization', link } };
+    const answer = { status: 200, type, body, etag, cache, headers: { vary: 'Accept, Authorization', link } };
+    // Only a page with items: an empty one may be held or not by parameters the key leaves out.
+    if (key !== undefined && !holdable && page.items.length > 0) deps.pages?.set(key, answer);
+    return answer;
   };
 }
 

@@ -1,0 +1,96 @@
+import type { FeedEvent } from '../feed/events.ts';
+import type { Answer } from './exchange.ts';
+
+/** How much the page cache may hold; `HttpOptions.pageCache`. */
+export interface PageCacheOptions {
+  /** Answers kept at most. */
+  maxEntries: number;
+  /** Bytes of bodies (two a character) kept at most. */
+  maxBytes: number;
+}
+
+export const PAGE_CACHE_DEFAULTS: PageCacheOptions = { maxEntries: 512, maxBytes: 32 * 1024 * 1024 };
+
+interface Entry {
+  answer: Answer;
+  bytes: number;
+}
+
+/** The node a service event touches, for every event that can change what a page of it holds. */
+function nodeOf(event: FeedEvent): string {
+  switch (event.type) {
+    case 'item-changed':
+      return event.change.node;
+    case 'subscription-changed':
+      return event.subscription.node;
+    default:
+      return event.node;
+  }
+}
+
+/**
+ * Whole rendered page answers, LRU-bounded in entries and bytes. Each key holds the node's
+ * generation, bumped synchronously on every event touching the node: a caller reads the generation
+ * before the engine read, so an answer read across a write is stored under a generation that is
+ * already past (unreachable, never stale). Rights are not the cache's concern: the caller checks them
+ * on every request before asking.
+ */
+export class PageCache {
+  private readonly entries = new Map<string, Entry>();
+  /** Per node; a global counter so a node deleted and made again never sees its old generations. */
+  private readonly generations = new Map<string, number>();
+  private counter = 0;
+  private bytes = 0;
+
+  constructor(readonly options: PageCacheOptions = PAGE_CACHE_DEFAULTS) {}
+
+  get size(): number {
+    return this.entries.size;
+  }
+
+  get heldBytes(): number {
+    return this.bytes;
+  }
+
+  /** The node's generation now: read it before the engine read whose answer it will key. */
+  generation(node: string): number {
+    return this.generations.get(node) ?? 0;
+  }
+
+  /** Called synchronously for every service event. */
+  onEvent(event: FeedEvent): void {
+    this.generations.set(nodeOf(event), ++this.counter);
+  }
+
+  /** The key of one answer: its node's generation and everything the answer depends on. */
+  key(node: string, generation: number, parts: readonly (string | number | undefined)[]): string {
+    // JSON keeps parts apart whatever characters they hold (node names and callbacks are free text).
+    return JSON.stringify([node, generation, ...parts.map((p) => (p === undefined ? null : p))]);
+  }
+
+  get(key: string): Answer | undefined {
+    const entry = this.entries.get(key);
+    if (!entry) return undefined;
+    // Most recently used last.
+    this.entries.delete(key);
+    this.entries.set(key, entry);
+    return entry.answer;
+  }
+
+  set(key: string, answer: Answer): void {
+    const bytes = 2 * (answer.body.length + key.length) + 256;
+    if (bytes > this.options.maxBytes || this.options.maxEntries < 1) return;
+    const old = this.entries.get(key);
+    if (old) {
+      this.entries.delete(key);
+      this.bytes -= old.bytes;
+    }
+    this.entries.set(key, { answer, bytes });
+    this.bytes += bytes;
+    for (const [k, e] of this.entries) {
+      if (this.entries.size <= this.options.maxEntries && this.bytes <= this.options.maxBytes) break;
+      this.entries.delete(k);
+      this.bytes -= e.bytes;
+    }
+  }
+}
