@@ -4,6 +4,7 @@ import { parseFeedName } from '../feed/feedName.ts';
 import type { ReadQuery } from '../feed/model.ts';
 import type { NodeRange } from '../feed/service/nodes.ts';
 import { configForm, type FormField, resultForm } from './forms.ts';
+import { MAM_FEATURES } from './mam.ts';
 import { NS } from './namespaces.ts';
 import type { Binding, Handler, Request } from './request.ts';
 import { parseRsm, type RsmRequest, rsmReply } from './rsm.ts';
@@ -56,6 +57,7 @@ function serviceFeatures(binding: Binding): string[] {
     NS.rsm,
     NS.shim,
     NS.orderBy,
+    ...MAM_FEATURES,
   ];
 }
 
@@ -99,7 +101,7 @@ export const discoInfo: Handler = async (binding, req) => {
     NS.discoInfo,
     node,
     xml('identity', { category: 'pubsub', type: 'leaf' }),
-    ...features([NS.pubsub]),
+    ...features([NS.pubsub, ...MAM_FEATURES]),
     meta,
     resultForm(NS.smartFeed, feedFields),
   );

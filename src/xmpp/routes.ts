@@ -1,6 +1,7 @@
 import type { Element } from 'ltx';
 import { discoInfo, discoItems } from './disco.ts';
 import { errors } from './errors.ts';
+import { mamForm, mamMetadata, mamQuery, NS_MAM } from './mam.ts';
 import { NS } from './namespaces.ts';
 import {
   getAffiliations,
@@ -51,6 +52,9 @@ export const ROUTES: readonly [type: IqType, ns: string, element: string, handle
   ['set', NS.pubsubOwner, 'subscriptions', setSubscriptions],
   ['get', NS.pubsubOwner, 'affiliations', getAffiliations],
   ['set', NS.pubsubOwner, 'affiliations', setAffiliations],
+  ['set', NS_MAM, 'query', mamQuery],
+  ['get', NS_MAM, 'query', mamForm],
+  ['get', NS_MAM, 'metadata', mamMetadata],
 ];
 
 const TABLE = new Map(ROUTES.map(([type, ns, name, handler]) => [`${type} ${ns} ${name}`, handler]));
