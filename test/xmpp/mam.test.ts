@@ -405,3 +405,49 @@ describe(`MAM on a node (XEP-0442) on ${SERVER_TITLE}`, () => {
     }
   });
 });
+
+describe(`MAM within the page byte budget on ${SERVER_TITLE}`, () => {
+  let small: Stack;
+  let reader: User;
+
+  beforeAll(async () => {
+    small = await Stack.start({ limits: { maxPageBytes: 4096 } });
+    const writer = await small.user('admin');
+    reader = await small.user('bob');
+    for (let i = 0; i < 30; i++)
+      await ok(writer.iq('set', publishIq('budget', `b${String(i).padStart(2, '0')}`)));
+  }, 60_000);
+
+  afterAll(async () => {
+    await small?.stop();
+  });
+
+  it('stops a page early, says it is not complete, and pages on exactly', async () => {
+    const feed = await pubsubFeed(reader, 'budget');
+    expect(feed).toHaveLength(30);
+    const forwards: string[] = [];
+    let after: string | undefined;
+    let pages = 0;
+    for (;;) {
+      pages += 1;
+      expect(pages).toBeLessThan(30);
+      const { results, fin } = await query(reader, 'budget', [rsm(after ? { after, max: 50 } : { max: 50 })]);
+      forwards.push(...ids(results));
+      if (fin?.complete) break;
+      expect(results.length).toBeGreaterThan(0);
+      after = fin?.last;
+    }
+    // A 4 KiB budget holds far fewer than 30 of these items.
+    expect(pages).toBeGreaterThan(2);
+    expect(forwards).toEqual(feed.map((i) => i.cursor));
+    const backwards: string[][] = [];
+    let before = '';
+    for (;;) {
+      const { results, fin } = await query(reader, 'budget', [rsm({ before, max: 50 })]);
+      backwards.unshift(ids(results));
+      if (fin?.complete) break;
+      before = fin?.first as string;
+    }
+    expect(backwards.flat()).toEqual(feed.map((i) => i.cursor));
+  });
+});
