@@ -292,6 +292,13 @@ describe(`MAM on a node (XEP-0442) on ${SERVER_TITLE}`, () => {
       before = fin?.first as string;
     }
     expect(backwards.flat()).toEqual(expected);
+    // An RSM id outside the bounds: the bound is the tighter of the two.
+    const outer = [feed[0]?.cursor as string, feed[feed.length - 1]?.cursor as string];
+    const fromOutside = await query(bob, 'arch', [bounds, rsm({ after: outer[0], max: 250 })]);
+    expect(ids(fromOutside.results)).toEqual(expected);
+    const toOutside = await query(bob, 'arch', [bounds, rsm({ before: outer[1], max: 250 })]);
+    expect(ids(toOutside.results)).toEqual(expected);
+    expect(toOutside.fin?.complete).toBe(true);
   });
 
   it('filters by publisher with `with` (the publisher filtered feed)', async () => {
@@ -309,6 +316,14 @@ describe(`MAM on a node (XEP-0442) on ${SERVER_TITLE}`, () => {
     // A JID spelled in capitals is the same publisher.
     const upper = await query(bob, 'arch', [form({ with: 'ALICE@localhost' }), rsm({ max: 250 })]);
     expect(upper.results.map((r) => r.itemId)).toEqual(byAlice);
+    // Its last page, and the page before it, by the filtered feed's own cursors.
+    const last = await query(bob, 'arch', [form({ with: bare(alice) }), rsm({ before: '', max: 3 })]);
+    expect(last.results.map((r) => r.itemId)).toEqual(byAlice.slice(-3));
+    const previous = await query(bob, 'arch', [
+      form({ with: bare(alice) }),
+      rsm({ before: last.fin?.first as string, max: 3 }),
+    ]);
+    expect(previous.results.map((r) => r.itemId)).toEqual(byAlice.slice(-6, -3));
   });
 
   it('refuses outsiders of whitelist and authorize nodes exactly as the pubsub items request does', async () => {
