@@ -312,7 +312,11 @@ describe(`MAM on a node (XEP-0442) on ${SERVER_TITLE}`, () => {
     expect(reply.attrs.type, reply.toString()).toBe('result');
     expect(results.map((r) => r.itemId)).toEqual(byAlice);
     expect(results.every((r) => r.publisher === bare(alice))).toBe(true);
-    expect(fin?.complete).toBe(true);
+    // The filtered feed's own total and cursors (protocol.md 11), not the node's.
+    expect(fin).toMatchObject({ complete: true, count: byAlice.length, firstIndex: '0' });
+    expect(ids(results)).toEqual(
+      (await pubsubFeed(bob, `arch?publisher=${bare(alice)}`)).map((i) => i.cursor),
+    );
     // A JID spelled in capitals is the same publisher.
     const upper = await query(bob, 'arch', [form({ with: 'ALICE@localhost' }), rsm({ max: 250 })]);
     expect(upper.results.map((r) => r.itemId)).toEqual(byAlice);
