@@ -58,6 +58,18 @@ export interface HttpConfig {
   maxTimeoutSeconds: number;
   /** The WebSub hub: private callbacks allowed, default lease, queue bound, retry time. */
   websub: { allowPrivate: boolean; leaseSeconds: number; maxQueue: number; retryForMs: number };
+  /** The service as a FASP (src/fasp/provider/); undefined when `--fasp-provider` is off. */
+  faspProvider?: FaspProviderConfig | undefined;
+}
+
+/** The service acting as a fediverse auxiliary service provider (data_sharing v0). */
+export interface FaspProviderConfig {
+  /** The name it registers with fediverse servers. */
+  name: string;
+  /** Its public base URL; by default the HTTP origin and `/fasp-provider`. */
+  baseUrl: string | undefined;
+  /** Announced objects on loopback or private addresses are fetched too. */
+  allowPrivateAddresses: boolean;
 }
 
 export const HTTP_DEFAULTS = { maxHeld: 10_000, maxTimeoutSeconds: 120 };
@@ -141,6 +153,10 @@ export const SERVE_OPTIONS = {
   'websub-retry': { type: 'string' },
   metrics: { type: 'string' },
   'metrics-access': { type: 'string' },
+  'fasp-provider': { type: 'string' },
+  'fasp-provider-name': { type: 'string' },
+  'fasp-provider-url': { type: 'string' },
+  'fasp-provider-allow-private': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -196,6 +212,12 @@ long option names, "admins" a list); flags win over the environment, which wins 
                                                               SMARTFEEDS_METRICS (on the HTTP binding)
   --metrics-access WHO       who may scrape: loopback | admin (an --admin's token)
                                                               SMARTFEEDS_METRICS_ACCESS (loopback)
+  --fasp-provider on|off     act as a FASP: turn fediverse content into feeds (needs --http)
+                                                              SMARTFEEDS_FASP_PROVIDER (off)
+  --fasp-provider-name NAME  the name it registers with       SMARTFEEDS_FASP_PROVIDER_NAME (smartfeeds)
+  --fasp-provider-url URL    its public base URL              SMARTFEEDS_FASP_PROVIDER_URL (HTTP origin/fasp-provider)
+  --fasp-provider-allow-private  fetch announced objects on loopback/private addresses
+                                                              SMARTFEEDS_FASP_PROVIDER_ALLOW_PRIVATE=1
 `;
 
 /** The parsed flags of `serve` (as node:util parseArgs gives them). */
@@ -439,5 +461,19 @@ function httpConfig(src: Sources): HttpConfig | undefined {
       maxQueue: src.read('websub-queue', positive, 'a positive whole number', WEBSUB_DEFAULTS.maxQueue),
       retryForMs: 1000 * seconds('websub-retry', WEBSUB_DEFAULTS.retrySeconds),
     },
+    faspProvider: faspProviderConfig(src),
+  };
+}
+
+function faspProviderConfig(src: Sources): FaspProviderConfig | undefined {
+  if (!src.read('fasp-provider', onOff, 'on or off', false)) return undefined;
+  const url = z
+    .url({ protocol: /^https?$/ })
+    .refine((u) => !/[?#]/.test(u), 'must have no query or fragment')
+    .transform((u) => u.replace(/\/+$/, ''));
+  return {
+    name: src.read('fasp-provider-name', nonEmpty, 'a non-empty string', 'smartfeeds'),
+    baseUrl: src.read('fasp-provider-url', url, 'an http(s) URL', undefined),
+    allowPrivateAddresses: src.read('fasp-provider-allow-private', onOff, 'true or false', false),
   };
 }
