@@ -1,6 +1,4 @@
-import type { FastifyInstance } from 'fastify';
 import type { FeedService } from '../../feed/service/service.ts';
-import type { HttpBinding } from '../../http/server.ts';
 import type { Log } from '../../log.ts';
 import { type ActorNames, actorKeyId, type ProviderKeys, providerKeys } from './identity.ts';
 import { Ingest } from './ingest.ts';
