@@ -92,6 +92,10 @@ export class Ingest {
     });
   }
 
+  get busy(): boolean {
+    return this.running !== undefined;
+  }
+
   /** Resolves once the queue is empty. */
   async idle(): Promise<void> {
     while (this.running) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));

@@ -111,6 +111,7 @@ export class ObjectFetcher {
     await this.agent.close();
   }
 
+  /** The signed headers; signatures carry the wall clock's time, whatever clock `now` is. */
   private async headers(url: URL, scheme: SignatureScheme): Promise<Record<string, string>> {
     const key = createSigner(this.keys.actor.privateKey, 'rsa-v1_5-sha256', this.options.keyId());
     const message = {
@@ -124,14 +125,14 @@ export class ObjectFetcher {
           key,
           fields: ['@method', '@target-uri'],
           params: ['created', 'keyid', 'alg'],
-          paramValues: { created: new Date(this.now()) },
+          paramValues: { created: new Date() },
         },
         message,
       );
       return flatten(signed.headers);
     }
     // cavage-12 as the fediverse speaks it: (request-target), host and date, rsa-sha256.
-    message.headers = { ...message.headers, host: url.host, date: new Date(this.now()).toUTCString() };
+    message.headers = { ...message.headers, host: url.host, date: new Date().toUTCString() };
     const signed = await cavage.signMessage(
       { key, fields: ['@request-target', 'host', 'date'], params: ['keyid', 'alg'] },
       message,

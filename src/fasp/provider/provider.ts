@@ -125,6 +125,11 @@ export class FaspProvider {
     await this.fetcher.close();
   }
 
+  /** Whether work started by calls so far is still going (subscriptions, backfill, the queue). */
+  get busy(): boolean {
+    return this.background.size > 0 || this.ingest.busy;
+  }
+
   /** Resolves once the work started by calls so far (subscriptions, backfill, the queue) is done. */
   async settled(): Promise<void> {
     while (this.background.size > 0) await Promise.allSettled([...this.background]);
