@@ -24,7 +24,16 @@ interface Pending {
   uri: string;
   node: string;
   reason: Reason;
+  /** Fetches that failed so far, and when the next may be tried. */
+  attempts?: number;
+  notBefore?: number;
 }
+
+/** A fetch that fails is tried again after 1, 4, 16 and 64 minutes, then given up. */
+export const RETRY_BASE_MS = 60_000;
+export const MAX_ATTEMPTS = 5;
+/** Queue entries read at once to find those due. */
+const QUEUE_SCAN = 1000;
 
 /** An object published into a node, and when it was last found still shareable. */
 export interface ObjectRecord {
@@ -61,6 +70,8 @@ export class Ingest {
   private readonly renewed = new Set<string>();
   private readonly nodesMade = new Set<string>();
   private running: Promise<void> | undefined;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private stopped = false;
   private idleWaiters: (() => void)[] = [];
   /** What happened to each URI looked at, in order: for tests and the log. */
   readonly outcomes: { uri: string; reason: Reason; outcome: Outcome; why?: string }[] = [];
@@ -101,12 +112,24 @@ export class Ingest {
     while (this.running) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
   }
 
+  /** No retry is scheduled from now on (what is queued stays for the next start). */
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.retryTimer);
+  }
+
   private async drain(): Promise<void> {
-    for (;;) {
-      const batch = (await this.kv.entries('pending:', this.options.concurrency * 4)).filter(
-        ([key]) => !this.inFlight.has(key.slice('pending:'.length)),
-      );
-      if (batch.length === 0) return;
+    while (!this.stopped) {
+      const now = this.options.now();
+      const queued = (await this.kv.entries('pending:', QUEUE_SCAN)) as [string, Pending][];
+      const waiting = queued.filter(([key]) => !this.inFlight.has(key.slice('pending:'.length)));
+      const batch = waiting
+        .filter(([, p]) => (p.notBefore ?? 0) <= now)
+        .slice(0, this.options.concurrency * 4);
+      if (batch.length === 0) {
+        this.retryLater(waiting);
+        return;
+      }
       const workers = Array.from({ length: this.options.concurrency }, async () => {
         for (let next = batch.shift(); next; next = batch.shift())
           await this.work(next[0], next[1] as Pending);
@@ -121,6 +144,12 @@ export class Ingest {
     try {
       const { outcome, why } = await this.look(pending.uri, pending.node, pending.reason);
       this.outcomes.push({ uri: pending.uri, reason: pending.reason, outcome, ...(why ? { why } : {}) });
+      const attempts = (pending.attempts ?? 0) + 1;
+      if (outcome === 'failed' && attempts < MAX_ATTEMPTS && !this.renewed.has(hash)) {
+        const notBefore = this.options.now() + RETRY_BASE_MS * 4 ** (attempts - 1);
+        await this.kv.put(key, { ...pending, attempts, notBefore } satisfies Pending);
+        this.renewed.add(hash);
+      }
       if (outcome === 'failed' || outcome === 'dropped')
         this.log.info('fasp object not kept', { uri: pending.uri, reason: pending.reason, outcome, why });
     } catch (e) {
@@ -130,6 +159,15 @@ export class Ingest {
       // Announced again meanwhile: its newer entry stays queued and is looked at again.
       if (!this.renewed.delete(hash)) await this.kv.del(key);
     }
+  }
+
+  /** Kicks the queue again when its earliest retry is due. */
+  private retryLater(waiting: [string, Pending][]): void {
+    clearTimeout(this.retryTimer);
+    const next = Math.min(...waiting.map(([, p]) => p.notBefore ?? 0));
+    if (this.stopped || !Number.isFinite(next)) return;
+    this.retryTimer = setTimeout(() => this.kick(), Math.max(0, next - this.options.now()));
+    this.retryTimer.unref();
   }
 
   async record(uri: string): Promise<ObjectRecord | undefined> {

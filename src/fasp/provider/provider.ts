@@ -120,6 +120,7 @@ export class FaspProvider {
   }
 
   async stop(): Promise<void> {
+    this.ingest.stop();
     await this.recheck.stop();
     await this.settled();
     await this.fetcher.close();
