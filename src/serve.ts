@@ -129,6 +129,8 @@ function httpBinding(
       maxHeld: http.maxHeld,
       maxTimeoutSeconds: http.maxTimeoutSeconds,
       websub: { ...http.websub, metrics },
+      ...(http.publicUrl !== undefined ? { publicUrl: http.publicUrl } : {}),
+      sharing: { requireSignedFetch: http.faspSignedFetch },
       extend: (app, binding) => {
         webRoutes(config.domain)(app, binding);
         operationsRoutes({ readiness, metrics, ...(operations ? {} : { exposure }) })(app, binding);
