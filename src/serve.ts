@@ -79,7 +79,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
   });
   await operations?.start();
   await http?.start();
-  if (provider && http) provider.start(http.origin);
+  if (provider && http) provider.start(config.http?.publicUrl ?? http.origin);
   await pubsub.start();
   if (botModule) {
     bot = await startBot(await botModule, config, feeds, metrics, pubsub, log);
@@ -138,6 +138,8 @@ function httpBinding(
       maxHeld: http.maxHeld,
       maxTimeoutSeconds: http.maxTimeoutSeconds,
       websub: { ...http.websub, metrics },
+      ...(http.publicUrl !== undefined ? { publicUrl: http.publicUrl } : {}),
+      sharing: { requireSignedFetch: http.faspSignedFetch },
       extend: (app, binding) => {
         webRoutes(config.domain)(app, binding);
         operationsRoutes({ readiness, metrics, ...(operations ? {} : { exposure }) })(app, binding);
