@@ -46,6 +46,7 @@ export interface ProviderStack {
 export async function startProviderService(
   dir?: string,
   clock = { now: Date.now() },
+  options: Partial<typeof PROVIDER_DEFAULTS> = {},
 ): Promise<ProviderStack> {
   const directory = dir ?? (await mkdtemp(join(tmpdir(), 'smartfeeds-provider-')));
   const engine = await FeedEngine.open(directory);
@@ -53,7 +54,13 @@ export async function startProviderService(
   const log = createLog('error', () => undefined);
   const provider = await FaspProvider.open(
     feeds,
-    { ...PROVIDER_DEFAULTS, name: 'Provider under test', allowPrivateAddresses: true, now: () => clock.now },
+    {
+      ...PROVIDER_DEFAULTS,
+      name: 'Provider under test',
+      allowPrivateAddresses: true,
+      now: () => clock.now,
+      ...options,
+    },
     log,
   );
   const binding = new HttpBinding(

@@ -42,6 +42,8 @@ export interface ObjectRecord {
   itemId: string;
   fingerprint: string;
   checkedAt: number;
+  /** The announcements of it seen so far, of those that are deduplicated (`new`, `backfill`). */
+  seen?: Reason[];
 }
 
 export type Outcome = 'published' | 'unchanged' | 'retracted' | 'dropped' | 'duplicate' | 'failed';
@@ -177,9 +179,12 @@ export class Ingest {
   /** Looks at one URI now: fetches, checks, and publishes, replaces or retracts. */
   async look(uri: string, node: string, reason: Reason): Promise<{ outcome: Outcome; why?: string }> {
     const known = await this.record(uri);
-    // Deduplication: an object kept already is not fetched again for a repeated `new`, nor for
-    // another server's announcement of it (data_sharing v0: "FASPs MUST deduplicate content").
-    if (known && (reason === 'new' || reason === 'backfill')) return { outcome: 'duplicate' };
+    // Deduplication: a `new` or a backfill of an object kept already, seen before with the same
+    // event (from this server or another: "FASPs MUST deduplicate content"), is not fetched again.
+    // Another event (a `new` after a backfill: a server may say `new` for an edit) is looked at.
+    const deduplicated = reason === 'new' || reason === 'backfill';
+    if (known && deduplicated && known.seen?.includes(reason)) return { outcome: 'duplicate' };
+    const seen = [...new Set([...(known?.seen ?? []), ...(deduplicated ? [reason] : [])])];
     const got = await this.fetcher.get(uri);
     if (got.kind === 'failed') {
       // Nothing is concluded from a failure; a recheck is tried again next week.
@@ -205,6 +210,7 @@ export class Ingest {
       itemId: itemIdOf(uri),
       fingerprint,
       checkedAt: this.options.now(),
+      seen,
     };
     if (known?.fingerprint === fingerprint) {
       await this.store(record, known);
