@@ -104,6 +104,7 @@ const textOf = (html: string): string =>
     .replace(/\s+/g, ' ')
     .trim();
 const TITLE_CHARS = 80;
+const SUMMARY_CUT = 1024;
 const dateOf = (v: unknown): string | undefined =>
   typeof v === 'string' && !Number.isNaN(Date.parse(v)) ? new Date(v).toISOString() : undefined;
 
@@ -119,7 +120,7 @@ export function atomEntryOf(object: ContentObject, author: Author, maxBytes: num
   const name = typeof o.name === 'string' ? o.name : '';
   const plain = textOf(content);
   const title =
-    name || textOf(summary) || (plain.length > TITLE_CHARS ? `${plain.slice(0, TITLE_CHARS)}…` : plain);
+    name || textOf(summary) || (plain.length > TITLE_CHARS ? `${plain.slice(0, TITLE_CHARS).trimEnd()}…` : plain);
   const [link] = strings(o.url).filter((u) => /^https?:/.test(u));
   const published = dateOf(o.published);
   const updated = dateOf(o.updated) ?? published;
@@ -130,12 +131,12 @@ export function atomEntryOf(object: ContentObject, author: Author, maxBytes: num
     )
     .map((t) => (t as { name: string }).name.replace(/^#/, ''))
     .filter((t) => t !== '');
-  const build = (withContent: boolean): string => {
+  const build = (withContent: boolean, cut = Number.POSITIVE_INFINITY): string => {
     const children: Element[] = [];
     const add = (tag: string, attrs: Record<string, string> | null, value?: string) =>
       children.push(createElement(tag, attrs, ...(value === undefined ? [] : [clean(value)])));
     add('id', null, object.id);
-    add('title', { type: 'text' }, title || '(untitled)');
+    add('title', { type: 'text' }, (title || '(untitled)').slice(0, cut));
     add('link', { rel: 'alternate', type: 'text/html', href: clean(link ?? object.id) });
     if (updated) add('updated', null, updated);
     if (published) add('published', null, published);
@@ -148,12 +149,16 @@ export function atomEntryOf(object: ContentObject, author: Author, maxBytes: num
       ),
     );
     for (const term of tags) add('category', { term });
-    if (summary) add('summary', { type: 'html' }, summary);
+    if (summary) add('summary', { type: 'html' }, summary.slice(0, cut));
     if (withContent && content) add('content', { type: 'html' }, content);
     return createElement('entry', { xmlns: ATOM_NS }, ...children).toString();
   };
+  const fits = (xml: string) => Buffer.byteLength(xml, 'utf8') <= maxBytes;
   const whole = build(true);
-  return Buffer.byteLength(whole, 'utf8') <= maxBytes ? whole : build(false);
+  if (fits(whole)) return whole;
+  const bare = build(false);
+  // A summary or name of a size no server sends: cut, so that the item is still published.
+  return fits(bare) ? bare : build(false, SUMMARY_CUT);
 }
 
 /** The node's item id of an object: a hash of its URI (URIs can be any length). */
