@@ -120,7 +120,9 @@ export function atomEntryOf(object: ContentObject, author: Author, maxBytes: num
   const name = typeof o.name === 'string' ? o.name : '';
   const plain = textOf(content);
   const title =
-    name || textOf(summary) || (plain.length > TITLE_CHARS ? `${plain.slice(0, TITLE_CHARS).trimEnd()}…` : plain);
+    name ||
+    textOf(summary) ||
+    (plain.length > TITLE_CHARS ? `${plain.slice(0, TITLE_CHARS).trimEnd()}…` : plain);
   const [link] = strings(o.url).filter((u) => /^https?:/.test(u));
   const published = dateOf(o.published);
   const updated = dateOf(o.updated) ?? published;
