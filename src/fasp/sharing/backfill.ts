@@ -1,4 +1,7 @@
 import { type BackoffOptions, backoffDelay } from '../../backoff.ts';
+import { FeedError } from '../../feed/errors.ts';
+import { ANONYMOUS } from '../../feed/service/actor.ts';
+import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import {
   type BackfillRequest,
@@ -7,6 +10,7 @@ import {
   type SharingRequests,
   type WalkPosition,
 } from './requests.ts';
+import { itemShareable, nodeShareable } from './shareable.ts';
 
 /** One page read of a node, as the walk needs it (the service's read, as anyone). */
 export interface WalkReader {
@@ -30,6 +34,32 @@ export interface Walked {
 }
 
 const PAGE = 250;
+
+/** The walk over the service, reading as anyone would: what anyone may not read is never walked. */
+export function walkReader(feeds: Pick<FeedService, 'listNodes' | 'read' | 'settings'>): WalkReader {
+  return {
+    nextNode: async (after) =>
+      (await feeds.listNodes(ANONYMOUS, { ...(after !== undefined ? { after } : {}), max: 1 }))[0],
+    shareable: async (node) => {
+      try {
+        return nodeShareable(await feeds.settings(ANONYMOUS, node));
+      } catch (e) {
+        if (e instanceof FeedError) return false;
+        throw e;
+      }
+    },
+    read: async (node, cursor, max) => {
+      const page = await feeds.read(ANONYMOUS, `${node}?order=created`, {
+        ...(cursor !== undefined ? { since: cursor } : {}),
+        max,
+      });
+      return {
+        items: page.items.map((i) => ({ id: i.id, cursor: i.cursor, shareable: itemShareable(i) })),
+        atEnd: page.atEnd,
+      };
+    },
+  };
+}
 
 /**
  * Walks what a backfill request may see from a position, `limit` at most: node actors in the
