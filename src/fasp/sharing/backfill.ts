@@ -153,7 +153,7 @@ export class Backfills {
 
   private async run(): Promise<void> {
     while (!this.stopped) {
-      const due = (await this.requests.backfills()).find((b) => b.due && !b.exhausted);
+      const due = (await this.requests.backfills()).find((b) => b.due);
       if (!due) return;
       try {
         await this.serve(due);
@@ -187,7 +187,7 @@ export class Backfills {
       return true;
     }
     const request = await this.requests.getBackfill(id);
-    if (!request || request.provider !== provider || request.exhausted) return false;
+    if (!request || request.provider !== provider) return false;
     if (!request.due) await this.requests.putBackfill({ ...request, due: true });
     this.kick();
     return true;
@@ -208,8 +208,13 @@ export class Backfills {
         await this.requests.removeBackfill(request.id);
         return;
       }
-      const due = more && this.continued.has(request.id);
-      await this.requests.putBackfill({ ...request, position: walked.position, due, exhausted: !more });
+      // An exhausted request is forgotten: its continuation is a 404 as an unknown one's is.
+      if (!more) {
+        await this.requests.removeBackfill(request.id);
+        return;
+      }
+      const due = this.continued.has(request.id);
+      await this.requests.putBackfill({ ...request, position: walked.position, due });
     } finally {
       this.inFlight = undefined;
       this.continued.delete(request.id);
