@@ -159,7 +159,11 @@ function readWebfinger(deps: ApRouteDeps): RouteHandler {
       }
     } else if (resource.startsWith(`${origin}${AP_ROOT}/`)) {
       const rest = resource.slice(`${origin}${AP_ROOT}/`.length);
-      if (!rest.includes('/')) node = decodeURIComponent(rest);
+      try {
+        if (!rest.includes('/')) node = decodeURIComponent(rest);
+      } catch {
+        throw problems.badRequest('the resource is not well percent-encoded');
+      }
     }
     if (node === undefined || !(await deps.sharing.sharedConfig(node)))
       throw problems.notFound(`no shared node for ${JSON.stringify(resource)}`);

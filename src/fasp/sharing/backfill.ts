@@ -1,4 +1,7 @@
 import { type BackoffOptions, backoffDelay } from '../../backoff.ts';
+import { FeedError } from '../../feed/errors.ts';
+import { ANONYMOUS } from '../../feed/service/actor.ts';
+import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import {
   type BackfillRequest,
@@ -7,6 +10,7 @@ import {
   type SharingRequests,
   type WalkPosition,
 } from './requests.ts';
+import { itemShareable, nodeShareable } from './shareable.ts';
 
 /** One page read of a node, as the walk needs it (the service's read, as anyone). */
 export interface WalkReader {
@@ -30,6 +34,32 @@ export interface Walked {
 }
 
 const PAGE = 250;
+
+/** The walk over the service, reading as anyone would: what anyone may not read is never walked. */
+export function walkReader(feeds: Pick<FeedService, 'listNodes' | 'read' | 'settings'>): WalkReader {
+  return {
+    nextNode: async (after) =>
+      (await feeds.listNodes(ANONYMOUS, { ...(after !== undefined ? { after } : {}), max: 1 }))[0],
+    shareable: async (node) => {
+      try {
+        return nodeShareable(await feeds.settings(ANONYMOUS, node));
+      } catch (e) {
+        if (e instanceof FeedError) return false;
+        throw e;
+      }
+    },
+    read: async (node, cursor, max) => {
+      const page = await feeds.read(ANONYMOUS, `${node}?order=created`, {
+        ...(cursor !== undefined ? { since: cursor } : {}),
+        max,
+      });
+      return {
+        items: page.items.map((i) => ({ id: i.id, cursor: i.cursor, shareable: itemShareable(i) })),
+        atEnd: page.atEnd,
+      };
+    },
+  };
+}
 
 /**
  * Walks what a backfill request may see from a position, `limit` at most: node actors in the
@@ -123,7 +153,7 @@ export class Backfills {
 
   private async run(): Promise<void> {
     while (!this.stopped) {
-      const due = (await this.requests.backfills()).find((b) => b.due && !b.exhausted);
+      const due = (await this.requests.backfills()).find((b) => b.due);
       if (!due) return;
       try {
         await this.serve(due);
@@ -150,39 +180,59 @@ export class Backfills {
    * A continuation: true (204) when the request is known to the provider and has more to give.
    * One asked while its announcement is in flight (a FASP may ask before it answers) is kept.
    */
-  async continueRequest(provider: string, id: string): Promise<boolean> {
-    if (this.inFlight?.id === id) {
-      if (this.inFlight.provider !== provider || !this.inFlight.more) return false;
-      this.continued.add(id);
+  continueRequest(provider: string, id: string): Promise<boolean> {
+    return this.locked(async () => {
+      if (this.inFlight?.id === id) {
+        if (this.inFlight.provider !== provider || !this.inFlight.more) return false;
+        this.continued.add(id);
+        return true;
+      }
+      const request = await this.requests.getBackfill(id);
+      if (!request || request.provider !== provider) return false;
+      if (!request.due) await this.requests.putBackfill({ ...request, due: true });
+      this.kick();
       return true;
-    }
-    const request = await this.requests.getBackfill(id);
-    if (!request || request.provider !== provider || request.exhausted) return false;
-    if (!request.due) await this.requests.putBackfill({ ...request, due: true });
-    this.kick();
-    return true;
+    });
   }
 
   private inFlight: { id: string; provider: string; more: boolean } | undefined;
   private readonly continued = new Set<string>();
+  private chain: Promise<unknown> = Promise.resolve();
+
+  /** Continuations and the end of an announcement take turns: neither may miss the other. */
+  private locked<T>(fn: () => Promise<T>): Promise<T> {
+    const run = this.chain.then(fn);
+    this.chain = run.catch(() => undefined);
+    return run;
+  }
 
   private async serve(request: BackfillRequest): Promise<void> {
     const limit = Math.min(request.maxCount, MAX_BACKFILL_COUNT);
     const walked = await walk(this.reader, request.category, request.position, limit);
     const more =
       !walked.end && (await walk(this.reader, request.category, walked.position, 1)).found.length > 0;
-    this.inFlight = { id: request.id, provider: request.provider, more };
+    await this.locked(async () => {
+      this.inFlight = { id: request.id, provider: request.provider, more };
+    });
+    // Not under the lock: the FASP may ask for a continuation before it answers this.
+    let result: 'sent' | 'gone';
     try {
-      const result = await this.send(request, walked.found, more);
-      if (result === 'gone') {
-        await this.requests.removeBackfill(request.id);
-        return;
-      }
-      const due = more && this.continued.has(request.id);
-      await this.requests.putBackfill({ ...request, position: walked.position, due, exhausted: !more });
-    } finally {
-      this.inFlight = undefined;
-      this.continued.delete(request.id);
+      result = await this.send(request, walked.found, more);
+    } catch (e) {
+      await this.locked(async () => this.settle(request.id));
+      throw e;
     }
+    await this.locked(async () => {
+      const due = this.continued.has(request.id);
+      this.settle(request.id);
+      // An exhausted request is forgotten: its continuation is a 404 as an unknown one's is.
+      if (result === 'gone' || !more) await this.requests.removeBackfill(request.id);
+      else await this.requests.putBackfill({ ...request, position: walked.position, due });
+    });
+  }
+
+  private settle(id: string): void {
+    this.inFlight = undefined;
+    this.continued.delete(id);
   }
 }

@@ -47,10 +47,8 @@ export interface BackfillRequest {
   category: Category;
   maxCount: number;
   position: WalkPosition;
-  /** An announcement is owed (just made, or continued). */
+  /** An announcement is owed (just made, or continued). Exhausted requests are removed. */
   due: boolean;
-  /** Everything was announced: continuations get 404. */
-  exhausted: boolean;
   created: string;
 }
 
@@ -174,7 +172,7 @@ export class SharingRequests {
     provider: string,
     fields: Pick<BackfillRequest, 'category' | 'maxCount'>,
   ): Promise<BackfillRequest> {
-    const open = (await this.backfills()).filter((b) => b.provider === provider && !b.exhausted);
+    const open = (await this.backfills()).filter((b) => b.provider === provider);
     if (open.length >= MAX_PER_PROVIDER)
       throw new InvalidRequest(`a provider has at most ${MAX_PER_PROVIDER} open backfill requests`);
     const request: BackfillRequest = {
@@ -183,7 +181,6 @@ export class SharingRequests {
       ...fields,
       position: {},
       due: true,
-      exhausted: false,
       created: new Date().toISOString(),
     };
     await this.kv.put(BACKFILL + request.id, request);

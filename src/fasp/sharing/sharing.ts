@@ -8,7 +8,7 @@ import { HttpProblem } from '../../http/errors.ts';
 import type { Log } from '../../log.ts';
 import type { Provider } from '../providers.ts';
 import type { Fasp, SignedCall } from '../routes.ts';
-import { type BackfillSender, Backfills, type WalkReader } from './backfill.ts';
+import { type BackfillSender, Backfills, walkReader } from './backfill.ts';
 import { Intake } from './intake.ts';
 import {
   type Announcement,
@@ -25,7 +25,7 @@ import {
   parseSubscription,
   SharingRequests,
 } from './requests.ts';
-import { itemShareable, nodeShareable } from './shareable.ts';
+import { nodeShareable } from './shareable.ts';
 import { SignedFetch } from './signedFetch.ts';
 import { Trends } from './trends.ts';
 import { actorUri, objectUri } from './uris.ts';
@@ -91,7 +91,7 @@ export class FaspSharing {
       trends,
       deps.log,
     );
-    this.backfills = new Backfills(this.requests, this.walkReader(), this.backfillSender(), deps.log);
+    this.backfills = new Backfills(this.requests, walkReader(deps.feeds), this.backfillSender(), deps.log);
     this.signedFetch = new SignedFetch({
       required: options.requireSignedFetch === true,
       providers: () => deps.fasp.store.list(),
@@ -192,26 +192,6 @@ export class FaspSharing {
         moreObjectsAvailable: more,
       });
       return 'sent';
-    };
-  }
-
-  /** The backfill walk reads as anyone would: what anyone may not read is never walked. */
-  private walkReader(): WalkReader {
-    const { feeds } = this.deps;
-    return {
-      nextNode: async (after) =>
-        (await feeds.listNodes(ANONYMOUS, { ...(after !== undefined ? { after } : {}), max: 1 }))[0],
-      shareable: async (node) => (await this.sharedConfig(node)) !== undefined,
-      read: async (node, cursor, max) => {
-        const page = await feeds.read(ANONYMOUS, `${node}?order=created`, {
-          ...(cursor !== undefined ? { since: cursor } : {}),
-          max,
-        });
-        return {
-          items: page.items.map((i) => ({ id: i.id, cursor: i.cursor, shareable: itemShareable(i) })),
-          atEnd: page.atEnd,
-        };
-      },
     };
   }
 
