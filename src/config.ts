@@ -58,6 +58,22 @@ export interface HttpConfig {
   maxTimeoutSeconds: number;
   /** The WebSub hub: private callbacks allowed, default lease, queue bound, retry time. */
   websub: { allowPrivate: boolean; leaseSeconds: number; maxQueue: number; retryForMs: number };
+  /** The origin clients reach the service at, behind a TLS proxy (`--public-url`). */
+  publicUrl: string | undefined;
+  /** FASPs' GETs of shared objects and actors must be signed and verified (`--fasp-signed-fetch`). */
+  faspSignedFetch: boolean;
+  /** The service as a FASP (src/fasp/provider/); undefined when `--fasp-provider` is off. */
+  faspProvider?: FaspProviderConfig | undefined;
+}
+
+/** The service acting as a fediverse auxiliary service provider (data_sharing v0). */
+export interface FaspProviderConfig {
+  /** The name it registers with fediverse servers. */
+  name: string;
+  /** Its public base URL; by default the HTTP origin and `/fasp-provider`. */
+  baseUrl: string | undefined;
+  /** Announced objects on loopback or private addresses are fetched too. */
+  allowPrivateAddresses: boolean;
 }
 
 export const HTTP_DEFAULTS = { maxHeld: 10_000, maxTimeoutSeconds: 120 };
@@ -139,8 +155,14 @@ export const SERVE_OPTIONS = {
   'websub-lease': { type: 'string' },
   'websub-queue': { type: 'string' },
   'websub-retry': { type: 'string' },
+  'public-url': { type: 'string' },
+  'fasp-signed-fetch': { type: 'boolean' },
   metrics: { type: 'string' },
   'metrics-access': { type: 'string' },
+  'fasp-provider': { type: 'string' },
+  'fasp-provider-name': { type: 'string' },
+  'fasp-provider-url': { type: 'string' },
+  'fasp-provider-allow-private': { type: 'boolean' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -192,10 +214,20 @@ long option names, "admins" a list); flags win over the environment, which wins 
   --websub-lease S           lease when a subscriber asks none SMARTFEEDS_WEBSUB_LEASE (864000)
   --websub-queue N           deliveries waiting per subscriber SMARTFEEDS_WEBSUB_QUEUE (1000)
   --websub-retry S           how long one delivery is retried  SMARTFEEDS_WEBSUB_RETRY (3600)
+  --public-url URL           the origin clients reach, behind a TLS proxy (https://feeds.example)
+                                                              SMARTFEEDS_PUBLIC_URL (the request's)
+  --fasp-signed-fetch        FASPs' GETs of shared objects and actors must be signed (verified)
+                                                              SMARTFEEDS_FASP_SIGNED_FETCH=1 (off)
   --metrics HOST:PORT        /metrics, /healthz, /readyz on their own listener
                                                               SMARTFEEDS_METRICS (on the HTTP binding)
   --metrics-access WHO       who may scrape: loopback | admin (an --admin's token)
                                                               SMARTFEEDS_METRICS_ACCESS (loopback)
+  --fasp-provider on|off     act as a FASP: turn fediverse content into feeds (needs --http)
+                                                              SMARTFEEDS_FASP_PROVIDER (off)
+  --fasp-provider-name NAME  the name it registers with       SMARTFEEDS_FASP_PROVIDER_NAME (smartfeeds)
+  --fasp-provider-url URL    its public base URL              SMARTFEEDS_FASP_PROVIDER_URL (HTTP origin/fasp-provider)
+  --fasp-provider-allow-private  fetch announced objects on loopback/private addresses
+                                                              SMARTFEEDS_FASP_PROVIDER_ALLOW_PRIVATE=1
 `;
 
 /** The parsed flags of `serve` (as node:util parseArgs gives them). */
@@ -233,6 +265,17 @@ const schemes = list
   .pipe(z.array(z.enum(['http', 'https'])).min(1));
 const HOST_PORT = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]/\s]+)):(\d{1,5})$/;
 /** `HOST:PORT`, `[IPV6]:PORT`; port 0 picks a free one. */
+/** An origin: http(s), a host, no path, query or credentials; kept without a trailing slash. */
+const origin = z.string().transform((v, ctx) => {
+  try {
+    const url = new URL(v);
+    const bare = url.pathname === '/' && url.search === '' && url.hash === '' && url.username === '';
+    if ((url.protocol === 'http:' || url.protocol === 'https:') && bare) return url.origin;
+  } catch {}
+  ctx.addIssue({ code: 'custom', message: 'not an origin' });
+  return z.NEVER;
+});
+
 const hostPort = z
   .string()
   .regex(HOST_PORT)
@@ -439,5 +482,21 @@ function httpConfig(src: Sources): HttpConfig | undefined {
       maxQueue: src.read('websub-queue', positive, 'a positive whole number', WEBSUB_DEFAULTS.maxQueue),
       retryForMs: 1000 * seconds('websub-retry', WEBSUB_DEFAULTS.retrySeconds),
     },
+    publicUrl: src.read('public-url', origin, 'an origin like https://feeds.example', undefined),
+    faspSignedFetch: src.read('fasp-signed-fetch', onOff, 'true or false', false),
+    faspProvider: faspProviderConfig(src),
+  };
+}
+
+function faspProviderConfig(src: Sources): FaspProviderConfig | undefined {
+  if (!src.read('fasp-provider', onOff, 'on or off', false)) return undefined;
+  const url = z
+    .url({ protocol: /^https?$/ })
+    .refine((u) => !/[?#]/.test(u), 'must have no query or fragment')
+    .transform((u) => u.replace(/\/+$/, ''));
+  return {
+    name: src.read('fasp-provider-name', nonEmpty, 'a non-empty string', 'smartfeeds'),
+    baseUrl: src.read('fasp-provider-url', url, 'an http(s) URL', undefined),
+    allowPrivateAddresses: src.read('fasp-provider-allow-private', onOff, 'true or false', false),
   };
 }

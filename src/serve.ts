@@ -65,8 +65,12 @@ export async function serve(config: Config, reread: () => Config = () => config)
   const operations = config.metrics.listen
     ? new OperationsListener(config.metrics.listen, exposure, readiness, log)
     : undefined;
+  // The service as a FASP (src/fasp/provider/), loaded only when configured.
+  const provider = config.http?.faspProvider
+    ? await (await import('./fasp/provider/mount.ts')).openProvider(feeds, config.http.faspProvider, log)
+    : undefined;
   const http = config.http
-    ? httpBinding(config, config.http, feeds, exposure, readiness, operations, log)
+    ? httpBinding(config, config.http, feeds, exposure, readiness, operations, log, provider?.extension)
     : undefined;
   // Listening before the bot loads: a signal meanwhile stops the server cleanly once it has.
   const stopSignal = new Promise<NodeJS.Signals>((resolve) => {
@@ -75,6 +79,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
   });
   await operations?.start();
   await http?.start();
+  if (provider && http) provider.start(config.http?.publicUrl ?? http.origin);
   await pubsub.start();
   if (botModule) {
     bot = await startBot(await botModule, config, feeds, metrics, pubsub, log);
@@ -86,6 +91,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
   await bot?.stop();
   // Held long polls answer at once and writes in flight finish before the database closes.
   await http?.stop();
+  await provider?.stop();
   await pubsub.stop();
   feeds.close();
   await operations?.stop();
@@ -109,6 +115,8 @@ function logStart(config: Config, log: Log): void {
   });
 }
 
+type WebExtension = NonNullable<ConstructorParameters<typeof HttpBinding>[1]['extend']>;
+
 /** The HTTP binding over the service, with the reader page and, unless on their own listener, operations. */
 function httpBinding(
   config: Config,
@@ -118,6 +126,7 @@ function httpBinding(
   readiness: Readiness,
   operations: OperationsListener | undefined,
   log: Log,
+  more?: (app: Parameters<WebExtension>[0], binding: HttpBinding) => void,
 ): HttpBinding {
   const { metrics } = exposure;
   return new HttpBinding(
@@ -129,9 +138,12 @@ function httpBinding(
       maxHeld: http.maxHeld,
       maxTimeoutSeconds: http.maxTimeoutSeconds,
       websub: { ...http.websub, metrics },
+      ...(http.publicUrl !== undefined ? { publicUrl: http.publicUrl } : {}),
+      sharing: { requireSignedFetch: http.faspSignedFetch },
       extend: (app, binding) => {
         webRoutes(config.domain)(app, binding);
         operationsRoutes({ readiness, metrics, ...(operations ? {} : { exposure }) })(app, binding);
+        more?.(app, binding);
       },
     },
     log,

@@ -1,4 +1,6 @@
 import { parseArgs } from 'node:util';
+import { SERVERS_ADMIN } from './provider/routes.ts';
+import type { SharingServer } from './provider/servers.ts';
 import type { Provider } from './providers.ts';
 import { ADMIN_BASE } from './routes.ts';
 
@@ -16,6 +18,12 @@ Commands:
   enable ID CAPABILITY     turns a capability on at the provider (data_sharing)
   disable ID CAPABILITY    turns it off
 
+The service as a FASP itself (serve --fasp-provider on), turning fediverse content into feeds:
+  servers                  the fediverse servers it registered with: serverId, status, node, base URL
+  register URL             registers with a fediverse server (its address, found by NodeInfo,
+                           or its FASP base URL); its administrator then confirms it
+  forget SERVERID          forgets a server, unsubscribing at it first
+
 Options:
   --url URL      the server's HTTP origin (default: $SMARTFEEDS_URL, else http://127.0.0.1:8080)
   --token TOKEN  a bearer token of an administrator (default: $SMARTFEEDS_TOKEN)
@@ -32,6 +40,9 @@ const ARITY: Record<string, number> = {
   remove: 1,
   enable: 2,
   disable: 2,
+  servers: 0,
+  register: 1,
+  forget: 1,
 };
 
 export interface FaspCommandIo {
@@ -50,7 +61,7 @@ class UsageError extends Error {}
 
 /** `smartfeeds fasp …` (argv after `fasp`): speaks to the running server; resolves with the exit code. */
 export async function faspCommand(argv: string[], io: FaspCommandIo = processIo): Promise<number> {
-  let request: { method: string; path: string; command: string };
+  let request: { method: string; path: string; command: string; body?: string };
   let url: string;
   let token: string;
   try {
@@ -76,7 +87,12 @@ export async function faspCommand(argv: string[], io: FaspCommandIo = processIo)
   try {
     response = await fetch(`${url}${request.path}`, {
       method: request.method,
-      headers: { authorization: `Bearer ${token}`, accept: 'application/json' },
+      headers: {
+        authorization: `Bearer ${token}`,
+        accept: 'application/json',
+        ...(request.body === undefined ? {} : { 'content-type': 'application/json' }),
+      },
+      ...(request.body === undefined ? {} : { body: request.body }),
       signal: AbortSignal.timeout(30_000),
     });
   } catch (e) {
@@ -98,7 +114,7 @@ export async function faspCommand(argv: string[], io: FaspCommandIo = processIo)
   return 0;
 }
 
-function route(positionals: string[]): { method: string; path: string; command: string } {
+function route(positionals: string[]): { method: string; path: string; command: string; body?: string } {
   const [command, ...args] = positionals;
   if (command === undefined) throw new UsageError('a command is needed');
   const arity = Object.hasOwn(ARITY, command) ? ARITY[command] : undefined;
@@ -116,8 +132,12 @@ function route(positionals: string[]): { method: string; path: string; command: 
     remove: ['DELETE', one],
     enable: ['POST', `${one}/capabilities/${capability}`],
     disable: ['DELETE', `${one}/capabilities/${capability}`],
+    servers: ['GET', SERVERS_ADMIN],
+    register: ['POST', SERVERS_ADMIN],
+    forget: ['DELETE', `${SERVERS_ADMIN}/${id}`],
   };
   const [method, path] = table[command] as [string, string];
+  if (command === 'register') return { method, path, command, body: JSON.stringify({ url: args[0] }) };
   return { method, path, command };
 }
 
@@ -134,8 +154,19 @@ export function providerLine(p: Provider): string {
   ].join('\t');
 }
 
+/** One line a fediverse server the service registered with as a FASP. */
+export function serverLine(s: SharingServer): string {
+  return [s.serverId, s.status, s.node, s.faspBaseUrl, s.registrationCompletionUri].join('\t');
+}
+
 function render(command: string, text: string): string {
   if (command === 'remove') return 'removed\n';
+  if (command === 'forget') return 'forgotten\n';
+  if (command === 'servers')
+    return ((JSON.parse(text) as { servers: SharingServer[] }).servers ?? [])
+      .map((s) => `${serverLine(s)}\n`)
+      .join('');
+  if (command === 'register') return `${serverLine(JSON.parse(text) as SharingServer)}\n`;
   const body = JSON.parse(text) as { providers?: Provider[] } & Provider;
   if (command === 'list') return (body.providers ?? []).map((p) => `${providerLine(p)}\n`).join('');
   if (command === 'show') return `${JSON.stringify(body, null, 2)}\n`;

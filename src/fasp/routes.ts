@@ -23,7 +23,7 @@ import {
 } from './signatures.ts';
 
 /** Where the FASP API lives on this server: NodeInfo's `metadata.faspBaseUrl`. */
-export const FASP_BASE = '/fasp';
+export const FASP_BASE = '/api/fasp';
 export const ADMIN_BASE = '/admin/fasp/providers';
 const NODEINFO_PATH = '/nodeinfo/2.1';
 const NODEINFO_SCHEMA = 'http://nodeinfo.diaspora.software/ns/schema/2.1';
@@ -117,7 +117,7 @@ function send(reply: FastifyReply, status: number, body?: unknown): FastifyReply
 
 /**
  * Registers the FASP base protocol (general/v0.1) on the HTTP binding's app, server side:
- * `POST /fasp/registration`, signed routes added with `addSignedRoute`, the administrators'
+ * `POST /api/fasp/registration`, signed routes added with `addSignedRoute`, the administrators'
  * `/admin/fasp/providers` API and NodeInfo 2.1 with `metadata.faspBaseUrl`.
  */
 export function registerFasp(app: FastifyInstance, deps: FaspDependencies): Fasp {

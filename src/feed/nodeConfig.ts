@@ -27,6 +27,11 @@ export interface NodeConfig {
   appendOnly: boolean;
   /** Entries per Atom archive document; fixed once the node has items (archive URLs depend on it). */
   archiveSize: number;
+  /**
+   * The owner opts the node in to fediverse discovery (FEP-5feb): an `open` node's items are then
+   * shared with connected discovery providers (FASP data_sharing). Off unless turned on.
+   */
+  discoverable: boolean;
 }
 
 export const DEFAULT_NODE_CONFIG: Readonly<NodeConfig> = {
@@ -43,6 +48,7 @@ export const DEFAULT_NODE_CONFIG: Readonly<NodeConfig> = {
   eventType: 'org.smartfeeds.entry',
   appendOnly: false,
   archiveSize: 100,
+  discoverable: false,
 };
 
 export const MAX_ARCHIVE_SIZE = 250;

@@ -6,6 +6,8 @@ import fastify, {
   LogController,
 } from 'fastify';
 import { type Fasp, registerFasp } from '../fasp/routes.ts';
+import { apRoutes } from '../fasp/sharing/apRoutes.ts';
+import { FaspSharing, type SharingOptions } from '../fasp/sharing/sharing.ts';
 import type { FeedEvent } from '../feed/events.ts';
 import { jidOf, user } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
@@ -30,6 +32,13 @@ export interface HttpOptions {
   websub?: Partial<HubOptions>;
   /** Bounds of the cache of rendered feed pages (`PAGE_CACHE_DEFAULTS`); false runs without one. */
   pageCache?: Partial<PageCacheOptions> | false;
+  /**
+   * The origin clients reach the service at (`https://feeds.example`), behind a proxy that
+   * terminates TLS: links, shared object URIs and the `@target-uri` of signed requests use it.
+   */
+  publicUrl?: string;
+  /** Sharing public feeds with FASPs (src/fasp/sharing/). */
+  sharing?: SharingOptions;
   /** More routes and hooks (the reader page, health, metrics: src/http/web/, health.ts). */
   extend?: (app: FastifyInstance, binding: HttpBinding) => void;
 }
@@ -53,6 +62,7 @@ export class HttpBinding {
   readonly polls: LongPolls;
   readonly hub: Hub;
   readonly fasp: Fasp;
+  readonly sharing: FaspSharing;
   /** Rendered feed pages by the node's generation (pageCache.ts); undefined when turned off. */
   readonly pages: PageCache | undefined;
   /** `http://HOST:PORT` once listening. */
@@ -100,16 +110,6 @@ export class HttpBinding {
       // Closing waits for every connection to end: a kept-alive one would hold it for its idle timeout.
       if (this.stopping) reply.header('connection', 'close');
     });
-    this.mount(
-      routes({
-        feeds,
-        polls: this.polls,
-        hub: this.hub,
-        maxTimeoutSeconds: options.maxTimeoutSeconds,
-        log,
-        ...(this.pages ? { pages: this.pages } : {}),
-      }),
-    );
     // The FASP base protocol, provider administration and NodeInfo (src/fasp/routes.ts).
     this.fasp = registerFasp(this.app, {
       kv: feeds.kv('fasp'),
@@ -118,6 +118,21 @@ export class HttpBinding {
       caller: (authorization) => jidOf(this.credentials.actor(authorization)),
       origin: (request) => this.originOf(request),
     });
+    // Public feeds shared with FASPs: data_sharing, and nodes and items as ActivityPub resources.
+    this.sharing = new FaspSharing(
+      { feeds, fasp: this.fasp, origin: () => this.options.publicUrl ?? this.origin, log },
+      options.sharing,
+    );
+    this.mount(
+      routes({
+        feeds,
+        polls: this.polls,
+        hub: this.hub,
+        maxTimeoutSeconds: options.maxTimeoutSeconds,
+        log,
+        ...(this.pages ? { pages: this.pages } : {}),
+      }).concat(apRoutes({ feeds, sharing: this.sharing })),
+    );
     options.extend?.(this.app, this);
   }
 
@@ -229,6 +244,7 @@ export class HttpBinding {
 
   /** The origin a request addressed, for the links in its answer. */
   originOf(request: FastifyRequest): string {
+    if (this.options.publicUrl !== undefined) return this.options.publicUrl;
     const host = request.host;
     if (host && !HOST.test(host)) throw problems.badRequest('the Host header is not a host name');
     return host ? `${request.protocol}://${host}` : this.origin;
@@ -237,6 +253,7 @@ export class HttpBinding {
   /** Listens; resolves with the origin (`http://HOST:PORT`). */
   async start(): Promise<string> {
     await this.hub.start();
+    await this.sharing.start();
     await this.app.listen({ host: this.options.host, port: this.options.port });
     const address = this.app.server.address() as AddressInfo;
     const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
@@ -255,6 +272,7 @@ export class HttpBinding {
     this.stopping = true;
     this.polls.releaseAll();
     await this.app.close();
+    await this.sharing.stop();
     await this.hub.stop();
     this.unlisten();
   }

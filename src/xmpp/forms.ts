@@ -136,6 +136,11 @@ const CONFIG_FIELDS: Record<string, ConfigField> = {
     label: 'Entries per Atom archive document (fixed once the node has items)',
     integer: [1, MAX_ARCHIVE_SIZE],
   },
+  'smartfeeds#discoverable': {
+    key: 'discoverable',
+    type: 'boolean',
+    label: 'Share an open node with fediverse discovery providers (FASP): opt in to discovery',
+  },
 };
 
 export const NODE_CONFIG_FORM = `${NS.pubsub}#node_config`;

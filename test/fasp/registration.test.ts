@@ -31,7 +31,7 @@ describe('FASP registration, administration and signed calls', () => {
 
   async function call(path: string, n: string, headers?: Record<string, string>) {
     const body = JSON.stringify({ n });
-    const url = `${service.origin}/fasp${path}`;
+    const url = `${service.origin}/api/fasp${path}`;
     const response = await fetch(url, {
       method: 'POST',
       headers: headers ?? (await fasp.sign('POST', url, body)),
@@ -73,11 +73,11 @@ describe('FASP registration, administration and signed calls', () => {
       software: { name: 'smartfeeds' },
       openRegistrations: false,
     });
-    expect(nodeinfo.metadata.faspBaseUrl).toBe(`${service.origin}/fasp`);
+    expect(nodeinfo.metadata.faspBaseUrl).toBe(`${service.origin}/api/fasp`);
   });
 
   it('registers a FASP, answered with a signed faspId, the service key and a completion URI', async () => {
-    await fasp.register(`${service.origin}/fasp`);
+    await fasp.register(`${service.origin}/api/fasp`);
     expect(fasp.faspId).toMatch(/^[A-Za-z0-9_-]{12}$/);
     expect(Buffer.from(fasp.servicePublicKey, 'base64')).toHaveLength(32);
     expect(fasp.registrationCompletionUri).toBe(`${service.origin}/admin/fasp/providers/${fasp.faspId}`);
@@ -85,7 +85,7 @@ describe('FASP registration, administration and signed calls', () => {
 
   it('refuses registrations that are not ones', async () => {
     const post = (body: string) =>
-      fetch(`${service.origin}/fasp/registration`, {
+      fetch(`${service.origin}/api/fasp/registration`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
         body,
@@ -104,7 +104,7 @@ describe('FASP registration, administration and signed calls', () => {
     expect(answer.headers.get('signature-input')).toContain('"@status" "content-digest"');
     expect((await post('not json')).status).toBe(400);
     // A digest sent with a registration is checked.
-    const digested = await fetch(`${service.origin}/fasp/registration`, {
+    const digested = await fetch(`${service.origin}/api/fasp/registration`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'content-digest': contentDigest('{}') },
       body: badKey,
@@ -154,7 +154,7 @@ describe('FASP registration, administration and signed calls', () => {
   });
 
   it('refuses every signature failure with 401, changing nothing', async () => {
-    const url = `${service.origin}/fasp/probe`;
+    const url = `${service.origin}/api/fasp/probe`;
     const body = JSON.stringify({ n: 'bad' });
     const now = Date.now();
     const good = await fasp.sign('POST', url, body);
@@ -194,7 +194,7 @@ describe('FASP registration, administration and signed calls', () => {
   });
 
   it('refuses a replayed request', async () => {
-    const url = `${service.origin}/fasp/probe`;
+    const url = `${service.origin}/api/fasp/probe`;
     const headers = await fasp.sign('POST', url, JSON.stringify({ n: 'two' }));
     expect((await call('/probe', 'two', headers)).status).toBe(201);
     await service.engine.kv('fasp-probe').del('two');
@@ -286,7 +286,7 @@ describe('FASP state across restarts', () => {
     const fasp = new TestFasp('Durable FASP');
     await fasp.start();
     try {
-      await fasp.register(`${first.origin}/fasp`);
+      await fasp.register(`${first.origin}/api/fasp`);
       const key = fasp.servicePublicKey;
       await first.close();
       const second = await startService(first.dir);
@@ -296,7 +296,7 @@ describe('FASP state across restarts', () => {
         expect(providers.map((p: Provider) => [p.id, p.status])).toEqual([[fasp.faspId, 'pending']]);
         const again = new TestFasp('Second FASP');
         await again.start();
-        await again.register(`${second.origin}/fasp`);
+        await again.register(`${second.origin}/api/fasp`);
         await again.stop();
         expect(again.servicePublicKey).toBe(key);
       } finally {

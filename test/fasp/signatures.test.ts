@@ -154,7 +154,7 @@ describe('the project’s signatures, checked by a second library', () => {
       /^sig1=\("@status" "content-digest"\);created=\d+;keyid="b2ks6vm8p23w"$/,
     );
     // The other library reads a response beside the (signed) request it answers.
-    const url = 'https://smartfeeds.example/fasp/registration';
+    const url = 'https://smartfeeds.example/api/fasp/registration';
     const req = {
       url,
       method: 'POST',
@@ -178,7 +178,7 @@ describe('the project’s signatures, checked by a second library', () => {
 describe('refusals', () => {
   const pair = generateEd25519();
   const signer = { privateKey: pair.privateKey, keyId: 'k1' };
-  const url = 'https://smartfeeds.example/fasp/data_sharing/v0/backfill_requests';
+  const url = 'https://smartfeeds.example/api/fasp/data_sharing/v0/backfill_requests';
   const body = '{"category":"content","maxCount":10}';
   const now = Math.floor(Date.now() / 1000);
   const sign = (created = new Date(now * 1000)) =>

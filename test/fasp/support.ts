@@ -86,6 +86,12 @@ export class TestFasp {
   readonly refused: string[] = [];
   /** What the FASP does while it answers an activation call (a FASP may call back meanwhile). */
   onActivation: (on: boolean) => Promise<void> = async () => undefined;
+  /** Answers the calls no base-protocol path takes (data_sharing announcements, say). */
+  handle: (call: {
+    method: string;
+    path: string;
+    body: string;
+  }) => Promise<{ status: number; body: string }> = async () => ({ status: 404, body: '' });
   /** Misbehaviour, to see the service refuse it: answers with a digest and no signature. */
   unsignedAnswers = false;
   capabilities = [{ id: 'data_sharing', version: '0.1' }];
@@ -193,6 +199,6 @@ export class TestFasp {
       await this.onActivation(req.method === 'POST');
       return { status: 204, body: '' };
     }
-    return { status: 404, body: '' };
+    return this.handle({ method: req.method ?? '', path, body: Buffer.concat(chunks).toString('utf8') });
   }
 }

@@ -1,0 +1,189 @@
+import type { FeedEvent } from '../../feed/events.ts';
+import type { KeyValueStore } from '../../feed/kv.ts';
+import type { Change } from '../../feed/model.ts';
+import type { NodeConfig } from '../../feed/nodeConfig.ts';
+import type { Log } from '../../log.ts';
+import type { Announcement, KvOp, Outbox } from './outbox.ts';
+import type { Category, EventSubscription, SharingRequests } from './requests.ts';
+import { itemShareable, nodeShareable } from './shareable.ts';
+import type { Trends } from './trends.ts';
+
+/** Events taken into one batch of writes. */
+const ROUND = 256;
+/** Events waiting for the intake; past it they are dropped (and counted): publishers never wait. */
+export const MAX_PENDING = 100_000;
+
+const SHARED = 'shared:';
+const ACTOR = 'actor:';
+/** The shared ids of a node: its name's length keeps one node's prefix from being another's. */
+const sharedPrefix = (node: string) => `${SHARED}${node.length}:${node}:`;
+const actorKey = (node: string) => `${ACTOR}${node}`;
+
+/** A node's configuration as the intake needs it: undefined when the node is gone. */
+export type ConfigLookup = (node: string) => Promise<NodeConfig | undefined>;
+
+/** What one round of events owes, per subscription, and the writes that record it. */
+class Round {
+  readonly ops: KvOp[] = [];
+  readonly owed = new Map<string, Announcement[]>();
+  /** Shared-ness written in this round and not yet committed, by key. */
+  readonly shared = new Map<string, boolean>();
+  readonly configs = new Map<string, NodeConfig | undefined>();
+
+  owe(subscriptions: EventSubscription[], announcement: Announcement): void {
+    for (const s of subscriptions) {
+      const list = this.owed.get(s.id) ?? [];
+      list.push(announcement);
+      this.owed.set(s.id, list);
+    }
+  }
+}
+
+/**
+ * Turns the service's committed events into announcements, in commit order: it listens without
+ * ever making a publisher wait (events are held in memory and written in rounds), remembers which
+ * items and node actors it announced (so that a later retract, audience, close, opt-out or delete
+ * is announced as `delete`) and writes those facts and the announcements in one batch a round.
+ */
+export class Intake {
+  private pending: FeedEvent[] = [];
+  private draining: Promise<void> | undefined;
+  dropped = 0;
+
+  constructor(
+    private readonly kv: KeyValueStore<unknown>,
+    private readonly requests: SharingRequests,
+    private readonly outbox: Outbox,
+    private readonly configOf: ConfigLookup,
+    private readonly trends: Trends,
+    private readonly log: Log,
+  ) {}
+
+  /** The service's event listener: keeps what may concern a subscription, and returns at once. */
+  readonly listener = (event: FeedEvent): void => {
+    if (event.type === 'item-changed' && !event.change.changed) return;
+    if (!['item-changed', 'node-configured', 'node-deleted'].includes(event.type)) return;
+    if (this.requests.all().length === 0) return;
+    if (this.pending.length >= MAX_PENDING) {
+      this.dropped += 1;
+      if (this.dropped === 1 || this.dropped % 10_000 === 0)
+        this.log.warn('fasp sharing intake full: events dropped', { dropped: this.dropped });
+      return;
+    }
+    this.pending.push(event);
+    this.draining ??= this.drain().finally(() => {
+      this.draining = undefined;
+    });
+  };
+
+  /** Resolves once every event taken so far is written to the outbox. */
+  async flush(): Promise<void> {
+    while (this.draining) await this.draining;
+  }
+
+  private async drain(): Promise<void> {
+    while (this.pending.length > 0) {
+      const events = this.pending.splice(0, ROUND);
+      try {
+        await this.round(events);
+      } catch (e) {
+        // The store failed: these events are lost to sharing, not to the feeds. Said loudly.
+        this.log.error('fasp sharing intake failed', { events: events.length, error: String(e) });
+      }
+    }
+  }
+
+  private async round(events: FeedEvent[]): Promise<void> {
+    const round = new Round();
+    for (const event of events) {
+      if (event.type === 'item-changed') await this.itemChanged(round, event.change);
+      else if (event.type === 'node-configured') {
+        round.configs.set(event.node, event.config);
+        await this.nodeChanged(round, event.node, nodeShareable(event.config));
+      } else if (event.type === 'node-deleted') {
+        round.configs.set(event.node, undefined);
+        await this.nodeChanged(round, event.node, false);
+      }
+    }
+    for (const [id, owed] of round.owed) this.outbox.enqueue(id, owed, round.ops);
+    if (round.ops.length > 0) await this.kv.batch(round.ops as { key: string; value?: unknown }[]);
+    for (const id of round.owed.keys()) this.outbox.kick(id);
+  }
+
+  private lifecycle(category: Category): EventSubscription[] {
+    return this.requests.all().filter((s) => s.type === 'lifecycle' && s.category === category);
+  }
+
+  private async config(round: Round, node: string): Promise<NodeConfig | undefined> {
+    if (!round.configs.has(node)) round.configs.set(node, await this.configOf(node));
+    return round.configs.get(node);
+  }
+
+  private async wasShared(round: Round, key: string): Promise<boolean> {
+    return round.shared.get(key) ?? (await this.kv.get(key)) !== undefined;
+  }
+
+  private setShared(round: Round, key: string, shared: boolean): void {
+    round.shared.set(key, shared);
+    round.ops.push(shared ? { key, value: 1 } : { key });
+  }
+
+  private async itemChanged(round: Round, change: Change): Promise<void> {
+    const { node, item } = change;
+    const config = await this.config(round, node);
+    const shareable = config !== undefined && nodeShareable(config) && itemShareable(item);
+    const key = sharedPrefix(node) + item.id;
+    const was = await this.wasShared(round, key);
+    const announcement = { kind: 'item', node, id: item.id } as const;
+    if (shareable) {
+      // A node is made without an event: its actor is announced with its first shared item.
+      if (!(await this.wasShared(round, actorKey(node)))) await this.nodeChanged(round, node, true);
+      round.owe(this.lifecycle('content'), { ...announcement, event: was ? 'update' : 'new' });
+      if (!was) this.setShared(round, key, true);
+      if (change.kind === 'create')
+        for (const [subscription, target] of await this.trends.replied(item, (k) =>
+          this.sharedItem(round, k),
+        ))
+          round.owe([subscription], { kind: 'item', node: target.node, id: target.id, event: 'trending' });
+    } else if (was) {
+      round.owe(this.lifecycle('content'), { ...announcement, event: 'delete' });
+      this.setShared(round, key, false);
+    }
+  }
+
+  /** Whether an item was announced (for trends: only shared items trend). */
+  private sharedItem(round: Round, target: { node: string; id: string }): Promise<boolean> {
+    return this.wasShared(round, sharedPrefix(target.node) + target.id);
+  }
+
+  /** A node's actor is announced when it becomes shareable, updated while it is, deleted after. */
+  private async nodeChanged(round: Round, node: string, shareable: boolean): Promise<void> {
+    const key = actorKey(node);
+    const was = await this.wasShared(round, key);
+    const announcement = { kind: 'actor', node } as const;
+    if (shareable) {
+      round.owe(this.lifecycle('account'), { ...announcement, event: was ? 'update' : 'new' });
+      if (!was) this.setShared(round, key, true);
+      return;
+    }
+    if (was) {
+      round.owe(this.lifecycle('account'), { ...announcement, event: 'delete' });
+      this.setShared(round, key, false);
+    }
+    await this.unshareItems(round, node);
+  }
+
+  /** Every item of the node announced so far is announced deleted, and forgotten. */
+  private async unshareItems(round: Round, node: string): Promise<void> {
+    const prefix = sharedPrefix(node);
+    const content = this.lifecycle('content');
+    // Those written before this round, and those shared in it and not yet written.
+    const keys = new Set((await this.kv.entries(prefix)).map(([key]) => key));
+    for (const key of round.shared.keys()) if (key.startsWith(prefix)) keys.add(key);
+    for (const key of keys) {
+      if (round.shared.get(key) === false) continue;
+      round.owe(content, { kind: 'item', node, id: key.slice(prefix.length), event: 'delete' });
+      this.setShared(round, key, false);
+    }
+  }
+}

@@ -1,0 +1,69 @@
+// The announcement queue is durable: what a failing FASP did not take waits in the database, and
+// after a restart it is delivered, none lost, none out of order.
+import { afterAll, describe, expect, it } from 'vitest';
+import { OPERATOR } from '../../src/feed/service/actor.ts';
+import { entry, type Received, SharingPeer } from './sharingPeer.ts';
+import { removeDir, type ServiceStack, startService } from './support.ts';
+
+const paths = (received: Received[]) =>
+  received.flatMap((a) => a.objectUris.map((u) => `${a.eventType} ${u.replace(/^http:\/\/[^/]+/, '')}`));
+
+async function until(check: () => boolean, what: string, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`waited for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+describe('announcements across a restart', () => {
+  const fasp = new SharingPeer('Durable FASP');
+  const stacks: ServiceStack[] = [];
+  afterAll(async () => {
+    await fasp.stop();
+    await stacks.at(-1)?.close();
+    if (stacks[0]) await removeDir(stacks[0].dir);
+  });
+
+  it('delivers what was queued before a restart, in commit order', async () => {
+    await fasp.start();
+    const first = await startService();
+    stacks.push(first);
+    await fasp.connect(first);
+    const id = await fasp.subscribe({ category: 'content', subscriptionType: 'lifecycle', maxBatchSize: 2 });
+    const feeds = first.binding.feeds;
+    await feeds.create(OPERATOR, 'news', { discoverable: true });
+    await feeds.publish(OPERATOR, 'news', { id: 'i0', entry: entry('i0') });
+    await fasp.announcements(id, 1);
+    // The FASP fails: everything from here waits in the queue.
+    fasp.answerStatus = 500;
+    for (let i = 1; i <= 5; i += 1)
+      await feeds.publish(OPERATOR, 'news', { id: `i${i}`, entry: entry(`i${i}`) });
+    await feeds.publish(OPERATOR, 'news', { id: 'i1', entry: entry('i1 again') });
+    await feeds.retract(OPERATOR, 'news', 'i2');
+    await until(() => first.binding.sharing.outbox.waiting(id) === 7, 'seven queued announcements');
+    await first.close();
+
+    fasp.answerStatus = 204;
+    const second = await startService(first.dir);
+    stacks.push(second);
+    expect(second.binding.sharing.outbox.waiting(id)).toBeGreaterThan(0);
+    const got = await fasp.announcements(id, 8);
+    expect(paths(got)).toEqual([
+      'new /ap/nodes/news/items/i0',
+      'new /ap/nodes/news/items/i1',
+      'new /ap/nodes/news/items/i2',
+      'new /ap/nodes/news/items/i3',
+      'new /ap/nodes/news/items/i4',
+      'new /ap/nodes/news/items/i5',
+      'update /ap/nodes/news/items/i1',
+      'delete /ap/nodes/news/items/i2',
+    ]);
+    expect(got.every((a) => a.objectUris.length <= 2)).toBe(true);
+    await until(() => second.binding.sharing.outbox.waiting(id) === 0, 'an empty queue');
+    // The subscription outlived the restart too: new writes are announced.
+    await second.binding.feeds.publish(OPERATOR, 'news', { id: 'i6', entry: entry('i6') });
+    expect(paths(await fasp.announcements(id, 9)).at(-1)).toBe('new /ap/nodes/news/items/i6');
+    expect(fasp.refused).toEqual([]);
+  });
+});
