@@ -67,3 +67,44 @@ describe('announcements across a restart', () => {
     expect(fasp.refused).toEqual([]);
   });
 });
+
+describe('a FASP that does not answer', () => {
+  it('never holds up publishers: their writes complete, and are announced in order once it answers', async () => {
+    const fasp = new SharingPeer('Stuck FASP');
+    await fasp.start();
+    const service = await startService();
+    try {
+      await fasp.connect(service);
+      const id = await fasp.subscribe({
+        category: 'content',
+        subscriptionType: 'lifecycle',
+        maxBatchSize: 10,
+      });
+      let release: () => void = () => undefined;
+      const stuck = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      // The first announcement hangs until released (below the client's timeout).
+      fasp.onAnnouncement = () => stuck;
+      const feeds = service.binding.feeds;
+      await feeds.create(OPERATOR, 'busy', { discoverable: true });
+      await feeds.publish(OPERATOR, 'busy', { id: 'first', entry: entry('first') });
+      await until(() => fasp.received.length === 1, 'the first announcement to arrive');
+      for (let i = 0; i < 40; i += 1)
+        await feeds.publish(OPERATOR, 'busy', { id: `p${i}`, entry: entry(`p${i}`) });
+      expect((await feeds.read(OPERATOR, 'busy', { max: 0 })).total).toBe(41);
+      fasp.onAnnouncement = async () => undefined;
+      release();
+      const got = await fasp.announcements(id, 41);
+      expect(paths(got)).toEqual(
+        ['first', ...Array.from({ length: 40 }, (_, i) => `p${i}`)].map(
+          (i) => `new /ap/nodes/busy/items/${i}`,
+        ),
+      );
+    } finally {
+      await fasp.stop();
+      await service.close();
+      await removeDir(service.dir);
+    }
+  });
+});
