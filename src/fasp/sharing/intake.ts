@@ -13,6 +13,8 @@ const ROUND = 256;
 /** Events waiting for the intake; past it they are dropped (and counted): publishers never wait. */
 export const MAX_PENDING = 100_000;
 
+/** The events that may change what is shared, besides item changes. */
+const TAKEN = new Set<FeedEvent['type']>(['node-configured', 'node-deleted']);
 const SHARED = 'shared:';
 const ACTOR = 'actor:';
 /** The shared ids of a node: its name's length keeps one node's prefix from being another's. */
@@ -61,9 +63,8 @@ export class Intake {
 
   /** The service's event listener: keeps what may concern a subscription, and returns at once. */
   readonly listener = (event: FeedEvent): void => {
-    if (event.type === 'item-changed' && !event.change.changed) return;
-    if (!['item-changed', 'node-configured', 'node-deleted'].includes(event.type)) return;
-    if (this.requests.all().length === 0) return;
+    if (event.type === 'item-changed' ? !event.change.changed : !TAKEN.has(event.type)) return;
+    if (this.requests.size === 0) return;
     if (this.pending.length >= MAX_PENDING) {
       this.dropped += 1;
       if (this.dropped === 1 || this.dropped % 10_000 === 0)
