@@ -94,6 +94,12 @@ describe('data_sharing v0: subscriptions, announcements, backfill', () => {
     }
     const backfill = await fasp.call('POST', BACKFILL, { category: 'content', maxCount: 1 }, forged);
     expect(backfill.status).toBe(401);
+    const target = `${service.origin}/api/fasp${SUBSCRIPTIONS}/${content}`;
+    const wrongTarget = await fasp.sign('DELETE', `${target}x`);
+    expect((await fasp.call('DELETE', `${SUBSCRIPTIONS}/${content}`, undefined, wrongTarget)).status).toBe(
+      401,
+    );
+    expect(service.binding.sharing.requests.get(content)).toBeDefined();
     expect(service.binding.sharing.requests.all()).toHaveLength(before);
     expect(await service.binding.sharing.requests.backfills()).toEqual([]);
   });
@@ -222,5 +228,29 @@ describe('data_sharing v0: subscriptions, announcements, backfill', () => {
       'delete /ap/nodes/blog',
     ]);
     expect(fasp.refused).toEqual([]);
+  });
+
+  it('drops a provider’s subscriptions and announces nothing more once data_sharing is off', async () => {
+    const before = fasp.received.length;
+    const off = await fetch(
+      `${service.origin}/admin/fasp/providers/${fasp.faspId}/capabilities/data_sharing`,
+      {
+        method: 'DELETE',
+        headers: { authorization: 'Bearer admin-token-1' },
+      },
+    );
+    expect(off.status).toBe(200);
+    await feeds.create(OPERATOR, 'after', { discoverable: true });
+    await feeds.publish(OPERATOR, 'after', { id: 'z', entry: entry('z') });
+    await service.binding.sharing.intake.flush();
+    const sharing = service.binding.sharing;
+    for (let i = 0; i < 500 && sharing.requests.size > 0; i += 1) await new Promise((r) => setTimeout(r, 10));
+    expect(sharing.requests.size).toBe(0);
+    expect(sharing.outbox.waiting()).toBe(0);
+    expect(fasp.received.length).toBe(before);
+    // Its calls are refused now: the capability is off.
+    expect(
+      (await fasp.call('POST', SUBSCRIPTIONS, { category: 'content', subscriptionType: 'lifecycle' })).status,
+    ).toBe(403);
   });
 });

@@ -1,7 +1,9 @@
 // The announcement queue is durable: what a failing FASP did not take waits in the database, and
 // after a restart it is delivered, none lost, none out of order.
 import { afterAll, describe, expect, it } from 'vitest';
+import { FeedEngine } from '../../src/feed/engine.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
+import { FeedService } from '../../src/feed/service/service.ts';
 import { entry, type Received, SharingPeer } from './sharingPeer.ts';
 import { removeDir, type ServiceStack, startService } from './support.ts';
 
@@ -65,5 +67,98 @@ describe('announcements across a restart', () => {
     await second.binding.feeds.publish(OPERATOR, 'news', { id: 'i6', entry: entry('i6') });
     expect(paths(await fasp.announcements(id, 9)).at(-1)).toBe('new /ap/nodes/news/items/i6');
     expect(fasp.refused).toEqual([]);
+  });
+});
+
+describe('a FASP that does not answer', () => {
+  it('never holds up publishers: their writes complete, and are announced in order once it answers', async () => {
+    const fasp = new SharingPeer('Stuck FASP');
+    await fasp.start();
+    const service = await startService();
+    try {
+      await fasp.connect(service);
+      const id = await fasp.subscribe({
+        category: 'content',
+        subscriptionType: 'lifecycle',
+        maxBatchSize: 10,
+      });
+      let release: () => void = () => undefined;
+      const stuck = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      // The first announcement hangs until released (below the client's timeout).
+      fasp.onAnnouncement = () => stuck;
+      const feeds = service.binding.feeds;
+      await feeds.create(OPERATOR, 'busy', { discoverable: true });
+      await feeds.publish(OPERATOR, 'busy', { id: 'first', entry: entry('first') });
+      await until(() => fasp.received.length === 1, 'the first announcement to arrive');
+      for (let i = 0; i < 40; i += 1)
+        await feeds.publish(OPERATOR, 'busy', { id: `p${i}`, entry: entry(`p${i}`) });
+      expect((await feeds.read(OPERATOR, 'busy', { max: 0 })).total).toBe(41);
+      fasp.onAnnouncement = async () => undefined;
+      release();
+      const got = await fasp.announcements(id, 41);
+      expect(paths(got)).toEqual(
+        ['first', ...Array.from({ length: 40 }, (_, i) => `p${i}`)].map(
+          (i) => `new /ap/nodes/busy/items/${i}`,
+        ),
+      );
+    } finally {
+      await fasp.stop();
+      await service.close();
+      await removeDir(service.dir);
+    }
+  });
+});
+
+describe('changes the intake did not see', () => {
+  it('are taken at the next start from where each node stood, and a node closed meanwhile is unshared', async () => {
+    const fasp = new SharingPeer('Catching-up FASP');
+    await fasp.start();
+    const first = await startService();
+    let last: ServiceStack = first;
+    try {
+      await fasp.connect(first);
+      const id = await fasp.subscribe({
+        category: 'content',
+        subscriptionType: 'lifecycle',
+        maxBatchSize: 10,
+      });
+      const feeds = first.binding.feeds;
+      for (const node of ['kept', 'closed']) {
+        await feeds.create(OPERATOR, node, { discoverable: true });
+        await feeds.publish(OPERATOR, node, { id: 'a', entry: entry('a') });
+      }
+      await fasp.announcements(id, 2);
+      await first.close();
+      // Written while the service was not serving (as a crash loses what was not yet taken).
+      const engine = await FeedEngine.open(first.dir);
+      const offline = new FeedService(engine, {});
+      await offline.publish(OPERATOR, 'kept', { id: 'b', entry: entry('b') });
+      await offline.publish(OPERATOR, 'kept', { id: 'a', entry: entry('a again') });
+      await offline.publish(OPERATOR, 'kept', { id: 'c', entry: entry('c') });
+      await offline.retract(OPERATOR, 'kept', 'c');
+      await offline.configure(OPERATOR, 'closed', { accessModel: 'whitelist' });
+      offline.close();
+      await engine.close();
+
+      last = await startService(first.dir);
+      await last.binding.feeds.publish(OPERATOR, 'kept', { id: 'd', entry: entry('d') });
+      const got = await fasp.announcements(id, 6);
+      // Caught up node by node (in name order), each in its own commit order; then live ones.
+      expect(paths(got).slice(2)).toEqual([
+        'delete /ap/nodes/closed/items/a',
+        'new /ap/nodes/kept/items/b',
+        'update /ap/nodes/kept/items/a',
+        'new /ap/nodes/kept/items/d',
+      ]);
+      await last.binding.sharing.intake.flush();
+      await until(() => last.binding.sharing.outbox.waiting(id) === 0, 'an empty queue');
+      expect(paths(fasp.received)).toHaveLength(6);
+    } finally {
+      await fasp.stop();
+      await last.close();
+      await removeDir(first.dir);
+    }
   });
 });

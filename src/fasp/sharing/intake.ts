@@ -1,6 +1,7 @@
+import { parseCursor } from '../../feed/cursor.ts';
 import type { FeedEvent } from '../../feed/events.ts';
 import type { KeyValueStore } from '../../feed/kv.ts';
-import type { Change } from '../../feed/model.ts';
+import type { ChangeKind, Item } from '../../feed/model.ts';
 import type { NodeConfig } from '../../feed/nodeConfig.ts';
 import type { Log } from '../../log.ts';
 import type { Announcement, KvOp, Outbox } from './outbox.ts';
@@ -13,7 +14,13 @@ const ROUND = 256;
 /** Events waiting for the intake; past it they are dropped (and counted): publishers never wait. */
 export const MAX_PENDING = 100_000;
 
+/** The events that may change what is shared, besides item changes. */
+const TAKEN = new Set<FeedEvent['type']>(['node-configured', 'node-deleted']);
 const SHARED = 'shared:';
+/** The modified-order cursor of the last change of a node the intake wrote: where a catch-up starts. */
+const CURSOR = 'cursor:';
+/** Changes a catch-up reads per node at most; the rest waits for the next start. */
+export const CATCH_UP_MAX = 10_000;
 const ACTOR = 'actor:';
 /** The shared ids of a node: its name's length keeps one node's prefix from being another's. */
 const sharedPrefix = (node: string) => `${SHARED}${node.length}:${node}:`;
@@ -22,6 +29,20 @@ const actorKey = (node: string) => `${ACTOR}${node}`;
 /** A node's configuration as the intake needs it: undefined when the node is gone. */
 export type ConfigLookup = (node: string) => Promise<NodeConfig | undefined>;
 
+/** A node's changes in modified order after a cursor (every item's latest version), or gone. */
+export type ChangeReader = (
+  node: string,
+  since: string,
+) => Promise<{ items: Item[]; atEnd: boolean } | undefined>;
+
+/** Whether cursor `a` is at or before `b` in one feed (stamp, then offset). */
+function atOrBefore(a: string, b: string): boolean {
+  const x = parseCursor(a);
+  const y = parseCursor(b);
+  if (!x || !y) return false;
+  return x.t < y.t || (x.t === y.t && x.o <= y.o);
+}
+
 /** What one round of events owes, per subscription, and the writes that record it. */
 class Round {
   readonly ops: KvOp[] = [];
@@ -29,6 +50,8 @@ class Round {
   /** Shared-ness written in this round and not yet committed, by key. */
   readonly shared = new Map<string, boolean>();
   readonly configs = new Map<string, NodeConfig | undefined>();
+  /** The last change of each node taken in this round. */
+  readonly cursors = new Map<string, string>();
 
   owe(subscriptions: EventSubscription[], announcement: Announcement): void {
     for (const s of subscriptions) {
@@ -48,6 +71,9 @@ class Round {
 export class Intake {
   private pending: FeedEvent[] = [];
   private draining: Promise<void> | undefined;
+  /** Live events wait for a catch-up; those it covered already are skipped. */
+  private ready: Promise<void> = Promise.resolve();
+  private readonly caughtUp = new Map<string, string>();
   dropped = 0;
 
   constructor(
@@ -61,9 +87,8 @@ export class Intake {
 
   /** The service's event listener: keeps what may concern a subscription, and returns at once. */
   readonly listener = (event: FeedEvent): void => {
-    if (event.type === 'item-changed' && !event.change.changed) return;
-    if (!['item-changed', 'node-configured', 'node-deleted'].includes(event.type)) return;
-    if (this.requests.all().length === 0) return;
+    if (event.type === 'item-changed' ? !event.change.changed : !TAKEN.has(event.type)) return;
+    if (this.requests.size === 0) return;
     if (this.pending.length >= MAX_PENDING) {
       this.dropped += 1;
       if (this.dropped === 1 || this.dropped % 10_000 === 0)
@@ -78,10 +103,51 @@ export class Intake {
 
   /** Resolves once every event taken so far is written to the outbox. */
   async flush(): Promise<void> {
+    await this.ready;
     while (this.draining) await this.draining;
   }
 
+  /**
+   * Takes the changes the intake did not see (written while it was not listening, or taken and
+   * not written when the process died): each node it wrote a cursor for is read on from there,
+   * and a node no longer shared has what it shared announced deleted. Live events wait meanwhile.
+   */
+  catchUp(read: ChangeReader): Promise<void> {
+    this.ready = this.catchUpNodes(read).catch((e) => {
+      this.log.error('fasp sharing catch-up failed', { error: String(e) });
+    });
+    return this.ready;
+  }
+
+  private async catchUpNodes(read: ChangeReader): Promise<void> {
+    for (const [key, cursor] of await this.kv.entries(CURSOR)) {
+      const node = key.slice(CURSOR.length);
+      const round = new Round();
+      let since = cursor as string;
+      for (let taken = 0; taken < CATCH_UP_MAX; ) {
+        const page = await read(node, since);
+        if (!page) break;
+        for (const item of page.items) await this.itemChanged(round, node, item, 'update', item.cursor);
+        taken += page.items.length;
+        since = page.items.at(-1)?.cursor ?? since;
+        if (page.atEnd || page.items.length === 0) break;
+      }
+      const config = await this.config(round, node);
+      if (!config || !nodeShareable(config)) await this.nodeChanged(round, node, false);
+      if (!config) round.ops.push({ key });
+      this.caughtUp.set(node, since);
+      await this.commit(round);
+    }
+  }
+
+  /** Forgets where each node stood: with no subscription, nothing was taken since. */
+  async forgetCursors(): Promise<void> {
+    const keys = await this.kv.entries(CURSOR);
+    if (keys.length > 0) await this.kv.batch(keys.map(([key]) => ({ key })));
+  }
+
   private async drain(): Promise<void> {
+    await this.ready;
     while (this.pending.length > 0) {
       const events = this.pending.splice(0, ROUND);
       try {
@@ -96,16 +162,28 @@ export class Intake {
   private async round(events: FeedEvent[]): Promise<void> {
     const round = new Round();
     for (const event of events) {
-      if (event.type === 'item-changed') await this.itemChanged(round, event.change);
-      else if (event.type === 'node-configured') {
+      if (event.type === 'item-changed') {
+        const { node, item, kind, feeds } = event.change;
+        const covered = this.caughtUp.get(node);
+        if (covered !== undefined && atOrBefore(feeds.modified.cursor, covered)) continue;
+        await this.itemChanged(round, node, item, kind, feeds.modified.cursor);
+      } else if (event.type === 'node-configured') {
         round.configs.set(event.node, event.config);
         await this.nodeChanged(round, event.node, nodeShareable(event.config));
       } else if (event.type === 'node-deleted') {
         round.configs.set(event.node, undefined);
+        round.cursors.delete(event.node);
+        round.ops.push({ key: CURSOR + event.node });
         await this.nodeChanged(round, event.node, false);
       }
     }
+    await this.commit(round);
+  }
+
+  /** Writes a round: its announcements, what it shared and unshared, and each node's cursor. */
+  private async commit(round: Round): Promise<void> {
     for (const [id, owed] of round.owed) this.outbox.enqueue(id, owed, round.ops);
+    for (const [node, cursor] of round.cursors) round.ops.push({ key: CURSOR + node, value: cursor });
     if (round.ops.length > 0) await this.kv.batch(round.ops as { key: string; value?: unknown }[]);
     for (const id of round.owed.keys()) this.outbox.kick(id);
   }
@@ -128,8 +206,14 @@ export class Intake {
     round.ops.push(shared ? { key, value: 1 } : { key });
   }
 
-  private async itemChanged(round: Round, change: Change): Promise<void> {
-    const { node, item } = change;
+  private async itemChanged(
+    round: Round,
+    node: string,
+    item: Omit<Item, 'cursor'>,
+    kind: ChangeKind,
+    cursor: string,
+  ): Promise<void> {
+    round.cursors.set(node, cursor);
     const config = await this.config(round, node);
     const shareable = config !== undefined && nodeShareable(config) && itemShareable(item);
     const key = sharedPrefix(node) + item.id;
@@ -140,7 +224,7 @@ export class Intake {
       if (!(await this.wasShared(round, actorKey(node)))) await this.nodeChanged(round, node, true);
       round.owe(this.lifecycle('content'), { ...announcement, event: was ? 'update' : 'new' });
       if (!was) this.setShared(round, key, true);
-      if (change.kind === 'create')
+      if (kind === 'create')
         for (const [subscription, target] of await this.trends.replied(item, (k) =>
           this.sharedItem(round, k),
         ))

@@ -127,6 +127,11 @@ export class SharingRequests {
     );
   }
 
+  /** How many subscriptions stand (the intake takes no event while there are none). */
+  get size(): number {
+    return this.subscriptions.size;
+  }
+
   /** Subscriptions now, in the order they were made. */
   all(): EventSubscription[] {
     return [...this.subscriptions.values()];

@@ -1,6 +1,6 @@
 import { generateKeyPair } from 'node:crypto';
 import { promisify } from 'node:util';
-import { FeedError } from '../../feed/errors.ts';
+import { FeedError, NodeNotFound } from '../../feed/errors.ts';
 import type { NodeConfig } from '../../feed/nodeConfig.ts';
 import { ANONYMOUS, OPERATOR } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
@@ -103,6 +103,8 @@ export class FaspSharing {
   async start(): Promise<void> {
     await this.actorPublicKey();
     await this.requests.load();
+    // What was not taken before (a crash, or writes while not serving) first; live events wait.
+    if (this.requests.size > 0) void this.intake.catchUp((node, since) => this.changesSince(node, since));
     this.unlisten = this.deps.feeds.onEvent(this.intake.listener);
     await this.outbox.start();
     this.backfills.kick();
@@ -145,11 +147,21 @@ export class FaspSharing {
     }
   }
 
+  /** Undefined only for a node that is gone: a failing store must not read as "unshare it". */
   private async configOf(node: string): Promise<NodeConfig | undefined> {
     try {
       return await this.deps.feeds.settings(OPERATOR, node);
     } catch (e) {
-      if (e instanceof FeedError) return undefined;
+      if (e instanceof NodeNotFound) return undefined;
+      throw e;
+    }
+  }
+
+  private async changesSince(node: string, since: string) {
+    try {
+      return await this.deps.feeds.read(OPERATOR, node, { since, max: 250 });
+    } catch (e) {
+      if (e instanceof NodeNotFound) return undefined;
       throw e;
     }
   }
@@ -216,7 +228,10 @@ export class FaspSharing {
         },
       });
     signed('POST', '/event_subscriptions', async ({ provider, body }) => {
-      const subscription = await this.requests.subscribe(provider.id, parseSubscription(body));
+      const fields = parseSubscription(body);
+      // Without a subscription nothing was taken: where nodes stood then means nothing now.
+      if (this.requests.size === 0) await this.intake.forgetCursors();
+      const subscription = await this.requests.subscribe(provider.id, fields);
       this.deps.log.info('fasp subscription', {
         provider: provider.id,
         id: subscription.id,
