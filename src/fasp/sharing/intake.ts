@@ -6,7 +6,7 @@ import type { NodeConfig } from '../../feed/nodeConfig.ts';
 import type { Log } from '../../log.ts';
 import type { Announcement, KvOp, Outbox } from './outbox.ts';
 import type { Category, EventSubscription, SharingRequests } from './requests.ts';
-import { itemShareable, nodeShareable } from './shareable.ts';
+import { hasAudience, itemShareable, nodeShareable } from './shareable.ts';
 import type { Trends } from './trends.ts';
 
 /** Events taken into one batch of writes. */
@@ -229,9 +229,14 @@ export class Intake {
           this.sharedItem(round, k),
         ))
           round.owe([subscription], { kind: 'item', node: target.node, id: target.id, event: 'trending' });
-    } else if (was) {
+    } else if (
+      was ||
+      (kind === 'retract' && config !== undefined && nodeShareable(config) && !hasAudience(item))
+    ) {
+      // A retraction in a shared node is announced even when this intake never recorded the item
+      // (it may have reached the provider by a backfill, before any lifecycle subscription).
       round.owe(this.lifecycle('content'), { ...announcement, event: 'delete' });
-      this.setShared(round, key, false);
+      if (was) this.setShared(round, key, false);
     }
   }
 
