@@ -1,0 +1,154 @@
+import { NodeNotFound } from '../errors.ts';
+import { deletedKey, metaKey } from '../keys.ts';
+import type { Change } from '../model.ts';
+import type { LockedReader, SharedFeedStore } from '../store/shared.ts';
+import type { Op, StoreReader } from '../store/store.ts';
+import { deletedMessage, parseWakeUp, readLog, touchedMessage } from './changeLog.ts';
+import { type NodeMeta, type NodeState, parse, serialize } from './state.ts';
+
+/** Key tags whose writes change what instances cache of a node: subscriptions, configuration, affiliations. */
+const CACHED_TAGS = new Set([0x73, 0x63, 0x61]); // s c a
+const DELETED_TAG = 0x64; // d
+
+/** What the link asks of the engine around it. */
+export interface InstanceHost {
+  /** Reads a node's counters and tails (through `reader`) into its state. */
+  reload(st: NodeState, reader: StoreReader): Promise<void>;
+  /** The node is gone (deleted by another instance): forget it. */
+  forget(st: NodeState): void;
+  /** Drops what is cached of a node's subscriptions and policy (`undefined`: of every node). */
+  dropCaches(nid: number | undefined): void;
+  /** Tells the engine's listeners of changes another instance committed, in the node's order. */
+  emit(change: Change): void;
+}
+
+/**
+ * The engine's link to the other instances sharing its store: the node lock every round takes,
+ * the store's clock for stamps, and the wake-ups by which an instance learns that another wrote
+ * (its loaded nodes catch up, so that long polls and cursors here see every write).
+ */
+export class Instances {
+  /** The store's clock for the round being computed (stamps are taken from it). */
+  roundNow: number | undefined;
+  /** Loaded nodes by number, for wake-ups. */
+  private readonly byNid = new Map<number, NodeState>();
+  /** Nodes whose in-memory tails may be wrong (a round failed after moving them). */
+  private readonly stale = new WeakSet<NodeState>();
+  /** The highest sequence number heard of per node, for nodes loaded after the wake-up came. */
+  private readonly heard = new Map<number, number>();
+  /** Who else hears the wake-ups (the push leases). */
+  readonly wakeListeners = new Set<(nid: number, seq: number) => void>();
+  private unlisten: (() => Promise<void>) | undefined;
+  private host: InstanceHost | undefined;
+
+  constructor(readonly store: SharedFeedStore) {}
+
+  async start(host: InstanceHost): Promise<void> {
+    this.host = host;
+    this.unlisten = await this.store.listen(
+      (message) => this.wake(message),
+      () => this.reconnected(),
+    );
+  }
+
+  async stop(): Promise<void> {
+    await this.unlisten?.();
+    this.unlisten = undefined;
+  }
+
+  /** The clock the engine stamps with: the store's, read once the round holds its node's lock. */
+  now(): number {
+    return this.roundNow ?? Date.now();
+  }
+
+  /** A node's state was loaded: it catches up if a wake-up for it came while it loaded. */
+  loaded(st: NodeState): void {
+    this.byNid.set(st.nid, st);
+    const heard = this.heard.get(st.nid);
+    if (heard !== undefined && heard > st.seq) this.catchUpLater(st, heard);
+  }
+
+  dropped(st: NodeState): void {
+    if (this.byNid.get(st.nid) === st) this.byNid.delete(st.nid);
+  }
+
+  /** A round failed after moving the node's counters and tails: its next round reloads them. */
+  spoiled(st: NodeState, before: NodeMeta): void {
+    st.total = before.total;
+    st.stamp = before.stamp;
+    st.seq = before.seq;
+    this.stale.add(st);
+  }
+
+  /**
+   * Inside a round's locked transaction: refuses a deleted node, and when another instance wrote
+   * since, reloads the node's counters and tails and returns the changes it missed, in order.
+   */
+  async catchUp(tx: LockedReader, st: NodeState): Promise<Change[]> {
+    const [metaBuf, gone] = await tx.getMany([metaKey(st.nid), deletedKey(st.nid)]);
+    if (!metaBuf || gone) {
+      this.host?.forget(st);
+      throw new NodeNotFound(st.name);
+    }
+    const meta = parse<NodeMeta>(metaBuf);
+    if (meta.seq === st.seq && !this.stale.has(st)) return [];
+    return this.reloadFrom(tx, st, meta.seq);
+  }
+
+  private async reloadFrom(reader: StoreReader, st: NodeState, seq: number): Promise<Change[]> {
+    const before = st.seq;
+    await this.host?.reload(st, reader);
+    this.stale.delete(st);
+    return (await readLog(reader, st.nid, before, seq)).map((l) => l.change);
+  }
+
+  private wake(message: string): void {
+    const w = parseWakeUp(message);
+    if (!w) return;
+    const st = this.byNid.get(w.nid);
+    if (w.kind !== 'changed') {
+      this.host?.dropCaches(w.nid);
+      if (st && w.kind === 'deleted') this.host?.forget(st);
+      return;
+    }
+    this.heard.set(w.nid, Math.max(this.heard.get(w.nid) ?? 0, w.seq));
+    if (st && st.seq < w.seq) this.catchUpLater(st, w.seq);
+    for (const l of this.wakeListeners) l(w.nid, w.seq);
+  }
+
+  /** Another instance wrote to a loaded node: it catches up in its write order, from a snapshot. */
+  private catchUpLater(st: NodeState, seq: number): void {
+    void serialize(st, async () => {
+      if (st.deleted || st.seq >= seq) return;
+      const snapshot = this.store.snapshot();
+      try {
+        const [metaBuf, gone] = await snapshot.getMany([metaKey(st.nid), deletedKey(st.nid)]);
+        if (!metaBuf || gone) return;
+        const meta = parse<NodeMeta>(metaBuf);
+        if (meta.seq <= st.seq) return;
+        for (const change of await this.reloadFrom(snapshot, st, meta.seq)) this.host?.emit(change);
+      } finally {
+        await snapshot.close();
+      }
+    }).catch(() => undefined);
+  }
+
+  /** Wake-ups may have been lost: every cache is dropped and every loaded node catches up. */
+  private reconnected(): void {
+    this.host?.dropCaches(undefined);
+    for (const st of this.byNid.values()) this.catchUpLater(st, st.seq + 1);
+    for (const l of this.wakeListeners) l(-1, -1);
+  }
+}
+
+/** The wake-up messages a batch of the group committer sends: caches it changes, nodes it deletes. */
+export function batchMessages(ops: readonly Op[]): string[] {
+  const out = new Set<string>();
+  for (const op of ops) {
+    const tag = op.key[0];
+    if (tag === undefined || op.key.length < 5) continue;
+    if (CACHED_TAGS.has(tag)) out.add(touchedMessage(op.key.readUInt32BE(1)));
+    else if (tag === DELETED_TAG && op.type === 'put') out.add(deletedMessage(op.key.readUInt32BE(1)));
+  }
+  return [...out];
+}
