@@ -19,7 +19,7 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import postgres from 'postgres';
+import pg from 'pg';
 import { chownAll, freePort, isAlive, readPidFile, signal, sleep, userIds, waitFor } from './process.ts';
 
 const execFileP = promisify(execFile);
@@ -221,7 +221,9 @@ let databases = 0;
  */
 export async function createDatabase(adminUrl: string, name?: string): Promise<string> {
   const db = name ?? `test_${process.pid}_${++databases}_${Math.random().toString(36).slice(2, 8)}`;
-  await withAdmin(adminUrl, (sql) => sql.unsafe(`CREATE DATABASE ${quoteIdent(db)} STRATEGY FILE_COPY`));
+  await withClient(adminUrl, (client) =>
+    client.query(`CREATE DATABASE ${quoteIdent(db)} STRATEGY FILE_COPY`),
+  );
   const url = new URL(adminUrl);
   url.pathname = `/${encodeURIComponent(db)}`;
   return url.toString();
@@ -230,19 +232,24 @@ export async function createDatabase(adminUrl: string, name?: string): Promise<s
 /** Drops database `name` (given by name or URL), closing its connections first; a missing one is fine. */
 export async function dropDatabase(adminUrl: string, name: string): Promise<void> {
   const db = name.includes('://') ? decodeURIComponent(new URL(name).pathname.slice(1)) : name;
-  await withAdmin(adminUrl, (sql) => sql.unsafe(`DROP DATABASE IF EXISTS ${quoteIdent(db)} WITH (FORCE)`));
+  await withClient(adminUrl, (client) =>
+    client.query(`DROP DATABASE IF EXISTS ${quoteIdent(db)} WITH (FORCE)`),
+  );
 }
 
 function quoteIdent(name: string): string {
   return `"${name.replaceAll('"', '""')}"`;
 }
 
-async function withAdmin<T>(url: string, fn: (sql: postgres.Sql) => Promise<T>): Promise<T> {
-  const sql = postgres(url, { max: 1, onnotice: () => undefined });
+/** Runs `fn` on a connection of its own to `url`, closed after. */
+export async function withClient<T>(url: string, fn: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url });
+  client.on('error', () => undefined);
+  await client.connect();
   try {
-    return await fn(sql);
+    return await fn(client);
   } finally {
-    await sql.end({ timeout: 5 });
+    await client.end();
   }
 }
 

@@ -1,60 +1,60 @@
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import postgres from 'postgres';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningPostgres, startPostgres } from '../prosody-dev/postgres.ts';
+import { type RunningPostgres, startPostgres, withClient } from '../prosody-dev/postgres.ts';
 import { isAlive, waitFor } from '../prosody-dev/process.ts';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
 describe('the PostgreSQL harness', () => {
-  let pg: RunningPostgres;
+  let cluster: RunningPostgres;
 
   beforeAll(async () => {
-    pg = await startPostgres();
+    cluster = await startPostgres();
   });
   afterAll(async () => {
-    await pg?.destroy();
+    await cluster?.destroy();
   });
 
   it('runs a cluster on loopback, its socket in its own directory, and makes databases', async () => {
-    expect(pg.pid).toBeGreaterThan(0);
-    expect(existsSync(`${pg.dir}/.s.PGSQL.${pg.port}`)).toBe(true);
-    const url = await pg.createDatabase();
-    expect(url).toMatch(new RegExp(`^postgres://postgres@127\\.0\\.0\\.1:${pg.port}/test_`));
-    const sql = postgres(url, { max: 1, onnotice: () => undefined });
-    try {
-      const [row] = await sql`SELECT current_database() AS db, current_setting('server_version_num') AS v`;
-      expect(url.endsWith(`/${row?.db}`)).toBe(true);
-      expect(Number(row?.v)).toBeGreaterThanOrEqual(150000);
-      expect(Number(row?.v)).toBeLessThan(160000);
-    } finally {
-      await sql.end();
-    }
-    await pg.dropDatabase(new URL(url).pathname.slice(1));
+    expect(cluster.pid).toBeGreaterThan(0);
+    expect(existsSync(`${cluster.dir}/.s.PGSQL.${cluster.port}`)).toBe(true);
+    const url = await cluster.createDatabase();
+    expect(url).toMatch(new RegExp(`^postgres://postgres@127\\.0\\.0\\.1:${cluster.port}/test_`));
+    await withClient(url, async (client) => {
+      const { rows } = await client.query(
+        `SELECT current_database() AS db, current_setting('server_version_num') AS v`,
+      );
+      expect(url.endsWith(`/${rows[0]?.db}`)).toBe(true);
+      expect(Number(rows[0]?.v)).toBeGreaterThanOrEqual(150000);
+      expect(Number(rows[0]?.v)).toBeLessThan(160000);
+    });
+    await cluster.dropDatabase(new URL(url).pathname.slice(1));
   });
 
   it('stops by its pid and starts again on the same port with the same data', async () => {
-    const url = await pg.createDatabase();
-    const sql = postgres(url, { max: 1, onnotice: () => undefined });
+    const url = await cluster.createDatabase();
+    const sql = new pg.Pool({ connectionString: url, max: 1 });
+    sql.on('error', () => undefined);
     try {
-      await sql`CREATE TABLE kept (n int)`;
-      await sql`INSERT INTO kept VALUES (42)`;
-      const before = pg.pid as number;
-      await pg.stop();
-      expect(pg.pid).toBeUndefined();
+      await sql.query('CREATE TABLE kept (n int)');
+      await sql.query('INSERT INTO kept VALUES (42)');
+      const before = cluster.pid as number;
+      await cluster.stop();
+      expect(cluster.pid).toBeUndefined();
       expect(isAlive(before)).toBe(false);
-      await expect(sql`SELECT 1`).rejects.toMatchObject({ code: 'ECONNREFUSED' });
-      await pg.start();
-      expect(pg.pid).not.toBe(before);
-      // The client connects again by itself; the committed row is there.
-      expect(await sql`SELECT n FROM kept`).toEqual([{ n: 42 }]);
+      await expect(sql.query('SELECT 1')).rejects.toMatchObject({ code: 'ECONNREFUSED' });
+      await cluster.start();
+      expect(cluster.pid).not.toBe(before);
+      // The pool connects again by itself; the committed row is there.
+      expect((await sql.query('SELECT n FROM kept')).rows).toEqual([{ n: 42 }]);
       // A crash (SIGQUIT) and a restart: crash recovery keeps what was committed.
-      await sql`INSERT INTO kept VALUES (43)`;
-      await pg.stop({ immediate: true });
-      await pg.start();
-      expect((await sql`SELECT n FROM kept ORDER BY n`).map((r) => r.n)).toEqual([42, 43]);
+      await sql.query('INSERT INTO kept VALUES (43)');
+      await cluster.stop({ immediate: true });
+      await cluster.start();
+      expect((await sql.query('SELECT n FROM kept ORDER BY n')).rows.map((r) => r.n)).toEqual([42, 43]);
     } finally {
       await sql.end();
     }

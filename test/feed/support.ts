@@ -3,9 +3,9 @@ import os from 'node:os';
 import path from 'node:path';
 import zlib from 'node:zlib';
 import { ClassicLevel } from 'classic-level';
-import postgres from 'postgres';
+
 import { inject } from 'vitest';
-import { createDatabase } from '../../prosody-dev/postgres.ts';
+import { createDatabase, withClient } from '../../prosody-dev/postgres.ts';
 import { type EngineOptions, FeedEngine } from '../../src/feed/engine.ts';
 import type { Page } from '../../src/feed/model.ts';
 import { openLevelStore } from '../../src/feed/store/level.ts';
@@ -77,15 +77,10 @@ export function postgresAdminUrl(): string {
 let fileDatabase: Promise<string> | undefined;
 let schemas = 0;
 
-async function onFileDatabase(fn: (sql: postgres.Sql) => Promise<unknown>): Promise<string> {
+async function onFileDatabase(statement: string): Promise<string> {
   fileDatabase ??= createDatabase(postgresAdminUrl());
   const url = await fileDatabase;
-  const sql = postgres(url, { max: 1, onnotice: () => undefined });
-  try {
-    await fn(sql);
-  } finally {
-    await sql.end();
-  }
+  await withClient(url, (client) => client.query(statement));
   return url;
 }
 
@@ -95,10 +90,11 @@ async function onFileDatabase(fn: (sql: postgres.Sql) => Promise<unknown>): Prom
  */
 export async function freshPostgresDatabase(): Promise<{ url: string; drop: () => Promise<void> }> {
   const schema = `t${++schemas}`;
-  const url = new URL(await onFileDatabase((sql) => sql.unsafe(`CREATE SCHEMA ${schema}`)));
-  url.searchParams.set('search_path', schema);
+  const url = new URL(await onFileDatabase(`CREATE SCHEMA ${schema}`));
+  // libpq's `options`, which node-postgres passes on: the store's tables go into the schema.
+  url.searchParams.set('options', `-c search_path=${schema}`);
   const drop = async () => {
-    await onFileDatabase((sql) => sql.unsafe(`DROP SCHEMA IF EXISTS ${schema} CASCADE`));
+    await onFileDatabase(`DROP SCHEMA IF EXISTS ${schema} CASCADE`);
   };
   return { url: url.toString(), drop };
 }

@@ -1,21 +1,23 @@
 /**
- * The Store on PostgreSQL (15), through `postgres` (porsager's postgres.js: plain JavaScript with
- * no dependencies and its own types, pipelining, reserved connections). One table `kv` (key bytea
- * primary key, value bytea): a range is `ORDER BY key` on its index, a batch one transaction, a
- * snapshot a REPEATABLE READ READ ONLY transaction on a connection reserved until it closes.
+ * The Store on PostgreSQL (15), through `pg` (node-postgres: plain JavaScript, no build step, the
+ * most used client; a checked-out client whose connection dies refuses further queries instead of
+ * reusing a pooled connection, which matters for snapshots held across a restart). One table `kv`
+ * (key bytea primary key, value bytea): a range is `ORDER BY key` on its index, read by keyset
+ * cursors; a batch is one transaction of one statement; a snapshot a REPEATABLE READ READ ONLY
+ * transaction on a client of its own until it closes.
  *
  * When PostgreSQL goes away (a restart, a failover), reads are tried again with backoff until it
  * is back or `retryForMs` runs out. A write is tried again only when it is known not to have
  * committed; when its COMMIT was sent and the answer lost, the transaction's status decides, read
  * by its id once PostgreSQL answers again: a write either commits or fails, never half.
  */
-import postgres from 'postgres';
+import pg from 'pg';
 import { StorageError } from '../errors.ts';
-import { migrate, STORE_MIGRATIONS } from './postgresSchema.ts';
+import { hasStoreTables, migrate, STORE_MIGRATIONS } from './postgresSchema.ts';
 import type { Cursor, Entry, Op, Range, Snapshot, Store, StoreReader } from './store.ts';
 
 export interface PostgresStoreOptions {
-  /** Connections in the pool; each open snapshot holds one. Default 10. */
+  /** Clients in the pool; each open snapshot holds one. Default 10. */
   max?: number;
   /** How long an operation waits for PostgreSQL to come back before failing. Default 15 s. */
   retryForMs?: number;
@@ -23,14 +25,13 @@ export interface PostgresStoreOptions {
   createIfMissing?: boolean;
 }
 
-/** A query's rows as arrays of columns, on the pool or on a snapshot's connection. */
+/** A query's rows as arrays of columns, on the pool or on a snapshot's client. */
 type Run = (text: string, params: unknown[]) => Promise<unknown[][]>;
 
-const BYTEA = 17;
 const FIRST_DELAY_MS = 25;
 const MAX_DELAY_MS = 1000;
 
-/** A postgres:// URL without its password, for messages. */
+/** A postgres:// URL without its user and password, for messages. */
 export function describeUrl(url: string): string {
   try {
     const u = new URL(url);
@@ -42,8 +43,8 @@ export function describeUrl(url: string): string {
   }
 }
 
-// Lost connections and a server that is restarting: PostgreSQL class 08 and 57P01-57P03, node's
-// socket errors, and postgres.js's own.
+// Lost connections and a server that is restarting: PostgreSQL's class 08 and 57P01-57P03, node's
+// socket errors, and node-postgres's own (which carry no code).
 const CONNECTION_CODES = new Set([
   'ECONNREFUSED',
   'ECONNRESET',
@@ -51,19 +52,29 @@ const CONNECTION_CODES = new Set([
   'ETIMEDOUT',
   'EHOSTUNREACH',
   'ENETUNREACH',
-  'ENOENT',
-  'CONNECTION_CLOSED',
-  'CONNECTION_DESTROYED',
-  'CONNECT_TIMEOUT',
   '57P01',
   '57P02',
   '57P03',
 ]);
+const CONNECTION_MESSAGES =
+  /Connection terminated|not queryable|timeout exceeded when trying to connect|Connection ended|the database system is (starting up|shutting down|in recovery mode)/i;
 
 /** Whether `e` says the connection went away (the server may be fine after a wait). */
 export function isConnectionLoss(e: unknown): boolean {
-  const code = (e as { code?: unknown } | undefined)?.code;
-  return typeof code === 'string' && (CONNECTION_CODES.has(code) || code.startsWith('08'));
+  const { code, message } = (e ?? {}) as { code?: unknown; message?: unknown };
+  if (typeof code === 'string' && (CONNECTION_CODES.has(code) || code.startsWith('08'))) return true;
+  return typeof message === 'string' && CONNECTION_MESSAGES.test(message);
+}
+
+/** Prepared statement names by text: each connection prepares a statement at its first use. */
+const statementNames = new Map<string, string>();
+function query(text: string, values: unknown[]): pg.QueryArrayConfig {
+  let name = statementNames.get(text);
+  if (name === undefined) {
+    name = `smartfeeds_${statementNames.size + 1}`;
+    statementNames.set(text, name);
+  }
+  return { name, text, values, rowMode: 'array' };
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -97,11 +108,7 @@ function limitOf(range: Range): number | undefined {
 }
 
 class PostgresReader implements StoreReader {
-  constructor(
-    protected readonly run: Run,
-    /** For its array parameters (their serializers are the pool's). */
-    private readonly pool: postgres.Sql,
-  ) {}
+  constructor(protected readonly run: Run) {}
 
   async get(key: Buffer): Promise<Buffer | undefined> {
     const rows = await this.run('SELECT value FROM kv WHERE key = $1', [key]);
@@ -110,9 +117,7 @@ class PostgresReader implements StoreReader {
 
   async getMany(keys: readonly Buffer[]): Promise<(Buffer | undefined)[]> {
     if (keys.length === 0) return [];
-    const rows = await this.run('SELECT key, value FROM kv WHERE key = ANY($1::bytea[])', [
-      this.pool.array([...keys], BYTEA),
-    ]);
+    const rows = await this.run('SELECT key, value FROM kv WHERE key = ANY($1::bytea[])', [keys]);
     const found = new Map<string, Buffer>();
     for (const [k, v] of rows) found.set((k as Buffer).toString('latin1'), v as Buffer);
     return keys.map((k) => found.get(k.toString('latin1')));
@@ -185,6 +190,32 @@ function collapse(ops: readonly Op[]): { puts: [Buffer[], Buffer[]]; dels: Buffe
   return { puts, dels };
 }
 
+// One statement, so one transaction even without BEGIN; its keys are distinct (collapse), as a
+// statement's parts may not touch one row twice. Its transaction id tells a lost COMMIT's fate.
+const WRITE = `WITH deleted AS (DELETE FROM kv WHERE key = ANY($1::bytea[])),
+  put AS (INSERT INTO kv (key, value) SELECT * FROM unnest($2::bytea[], $3::bytea[])
+          ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value)
+SELECT pg_current_xact_id()::text`;
+
+/** A client of the pool, held for a transaction; `lost` once its connection has failed. */
+class Held {
+  lost: Error | undefined;
+  private readonly onError = (e: Error) => {
+    this.lost = e;
+  };
+
+  constructor(readonly client: pg.PoolClient) {
+    // An error event nobody listens to would end the process.
+    client.on('error', this.onError);
+  }
+
+  /** Back to the pool, or closed when its connection failed or its transaction is left open. */
+  release(discard = false): void {
+    this.client.off('error', this.onError);
+    this.client.release(discard || this.lost !== undefined);
+  }
+}
+
 /** The Store on a PostgreSQL database (see the top of this file). */
 export class PostgresStore extends PostgresReader implements Store {
   private closed = false;
@@ -194,14 +225,11 @@ export class PostgresStore extends PostgresReader implements Store {
 
   constructor(
     /** The pool: for the code beside this file that needs its own statements (a change log, say). */
-    readonly sql: postgres.Sql,
+    readonly pool: pg.Pool,
     private readonly where: string,
     private readonly retryForMs: number,
   ) {
-    super(
-      (text, params) => this.retrying(() => sql.unsafe(text, params as never[], { prepare: true }).values()),
-      sql,
-    );
+    super((text, params) => this.retrying(async () => (await pool.query(query(text, params))).rows));
   }
 
   /** Runs `fn` until it succeeds, tries again after a connection loss until `retryForMs` is spent. */
@@ -227,6 +255,11 @@ export class PostgresStore extends PostgresReader implements Store {
     if (this.closed) throw new StorageError(`the store on ${this.where} is closed`);
   }
 
+  /** A client of its own, once PostgreSQL answers (connecting is tried again with backoff). */
+  async hold(deadline?: number): Promise<Held> {
+    return new Held(await this.retrying(() => this.pool.connect(), deadline));
+  }
+
   async write(ops: readonly Op[]): Promise<void> {
     // `sync` needs nothing: a commit is durable as the server is configured (synchronous_commit).
     this.requireOpen();
@@ -235,24 +268,21 @@ export class PostgresStore extends PostgresReader implements Store {
     if (puts[0].length + dels.length === 0) return;
     const deadline = Date.now() + this.retryForMs;
     for (let delay = FIRST_DELAY_MS; ; delay = Math.min(2 * delay, MAX_DELAY_MS)) {
-      this.requireOpen();
+      const held = await this.hold(deadline);
       let xid: string | undefined;
       try {
-        await this.sql.begin(async (tx) => {
-          const [row] = await Promise.all([
-            tx`SELECT pg_current_xact_id()::text AS xid`,
-            dels.length > 0 && tx`DELETE FROM kv WHERE key = ANY(${tx.array(dels, BYTEA)}::bytea[])`,
-            puts[0].length > 0 &&
-              tx`INSERT INTO kv (key, value)
-                 SELECT * FROM unnest(${tx.array(puts[0], BYTEA)}::bytea[], ${tx.array(puts[1], BYTEA)}::bytea[])
-                 ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value`,
-          ]);
-          // From here on COMMIT may be sent: only the transaction's status can tell what happened.
-          xid = row[0]?.xid as string;
-        });
+        await held.client.query('BEGIN');
+        const { rows } = await held.client.query(query(WRITE, [dels, puts[0], puts[1]]));
+        // From here on COMMIT may be sent: only the transaction's status can tell what happened.
+        xid = rows[0]?.[0] as string;
+        await held.client.query('COMMIT');
+        held.release();
         return;
       } catch (e) {
-        if (this.closed || !isConnectionLoss(e)) throw this.failure(e);
+        const lost = held.lost !== undefined || isConnectionLoss(e);
+        if (!lost) await held.client.query('ROLLBACK').catch(() => undefined);
+        held.release(lost);
+        if (this.closed || !lost) throw this.failure(e);
         if (xid !== undefined) {
           const status = await this.statusOf(xid, deadline);
           if (status === 'committed') return;
@@ -262,6 +292,7 @@ export class PostgresStore extends PostgresReader implements Store {
               { cause: e },
             );
         }
+        // Not committed: the batch is written again, whole.
         if (Date.now() + delay > deadline) throw this.failure(e);
         await sleep(delay);
       }
@@ -271,11 +302,8 @@ export class PostgresStore extends PostgresReader implements Store {
   /** A transaction's fate once the server answers again: committed, aborted, or still unknown. */
   private async statusOf(xid: string, deadline: number): Promise<string | undefined> {
     for (;;) {
-      const [row] = await this.retrying(
-        () => this.sql`SELECT pg_xact_status(${xid}::xid8) AS status`,
-        deadline,
-      );
-      const status = row?.status as string | null | undefined;
+      const rows = await this.run('SELECT pg_xact_status($1::xid8)', [xid]);
+      const status = rows[0]?.[0] as string | null | undefined;
       // In progress: its backend has not yet seen its client go; it will roll back or commit.
       if (status !== 'in progress' || Date.now() > deadline) return status ?? undefined;
       await sleep(MAX_DELAY_MS / 4);
@@ -285,12 +313,13 @@ export class PostgresStore extends PostgresReader implements Store {
   snapshot(): Snapshot {
     this.requireOpen();
     const begun = this.retrying(async () => {
-      const conn = await this.sql.reserve();
+      const held = await this.hold();
       try {
-        await Promise.all([conn`BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`, conn`SELECT 1`]);
-        return conn;
+        // The snapshot is taken at the first statement after BEGIN: both go in one round trip.
+        await held.client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1');
+        return held;
       } catch (e) {
-        conn.release();
+        held.release(true);
         throw e;
       }
     });
@@ -306,41 +335,44 @@ export class PostgresStore extends PostgresReader implements Store {
     if (this.closed) return;
     this.closed = true;
     await Promise.allSettled([...this.snapshots].map((s) => s.close()));
-    await this.sql.end({ timeout: 5 });
+    await this.pool.end();
   }
 }
 
-/** Reads in one REPEATABLE READ transaction on its own connection, until closed. */
+/** Reads in one REPEATABLE READ transaction on a client of its own, until closed. */
 class PostgresSnapshot extends PostgresReader implements Snapshot {
   private closing: Promise<void> | undefined;
 
   constructor(
-    private readonly begun: Promise<postgres.ReservedSql>,
+    private readonly begun: Promise<Held>,
     store: PostgresStore,
     private readonly forget: () => void,
   ) {
     super(async (text, params) => {
       if (this.closing) throw new StorageError('the snapshot is closed');
-      const conn = await begun;
+      const held = await begun;
+      // A lost connection is not replaced: a new one could not see the same snapshot.
+      if (held.lost) throw store.failure(held.lost);
       try {
-        return await conn.unsafe(text, params as never[], { prepare: true }).values();
+        return (await held.client.query(query(text, params))).rows;
       } catch (e) {
         throw store.failure(e);
       }
-    }, store.sql);
+    });
     // A snapshot that could not begin fails its reads; nobody need wait for it to say so.
     begun.catch(() => undefined);
   }
 
   close(): Promise<void> {
     this.closing ??= this.begun.then(
-      async (conn) => {
+      async (held) => {
         try {
-          await conn`COMMIT`;
+          if (!held.lost) await held.client.query('COMMIT');
+          held.release();
         } catch {
           // Its connection is gone, and with it the transaction.
+          held.release(true);
         } finally {
-          conn.release();
           this.forget();
         }
       },
@@ -351,28 +383,29 @@ class PostgresSnapshot extends PostgresReader implements Snapshot {
 }
 
 /**
- * Opens the store on the PostgreSQL database at `url` (postgres://user:password@host:port/db),
- * bringing its tables up to date (or, with createIfMissing false, refusing a database without
- * them). Waits up to `retryForMs` for a server that is not up yet.
+ * Opens the store on the PostgreSQL database at `url` (postgres://user:password@host:port/db; the
+ * URL's parameters are libpq's where node-postgres knows them), bringing its tables up to date
+ * (or, with createIfMissing false, refusing a database without them). Waits up to `retryForMs`
+ * for a server that is not up yet.
  */
 export async function openPostgresStore(
   url: string,
   options: PostgresStoreOptions = {},
 ): Promise<PostgresStore> {
   const where = describeUrl(url);
-  const sql = postgres(url, {
+  const pool = new pg.Pool({
+    connectionString: url,
     max: options.max ?? 10,
-    onnotice: () => undefined,
-    connection: { application_name: 'smartfeeds' },
+    application_name: 'smartfeeds',
+    connectionTimeoutMillis: 10_000,
   });
-  const store = new PostgresStore(sql, where, options.retryForMs ?? 15_000);
+  // An idle client whose connection fails is dropped by the pool; unheard, the event would end the process.
+  pool.on('error', () => undefined);
+  const store = new PostgresStore(pool, where, options.retryForMs ?? 15_000);
   try {
-    if (options.createIfMissing === false) {
-      const { hasStoreTables } = await import('./postgresSchema.ts');
-      if (!(await store.retrying(() => hasStoreTables(sql))))
-        throw new StorageError(`no smartfeeds database at ${where} (its tables are missing)`);
-    }
-    await store.retrying(() => migrate(sql, 'store', STORE_MIGRATIONS));
+    if (options.createIfMissing === false && !(await store.retrying(() => hasStoreTables(pool))))
+      throw new StorageError(`no smartfeeds database at ${where} (its tables are missing)`);
+    await store.retrying(() => migrate(pool, 'store', STORE_MIGRATIONS));
   } catch (e) {
     await store.close().catch(() => undefined);
     throw store.failure(e);
