@@ -41,7 +41,11 @@ const harnessTest = (server: string) => `test/${server}-harness.test.ts`;
 const stores = (process.env.SMARTFEEDS_TEST_STORES ?? 'level,postgres').split(',').map((s) => s.trim());
 const STORE_SUITES = ['test/feed/**/*.test.ts', 'test/service/**/*.test.ts'];
 // Files that need PostgreSQL whatever the store under test: they run in store-postgres only.
-const POSTGRES_ONLY = ['test/postgres*.test.ts', 'test/cli/migrate*.test.ts'];
+const POSTGRES_ONLY = [
+  'test/postgres*.test.ts',
+  'test/cli/migrate*.test.ts',
+  'test/instances/postgres*.test.ts',
+];
 
 export default defineConfig({
   test: {

@@ -68,7 +68,7 @@ export function isConnectionLoss(e: unknown): boolean {
 
 /** Prepared statement names by text: each connection prepares a statement at its first use. */
 const statementNames = new Map<string, string>();
-function query(text: string, values: unknown[]): pg.QueryArrayConfig {
+export function query(text: string, values: unknown[]): pg.QueryArrayConfig {
   let name = statementNames.get(text);
   if (name === undefined) {
     name = `smartfeeds_${statementNames.size + 1}`;
@@ -107,7 +107,7 @@ function limitOf(range: Range): number | undefined {
   return range.limit === undefined || range.limit < 0 ? undefined : range.limit;
 }
 
-class PostgresReader implements StoreReader {
+export class PostgresReader implements StoreReader {
   constructor(protected readonly run: Run) {}
 
   async get(key: Buffer): Promise<Buffer | undefined> {
@@ -171,7 +171,7 @@ class PostgresReader implements StoreReader {
 }
 
 /** The final operation on each key of a batch (a later one wins), in key order. */
-function collapse(ops: readonly Op[]): { puts: [Buffer[], Buffer[]]; dels: Buffer[] } {
+export function collapse(ops: readonly Op[]): { puts: [Buffer[], Buffer[]]; dels: Buffer[] } {
   const last = new Map<string, Op>();
   for (const op of ops) {
     if (!Buffer.isBuffer(op.key) || (op.type === 'put' && !Buffer.isBuffer(op.value)))
@@ -192,7 +192,7 @@ function collapse(ops: readonly Op[]): { puts: [Buffer[], Buffer[]]; dels: Buffe
 
 // One statement, so one transaction even without BEGIN; its keys are distinct (collapse), as a
 // statement's parts may not touch one row twice. Its transaction id tells a lost COMMIT's fate.
-const WRITE = `WITH deleted AS (DELETE FROM kv WHERE key = ANY($1::bytea[])),
+export const WRITE = `WITH deleted AS (DELETE FROM kv WHERE key = ANY($1::bytea[])),
   put AS (INSERT INTO kv (key, value) SELECT * FROM unnest($2::bytea[], $3::bytea[])
           ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value)
 SELECT pg_current_xact_id()::text`;
