@@ -29,6 +29,11 @@ export interface Config {
   limits: Limits;
   /** fsync each write batch (survives power loss, not only a killed process). */
   sync: boolean;
+  /**
+   * Connect the XMPP component (and push): off for an instance that serves HTTP only, beside the
+   * one holding Prosody's single component connection (README "Several instances").
+   */
+  xmpp: boolean;
   /** Requests per second and burst allowed to each sender (bare JID); a rate of 0 is no limit. */
   rateLimit: RateLimitOptions;
   /** The feed bot (src/bot/): on unless turned off. */
@@ -96,6 +101,7 @@ const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics'> = {
   logLevel: 'info',
   limits: DEFAULT_LIMITS,
   sync: false,
+  xmpp: true,
   rateLimit: DEFAULT_RATE_LIMIT,
   bot: DEFAULT_BOT,
 };
@@ -118,6 +124,7 @@ export const SERVE_OPTIONS = {
   'default-page-items': { type: 'string' },
   'page-bytes': { type: 'string' },
   sync: { type: 'boolean' },
+  'no-xmpp': { type: 'boolean' },
   'rate-limit': { type: 'string' },
   'rate-burst': { type: 'string' },
   bot: { type: 'string' },
@@ -168,6 +175,8 @@ long option names, "admins" a list); flags win over the environment, which wins 
   --default-page-items N     items when no max is asked       SMARTFEEDS_DEFAULT_PAGE_ITEMS (50)
   --page-bytes N             a page's byte budget             SMARTFEEDS_PAGE_BYTES (262144)
   --sync                     fsync every write                SMARTFEEDS_SYNC=1
+  --no-xmpp                  serve HTTP only, no component (several instances)
+                                                              SMARTFEEDS_XMPP=0 (on)
   --rate-limit N             requests/s per sender, 0 = off   SMARTFEEDS_RATE_LIMIT (50)
   --rate-burst N             requests a sender may burst      SMARTFEEDS_RATE_BURST (200)
   --bot on|off               the feed bot (chat commands)     SMARTFEEDS_BOT (on)
@@ -329,9 +338,16 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
   if (flags['auto-create'] && flags['no-auto-create'])
     throw new ConfigError('--auto-create and --no-auto-create contradict each other');
   const autoFlag = flags['no-auto-create'] ? false : flags['auto-create'] ? true : undefined;
-  const src = new Sources({ ...flags, 'auto-create': autoFlag }, env, file, configPath);
+  const src = new Sources(
+    { ...flags, 'auto-create': autoFlag, xmpp: flags['no-xmpp'] ? false : undefined },
+    env,
+    file,
+    configPath,
+  );
 
-  const secret = src.find('secret');
+  const xmpp = src.read('xmpp', onOff, 'true or false', DEFAULTS.xmpp);
+  // An instance that serves HTTP only never connects: it needs no component secret.
+  const secret = src.find('secret') ?? (xmpp ? undefined : { value: '-', where: '--no-xmpp' });
   if (secret === undefined)
     throw new ConfigError(
       'a component secret is required: --secret, SMARTFEEDS_SECRET or "secret" in the configuration file',
@@ -367,6 +383,7 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
       maxPageBytes: limit('page-bytes', DEFAULT_LIMITS.maxPageBytes),
     },
     sync: src.read('sync', onOff, 'true or false', DEFAULTS.sync),
+    xmpp,
     rateLimit: {
       rate: src.read('rate-limit', nonNegative, 'a number of zero or more', DEFAULTS.rateLimit.rate),
       burst: limit('rate-burst', DEFAULTS.rateLimit.burst),

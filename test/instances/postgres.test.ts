@@ -73,7 +73,7 @@ describe('several instances on PostgreSQL', () => {
         ? one.engine.retract('shared', `item${i % 13}`).catch(() => undefined)
         : one.engine.publish('shared', { id: `item${i % 13}`, entry: entry(`v${i}`) });
     });
-    const acked = (await Promise.all(writes)).filter((c): c is Change => c !== undefined && c.changed);
+    const acked = (await Promise.all(writes)).filter((c): c is Change => c?.changed === true);
     const nid = await (all[0] as PgInstance).engine.nodeNumber('shared');
     const log = await readLog((all[0] as PgInstance).store, nid, 0, Number.MAX_SAFE_INTEGER);
     expect(log.map((l) => l.seq)).toEqual(log.map((_, i) => i + 1));
