@@ -28,6 +28,8 @@ const serverFiles = SERVER_DIRS.flatMap(
   { dir: 'test/http', file: 'xmpp.test.ts' },
   { dir: 'test/web', file: 'reader.test.ts' },
   { dir: 'test/web', file: 'serve.test.ts' },
+  // Several `smartfeeds serve` on one PostgreSQL database behind the server (starts its own cluster).
+  { dir: 'test/instances', file: 'serve.test.ts' },
 ]);
 const serverTests = serverFiles
   .filter(({ file }) => !ALONE.has(file))

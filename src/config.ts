@@ -34,6 +34,8 @@ export interface Config {
    * one holding Prosody's single component connection (README "Several instances").
    */
   xmpp: boolean;
+  /** How long a push lease lasts without renewal: how long a dead instance's pushes wait for another. */
+  pushLeaseMs: number;
   /** Requests per second and burst allowed to each sender (bare JID); a rate of 0 is no limit. */
   rateLimit: RateLimitOptions;
   /** The feed bot (src/bot/): on unless turned off. */
@@ -102,6 +104,7 @@ const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics'> = {
   limits: DEFAULT_LIMITS,
   sync: false,
   xmpp: true,
+  pushLeaseMs: 10_000,
   rateLimit: DEFAULT_RATE_LIMIT,
   bot: DEFAULT_BOT,
 };
@@ -125,6 +128,7 @@ export const SERVE_OPTIONS = {
   'page-bytes': { type: 'string' },
   sync: { type: 'boolean' },
   'no-xmpp': { type: 'boolean' },
+  'push-lease': { type: 'string' },
   'rate-limit': { type: 'string' },
   'rate-burst': { type: 'string' },
   bot: { type: 'string' },
@@ -177,6 +181,8 @@ long option names, "admins" a list); flags win over the environment, which wins 
   --sync                     fsync every write                SMARTFEEDS_SYNC=1
   --no-xmpp                  serve HTTP only, no component (several instances)
                                                               SMARTFEEDS_XMPP=0 (on)
+  --push-lease SECONDS       a dead instance's pushes move after this
+                                                              SMARTFEEDS_PUSH_LEASE (10)
   --rate-limit N             requests/s per sender, 0 = off   SMARTFEEDS_RATE_LIMIT (50)
   --rate-burst N             requests a sender may burst      SMARTFEEDS_RATE_BURST (200)
   --bot on|off               the feed bot (chat commands)     SMARTFEEDS_BOT (on)
@@ -384,6 +390,7 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     },
     sync: src.read('sync', onOff, 'true or false', DEFAULTS.sync),
     xmpp,
+    pushLeaseMs: src.read('push-lease', milliseconds, 'a number of seconds above 0', DEFAULTS.pushLeaseMs),
     rateLimit: {
       rate: src.read('rate-limit', nonNegative, 'a number of zero or more', DEFAULTS.rateLimit.rate),
       burst: limit('rate-burst', DEFAULTS.rateLimit.burst),

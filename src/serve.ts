@@ -84,6 +84,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
     // Among several instances on one store, this one takes its share of the pushes (leases).
     await feeds.startDelivering({
       holder: `${hostname()}:${process.pid}`,
+      ttl: config.pushLeaseMs,
       failed: (e) => log.warn('push leases', { error: String(e) }),
     });
   }
