@@ -92,14 +92,25 @@ export class Instances {
     }
     const meta = parse<NodeMeta>(metaBuf);
     if (meta.seq === st.seq && !this.stale.has(st)) return [];
-    return this.reloadFrom(tx, st, meta.seq);
+    return this.reloadFrom(tx, st, meta);
   }
 
-  private async reloadFrom(reader: StoreReader, st: NodeState, seq: number): Promise<Change[]> {
-    const before = st.seq;
-    await this.host?.reload(st, reader);
+  /**
+   * Brings a node's state to `meta` (its stored counters): from the changes it missed, applied to
+   * its tails (one read), or, when some are gone from the log or the tails cannot be trusted, by
+   * reading the tails again from the indexes.
+   */
+  private async reloadFrom(reader: StoreReader, st: NodeState, meta: NodeMeta): Promise<Change[]> {
+    const missed = (await readLog(reader, st.nid, st.seq, meta.seq)).map((l) => l.change);
+    if (this.stale.has(st) || missed.length !== meta.seq - st.seq) await this.host?.reload(st, reader);
+    else {
+      for (const change of missed) applyToTails(st, change);
+      st.total = meta.total;
+      st.stamp = meta.stamp;
+      st.seq = meta.seq;
+    }
     this.stale.delete(st);
-    return (await readLog(reader, st.nid, before, seq)).map((l) => l.change);
+    return missed;
   }
 
   private wake(message: string): void {
@@ -126,7 +137,7 @@ export class Instances {
         if (!metaBuf || gone) return;
         const meta = parse<NodeMeta>(metaBuf);
         if (meta.seq <= st.seq) return;
-        for (const change of await this.reloadFrom(snapshot, st, meta.seq)) this.host?.emit(change);
+        for (const change of await this.reloadFrom(snapshot, st, meta)) this.host?.emit(change);
       } finally {
         await snapshot.close();
       }
@@ -139,6 +150,18 @@ export class Instances {
     for (const st of this.byNid.values()) this.catchUpLater(st, st.seq + 1);
     for (const l of this.wakeListeners) l(-1, -1);
   }
+}
+
+/**
+ * Moves a node's tails as the change moved its feeds: a new version leaves the modified order's
+ * last group if it was there and goes to the end; a new item goes to the end of both orders.
+ */
+function applyToTails(st: NodeState, change: Change): void {
+  const { id, created, modified } = change.item;
+  const modifiedTail = st.tails.modified;
+  if (change.kind !== 'create') modifiedTail.remove(modifiedTail.stamp, id);
+  modifiedTail.append(modified, id);
+  if (change.kind === 'create') st.tails.created.append(created, id);
 }
 
 /** The wake-up messages a batch of the group committer sends: caches it changes, nodes it deletes. */
