@@ -22,7 +22,7 @@ import { type Client, client, xml } from '@xmpp/client';
 import { type Element, parse } from 'ltx';
 import pg from 'pg';
 import { type RunningPostgres, startPostgres } from '../prosody-dev/postgres.ts';
-import { descendants, freePort } from '../prosody-dev/process.ts';
+import { descendants } from '../prosody-dev/process.ts';
 import { startServer, type XmppServer } from '../prosody-dev/servers.ts';
 import { saslLogin } from '../src/client/client.ts';
 
