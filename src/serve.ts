@@ -1,7 +1,7 @@
 import jid from '@xmpp/jid';
 import type { Element } from 'ltx';
 import type { FeedBot } from './bot/bot.ts';
-import type { Config } from './config.ts';
+import { type Config, withoutPassword } from './config.ts';
 import { FeedEngine } from './feed/engine.ts';
 import { FeedService } from './feed/service/service.ts';
 import { type MetricsExposure, OperationsListener, operationsRoutes, type Readiness } from './http/health.ts';
@@ -22,7 +22,10 @@ const EARLY_STANZAS = 1000;
 export async function serve(config: Config, reread: () => Config = () => config): Promise<number> {
   const { log, setLevel } = levelledLog(config.logLevel);
   const stopReloading = reloadOnHangup(config, reread, setLevel, log);
-  const engine = await FeedEngine.open(config.data, { limits: config.limits, sync: config.sync });
+  const engine = await FeedEngine.open(config.store ?? config.data, {
+    limits: config.limits,
+    sync: config.sync,
+  });
   // The one service every binding calls: it owns the rules; the engine below it owns the data.
   const feeds = new FeedService(engine, {
     admins: config.admins.map((a) => jid(a).bare().toString()),
@@ -99,7 +102,7 @@ function logStart(config: Config, log: Log): void {
   log.info('starting', {
     service: config.service,
     domain: config.domain,
-    data: config.data,
+    ...(config.store ? { store: withoutPassword(config.store) } : { data: config.data }),
     admins: config.admins,
     create: config.create,
     localDomain: config.localDomain,
