@@ -104,7 +104,7 @@ export function withoutPassword(url: string): string {
   }
 }
 
-const postgresUrl = z.string().refine(isPostgresUrl);
+const postgresUrl = z.string().refine(isPostgresUrl, 'must be a postgres:// URL');
 
 const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'store'> = {
   service: 'xmpp://127.0.0.1:5347',
