@@ -86,7 +86,15 @@ function serve(xmpp: XmppServer, data: string, profDir: string | undefined): Chi
   const args = profDir ? ['--cpu-prof', `--cpu-prof-dir=${profDir}`] : [];
   const child = spawn(
     process.execPath,
-    [...args, BIN, 'serve', '--service', `xmpp://127.0.0.1:${xmpp.componentPort}`, '--data', data],
+    [
+      ...args,
+      BIN,
+      'serve',
+      '--service',
+      `xmpp://127.0.0.1:${xmpp.componentPort}`,
+      data.startsWith('postgres') ? '--store' : '--data',
+      data,
+    ],
     {
       cwd: ROOT,
       env: {

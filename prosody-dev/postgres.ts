@@ -15,7 +15,7 @@
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { closeSync, existsSync, openSync } from 'node:fs';
-import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -258,11 +258,19 @@ async function logTail(file: string, lines: number): Promise<string> {
   return text.trimEnd().split('\n').slice(-lines).join('\n');
 }
 
-// `tsx prosody-dev/postgres.ts`: starts a cluster, prints its URL, and stops it on SIGINT/SIGTERM
-// (scripts/dev.mjs runs it for `npm run dev -- --store postgres`).
+// `tsx prosody-dev/postgres.ts [DIR]`: starts a cluster (in DIR, kept, when given), prints the URL
+// of its `smartfeeds` database, and stops it on SIGINT/SIGTERM (scripts/dev.mjs runs it for
+// `npm run dev -- --store postgres`).
 if (process.argv[1] && path.resolve(process.argv[1]) === new URL(import.meta.url).pathname) {
-  const cluster = await startPostgres({ durable: true });
-  const url = await cluster.createDatabase('smartfeeds');
+  const dir = process.argv[2];
+  if (dir) await mkdir(dir, { recursive: true });
+  const cluster = await startPostgres({ durable: true, ...(dir ? { dir } : {}) });
+  const url = await cluster.createDatabase('smartfeeds').catch(async (e: { code?: string }) => {
+    // 42P04: made by an earlier run.
+    if (e.code === '42P04') return postgresUrl(cluster.port, 'smartfeeds');
+    await cluster.stop();
+    throw e;
+  });
   process.stdout.write(`${url}\n`);
   const stopIt = () => void cluster.stop().then(() => process.exit(0));
   process.on('SIGINT', stopIt);

@@ -15,8 +15,10 @@ export interface Config {
   domain: string;
   /** The component's shared secret. Never logged. */
   secret: string;
-  /** The LevelDB directory. */
+  /** The LevelDB directory (unless `store` names PostgreSQL). */
   data: string;
+  /** A PostgreSQL database (postgres://…) instead of LevelDB at `data`. Never logged whole. */
+  store: string | undefined;
   /** Bare JIDs with every right. */
   admins: string[];
   /** Who may create nodes: administrators, users of `localDomain`, or anyone. */
@@ -93,7 +95,25 @@ export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
 
 export class ConfigError extends Error {}
 
-const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics'> = {
+/** Whether `location` is a PostgreSQL URL (the store's) rather than a LevelDB directory. */
+export function isPostgresUrl(location: string): boolean {
+  return /^postgres(ql)?:\/\/[^/]/i.test(location);
+}
+
+/** A postgres:// URL without its password, for logs and messages. */
+export function withoutPassword(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return 'postgres://…';
+  }
+}
+
+const postgresUrl = z.string().refine(isPostgresUrl, 'must be a postgres:// URL');
+
+const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'store'> = {
   service: 'xmpp://127.0.0.1:5347',
   domain: 'feeds.localhost',
   data: './data',
@@ -116,6 +136,7 @@ export const SERVE_OPTIONS = {
   domain: { type: 'string' },
   secret: { type: 'string' },
   data: { type: 'string' },
+  store: { type: 'string' },
   admin: { type: 'string', multiple: true },
   create: { type: 'string' },
   'local-domain': { type: 'string' },
@@ -166,6 +187,8 @@ long option names, "admins" a list); flags win over the environment, which wins 
   --domain DOMAIN            the component's domain           SMARTFEEDS_DOMAIN   (feeds.localhost)
   --secret SECRET            the component's shared secret    SMARTFEEDS_SECRET   (required)
   --data DIR                 LevelDB directory                SMARTFEEDS_DATA     (./data)
+  --store URL                PostgreSQL instead of --data: postgres://USER:PASSWORD@HOST:PORT/DB
+                                                              SMARTFEEDS_STORE    (off)
   --admin JID                an administrator (repeatable)    SMARTFEEDS_ADMINS   (comma-separated)
   --create WHO               who may create nodes: admins | local | anyone
                                                               SMARTFEEDS_CREATE   (admins)
@@ -372,6 +395,8 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     domain,
     secret: checked(secret, nonEmpty, 'a non-empty string', true),
     data: src.read('data', nonEmpty, 'a non-empty string', DEFAULTS.data),
+    // Checked as a secret: the URL may hold a password.
+    store: storeOf(src),
     admins: admins === undefined ? DEFAULTS.admins : checked(admins, list, 'a list of JIDs'),
     create: src.read('create', z.enum(CREATE_POLICIES), 'admins, local or anyone', DEFAULTS.create),
     localDomain: src.read(
@@ -399,6 +424,11 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     http: httpConfig(src),
     metrics: metricsConfig(src),
   };
+}
+
+function storeOf(src: Sources): string | undefined {
+  const found = src.find('store');
+  return found === undefined ? undefined : checked(found, postgresUrl, 'a postgres:// URL', true);
 }
 
 function botConfig(src: Sources): BotOptions & { enabled: boolean } {

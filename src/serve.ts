@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import jid from '@xmpp/jid';
 import type { Element } from 'ltx';
 import type { FeedBot } from './bot/bot.ts';
-import type { Config } from './config.ts';
+import { type Config, withoutPassword } from './config.ts';
 import { FeedEngine } from './feed/engine.ts';
 import { FeedService } from './feed/service/service.ts';
 import { type MetricsExposure, OperationsListener, operationsRoutes, type Readiness } from './http/health.ts';
@@ -110,22 +110,21 @@ export async function serve(config: Config, reread: () => Config = () => config)
 }
 
 /**
- * The engine on the configured store: a postgres:// URL opens PostgreSQL shared with the other
- * instances (README "Several instances"), anything else a LevelDB directory of this process's own.
+ * The engine on the configured store: PostgreSQL (--store postgres://…) shared with the other
+ * instances on that database (README "Several instances"), else LevelDB at --data, this process's own.
  */
 async function openEngine(config: Config): Promise<FeedEngine> {
   const options = { limits: config.limits, sync: config.sync };
-  if (!/^postgres(ql)?:\/\//i.test(config.data)) return FeedEngine.open(config.data, options);
+  if (config.store === undefined) return FeedEngine.open(config.data, options);
   const { openSharedPostgresStore } = await import('./feed/store/postgresShared.ts');
-  return FeedEngine.openStore(await openSharedPostgresStore(config.data), options);
+  return FeedEngine.openStore(await openSharedPostgresStore(config.store), options);
 }
 
 function logStart(config: Config, log: Log): void {
   log.info('starting', {
     service: config.service,
     domain: config.domain,
-    // A postgres:// URL may hold a password: the log shows where, not who.
-    data: config.data.replace(/\/\/[^@/]*@/, '//'),
+    ...(config.store ? { store: withoutPassword(config.store) } : { data: config.data }),
     admins: config.admins,
     create: config.create,
     localDomain: config.localDomain,

@@ -28,7 +28,7 @@ import {
 } from './model.ts';
 import { PolicyStore } from './policy.ts';
 import { snapshotBatches } from './store/copy.ts';
-import { openLevelStore } from './store/level.ts';
+import { openStoreAt } from './store/location.ts';
 import { openMemoryStore } from './store/memory.ts';
 import { isShared } from './store/shared.ts';
 import type { Entry, Store } from './store/store.ts';
@@ -97,9 +97,12 @@ export class FeedEngine {
     this.transfer = new Transfer(s, this.nodes);
   }
 
-  /** Opens (creating if needed) the LevelDB database in `dir`; a database in use is refused. */
-  static async open(dir: string, options: EngineOptions = {}): Promise<FeedEngine> {
-    return FeedEngine.openStore(await openLevelStore(dir), options);
+  /**
+   * Opens (creating if needed) the database at `location`: a postgres:// URL, else a LevelDB
+   * directory (a LevelDB database in use is refused).
+   */
+  static async open(location: string, options: EngineOptions = {}): Promise<FeedEngine> {
+    return FeedEngine.openStore(await openStoreAt(location), options);
   }
 
   /** An engine on a fresh in-memory store (memory-level), gone when closed: for tests and tools. */

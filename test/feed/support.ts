@@ -9,9 +9,10 @@ import { createDatabase, withClient } from '../../prosody-dev/postgres.ts';
 import { type EngineOptions, FeedEngine } from '../../src/feed/engine.ts';
 import type { Page } from '../../src/feed/model.ts';
 import { openLevelStore } from '../../src/feed/store/level.ts';
+import { openStoreAt } from '../../src/feed/store/location.ts';
 import { openMemoryStore } from '../../src/feed/store/memory.ts';
 import { openPostgresStore } from '../../src/feed/store/postgres.ts';
-import type { Store } from '../../src/feed/store/store.ts';
+import type { Range, Store } from '../../src/feed/store/store.ts';
 
 export const ATOM = 'http://www.w3.org/2005/Atom';
 /** 2026-11-21T10:00:00.000Z */
@@ -217,4 +218,44 @@ export class Harness {
     for (const drop of this.databases) await drop();
     this.databases = [];
   }
+}
+
+/**
+ * A database opened beside the engine to read or damage it, with the parts of the level API the
+ * check and node tests use (get/put/del/keys), whichever store is under test.
+ */
+export class RawDatabase {
+  constructor(readonly store: Store) {}
+
+  async open(): Promise<void> {}
+
+  get(key: Buffer): Promise<Buffer | undefined> {
+    return this.store.get(key);
+  }
+
+  put(key: Buffer, value: Buffer): Promise<void> {
+    return this.store.write([{ type: 'put', key, value }]);
+  }
+
+  del(key: Buffer): Promise<void> {
+    return this.store.write([{ type: 'del', key }]);
+  }
+
+  keys(range: Range = {}): { all(): Promise<Buffer[]> } {
+    return { all: () => this.store.keys(range) };
+  }
+
+  close(): Promise<void> {
+    return this.store.close();
+  }
+}
+
+/** The database at `location` (a LevelDB directory or a postgres:// URL), raw. */
+export async function openRaw(location: string): Promise<RawDatabase> {
+  return new RawDatabase(await openStoreAt(location, { createIfMissing: false }));
+}
+
+/** The command-line flag that names this database: --store for a postgres:// URL, else --data. */
+export function locationArgs(location: string): string[] {
+  return /^postgres(ql)?:\/\//.test(location) ? ['--store', location] : ['--data', location];
 }

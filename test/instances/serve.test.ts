@@ -56,7 +56,7 @@ async function mirror(origin: string): Promise<string[]> {
 }
 
 function start(i: number, port: number, withXmpp: boolean): ServeProcess {
-  const args = ['--data', url, '--http', `127.0.0.1:${port}`, '--http-token', `${TOKEN}=admin@localhost`];
+  const args = ['--store', url, '--http', `127.0.0.1:${port}`, '--http-token', `${TOKEN}=admin@localhost`];
   args.push('--admin', 'admin@localhost', '--bot', 'off', '--push-lease', '1.5');
   if (!withXmpp) args.push('--no-xmpp');
   return spawnServe(ctx, args, { SMARTFEEDS_LOG_LEVEL: 'info', INSTANCE: String(i) });
