@@ -84,15 +84,20 @@ export class Instances {
    * Inside a round's locked transaction: refuses a deleted node, and when another instance wrote
    * since, reloads the node's counters and tails and returns the changes it missed, in order.
    */
-  async catchUp(tx: LockedReader, st: NodeState): Promise<Change[]> {
-    const [metaBuf, gone] = await tx.getMany([metaKey(st.nid), deletedKey(st.nid)]);
+  async catchUp(
+    tx: LockedReader,
+    st: NodeState,
+    /** Keys the round reads too (its items' previous versions): read in the same request. */
+    keys: readonly Buffer[],
+  ): Promise<{ missed: Change[]; values: (Buffer | undefined)[] }> {
+    const [metaBuf, gone, ...values] = await tx.getMany([metaKey(st.nid), deletedKey(st.nid), ...keys]);
     if (!metaBuf || gone) {
       this.host?.forget(st);
       throw new NodeNotFound(st.name);
     }
     const meta = parse<NodeMeta>(metaBuf);
-    if (meta.seq === st.seq && !this.stale.has(st)) return [];
-    return this.reloadFrom(tx, st, meta);
+    if (meta.seq === st.seq && !this.stale.has(st)) return { missed: [], values };
+    return { missed: await this.reloadFrom(tx, st, meta), values };
   }
 
   /**

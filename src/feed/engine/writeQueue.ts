@@ -221,13 +221,21 @@ export class WriteQueue {
     let round: Round;
     try {
       round = await instances.store.locked([metaKey(st.nid)], async (tx) => {
-        missed = await instances.catchUp(tx, st);
+        const ids = [...new Set(batch.filter((w) => !w.generated).map((w) => w.id))];
+        // The counters and the previous versions in one read, under the node's lock.
+        const caught = await instances.catchUp(
+          tx,
+          st,
+          ids.map((id) => itemKey(st.nid, id)),
+        );
+        missed = caught.missed;
         before.total = st.total;
         before.stamp = st.stamp;
         before.seq = st.seq;
-        const ids = batch.filter((w) => !w.generated).map((w) => w.id);
         const known = new Map<string, ItemRecord>();
-        await readPrevious(tx, st, [...new Set(ids)], known);
+        caught.values.forEach((buf, i) => {
+          if (buf) known.set(ids[i] as string, decodeRecord(buf));
+        });
         instances.roundNow = tx.now;
         let computed: Round;
         try {

@@ -80,9 +80,18 @@ export class SharedPostgresStore implements SharedFeedStore {
     try {
       await client.query('BEGIN');
       const ids = [...new Set(locks.map(lockId))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+      const last = ids.pop();
       for (const id of ids)
         await client.query(query('SELECT pg_advisory_xact_lock($1::bigint)', [id.toString()]));
-      const clock = await client.query(query(`SELECT ${NOW_MS}`, []));
+      // The last lock and the clock in one round trip (the lock is held for every round trip of
+      // the round): the subquery takes the lock before the clock is read.
+      const clock = await client.query(
+        last === undefined
+          ? query(`SELECT ${NOW_MS}`, [])
+          : query(`SELECT ${NOW_MS} FROM (SELECT pg_advisory_xact_lock($1::bigint)) AS locked`, [
+              last.toString(),
+            ]),
+      );
       const reader = new PostgresReader(
         async (text, params) => (await client.query(query(text, params))).rows,
       );
