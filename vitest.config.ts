@@ -28,12 +28,26 @@ const serverFiles = SERVER_DIRS.flatMap(
   { dir: 'test/http', file: 'xmpp.test.ts' },
   { dir: 'test/web', file: 'reader.test.ts' },
   { dir: 'test/web', file: 'serve.test.ts' },
+  // Several `smartfeeds serve` on one PostgreSQL database behind the server (starts its own cluster).
+  { dir: 'test/instances', file: 'serve.test.ts' },
 ]);
 const serverTests = serverFiles
   .filter(({ file }) => !ALONE.has(file))
   .map(({ dir, file }) => `${dir}/${file}`);
 const aloneTests = serverFiles.filter(({ file }) => ALONE.has(file)).map(({ dir, file }) => `${dir}/${file}`);
 const harnessTest = (server: string) => `test/${server}-harness.test.ts`;
+
+// The store contract, engine and service suites run once per store (SMARTFEEDS_TEST_STORES, default
+// both): LevelDB (and memory) in the unit project, PostgreSQL in `store-postgres`, whose global
+// setup starts one throwaway cluster on which each file makes its own databases.
+const stores = (process.env.SMARTFEEDS_TEST_STORES ?? 'level,postgres').split(',').map((s) => s.trim());
+const STORE_SUITES = ['test/feed/**/*.test.ts', 'test/service/**/*.test.ts'];
+// Files that need PostgreSQL whatever the store under test: they run in store-postgres only.
+const POSTGRES_ONLY = [
+  'test/postgres*.test.ts',
+  'test/cli/migrate*.test.ts',
+  'test/instances/postgres*.test.ts',
+];
 
 export default defineConfig({
   test: {
@@ -49,9 +63,29 @@ export default defineConfig({
         test: {
           name: 'unit',
           include: ['test/**/*.test.ts'],
-          exclude: [...configDefaults.exclude, ...serverTests, ...aloneTests, 'test/*-harness.test.ts'],
+          exclude: [
+            ...configDefaults.exclude,
+            ...serverTests,
+            ...aloneTests,
+            'test/*-harness.test.ts',
+            ...POSTGRES_ONLY,
+            ...(stores.includes('level') ? [] : STORE_SUITES),
+          ],
         },
       },
+      ...(stores.includes('postgres')
+        ? [
+            {
+              extends: true,
+              test: {
+                name: 'store-postgres',
+                include: [...STORE_SUITES, ...POSTGRES_ONLY],
+                globalSetup: ['./test/postgresSetup.ts'],
+                env: { SMARTFEEDS_TEST_STORE: 'postgres' },
+              },
+            },
+          ]
+        : []),
       ...servers.flatMap((server) => [
         {
           extends: true,

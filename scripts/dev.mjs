@@ -1,12 +1,18 @@
 #!/usr/bin/env node
-// `npm run dev [-- --server prosody|ejabberd]`: installs what is missing (node_modules, the XMPP
-// server, the build in dist/), then starts a local Prosody (or ejabberd) from prosody-dev/ and the
-// smartfeeds component, and prints how a client connects.
+// `npm run dev [-- --server prosody|ejabberd] [--store postgres|postgres://…]`: installs what is
+// missing (node_modules, the XMPP server, PostgreSQL, the build in dist/), then starts a local
+// Prosody (or ejabberd) from prosody-dev/ and the smartfeeds component, and prints how a client
+// connects. `--store postgres` runs the component on a throwaway PostgreSQL cluster (its data kept
+// in the system's temp directory between runs), `--store postgres://…` on that database.
 // Plain JavaScript with no dependencies, so that it runs before `npm ci`.
 import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import os from 'node:os';
+import path from 'node:path';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { ensureBuilt } from './build.mjs';
-import { ensureModules, ensureServers } from './ensure.mjs';
+import { ensureModules, ensurePostgres, ensureServers } from './ensure.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 
@@ -20,9 +26,43 @@ const serverArg = args.find((a, i) => a.startsWith('--server=') || args[i - 1] =
 const server = serverArg?.replace(/^--server=/, '') ?? 'prosody';
 if (server === 'prosody' || server === 'ejabberd') ensureServers([server]);
 
+// `--store` is this script's: the component gets the database through SMARTFEEDS_STORE.
+const storeAt = args.findIndex((a) => a === '--store' || a.startsWith('--store='));
+const store =
+  storeAt < 0 ? undefined : args[storeAt].startsWith('--store=') ? args[storeAt].slice(8) : args[storeAt + 1];
+if (storeAt >= 0) args.splice(storeAt, args[storeAt].startsWith('--store=') ? 1 : 2);
+let cluster;
+let storeUrl = store;
+if (store === 'postgres') {
+  ensurePostgres();
+  // prosody-dev/postgres.ts starts the cluster, prints its URL, and stops it on SIGTERM.
+  cluster = spawn(
+    process.execPath,
+    ['--import', 'tsx', 'prosody-dev/postgres.ts', path.join(os.tmpdir(), 'smartfeeds-dev-postgres')],
+    { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] },
+  );
+  const lines = createInterface({ input: cluster.stdout });
+  const [line] = await Promise.race([once(lines, 'line'), once(cluster, 'exit').then(() => [undefined])]);
+  if (!line) {
+    console.error('PostgreSQL did not start');
+    process.exit(1);
+  }
+  storeUrl = line.trim();
+  console.log(`PostgreSQL    ${storeUrl}  (the component's store; psql "${storeUrl}")`);
+} else if (store !== undefined && !/^postgres(ql)?:\/\//.test(store)) {
+  console.error(`--store: expected postgres or a postgres:// URL, not ${JSON.stringify(store)}`);
+  process.exit(2);
+}
+
 const child = spawn(process.execPath, ['--import', 'tsx', 'prosody-dev/dev.ts', ...args], {
   cwd: root,
   stdio: 'inherit',
+  env: storeUrl ? { ...process.env, SMARTFEEDS_STORE: storeUrl } : process.env,
 });
 for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => child.kill(signal));
-child.on('exit', (code, signal) => process.exit(code ?? (signal ? 1 : 0)));
+child.on('exit', (code, signal) => {
+  const done = () => process.exit(code ?? (signal ? 1 : 0));
+  if (!cluster || cluster.exitCode !== null) return done();
+  cluster.once('exit', done);
+  cluster.kill('SIGTERM');
+});

@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // Installs what the tests and the dev setup need when it is missing: node_modules (npm ci), the
-// XMPP servers and Chromium (Debian's packages, as root; otherwise it says what to install). Plain
-// JavaScript with no dependencies, so that it runs before `npm ci`.
+// XMPP servers, PostgreSQL 15 and Chromium (Debian's packages, as root; otherwise it says what to
+// install). Plain JavaScript with no dependencies, so that it runs before `npm ci`.
 //   node scripts/ensure.mjs [prosody] [ejabberd]    (no names: those of SMARTFEEDS_TEST_SERVERS,
-//                                                    default both)
+//                                                    default both; PostgreSQL unless
+//                                                    SMARTFEEDS_TEST_STORES leaves it out)
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -46,6 +47,24 @@ export function ensureServers(names) {
   for (const name of missing) spawnSync('sh', ['-c', `service ${name} stop || true`], { stdio: 'ignore' });
 }
 
+/** Where Debian's PostgreSQL 15 keeps its programs (prosody-dev/postgres.ts runs them from there). */
+export const POSTGRES_BIN = '/usr/lib/postgresql/15/bin';
+
+/** Debian's PostgreSQL 15, on which the store-postgres tests and `npm run dev -- --store postgres` run. */
+export function ensurePostgres() {
+  if (existsSync(`${POSTGRES_BIN}/postgres`)) return;
+  if (process.getuid?.() !== 0) {
+    console.error(
+      'PostgreSQL 15 is not installed: run `sudo apt-get install -y postgresql-15`, then try again.',
+    );
+    process.exit(1);
+  }
+  run('apt-get', ['update']);
+  run('apt-get', ['install', '-y', 'postgresql-15']);
+  // The package starts a cluster of its own on port 5432; the tests and dev run throwaway ones.
+  spawnSync('sh', ['-c', 'service postgresql stop || true'], { stdio: 'ignore' });
+}
+
 /** Debian's Chromium, which the reader page's browser test drives (test/web/reader.test.ts). */
 export function ensureChromium() {
   if (existsSync('/usr/bin/chromium')) return;
@@ -63,5 +82,9 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
     named.length > 0 ? named : (process.env.SMARTFEEDS_TEST_SERVERS ?? 'prosody,ejabberd').split(',');
   ensureModules();
   ensureServers([...new Set(names.map((n) => n.trim().toLowerCase()).filter((n) => n !== ''))]);
+  if (
+    (process.env.SMARTFEEDS_TEST_STORES ?? 'level,postgres').split(',').some((s) => s.trim() === 'postgres')
+  )
+    ensurePostgres();
   ensureChromium();
 }

@@ -15,8 +15,10 @@ export interface Config {
   domain: string;
   /** The component's shared secret. Never logged. */
   secret: string;
-  /** The LevelDB directory. */
+  /** The LevelDB directory (unless `store` names PostgreSQL). */
   data: string;
+  /** A PostgreSQL database (postgres://…) instead of LevelDB at `data`. Never logged whole. */
+  store: string | undefined;
   /** Bare JIDs with every right. */
   admins: string[];
   /** Who may create nodes: administrators, users of `localDomain`, or anyone. */
@@ -29,6 +31,13 @@ export interface Config {
   limits: Limits;
   /** fsync each write batch (survives power loss, not only a killed process). */
   sync: boolean;
+  /**
+   * Connect the XMPP component (and push): off for an instance that serves HTTP only, beside the
+   * one holding Prosody's single component connection (README "Several instances").
+   */
+  xmpp: boolean;
+  /** How long a push lease lasts without renewal: how long a dead instance's pushes wait for another. */
+  pushLeaseMs: number;
   /** Requests per second and burst allowed to each sender (bare JID); a rate of 0 is no limit. */
   rateLimit: RateLimitOptions;
   /** The feed bot (src/bot/): on unless turned off. */
@@ -102,7 +111,25 @@ export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
 
 export class ConfigError extends Error {}
 
-const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics'> = {
+/** Whether `location` is a PostgreSQL URL (the store's) rather than a LevelDB directory. */
+export function isPostgresUrl(location: string): boolean {
+  return /^postgres(ql)?:\/\/[^/]/i.test(location);
+}
+
+/** A postgres:// URL without its password, for logs and messages. */
+export function withoutPassword(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return 'postgres://…';
+  }
+}
+
+const postgresUrl = z.string().refine(isPostgresUrl, 'must be a postgres:// URL');
+
+const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'store'> = {
   service: 'xmpp://127.0.0.1:5347',
   domain: 'feeds.localhost',
   data: './data',
@@ -112,6 +139,8 @@ const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics'> = {
   logLevel: 'info',
   limits: DEFAULT_LIMITS,
   sync: false,
+  xmpp: true,
+  pushLeaseMs: 10_000,
   rateLimit: DEFAULT_RATE_LIMIT,
   bot: DEFAULT_BOT,
 };
@@ -123,6 +152,7 @@ export const SERVE_OPTIONS = {
   domain: { type: 'string' },
   secret: { type: 'string' },
   data: { type: 'string' },
+  store: { type: 'string' },
   admin: { type: 'string', multiple: true },
   create: { type: 'string' },
   'local-domain': { type: 'string' },
@@ -134,6 +164,8 @@ export const SERVE_OPTIONS = {
   'default-page-items': { type: 'string' },
   'page-bytes': { type: 'string' },
   sync: { type: 'boolean' },
+  'no-xmpp': { type: 'boolean' },
+  'push-lease': { type: 'string' },
   'rate-limit': { type: 'string' },
   'rate-burst': { type: 'string' },
   bot: { type: 'string' },
@@ -177,6 +209,8 @@ long option names, "admins" a list); flags win over the environment, which wins 
   --domain DOMAIN            the component's domain           SMARTFEEDS_DOMAIN   (feeds.localhost)
   --secret SECRET            the component's shared secret    SMARTFEEDS_SECRET   (required)
   --data DIR                 LevelDB directory                SMARTFEEDS_DATA     (./data)
+  --store URL                PostgreSQL instead of --data: postgres://USER:PASSWORD@HOST:PORT/DB
+                                                              SMARTFEEDS_STORE    (off)
   --admin JID                an administrator (repeatable)    SMARTFEEDS_ADMINS   (comma-separated)
   --create WHO               who may create nodes: admins | local | anyone
                                                               SMARTFEEDS_CREATE   (admins)
@@ -190,6 +224,10 @@ long option names, "admins" a list); flags win over the environment, which wins 
   --default-page-items N     items when no max is asked       SMARTFEEDS_DEFAULT_PAGE_ITEMS (50)
   --page-bytes N             a page's byte budget             SMARTFEEDS_PAGE_BYTES (262144)
   --sync                     fsync every write                SMARTFEEDS_SYNC=1
+  --no-xmpp                  serve HTTP only, no component (several instances)
+                                                              SMARTFEEDS_XMPP=0 (on)
+  --push-lease SECONDS       a dead instance's pushes move after this
+                                                              SMARTFEEDS_PUSH_LEASE (10)
   --rate-limit N             requests/s per sender, 0 = off   SMARTFEEDS_RATE_LIMIT (50)
   --rate-burst N             requests a sender may burst      SMARTFEEDS_RATE_BURST (200)
   --bot on|off               the feed bot (chat commands)     SMARTFEEDS_BOT (on)
@@ -372,9 +410,16 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
   if (flags['auto-create'] && flags['no-auto-create'])
     throw new ConfigError('--auto-create and --no-auto-create contradict each other');
   const autoFlag = flags['no-auto-create'] ? false : flags['auto-create'] ? true : undefined;
-  const src = new Sources({ ...flags, 'auto-create': autoFlag }, env, file, configPath);
+  const src = new Sources(
+    { ...flags, 'auto-create': autoFlag, xmpp: flags['no-xmpp'] ? false : undefined },
+    env,
+    file,
+    configPath,
+  );
 
-  const secret = src.find('secret');
+  const xmpp = src.read('xmpp', onOff, 'true or false', DEFAULTS.xmpp);
+  // An instance that serves HTTP only never connects: it needs no component secret.
+  const secret = src.find('secret') ?? (xmpp ? undefined : { value: '-', where: '--no-xmpp' });
   if (secret === undefined)
     throw new ConfigError(
       'a component secret is required: --secret, SMARTFEEDS_SECRET or "secret" in the configuration file',
@@ -393,6 +438,8 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     domain,
     secret: checked(secret, nonEmpty, 'a non-empty string', true),
     data: src.read('data', nonEmpty, 'a non-empty string', DEFAULTS.data),
+    // Checked as a secret: the URL may hold a password.
+    store: storeOf(src),
     admins: admins === undefined ? DEFAULTS.admins : checked(admins, list, 'a list of JIDs'),
     create: src.read('create', z.enum(CREATE_POLICIES), 'admins, local or anyone', DEFAULTS.create),
     localDomain: src.read(
@@ -410,6 +457,8 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
       maxPageBytes: limit('page-bytes', DEFAULT_LIMITS.maxPageBytes),
     },
     sync: src.read('sync', onOff, 'true or false', DEFAULTS.sync),
+    xmpp,
+    pushLeaseMs: src.read('push-lease', milliseconds, 'a number of seconds above 0', DEFAULTS.pushLeaseMs),
     rateLimit: {
       rate: src.read('rate-limit', nonNegative, 'a number of zero or more', DEFAULTS.rateLimit.rate),
       burst: limit('rate-burst', DEFAULTS.rateLimit.burst),
@@ -418,6 +467,11 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     http: httpConfig(src),
     metrics: metricsConfig(src),
   };
+}
+
+function storeOf(src: Sources): string | undefined {
+  const found = src.find('store');
+  return found === undefined ? undefined : checked(found, postgresUrl, 'a postgres:// URL', true);
 }
 
 function botConfig(src: Sources): BotOptions & { enabled: boolean } {

@@ -1,7 +1,8 @@
+import { hostname } from 'node:os';
 import jid from '@xmpp/jid';
 import type { Element } from 'ltx';
 import type { FeedBot } from './bot/bot.ts';
-import type { Config } from './config.ts';
+import { type Config, withoutPassword } from './config.ts';
 import { FeedEngine } from './feed/engine.ts';
 import { FeedService } from './feed/service/service.ts';
 import { type MetricsExposure, OperationsListener, operationsRoutes, type Readiness } from './http/health.ts';
@@ -22,7 +23,7 @@ const EARLY_STANZAS = 1000;
 export async function serve(config: Config, reread: () => Config = () => config): Promise<number> {
   const { log, setLevel } = levelledLog(config.logLevel);
   const stopReloading = reloadOnHangup(config, reread, setLevel, log);
-  const engine = await FeedEngine.open(config.data, { limits: config.limits, sync: config.sync });
+  const engine = await openEngine(config);
   // The one service every binding calls: it owns the rules; the engine below it owns the data.
   const feeds = new FeedService(engine, {
     admins: config.admins.map((a) => jid(a).bare().toString()),
@@ -36,30 +37,33 @@ export async function serve(config: Config, reread: () => Config = () => config)
   const botModule = config.bot.enabled ? import('./bot/bot.ts') : undefined;
   let bot: FeedBot | undefined;
   const early: Element[] = [];
-  const pubsub = new PubsubComponent(
-    feeds,
-    {
-      service: config.service,
-      domain: config.domain,
-      secret: config.secret,
-      rateLimit: config.rateLimit,
-      metrics,
-      ...(botModule
-        ? {
-            chat: (stanza: Element) => {
-              if (bot) bot.receive(stanza);
-              else if (early.length < EARLY_STANZAS) early.push(stanza);
-            },
-          }
-        : {}),
-    },
-    log,
-  );
+  // An HTTP-only instance (--no-xmpp) beside the one holding Prosody's single component connection.
+  const pubsub = !config.xmpp
+    ? undefined
+    : new PubsubComponent(
+        feeds,
+        {
+          service: config.service,
+          domain: config.domain,
+          secret: config.secret,
+          rateLimit: config.rateLimit,
+          metrics,
+          ...(botModule
+            ? {
+                chat: (stanza: Element) => {
+                  if (bot) bot.receive(stanza);
+                  else if (early.length < EARLY_STANZAS) early.push(stanza);
+                },
+              }
+            : {}),
+        },
+        log,
+      );
   logStart(config, log);
-  metrics.observeComponent(pubsub);
+  if (pubsub) metrics.observeComponent(pubsub);
   const readiness: Readiness = {
     database: () => engine.listNodes({ max: 1 }),
-    xmppOnline: () => pubsub.xmpp.status === 'online',
+    xmppOnline: () => pubsub === undefined || pubsub.xmpp.status === 'online',
   };
   const exposure: MetricsExposure = { metrics, ...config.metrics, admins: config.admins };
   const operations = config.metrics.listen
@@ -80,8 +84,16 @@ export async function serve(config: Config, reread: () => Config = () => config)
   await operations?.start();
   await http?.start();
   if (provider && http) provider.start(config.http?.publicUrl ?? http.origin);
-  await pubsub.start();
-  if (botModule) {
+  if (pubsub) {
+    await pubsub.start();
+    // Among several instances on one store, this one takes its share of the pushes (leases).
+    await feeds.startDelivering({
+      holder: `${hostname()}:${process.pid}`,
+      ttl: config.pushLeaseMs,
+      failed: (e) => log.warn('push leases', { error: String(e) }),
+    });
+  }
+  if (pubsub && botModule) {
     bot = await startBot(await botModule, config, feeds, metrics, pubsub, log);
     for (const stanza of early.splice(0)) bot.receive(stanza);
   }
@@ -92,7 +104,9 @@ export async function serve(config: Config, reread: () => Config = () => config)
   // Held long polls answer at once and writes in flight finish before the database closes.
   await http?.stop();
   await provider?.stop();
-  await pubsub.stop();
+  // The other instances take this one's share of the pushes at once.
+  await feeds.stopDelivering();
+  await pubsub?.stop();
   feeds.close();
   await operations?.stop();
   unobserve();
@@ -101,17 +115,29 @@ export async function serve(config: Config, reread: () => Config = () => config)
   return 0;
 }
 
+/**
+ * The engine on the configured store: PostgreSQL (--store postgres://…) shared with the other
+ * instances on that database (README "Several instances"), else LevelDB at --data, this process's own.
+ */
+async function openEngine(config: Config): Promise<FeedEngine> {
+  const options = { limits: config.limits, sync: config.sync };
+  if (config.store === undefined) return FeedEngine.open(config.data, options);
+  const { openSharedPostgresStore } = await import('./feed/store/postgresShared.ts');
+  return FeedEngine.openStore(await openSharedPostgresStore(config.store), options);
+}
+
 function logStart(config: Config, log: Log): void {
   log.info('starting', {
     service: config.service,
     domain: config.domain,
-    data: config.data,
+    ...(config.store ? { store: withoutPassword(config.store) } : { data: config.data }),
     admins: config.admins,
     create: config.create,
     localDomain: config.localDomain,
     autoCreate: config.autoCreate,
     rateLimit: config.rateLimit,
     bot: config.bot.enabled,
+    xmpp: config.xmpp,
   });
 }
 

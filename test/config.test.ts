@@ -2,7 +2,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from '../src/config.ts';
+import { ConfigError, loadConfig, withoutPassword } from '../src/config.ts';
 import { backoffDelay } from '../src/xmpp/connection.ts';
 
 describe('configuration', () => {
@@ -315,5 +315,25 @@ describe('reconnect backoff', () => {
     expect(backoffDelay(20, opts, () => 0.5)).toBe(2500);
     // Never zero: a storm of instant retries is what backoff is for.
     expect(backoffDelay(5, opts, () => 0)).toBe(50);
+  });
+});
+
+describe('store option', () => {
+  it('keeps LevelDB at --data unless --store or SMARTFEEDS_STORE names a PostgreSQL database', () => {
+    expect(loadConfig(['--secret', 's'], {})).toMatchObject({ data: './data', store: undefined });
+    const url = 'postgres://smartfeeds:pw@db.example:5432/feeds';
+    expect(loadConfig(['--secret', 's', '--store', url], {}).store).toBe(url);
+    expect(loadConfig(['--secret', 's'], { SMARTFEEDS_STORE: url }).store).toBe(url);
+    expect(loadConfig(['--secret', 's', '--store', 'postgresql://h/db'], {}).store).toBe('postgresql://h/db');
+  });
+
+  it('refuses a store that is not a postgres:// URL, without repeating it (it may hold a password)', () => {
+    expect(() => loadConfig(['--secret', 's', '--store', 'mysql://u:secretpw@h/db'], {})).toThrow(
+      /^--store must be a postgres:\/\/ URL$/,
+    );
+  });
+
+  it('logs the URL without its password', () => {
+    expect(withoutPassword('postgres://u:secretpw@h:5432/db')).toBe('postgres://u:***@h:5432/db');
   });
 });

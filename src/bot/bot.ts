@@ -136,7 +136,8 @@ export class FeedBot {
       log,
     );
     this.unlisten = service.onEvent((event) => {
-      if (event.type === 'item-changed') this.changed(event.change);
+      // Among several instances, announced by the one pushing the node's changes.
+      if (event.type === 'item-changed' && event.deliver !== false) this.changed(event.change);
     });
   }
 

@@ -332,7 +332,7 @@ export class FeedIngest {
         if (this.running >= this.options.concurrency) break;
         if (rec.nextPollAt > now || this.polling.has(rec.node) || !this.wanted(rec.node)) continue;
         this.running += 1;
-        void this.poll(rec.node)
+        void this.pollIfOwned(rec)
           .catch((e) => this.log.warn('poll failed', { node: rec.node, error: String(e) }))
           .finally(() => {
             this.running -= 1;
@@ -342,6 +342,12 @@ export class FeedIngest {
       this.timer.unref();
     };
     tick();
+  }
+
+  /** Polls a due feed if this instance does its node's work (several instances share a store). */
+  private async pollIfOwned(rec: FeedRecord): Promise<void> {
+    if (await this.service.owns(rec.node)) await this.poll(rec.node);
+    else rec.nextPollAt = this.nextPoll(this.options.pollMinMs);
   }
 
   /** Stops the schedule and waits for the polls in flight. */

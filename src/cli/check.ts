@@ -1,7 +1,6 @@
 // `check`: verifies (and with --repair mends) the database of a stopped server.
-import { existsSync } from 'node:fs';
 import { DatabaseCheck, openDatabase, type Problem, summaryLine } from '../feed/check.ts';
-import { COMMON_DETAILS, type Command } from './command.ts';
+import { COMMON_DETAILS, type Command, requireDatabase } from './command.ts';
 
 /** `check` found inconsistencies: not a failure to run, so not 1. */
 const INCONSISTENT = 3;
@@ -28,10 +27,8 @@ ${COMMON_DETAILS}`,
   options: { repair: { type: 'boolean' } },
   positionals: [0, 0],
   run: async (ctx) => {
-    if (!existsSync(ctx.data)) {
-      throw new Error(`no database at ${ctx.data} (give --data DIR or set SMARTFEEDS_DATA)`);
-    }
-    const db = await openDatabase(ctx.data);
+    requireDatabase(ctx, 'read');
+    const db = await openDatabase(ctx.store);
     try {
       const checker = new DatabaseCheck(db);
       const print = (p: Problem) => ctx.out.line(`${p.kind}: ${p.message}`);

@@ -1,6 +1,7 @@
 // What a subcommand is, what it is given, and the option parsing every command shares.
 import { existsSync } from 'node:fs';
 import type { ParseArgsConfig } from 'node:util';
+import { isPostgresUrl } from '../config.ts';
 import { type PositionSpec, parsePositionSpec } from '../feed/positionSpec.ts';
 import { openFeedService } from '../feed/service/open.ts';
 import type { FeedService } from '../feed/service/service.ts';
@@ -15,6 +16,8 @@ export interface Context {
   positionals: string[];
   /** The database directory (--data, $SMARTFEEDS_DATA or ./data). */
   data: string;
+  /** Where the database is: the postgres:// URL of --store or $SMARTFEEDS_STORE, else `data`. */
+  store: string;
   out: Output;
 }
 
@@ -34,10 +37,13 @@ export interface Command {
 
 export const COMMON_OPTIONS: Options = {
   data: { type: 'string', short: 'd' },
+  store: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 };
 
 export const COMMON_DETAILS = `  -d, --data DIR   the database directory (default: $SMARTFEEDS_DATA, else ./data)
+  --store URL      a PostgreSQL database instead (postgres://USER:PASSWORD@HOST:PORT/DB;
+                   default: $SMARTFEEDS_STORE)
   -h, --help       this text`;
 
 export function str(values: Values, name: string): string | undefined {
@@ -56,14 +62,19 @@ export async function withService<T>(
   fn: (feeds: FeedService) => Promise<T>,
   autoCreate = false,
 ): Promise<T> {
-  if (access === 'read' && !existsSync(ctx.data)) {
-    throw new Error(`no database at ${ctx.data} (give --data DIR or set SMARTFEEDS_DATA)`);
-  }
-  const opened = await openFeedService(ctx.data, {}, { autoCreate });
+  requireDatabase(ctx, access);
+  const opened = await openFeedService(ctx.store, {}, { autoCreate });
   try {
     return await fn(opened.feeds);
   } finally {
     await opened.close();
+  }
+}
+
+/** Reading needs a LevelDB directory that exists (PostgreSQL says itself what is missing). */
+export function requireDatabase(ctx: Context, access: 'read' | 'write'): void {
+  if (access === 'read' && !isPostgresUrl(ctx.store) && !existsSync(ctx.store)) {
+    throw new Error(`no database at ${ctx.store} (give --data DIR or set SMARTFEEDS_DATA, or --store URL)`);
   }
 }
 

@@ -1,6 +1,7 @@
 // The subcommands by name: main.ts dispatches on this table and help.ts lists it.
 import { checkCommand } from './check.ts';
 import type { Command } from './command.ts';
+import { migrateCommand } from './migrate.ts';
 import { mirror, mirrorExport, tail } from './mirror.ts';
 import { exportCommand, items, nodes } from './read.ts';
 import { serveCommand } from './serve.ts';
@@ -17,6 +18,7 @@ export const commands: Record<string, Command> = {
   export: exportCommand,
   import: importCommand,
   check: checkCommand,
+  migrate: migrateCommand,
   mirror,
   'mirror-export': mirrorExport,
   tail,

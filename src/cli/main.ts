@@ -4,6 +4,7 @@
  * messages and exit codes in one place (failure.ts).
  */
 import { parseArgs } from 'node:util';
+import { isPostgresUrl } from '../config.ts';
 import { COMMON_OPTIONS, str, type Values } from './command.ts';
 import { commands } from './commands.ts';
 import { failure, UsageError } from './failure.ts';
@@ -67,10 +68,14 @@ export async function main(argv: string[]): Promise<number> {
     }
     const data = str(parsed.values, 'data') ?? process.env.SMARTFEEDS_DATA ?? './data';
     if (data === '') throw new UsageError('--data must name a directory');
+    const store = str(parsed.values, 'store') ?? process.env.SMARTFEEDS_STORE;
+    if (store !== undefined && !isPostgresUrl(store))
+      throw new UsageError('--store must be a postgres:// URL (a LevelDB directory is --data)');
     return await command.run({
       values: parsed.values,
       positionals: parsed.positionals,
       data,
+      store: store ?? data,
       out: new Output(process.stdout),
     });
   } catch (e) {

@@ -3,7 +3,7 @@ import { configFrom, SERVE_OPTIONS, SERVE_USAGE, type ServeFlags } from '../conf
 import { serve } from '../serve.ts';
 import type { Command, Options } from './command.ts';
 
-const { data: _data, help: _help, ...serveOptions } = SERVE_OPTIONS;
+const { data: _data, store: _store, help: _help, ...serveOptions } = SERVE_OPTIONS;
 
 export const serveCommand: Command = {
   summary: 'run the XMPP pubsub component (and HTTP with --http) until SIGTERM or SIGINT',

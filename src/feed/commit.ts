@@ -1,4 +1,5 @@
 import { StorageError } from './errors.ts';
+import type { SharedStore } from './store/shared.ts';
 import type { Op, Store } from './store/store.ts';
 
 interface Waiter {
@@ -24,6 +25,11 @@ export class Committer {
   constructor(
     private readonly store: Store,
     private readonly sync: boolean,
+    /**
+     * A store shared with other instances: each batch is a transaction that also tells them what
+     * it changed (`messages`: the caches they must drop), sent only if it commits.
+     */
+    private readonly shared?: { store: SharedStore; messages: (ops: readonly Op[]) => string[] },
   ) {}
 
   /**
@@ -58,6 +64,12 @@ export class Committer {
     if (this.waiters.length > 0 || this.flushing) await this.add([]);
   }
 
+  private async writeBatch(ops: Op[]): Promise<void> {
+    if (!this.shared) return this.store.write(ops, { sync: this.sync });
+    const notify = this.shared.messages(ops);
+    await this.shared.store.locked([], async () => ({ ops, notify, result: undefined }));
+  }
+
   private async flush(): Promise<void> {
     while (this.waiters.length > 0) {
       const ops = this.ops;
@@ -69,11 +81,18 @@ export class Committer {
       try {
         if (ops.length + latest.size > 0) {
           for (const op of latest.values()) ops.push(op);
-          await this.store.write(ops, { sync: this.sync });
+          await this.writeBatch(ops);
         }
       } catch (e) {
+        const error = new StorageError(`database write failed: ${(e as Error).message}`, { cause: e });
+        if (this.shared) {
+          // Rounds do not come here on a shared store: nothing in memory moved past the store, so
+          // only this batch fails (the database may be back for the next).
+          for (const w of waiters) w.reject(error);
+          continue;
+        }
         // In-memory state has moved past what was written: refuse writes until the engine reopens.
-        this.failure = new StorageError(`database write failed: ${(e as Error).message}`, { cause: e });
+        this.failure = error;
         for (const w of [...waiters, ...this.waiters]) w.reject(this.failure);
         this.waiters = [];
         this.ops = [];

@@ -1,5 +1,8 @@
+import { randomUUID } from 'node:crypto';
 import type { Element } from 'ltx';
 import { Committer } from './commit.ts';
+import { batchMessages, Instances } from './engine/instances.ts';
+import { type PushLeaseOptions, PushLeases } from './engine/leases.ts';
 import { NodeRegistry } from './engine/nodes.ts';
 import { CreatedPositions } from './engine/positions.ts';
 import { Purges } from './engine/purge.ts';
@@ -25,8 +28,9 @@ import {
 } from './model.ts';
 import { PolicyStore } from './policy.ts';
 import { snapshotBatches } from './store/copy.ts';
-import { openLevelStore } from './store/level.ts';
+import { openStoreAt } from './store/location.ts';
 import { openMemoryStore } from './store/memory.ts';
+import { isShared } from './store/shared.ts';
 import type { Entry, Store } from './store/store.ts';
 
 export interface EngineOptions {
@@ -59,20 +63,32 @@ export class FeedEngine {
   private readonly transfer: Transfer;
   private policyStore: PolicyStore | undefined;
   private hubStore: HubStore | undefined;
+  /** Set on a store shared with other instances (several `smartfeeds serve` on one database). */
+  private readonly instances: Instances | undefined;
+  private pushLeases: PushLeases | undefined;
+  private readonly pushListeners = new Set<ChangeListener>();
+  private readonly pushDrains = new Set<() => Promise<void>>();
 
   private constructor(store: Store, options: EngineOptions) {
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
-    const committer = new Committer(store, options.sync ?? false);
+    const instances = isShared(store) ? new Instances(store) : undefined;
+    this.instances = instances;
+    const committer = new Committer(
+      store,
+      options.sync ?? false,
+      instances ? { store: instances.store, messages: batchMessages } : undefined,
+    );
     const s = new EngineState(
       store,
       committer,
       this.limits,
-      options.now ?? Date.now,
+      // One clock for every instance: the store's, read when a round holds its node's lock.
+      instances ? () => instances.now() : (options.now ?? Date.now),
       options.sweepBatch ?? 1000,
     );
     this.s = s;
-    this.nodes = new NodeRegistry(s);
-    this.queue = new WriteQueue(s, this.nodes);
+    this.nodes = new NodeRegistry(s, instances);
+    this.queue = new WriteQueue(s, this.nodes, instances);
     this.writes = new Writes(s, this.queue);
     this.reads = new Reads(s, this.nodes);
     this.positions = new CreatedPositions(s, this.nodes);
@@ -81,9 +97,12 @@ export class FeedEngine {
     this.transfer = new Transfer(s, this.nodes);
   }
 
-  /** Opens (creating if needed) the LevelDB database in `dir`; a database in use is refused. */
-  static async open(dir: string, options: EngineOptions = {}): Promise<FeedEngine> {
-    return FeedEngine.openStore(await openLevelStore(dir), options);
+  /**
+   * Opens (creating if needed) the database at `location`: a postgres:// URL, else a LevelDB
+   * directory (a LevelDB database in use is refused).
+   */
+  static async open(location: string, options: EngineOptions = {}): Promise<FeedEngine> {
+    return FeedEngine.openStore(await openStoreAt(location), options);
   }
 
   /** An engine on a fresh in-memory store (memory-level), gone when closed: for tests and tools. */
@@ -96,6 +115,12 @@ export class FeedEngine {
     const engine = new FeedEngine(store, options);
     const service = await store.get(SERVICE_KEY);
     if (service) engine.nodes.nextNid = parse<{ nextNid: number }>(service).nextNid;
+    await engine.instances?.start({
+      reload: (st, reader) => engine.nodes.reload(st, reader),
+      forget: (st) => engine.nodes.forget(st),
+      dropCaches: (nid) => engine.dropCaches(nid),
+      emit: (change) => engine.s.emit(change),
+    });
     // A deletion a stop or crash interrupted goes on where it stopped.
     engine.purges.sweep();
     return engine;
@@ -105,6 +130,7 @@ export class FeedEngine {
   async close(): Promise<void> {
     const { s } = this;
     s.closing = true;
+    await this.pushLeases?.stop();
     // Writes asked for before closing are written: those finding their node, those whose entry
     // is being parsed, and every round they make.
     await Promise.allSettled([...this.queue.arrivals.values()]);
@@ -119,7 +145,96 @@ export class FeedEngine {
     await Promise.allSettled([...s.lookups]);
     await this.purges.stopped();
     await s.committer.drain().catch(() => undefined);
+    await this.instances?.stop();
     await s.store.close();
+  }
+
+  // ---- several instances on one shared store (engine/instances.ts, engine/leases.ts) -------
+
+  /** Whether the store is shared with other instances (pushes then come from the change log). */
+  get shared(): boolean {
+    return this.instances !== undefined;
+  }
+
+  /**
+   * On a shared store, joins the instances that push changes to subscribers: this one takes its
+   * share of the nodes by leases and hands their logged changes, in commit order, to the push
+   * listeners. Without a shared store every committed change is this instance's to push.
+   */
+  async startPushing(
+    options: Partial<PushLeaseOptions> & { failed?: (error: unknown) => void } = {},
+  ): Promise<void> {
+    const { instances } = this;
+    if (!instances || this.pushLeases) return;
+    const leases = new PushLeases(
+      instances.store,
+      { holder: options.holder ?? randomUUID(), ttl: options.ttl ?? 10_000 },
+      (changes) => this.push(changes),
+      options.failed,
+    );
+    this.pushLeases = leases;
+    instances.wakeListeners.add((nid) => leases.woke(nid));
+    await leases.start();
+  }
+
+  /** Stops pushing (another instance takes this one's share once its leases are given up). */
+  async stopPushing(): Promise<void> {
+    const leases = this.pushLeases;
+    this.pushLeases = undefined;
+    await leases?.stop();
+  }
+
+  /** The buckets of nodes this instance pushes (tests, metrics); empty when not pushing. */
+  pushBuckets(): number[] {
+    return this.pushLeases?.buckets() ?? [];
+  }
+
+  /**
+   * Whether this instance does the node's outward work now (pushes, WebSub deliveries,
+   * announcements, the bot's polls): always on a store of its own; on a shared one, when it holds
+   * the lease of the node's bucket.
+   */
+  async owns(node: string): Promise<boolean> {
+    if (!this.instances) return true;
+    const leases = this.pushLeases;
+    if (!leases) return false;
+    const st = await this.nodes.loadNode(node);
+    return st !== undefined && leases.owns(st.nid);
+  }
+
+  /**
+   * Registers a listener for the changes this instance pushes, each node's in commit order: on a
+   * shared store those of the nodes it holds the lease of, from the change log; otherwise every
+   * committed change (as onChange). `drained` resolves once what it was given has left: positions
+   * in the change log are recorded after it. Returns its remover.
+   */
+  onPush(listener: ChangeListener, drained?: () => Promise<void>): () => void {
+    if (!this.instances) return this.onChange(listener);
+    this.pushListeners.add(listener);
+    if (drained) this.pushDrains.add(drained);
+    return () => {
+      this.pushListeners.delete(listener);
+      if (drained) this.pushDrains.delete(drained);
+    };
+  }
+
+  private async push(changes: Change[]): Promise<void> {
+    for (const change of changes)
+      for (const listener of this.pushListeners) {
+        try {
+          listener(change);
+        } catch {
+          // One binding's failure must not keep the change from the others.
+        }
+      }
+    for (const drained of this.pushDrains) await drained();
+  }
+
+  /** Drops what is cached of a node's (or every node's) subscriptions and policy: another instance changed them. */
+  private dropCaches(nid: number | undefined): void {
+    for (const st of this.nodes.ready.values())
+      if (nid === undefined || st.nid === nid) st.subscriptions = undefined;
+    this.policyStore?.forget(nid);
   }
 
   /**

@@ -21,7 +21,15 @@ export type SubscriptionCause =
  */
 export type FeedEvent =
   /** An item was published, updated or retracted (quiet ones are a purge's tombstones). */
-  | { type: 'item-changed'; change: Change }
+  | {
+      type: 'item-changed';
+      change: Change;
+      /**
+       * false: another instance tells subscribers of it, or this one does from its change log
+       * (several instances on one store): refresh local views (long polls, caches), push nothing.
+       */
+      deliver?: false;
+    }
   /** A purge is recorded: from here on the node's items are tombstones, told once. */
   | { type: 'purge-started'; node: string }
   /** A purge is done (asked now, or resumed after a restart). */

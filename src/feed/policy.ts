@@ -58,6 +58,17 @@ export class PolicyStore {
     this.affiliationMaps.delete(nid);
   }
 
+  /** Forgets what is cached of a node's policy (every node's without `nid`): another instance changed it. */
+  forget(nid: number | undefined): void {
+    if (nid === undefined) {
+      this.configs.clear();
+      this.affiliationMaps.clear();
+    } else {
+      this.configs.delete(nid);
+      this.affiliationMaps.delete(nid);
+    }
+  }
+
   async config(node: string): Promise<NodeConfig> {
     const nid = await this.engine.nodeNumber(node);
     let config = this.configs.get(nid);

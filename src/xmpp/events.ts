@@ -89,7 +89,8 @@ function subscriptionMessages(e: Extract<FeedEvent, { type: 'subscription-change
 export function deliver(notifier: Notifier, e: FeedEvent, audienceOf: Audience): void {
   switch (e.type) {
     case 'item-changed':
-      notifier.enqueue(e.change);
+      // Another instance, or this one's change-log follower, pushes it.
+      if (e.deliver !== false) notifier.enqueue(e.change);
       return;
     case 'purge-started':
     case 'purge-done':

@@ -80,8 +80,11 @@ export class PubsubComponent {
     const unlistenEvents = feeds.onEvent((event) => deliver(this.notifier, event, audience));
     // Every writer (HTTP, the bot, not only XMPP publishers) waits for room in the fan-out here.
     const removeGate = feeds.addWriteGate(() => this.notifier.ready());
+    // Among several instances, pushes taken from the change log count as done once they have left.
+    const removeDrain = feeds.addDeliveryDrain(() => this.notifier.flushed());
     this.unlisten = () => {
       removeGate();
+      removeDrain();
       unlistenEvents();
     };
     // Before xmpp.js routes it: an error reply echoes the request's child, and echoing (serialising)

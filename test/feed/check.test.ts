@@ -1,7 +1,6 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { ClassicLevel } from 'classic-level';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli.ts';
 import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
@@ -19,10 +18,9 @@ import {
 } from '../../src/feed/keys.ts';
 import type { ExportRecord, ItemRecord } from '../../src/feed/model.ts';
 import { decodeRecord } from '../../src/feed/record.ts';
-import { LevelStore } from '../../src/feed/store/level.ts';
-import { Clock, entry, Harness, T0 } from './support.ts';
+import { Clock, entry, Harness, locationArgs, openRaw, type RawDatabase, T0 } from './support.ts';
 
-type Db = ClassicLevel<Buffer, Buffer>;
+type Db = RawDatabase;
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const BIN = join(ROOT, 'bin', 'smartfeeds.mjs');
@@ -65,8 +63,7 @@ async function build(): Promise<string> {
 }
 
 async function raw<T>(dir: string, fn: (db: Db) => Promise<T>): Promise<T> {
-  const db = new ClassicLevel<Buffer, Buffer>(dir, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
-  await db.open();
+  const db = await openRaw(dir);
   try {
     return await fn(db);
   } finally {
@@ -120,7 +117,7 @@ async function check(dir: string, ...flags: string[]): Promise<{ code: number; l
     return true;
   });
   try {
-    const code = await main(['check', '--data', dir, ...flags]);
+    const code = await main(['check', ...locationArgs(dir), ...flags]);
     return { code, lines: out.trimEnd().split('\n') };
   } finally {
     spy.mockRestore();
@@ -497,7 +494,7 @@ describe('smartfeeds check', () => {
     });
     const problems: Problem[] = [];
     await raw(dir, async (db) => {
-      const checker = new DatabaseCheck(new LevelStore(db), { suspectLimit: 2 });
+      const checker = new DatabaseCheck(db.store, { suspectLimit: 2 });
       const summary = await checker.check((p) => {
         problems.push(p);
       });
@@ -545,7 +542,7 @@ describe('smartfeeds check, the command', () => {
 
   it('checks, exits 3 naming each problem, repairs, and refuses a database in use', async () => {
     const dir = await build();
-    expect(await run(['check', '--data', dir])).toEqual({
+    expect(await run(['check', ...locationArgs(dir)])).toEqual({
       code: 0,
       stdout: 'checked 3 nodes, 7 items, 3 subscriptions: clean\n',
       stderr: '',
@@ -557,20 +554,28 @@ describe('smartfeeds check, the command', () => {
       await db.put(metaKey(blog), json({ ...meta, total: 2 }));
       await db.del(userSubscriptionKey('bob@x', blog, 'created', 'bob@x'));
     });
-    const found = await run(['check', '--data', dir]);
+    const found = await run(['check', ...locationArgs(dir)]);
     expect(found.code).toBe(3);
     expect(found.stdout.trimEnd().split('\n')).toEqual([
       'wrong-total: node "blog": the total is 2, but the node has 5 records',
       'missing-user-subscription: the subscription of "bob@x" to created order of node number 1 (node "blog") has no user key',
       'checked 3 nodes, 7 items, 3 subscriptions: 2 problems',
     ]);
-    const repaired = await run(['check', '--data', dir, '--repair']);
+    const repaired = await run(['check', ...locationArgs(dir), '--repair']);
     expect(repaired.code).toBe(0);
     expect(repaired.stdout.trimEnd().split('\n').slice(-2)).toEqual([
       'repaired; checking again',
       'checked 3 nodes, 7 items, 3 subscriptions: clean',
     ]);
 
+    if (h.kind === 'postgres') {
+      // PostgreSQL is shared by design: a database never written by smartfeeds is what is refused.
+      const empty = await h.dir();
+      const none = await run(['check', ...locationArgs(empty)]);
+      expect(none.code).toBe(1);
+      expect(none.stderr).toMatch(/no smartfeeds database at .* \(its tables are missing\)/);
+      return;
+    }
     const engine = await FeedEngine.open(dir);
     try {
       const locked = await run(['check', '--data', dir]);

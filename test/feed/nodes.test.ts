@@ -3,14 +3,13 @@
 // `smartfeeds check` makes of each.
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { ClassicLevel } from 'classic-level';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DatabaseCheck, openDatabase, type Problem } from '../../src/feed/check.ts';
 import { NodeNotFound } from '../../src/feed/errors.ts';
 import { affiliationKey, configKey, userAffiliationKey } from '../../src/feed/keys.ts';
 import type { Change } from '../../src/feed/model.ts';
 import { DEFAULT_NODE_CONFIG } from '../../src/feed/nodeConfig.ts';
-import { entry, Harness } from './support.ts';
+import { entry, Harness, openRaw } from './support.ts';
 
 const h = new Harness();
 afterEach(() => h.cleanup());
@@ -31,7 +30,7 @@ async function check(dir: string, repair = false): Promise<Problem[]> {
 }
 
 async function keyCount(dir: string): Promise<number> {
-  const db = new ClassicLevel<Buffer, Buffer>(dir, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+  const db = await openRaw(dir);
   try {
     return (await db.keys().all()).length;
   } finally {
@@ -283,7 +282,7 @@ describe('policy storage', () => {
     const engine = await h.open(dir);
     await engine.policy().createNode('n', 'alice@x');
     await h.close(engine);
-    const db = new ClassicLevel<Buffer, Buffer>(dir, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+    const db = await openRaw(dir);
     await db.put(configKey(1), Buffer.from('{not json'));
     await db.put(affiliationKey(1, 'bob@x'), Buffer.from('emperor'));
     await db.close();
@@ -311,7 +310,7 @@ describe('policy storage', () => {
     await engine.swept();
     await h.close(engine);
     expect(await check(dir)).toEqual([]);
-    const db = new ClassicLevel<Buffer, Buffer>(dir, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+    const db = await openRaw(dir);
     await db.del(userAffiliationKey('alice@x', 1));
     await db.put(userAffiliationKey('carol@x', 1), Buffer.from('member'));
     await db.close();

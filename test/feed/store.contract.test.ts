@@ -5,21 +5,34 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { StorageError } from '../../src/feed/errors.ts';
 import { openLevelStore } from '../../src/feed/store/level.ts';
 import { openMemoryStore } from '../../src/feed/store/memory.ts';
+import { openPostgresStore } from '../../src/feed/store/postgres.ts';
 import type { Entry, Range, Store } from '../../src/feed/store/store.ts';
+import { freshPostgresDatabase, storeUnderTest } from './support.ts';
 
-/** Every Store implementation, opened fresh for each test; `done` removes what it left. */
-const implementations: { name: string; open: () => Promise<{ store: Store; done: () => Promise<void> }> }[] =
-  [
-    {
-      name: 'LevelDB',
-      open: async () => {
-        const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'smartfeeds-store-'));
-        const store = await openLevelStore(dir);
-        return { store, done: () => fs.rm(dir, { recursive: true, force: true }) };
-      },
+type Implementation = { name: string; open: () => Promise<{ store: Store; done: () => Promise<void> }> };
+
+/** The stores of this process (LevelDB and memory), or PostgreSQL in the store-postgres project. */
+const local: Implementation[] = [
+  {
+    name: 'LevelDB',
+    open: async () => {
+      const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'smartfeeds-store-'));
+      const store = await openLevelStore(dir);
+      return { store, done: () => fs.rm(dir, { recursive: true, force: true }) };
     },
-    { name: 'memory', open: async () => ({ store: await openMemoryStore(), done: async () => undefined }) },
-  ];
+  },
+  { name: 'memory', open: async () => ({ store: await openMemoryStore(), done: async () => undefined }) },
+];
+const postgres: Implementation[] = [
+  {
+    name: 'PostgreSQL',
+    open: async () => {
+      const db = await freshPostgresDatabase();
+      return { store: await openPostgresStore(db.url), done: db.drop };
+    },
+  },
+];
+const implementations = storeUnderTest() === 'postgres' ? postgres : local;
 
 const b = (...bytes: number[]) => Buffer.from(bytes);
 const hex = (keys: readonly Buffer[]) => keys.map((k) => k.toString('hex'));
@@ -172,34 +185,37 @@ describe.each(implementations)('$name store', ({ open }) => {
   });
 });
 
-describe('LevelDB store', () => {
-  it('refuses a database another store holds, saying so', async () => {
-    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'smartfeeds-store-'));
-    const first = await openLevelStore(dir);
-    try {
-      const second = openLevelStore(dir);
-      await expect(second).rejects.toThrow(StorageError);
-      await expect(second).rejects.toThrow(/in use by another process/);
-    } finally {
-      await first.close();
-      await fs.rm(dir, { recursive: true, force: true });
-    }
-  });
+// LevelDB's own promises: the unit project runs them, not the store-postgres one.
+if (storeUnderTest() !== 'postgres') {
+  describe('LevelDB store', () => {
+    it('refuses a database another store holds, saying so', async () => {
+      const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'smartfeeds-store-'));
+      const first = await openLevelStore(dir);
+      try {
+        const second = openLevelStore(dir);
+        await expect(second).rejects.toThrow(StorageError);
+        await expect(second).rejects.toThrow(/in use by another process/);
+      } finally {
+        await first.close();
+        await fs.rm(dir, { recursive: true, force: true });
+      }
+    });
 
-  it('keeps what was written across a reopen; does not create a missing one when asked not to', async () => {
-    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'smartfeeds-store-'));
-    try {
-      let store = await openLevelStore(dir);
-      await store.write([put(b(1), b(2))], { sync: true });
-      await store.close();
-      store = await openLevelStore(dir, { createIfMissing: false });
-      expect(await store.get(b(1))).toEqual(b(2));
-      await store.close();
-      await expect(openLevelStore(path.join(dir, 'missing'), { createIfMissing: false })).rejects.toThrow(
-        /cannot open the database/,
-      );
-    } finally {
-      await fs.rm(dir, { recursive: true, force: true });
-    }
+    it('keeps what was written across a reopen; does not create a missing one when asked not to', async () => {
+      const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'smartfeeds-store-'));
+      try {
+        let store = await openLevelStore(dir);
+        await store.write([put(b(1), b(2))], { sync: true });
+        await store.close();
+        store = await openLevelStore(dir, { createIfMissing: false });
+        expect(await store.get(b(1))).toEqual(b(2));
+        await store.close();
+        await expect(openLevelStore(path.join(dir, 'missing'), { createIfMissing: false })).rejects.toThrow(
+          /cannot open the database/,
+        );
+      } finally {
+        await fs.rm(dir, { recursive: true, force: true });
+      }
+    });
   });
-});
+}

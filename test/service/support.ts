@@ -1,7 +1,8 @@
-import { FeedEngine } from '../../src/feed/engine.ts';
+import type { FeedEngine } from '../../src/feed/engine.ts';
 import type { FeedEvent } from '../../src/feed/events.ts';
 import { type Actor, user } from '../../src/feed/service/actor.ts';
 import { FeedService, type FeedServiceOptions } from '../../src/feed/service/service.ts';
+import { freshEngine } from '../feed/support.ts';
 
 export const ATOM = 'http://www.w3.org/2005/Atom';
 
@@ -24,8 +25,9 @@ export interface Harness {
 }
 
 export async function openService(options: FeedServiceOptions = {}): Promise<Harness> {
-  // The in-memory store: the service's rules need no disk, and the suite runs in milliseconds.
-  const engine = await FeedEngine.inMemory();
+  // The in-memory store (the service's rules need no disk, and the suite runs in milliseconds),
+  // or PostgreSQL in the store-postgres project.
+  const { engine, dispose } = await freshEngine();
   const service = new FeedService(engine, {
     admins: [ADMIN],
     create: 'local',
@@ -42,6 +44,7 @@ export async function openService(options: FeedServiceOptions = {}): Promise<Har
     async close() {
       service.close();
       await engine.close();
+      await dispose();
     },
   };
 }

@@ -8,7 +8,7 @@
  * while looking for duplicates (duplicates.ts).
  */
 
-import { openLevelStore } from '../store/level.ts';
+import { openStoreAt } from '../store/location.ts';
 import type { Store } from '../store/store.ts';
 import { checkKvEntries } from './bindingState.ts';
 import { SUSPECT_LIMIT } from './duplicates.ts';
@@ -19,9 +19,12 @@ import { checkDeleting, checkOrphans, checkRegistry, checkServiceCounter } from 
 import { repair } from './repair.ts';
 import { checkSubscriptions } from './subscriptions.ts';
 
-/** Opens the database of a stopped server (never creating one); refuses one in use. */
-export function openDatabase(dir: string): Promise<Store> {
-  return openLevelStore(dir, { createIfMissing: false });
+/**
+ * Opens the database of a stopped server (never creating one): a LevelDB directory (one in use is
+ * refused) or a postgres:// URL.
+ */
+export function openDatabase(location: string): Promise<Store> {
+  return openStoreAt(location, { createIfMissing: false });
 }
 
 export class DatabaseCheck {

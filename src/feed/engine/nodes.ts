@@ -12,9 +12,33 @@ import {
   SERVICE_KEY,
   stampOfIndexKey,
 } from '../keys.ts';
-import type { Op } from '../store/store.ts';
+import type { Op, StoreReader } from '../store/store.ts';
 import { FeedTail } from '../tail.ts';
+import { deletedMessage } from './changeLog.ts';
+import type { Instances } from './instances.ts';
 import { type EngineState, json, type NodeMeta, type NodeState, parse, serialize } from './state.ts';
+
+/** A node's counters and the ids at each feed's last stamp, as stored. */
+async function readCounters(
+  reader: StoreReader,
+  nid: number,
+): Promise<{ meta: NodeMeta; tails: Record<'modified' | 'created', FeedTail> }> {
+  const metaBuf = await reader.get(metaKey(nid));
+  const meta: NodeMeta = metaBuf ? parse<NodeMeta>(metaBuf) : { total: 0, stamp: 0, seq: 0 };
+  const tails = { modified: new FeedTail(), created: new FeedTail() };
+  for (const order of ORDERS) {
+    const { start, end } = indexRange(nid, order);
+    const [last] = await reader.keys({ gte: start, lt: end, reverse: true, limit: 1 });
+    if (!last) continue;
+    const stamp = stampOfIndexKey(last);
+    const ids = await reader.values({
+      gte: indexKey(nid, order, stamp, 0),
+      lt: indexKey(nid, order, stamp + 1, 0),
+    });
+    for (const id of ids) tails[order].append(stamp, id.toString('utf8'));
+  }
+  return { meta: { total: meta.total, stamp: meta.stamp, seq: meta.seq }, tails };
+}
 
 /**
  * The node registry: names to numbers, each node's state loaded once (counters, tails, its write
@@ -27,7 +51,11 @@ export class NodeRegistry {
   nextNid = 1;
   private registry: Promise<void> = Promise.resolve();
 
-  constructor(private readonly s: EngineState) {}
+  constructor(
+    private readonly s: EngineState,
+    /** Set when the store is shared with other instances: creation and deletion lock what they read. */
+    private readonly instances?: Instances,
+  ) {}
 
   loadNode(name: string): Promise<NodeState | undefined> {
     let loading = this.nodes.get(name);
@@ -38,7 +66,10 @@ export class NodeRegistry {
       loading.then(
         (st) => {
           if (!st) this.nodes.delete(name);
-          else this.ready.set(name, st);
+          else {
+            this.ready.set(name, st);
+            this.instances?.loaded(st);
+          }
         },
         () => this.nodes.delete(name),
       );
@@ -50,20 +81,7 @@ export class NodeRegistry {
     const entry = await this.s.store.get(nodeKey(name));
     if (!entry) return undefined;
     const { nid } = parse<{ nid: number }>(entry);
-    const metaBuf = await this.s.store.get(metaKey(nid));
-    const meta: NodeMeta = metaBuf ? parse<NodeMeta>(metaBuf) : { total: 0, stamp: 0, seq: 0 };
-    const tails = { modified: new FeedTail(), created: new FeedTail() };
-    for (const order of ORDERS) {
-      const { start, end } = indexRange(nid, order);
-      const [last] = await this.s.store.keys({ gte: start, lt: end, reverse: true, limit: 1 });
-      if (!last) continue;
-      const stamp = stampOfIndexKey(last);
-      const ids = await this.s.store.values({
-        gte: indexKey(nid, order, stamp, 0),
-        lt: indexKey(nid, order, stamp + 1, 0),
-      });
-      for (const id of ids) tails[order].append(stamp, id.toString('utf8'));
-    }
+    const { meta, tails } = await readCounters(this.s.store, nid);
     return {
       ...meta,
       name,
@@ -84,6 +102,25 @@ export class NodeRegistry {
     st.stamp = fresh.stamp;
     st.seq = fresh.seq;
     st.tails = fresh.tails;
+  }
+
+  /** Rereads a node's counters and tails through `reader` (another instance wrote to it). */
+  async reload(st: NodeState, reader: StoreReader): Promise<void> {
+    const { meta, tails } = await readCounters(reader, st.nid);
+    st.total = meta.total;
+    st.stamp = meta.stamp;
+    st.seq = meta.seq;
+    st.tails = tails;
+  }
+
+  /** Forgets a node another instance deleted: writes still queued to it are refused. */
+  forget(st: NodeState): void {
+    st.deleted = true;
+    if (this.ready.get(st.name) === st) {
+      this.ready.delete(st.name);
+      this.nodes.delete(st.name);
+    }
+    this.instances?.dropped(st);
   }
 
   async requireNode(name: string): Promise<NodeState> {
@@ -112,14 +149,23 @@ export class NodeRegistry {
     checkNodeName(name);
     return this.inRegistry(async () => {
       if (await this.loadNode(name)) throw new NodeExists(name);
-      const nid = this.nextNid++;
-      const meta: NodeMeta = { total: 0, stamp: 0, seq: 0 };
-      await this.s.committer.add([
-        { type: 'put', key: SERVICE_KEY, value: json({ nextNid: this.nextNid }) },
+      const records = (nid: number): Op[] => [
+        { type: 'put', key: SERVICE_KEY, value: json({ nextNid: nid + 1 }) },
         { type: 'put', key: nodeKey(name), value: json({ nid }) },
-        { type: 'put', key: metaKey(nid), value: json(meta) },
+        { type: 'put', key: metaKey(nid), value: json({ total: 0, stamp: 0, seq: 0 } satisfies NodeMeta) },
         ...(init?.(nid) ?? []),
-      ]);
+      ];
+      const shared = this.instances?.store;
+      if (shared) {
+        // Other instances create nodes too: the name and the number counter are read under its lock.
+        await shared.locked([SERVICE_KEY], async (tx) => {
+          const [taken, service] = await tx.getMany([nodeKey(name), SERVICE_KEY]);
+          if (taken) throw new NodeExists(name);
+          const nid = service ? parse<{ nextNid: number }>(service).nextNid : 1;
+          this.nextNid = nid + 1;
+          return { ops: records(nid), result: undefined };
+        });
+      } else await this.s.committer.add(records(this.nextNid++));
       // A lookup started before this write (a concurrent publish asking whether the node exists)
       // may still be cached, and would say it does not: the next lookup reads again.
       this.nodes.delete(name);
@@ -138,13 +184,20 @@ export class NodeRegistry {
       const st = await this.requireNode(name);
       // After every write already queued to the node.
       await serialize(st, async () => {
-        await this.s.committer.add([
+        const ops: Op[] = [
           { type: 'del', key: nodeKey(name) },
           { type: 'put', key: deletedKey(st.nid), value: json({ name }) },
-        ]);
-        st.deleted = true;
-        this.nodes.delete(name);
-        this.ready.delete(name);
+        ];
+        const shared = this.instances?.store;
+        // On a shared store, under the node's lock: no other instance's round commits across it.
+        if (shared)
+          await shared.locked([metaKey(st.nid)], async (tx) => {
+            if (!(await tx.get(metaKey(st.nid))) || (await tx.get(deletedKey(st.nid))))
+              throw new NodeNotFound(name);
+            return { ops, notify: [deletedMessage(st.nid)], result: undefined };
+          });
+        else await this.s.committer.add(ops);
+        this.forget(st);
       });
     });
   }

@@ -2,8 +2,10 @@ import { FeedError, NodeExists, NodeNotFound, StorageError } from '../errors.ts'
 import { indexKey, itemKey, metaKey } from '../keys.ts';
 import type { Change, ItemRecord } from '../model.ts';
 import { decodeRecord, encodeRecord } from '../record.ts';
-import type { Op } from '../store/store.ts';
+import type { Op, StoreReader } from '../store/store.ts';
+import { changedMessage, logOps } from './changeLog.ts';
 import { cursorOf } from './cursors.ts';
+import type { Instances } from './instances.ts';
 import type { NodeRegistry } from './nodes.ts';
 import {
   type EngineState,
@@ -14,6 +16,33 @@ import {
   type QueuedWrite,
   serialize,
 } from './state.ts';
+
+/** A computed round: its operations, the writes that change something, and those that do not. */
+interface Round {
+  ops: Op[];
+  written: { w: QueuedWrite; change: Change; rec: ItemRecord }[];
+  unchanged: { w: QueuedWrite; change: Change }[];
+}
+
+/** Reads the records of `ids` into `known`. */
+async function readPrevious(
+  reader: StoreReader,
+  st: NodeState,
+  ids: readonly string[],
+  known: Map<string, ItemRecord>,
+): Promise<void> {
+  if (ids.length === 0) return;
+  const bufs = await reader.getMany(ids.map((id) => itemKey(st.nid, id)));
+  bufs.forEach((buf, i) => {
+    if (buf) known.set(ids[i] as string, decodeRecord(buf));
+  });
+}
+
+function storageError(e: unknown, what: 'read' | 'write'): Error {
+  return e instanceof FeedError
+    ? e
+    : new StorageError(`database ${what} failed: ${(e as Error).message}`, { cause: e });
+}
 
 /** Most writes a pump computes in one round (see pump). */
 const MAX_ROUND = 64;
@@ -30,6 +59,8 @@ export class WriteQueue {
   constructor(
     private readonly s: EngineState,
     private readonly nodes: NodeRegistry,
+    /** Set when the store is shared with other instances: each round locks its node. */
+    private readonly instances?: Instances,
   ) {}
 
   /**
@@ -124,6 +155,10 @@ export class WriteQueue {
       for (const w of batch) w.reject(new NodeNotFound(st.name));
       return;
     }
+    if (this.instances) {
+      await this.pumpLocked(st, batch, this.instances);
+      return;
+    }
     const known = new Map<string, ItemRecord>();
     const lookup = new Set<string>();
     for (const w of batch) {
@@ -135,86 +170,141 @@ export class WriteQueue {
     try {
       this.s.committer.check();
       // Only this pump writes the node's items, so what is read here is the latest durable state.
-      const ids = [...lookup];
-      const bufs = ids.length > 0 ? await this.s.store.getMany(ids.map((id) => itemKey(st.nid, id))) : [];
-      bufs.forEach((buf, i) => {
-        if (buf) known.set(ids[i] as string, decodeRecord(buf));
-      });
+      await readPrevious(this.s.store, st, [...lookup], known);
     } catch (e) {
-      const error =
-        e instanceof FeedError
-          ? e
-          : new StorageError(`database read failed: ${(e as Error).message}`, { cause: e });
-      for (const w of batch) w.reject(error as Error);
+      for (const w of batch) w.reject(storageError(e, 'read'));
       return;
     }
     // Every change of the round goes to the committer as one group: one promise and one counters
     // put for the round, not for each write. The batch holding them is atomic, so each change is.
-    const ops: Op[] = [];
-    const written: { w: QueuedWrite; change: Change; rec: ItemRecord }[] = [];
-    const unchanged: { w: QueuedWrite; change: Change }[] = [];
-    for (const w of batch) {
-      let computed: ReturnType<WriteQueue['compute']>;
-      try {
-        computed = this.compute(st, w, st.pending.get(w.id) ?? known.get(w.id), ops);
-      } catch (e) {
-        w.reject(e as Error);
-        continue;
-      }
-      const { change, rec } = computed;
-      if (rec) written.push({ w, change, rec });
-      else unchanged.push({ w, change });
-    }
+    const { ops, written, unchanged } = this.computeRound(st, batch, known);
     if (written.length > 0) this.commitRound(st, ops, written);
     // Nothing changes for these, but the state they report may be a queued change's (this
     // round's too): answer once it is durable.
     for (const { w, change } of unchanged) this.s.committer.drain().then(() => w.resolve(change), w.reject);
   }
 
-  commitRound(
+  /** Computes a round's writes in order: their operations, and the changes they make or not. */
+  private computeRound(
     st: NodeState,
-    ops: Op[],
-    written: readonly { w: QueuedWrite; change: Change; rec: ItemRecord }[],
-  ): void {
-    const meta: Op = {
+    batch: readonly QueuedWrite[],
+    known: ReadonlyMap<string, ItemRecord>,
+  ): Round {
+    const round: Round = { ops: [], written: [], unchanged: [] };
+    for (const w of batch) {
+      let computed: ReturnType<WriteQueue['compute']>;
+      try {
+        computed = this.compute(st, w, st.pending.get(w.id) ?? known.get(w.id), round.ops);
+      } catch (e) {
+        w.reject(e as Error);
+        continue;
+      }
+      const { change, rec } = computed;
+      if (rec) round.written.push({ w, change, rec });
+      else round.unchanged.push({ w, change });
+    }
+    return round;
+  }
+
+  /**
+   * A round on a store shared with other instances: one transaction that locks the node's
+   * counters, catches up with what another instance wrote, stamps on the store's clock, and
+   * writes the records, indexes, counters and change-log entries of the round, then commits.
+   */
+  private async pumpLocked(
+    st: NodeState,
+    batch: readonly QueuedWrite[],
+    instances: Instances,
+  ): Promise<void> {
+    const before: NodeMeta = { total: st.total, stamp: st.stamp, seq: st.seq };
+    let missed: Change[] = [];
+    let round: Round;
+    try {
+      round = await instances.store.locked([metaKey(st.nid)], async (tx) => {
+        const ids = [...new Set(batch.filter((w) => !w.generated).map((w) => w.id))];
+        // The counters and the previous versions in one read, under the node's lock.
+        const caught = await instances.catchUp(
+          tx,
+          st,
+          ids.map((id) => itemKey(st.nid, id)),
+        );
+        missed = caught.missed;
+        before.total = st.total;
+        before.stamp = st.stamp;
+        before.seq = st.seq;
+        const known = new Map<string, ItemRecord>();
+        caught.values.forEach((buf, i) => {
+          if (buf) known.set(ids[i] as string, decodeRecord(buf));
+        });
+        instances.roundNow = tx.now;
+        let computed: Round;
+        try {
+          computed = this.computeRound(st, batch, known);
+        } finally {
+          instances.roundNow = undefined;
+        }
+        if (computed.written.length === 0) return { ops: [], result: computed };
+        const logged = computed.written.map(({ change, rec }) => ({ seq: rec.ms, change }));
+        const ops = [...computed.ops, this.metaOp(st), ...logOps(st.nid, logged)];
+        return { ops, notify: [changedMessage(st.nid, st.seq)], result: computed };
+      });
+    } catch (e) {
+      // What another instance committed was caught up with, whatever became of this round.
+      for (const change of missed) this.s.emit(change);
+      for (const w of batch) st.pending.delete(w.id);
+      instances.spoiled(st, before);
+      for (const w of batch) w.reject(storageError(e, 'write'));
+      return;
+    }
+    for (const change of missed) this.s.emit(change);
+    for (const { change } of round.written) this.s.emit(change);
+    this.acknowledge(st, round.written);
+    for (const { w, change } of round.unchanged) w.resolve(change);
+  }
+
+  private metaOp(st: NodeState): Op {
+    return {
       type: 'put',
       key: metaKey(st.nid),
       value: json({ total: st.total, stamp: st.stamp, seq: st.seq } satisfies NodeMeta),
     };
-    const settle = (w: QueuedWrite, rec: ItemRecord) => {
-      if (st.pending.get(w.id) === rec) st.pending.delete(w.id);
-    };
+  }
+
+  commitRound(st: NodeState, ops: Op[], written: Round['written']): void {
     this.s.committer
       .add(
         ops,
         () => {
           for (const { change } of written) this.s.emit(change);
         },
-        meta,
+        this.metaOp(st),
       )
       .then(
-        () => {
-          for (const { w, change, rec } of written) {
-            settle(w, rec);
-            if (change.feeds.created.cursor) w.resolve(change);
-            else {
-              // An update's place in the created order is read after its commit; close() waits for it.
-              const lookup = cursorOf(this.s.store, st, w.id, 'created').then((cursor) => {
-                change.feeds.created.cursor = cursor;
-                w.resolve(change);
-              }, w.reject);
-              this.s.lookups.add(lookup);
-              void lookup.finally(() => this.s.lookups.delete(lookup));
-            }
-          }
-        },
+        () => this.acknowledge(st, written),
         (e) => {
           for (const { w, rec } of written) {
-            settle(w, rec);
+            if (st.pending.get(w.id) === rec) st.pending.delete(w.id);
             w.reject(e);
           }
         },
       );
+  }
+
+  /** Answers a round's writes once it is durable (an update's created cursor is read first). */
+  private acknowledge(st: NodeState, written: Round['written']): void {
+    for (const { w, change, rec } of written) {
+      if (st.pending.get(w.id) === rec) st.pending.delete(w.id);
+      if (change.feeds.created.cursor) w.resolve(change);
+      else {
+        // An update's place in the created order is read after its commit; close() waits for it.
+        const lookup = cursorOf(this.s.store, st, w.id, 'created').then((cursor) => {
+          change.feeds.created.cursor = cursor;
+          w.resolve(change);
+        }, w.reject);
+        this.s.lookups.add(lookup);
+        void lookup.finally(() => this.s.lookups.delete(lookup));
+      }
+    }
   }
 
   /** One write's new record, operations and change; moves the node's in-memory state. */

@@ -40,6 +40,7 @@ export interface FeedServiceOptions {
 export class FeedService {
   readonly rights: Rights;
   private readonly listeners = new Set<FeedEventListener>();
+  private readonly drains = new Set<() => Promise<void>>();
   private readonly ctx: ServiceContext;
   private readonly policy: PolicyStore;
   private readonly unlisten: () => void;
@@ -63,11 +64,22 @@ export class FeedService {
       emit: (event) => this.emit(event),
     };
     // Item changes and purges are told by the engine as they commit: re-emitted in that order.
-    const offChange = engine.onChange((change) => this.emit({ type: 'item-changed', change }));
+    // On a store shared with other instances every change is seen here (deliver: false), and
+    // the ones this instance pushes come again from the change log, in commit order (onPush).
+    const offChange = engine.shared
+      ? engine.onChange((change) => this.emit({ type: 'item-changed', change, deliver: false }))
+      : engine.onChange((change) => this.emit({ type: 'item-changed', change }));
+    const offPush = engine.shared
+      ? engine.onPush(
+          (change) => this.emit({ type: 'item-changed', change }),
+          () => this.delivered(),
+        )
+      : () => true;
     const offStart = engine.onPurgeStart((node) => this.emit({ type: 'purge-started', node }));
     const offDone = engine.onPurge((node) => this.emit({ type: 'purge-done', node }));
     this.unlisten = () => {
       offChange();
+      offPush();
       offStart();
       offDone();
     };
@@ -300,6 +312,40 @@ export class FeedService {
   /** Who hears of a node's events: its configuration and subscriptions (for delivery only). */
   async audience(node: string): Promise<{ config: NodeConfig; subscriptions: Subscription[] }> {
     return { config: await this.policy.config(node), subscriptions: await this.engine.subscriptionsOf(node) };
+  }
+
+  /** Adds what the change-log follower waits for before recording pushes as done (the XMPP fan-out's flush). */
+  addDeliveryDrain(drained: () => Promise<void>): () => void {
+    this.drains.add(drained);
+    return () => this.drains.delete(drained);
+  }
+
+  private async delivered(): Promise<void> {
+    for (const drained of this.drains) await drained();
+  }
+
+  /**
+   * Joins the instances that push changes (on a store shared by several instances: this one
+   * takes its share of the nodes by leases); on a store of its own, every change is pushed here.
+   */
+  startDelivering(
+    options: { holder?: string; ttl?: number; failed?: (error: unknown) => void } = {},
+  ): Promise<void> {
+    return this.engine.startPushing(options);
+  }
+
+  /** Leaves the pushers: the other instances take this one's share. */
+  stopDelivering(): Promise<void> {
+    return this.engine.stopPushing();
+  }
+
+  /**
+   * Whether this instance does the node's outward work now (XMPP pushes, WebSub deliveries, FASP
+   * announcements, the feed bot's polls): always alone on a store; among several instances, when
+   * it holds the node's share.
+   */
+  owns(node: string): Promise<boolean> {
+    return this.engine.owns(node);
   }
 
   /** Finishes purges a stop or crash interrupted (their purge-done events follow). */

@@ -94,7 +94,10 @@ export class Hub {
   }
 
   private onEvent(event: FeedEvent): void {
-    if (event.type === 'item-changed') this.onChange(event.change);
+    // Among several instances, the one pushing the node's changes delivers them (deliver unset).
+    if (event.type === 'item-changed') {
+      if (event.deliver !== false) this.onChange(event.change);
+    }
     // A deleted node's subscriptions end with it (its stored ones are swept with its keys): a later
     // node of the same name must not reach them.
     else if (event.type === 'node-deleted') this.forget(event.node);

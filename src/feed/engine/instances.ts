@@ -1,0 +1,182 @@
+import { NodeNotFound } from '../errors.ts';
+import { deletedKey, metaKey } from '../keys.ts';
+import type { Change } from '../model.ts';
+import type { LockedReader, SharedFeedStore } from '../store/shared.ts';
+import type { Op, StoreReader } from '../store/store.ts';
+import { deletedMessage, parseWakeUp, readLog, touchedMessage } from './changeLog.ts';
+import { type NodeMeta, type NodeState, parse, serialize } from './state.ts';
+
+/** Key tags whose writes change what instances cache of a node: subscriptions, configuration, affiliations. */
+const CACHED_TAGS = new Set([0x73, 0x63, 0x61]); // s c a
+const DELETED_TAG = 0x64; // d
+
+/** What the link asks of the engine around it. */
+export interface InstanceHost {
+  /** Reads a node's counters and tails (through `reader`) into its state. */
+  reload(st: NodeState, reader: StoreReader): Promise<void>;
+  /** The node is gone (deleted by another instance): forget it. */
+  forget(st: NodeState): void;
+  /** Drops what is cached of a node's subscriptions and policy (`undefined`: of every node). */
+  dropCaches(nid: number | undefined): void;
+  /** Tells the engine's listeners of changes another instance committed, in the node's order. */
+  emit(change: Change): void;
+}
+
+/**
+ * The engine's link to the other instances sharing its store: the node lock every round takes,
+ * the store's clock for stamps, and the wake-ups by which an instance learns that another wrote
+ * (its loaded nodes catch up, so that long polls and cursors here see every write).
+ */
+export class Instances {
+  /** The store's clock for the round being computed (stamps are taken from it). */
+  roundNow: number | undefined;
+  /** Loaded nodes by number, for wake-ups. */
+  private readonly byNid = new Map<number, NodeState>();
+  /** Nodes whose in-memory tails may be wrong (a round failed after moving them). */
+  private readonly stale = new WeakSet<NodeState>();
+  /** The highest sequence number heard of per node, for nodes loaded after the wake-up came. */
+  private readonly heard = new Map<number, number>();
+  /** Who else hears the wake-ups (the push leases). */
+  readonly wakeListeners = new Set<(nid: number, seq: number) => void>();
+  private unlisten: (() => Promise<void>) | undefined;
+  private host: InstanceHost | undefined;
+
+  constructor(readonly store: SharedFeedStore) {}
+
+  async start(host: InstanceHost): Promise<void> {
+    this.host = host;
+    this.unlisten = await this.store.listen(
+      (message) => this.wake(message),
+      () => this.reconnected(),
+    );
+  }
+
+  async stop(): Promise<void> {
+    await this.unlisten?.();
+    this.unlisten = undefined;
+  }
+
+  /** The clock the engine stamps with: the store's, read once the round holds its node's lock. */
+  now(): number {
+    return this.roundNow ?? Date.now();
+  }
+
+  /** A node's state was loaded: it catches up if a wake-up for it came while it loaded. */
+  loaded(st: NodeState): void {
+    this.byNid.set(st.nid, st);
+    const heard = this.heard.get(st.nid);
+    if (heard !== undefined && heard > st.seq) this.catchUpLater(st, heard);
+  }
+
+  dropped(st: NodeState): void {
+    if (this.byNid.get(st.nid) === st) this.byNid.delete(st.nid);
+  }
+
+  /** A round failed after moving the node's counters and tails: its next round reloads them. */
+  spoiled(st: NodeState, before: NodeMeta): void {
+    st.total = before.total;
+    st.stamp = before.stamp;
+    st.seq = before.seq;
+    this.stale.add(st);
+  }
+
+  /**
+   * Inside a round's locked transaction: refuses a deleted node, and when another instance wrote
+   * since, reloads the node's counters and tails and returns the changes it missed, in order.
+   */
+  async catchUp(
+    tx: LockedReader,
+    st: NodeState,
+    /** Keys the round reads too (its items' previous versions): read in the same request. */
+    keys: readonly Buffer[],
+  ): Promise<{ missed: Change[]; values: (Buffer | undefined)[] }> {
+    const [metaBuf, gone, ...values] = await tx.getMany([metaKey(st.nid), deletedKey(st.nid), ...keys]);
+    if (!metaBuf || gone) {
+      this.host?.forget(st);
+      throw new NodeNotFound(st.name);
+    }
+    const meta = parse<NodeMeta>(metaBuf);
+    if (meta.seq === st.seq && !this.stale.has(st)) return { missed: [], values };
+    return { missed: await this.reloadFrom(tx, st, meta), values };
+  }
+
+  /**
+   * Brings a node's state to `meta` (its stored counters): from the changes it missed, applied to
+   * its tails (one read), or, when some are gone from the log or the tails cannot be trusted, by
+   * reading the tails again from the indexes.
+   */
+  private async reloadFrom(reader: StoreReader, st: NodeState, meta: NodeMeta): Promise<Change[]> {
+    const missed = (await readLog(reader, st.nid, st.seq, meta.seq)).map((l) => l.change);
+    if (this.stale.has(st) || missed.length !== meta.seq - st.seq) await this.host?.reload(st, reader);
+    else {
+      for (const change of missed) applyToTails(st, change);
+      st.total = meta.total;
+      st.stamp = meta.stamp;
+      st.seq = meta.seq;
+    }
+    this.stale.delete(st);
+    return missed;
+  }
+
+  private wake(message: string): void {
+    const w = parseWakeUp(message);
+    if (!w) return;
+    const st = this.byNid.get(w.nid);
+    if (w.kind !== 'changed') {
+      this.host?.dropCaches(w.nid);
+      if (st && w.kind === 'deleted') this.host?.forget(st);
+      return;
+    }
+    this.heard.set(w.nid, Math.max(this.heard.get(w.nid) ?? 0, w.seq));
+    if (st && st.seq < w.seq) this.catchUpLater(st, w.seq);
+    for (const l of this.wakeListeners) l(w.nid, w.seq);
+  }
+
+  /** Another instance wrote to a loaded node: it catches up in its write order, from a snapshot. */
+  private catchUpLater(st: NodeState, seq: number): void {
+    void serialize(st, async () => {
+      if (st.deleted || st.seq >= seq) return;
+      const snapshot = this.store.snapshot();
+      try {
+        const [metaBuf, gone] = await snapshot.getMany([metaKey(st.nid), deletedKey(st.nid)]);
+        if (!metaBuf || gone) return;
+        const meta = parse<NodeMeta>(metaBuf);
+        if (meta.seq <= st.seq) return;
+        for (const change of await this.reloadFrom(snapshot, st, meta)) this.host?.emit(change);
+      } finally {
+        await snapshot.close();
+      }
+    }).catch(() => undefined);
+  }
+
+  /** Wake-ups may have been lost: every cache is dropped and every loaded node catches up. */
+  private reconnected(): void {
+    this.host?.dropCaches(undefined);
+    for (const st of this.byNid.values()) this.catchUpLater(st, st.seq + 1);
+    for (const l of this.wakeListeners) l(-1, -1);
+  }
+}
+
+/**
+ * Moves a node's tails as the change moved its feeds: a new version leaves the modified order's
+ * last group if it was there and goes to the end; a new item goes to the end of both orders.
+ */
+function applyToTails(st: NodeState, change: Change): void {
+  const { id, created, modified } = change.item;
+  const modifiedTail = st.tails.modified;
+  if (change.kind !== 'create') modifiedTail.remove(modifiedTail.stamp, id);
+  modifiedTail.append(modified, id);
+  if (change.kind === 'create') st.tails.created.append(created, id);
+}
+
+/** The wake-up messages a batch of the group committer sends: caches it changes, nodes it deletes. */
+export function batchMessages(ops: readonly Op[]): string[] {
+  const out = new Set<string>();
+  for (const op of ops) {
+    const tag = op.key[0];
+    if (tag === undefined || op.key.length < 5) continue;
+    if (CACHED_TAGS.has(tag)) out.add(touchedMessage(op.key.readUInt32BE(1)));
+    else if (tag === DELETED_TAG && op.type === 'put') out.add(deletedMessage(op.key.readUInt32BE(1)));
+  }
+  return [...out];
+}

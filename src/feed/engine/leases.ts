@@ -1,0 +1,174 @@
+import type { Change } from '../model.ts';
+import type { SharedFeedStore } from '../store/shared.ts';
+import { BUCKETS, bucketHeads, bucketOf, bucketPushed, pushedOps, readLog } from './changeLog.ts';
+
+export interface PushLeaseOptions {
+  /** This instance's name among the pushers (unique: a random id per process is fine). */
+  holder: string;
+  /** How long a lease lasts on the store's clock without renewal (ms): a dead instance's share waits this long. */
+  ttl: number;
+}
+
+/** Log entries handed on per step: each step then waits for them to leave and records the position. */
+const STEP = 64;
+const LAST = Number.MAX_SAFE_INTEGER;
+
+const memberLease = (holder: string) => `member:${holder}`;
+const bucketLease = (b: number) => `bucket:${b}`;
+
+/**
+ * Splits the pushes between the instances that deliver them: each live instance holds a lease
+ * (`member:`), the buckets of nodes are dealt round-robin among the live ones, and the holder of
+ * a bucket's lease hands its nodes' logged changes on, in each node's order, recording after each
+ * step how far it got. An instance that dies stops renewing: once its leases expire on the store's
+ * clock the others deal its buckets among themselves and resume from the recorded positions, so a
+ * change may be pushed twice, never skipped.
+ */
+export class PushLeases {
+  /** Buckets held, with when (local clock) their lease must have been renewed. */
+  private readonly held = new Map<number, number>();
+  private readonly pushed = new Map<number, number>();
+  private readonly dirty = new Set<number>();
+  private work: Promise<void> = Promise.resolve();
+  private working = false;
+  private timer: NodeJS.Timeout | undefined;
+  private ticking: Promise<void> = Promise.resolve();
+  private stopped = false;
+
+  constructor(
+    private readonly store: SharedFeedStore,
+    private readonly options: PushLeaseOptions,
+    /** Hands changes on (to the bindings) and resolves once they have left. */
+    private readonly deliver: (changes: Change[]) => Promise<void>,
+    private readonly failed: (error: unknown) => void = () => {},
+  ) {}
+
+  /** Joins the pushers and takes this instance's share; renews every third of the lease time. */
+  async start(): Promise<void> {
+    await this.tick();
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(
+      () => {
+        this.ticking = this.tick()
+          .catch((e) => this.failed(e))
+          .finally(() => this.schedule());
+      },
+      Math.max(Math.floor(this.options.ttl / 3), 10),
+    );
+  }
+
+  /** Whether this instance pushes the changes of node `nid` now. */
+  owns(nid: number): boolean {
+    return this.valid(bucketOf(nid));
+  }
+
+  /** The buckets this instance holds (tests, metrics). */
+  buckets(): number[] {
+    return [...this.held.keys()].filter((b) => this.valid(b)).sort((a, b) => a - b);
+  }
+
+  private valid(b: number): boolean {
+    const until = this.held.get(b);
+    return until !== undefined && until > Date.now();
+  }
+
+  /** A node was written (a wake-up): its changes are pushed if its bucket is held here. */
+  woke(nid: number): void {
+    if (nid < 0) {
+      // Wake-ups were lost: every held bucket is read again.
+      for (const b of this.held.keys()) this.queue(() => this.scan(b));
+      return;
+    }
+    if (!this.held.has(bucketOf(nid))) return;
+    this.dirty.add(nid);
+    this.kick();
+  }
+
+  /** Stops pushing: hands the queued steps on, records the positions, gives the leases up. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.ticking;
+    await this.work;
+    for (const b of [...this.held.keys()]) await this.store.releaseLease(bucketLease(b), this.options.holder);
+    this.held.clear();
+    await this.store.releaseLease(memberLease(this.options.holder), this.options.holder);
+  }
+
+  /** Renews membership, then takes, keeps or gives up buckets so each live member has its share. */
+  private async tick(): Promise<void> {
+    if (this.stopped) return;
+    const { holder, ttl } = this.options;
+    const started = Date.now();
+    await this.store.acquireLease(memberLease(holder), holder, ttl);
+    const { leases } = await this.store.leases('member:');
+    const members = [...new Set([holder, ...leases.map((l) => l.holder)])].sort();
+    for (let b = 0; b < BUCKETS; b++) {
+      const mine = members[b % members.length] === holder;
+      if (mine) {
+        const expires = await this.store.acquireLease(bucketLease(b), holder, ttl);
+        if (expires === undefined) this.held.delete(b);
+        else {
+          if (!this.held.has(b)) this.queue(() => this.scan(b));
+          // Counted from before the renewal was asked: the local view expires no later than the store's.
+          this.held.set(b, started + ttl);
+        }
+      } else if (this.held.has(b)) this.queue(() => this.giveUp(b));
+    }
+    // Wake-ups may be lost: each held bucket is read again now and then.
+    for (const b of this.held.keys()) this.queue(() => this.scan(b));
+  }
+
+  private queue(step: () => Promise<void>): void {
+    this.work = this.work.then(step).catch((e) => this.failed(e));
+  }
+
+  /** Finds the nodes of a bucket whose logged changes were not all pushed. */
+  private async scan(b: number): Promise<void> {
+    if (!this.valid(b)) return;
+    const [heads, pushed] = await Promise.all([bucketHeads(this.store, b), bucketPushed(this.store, b)]);
+    for (const [nid, seq] of pushed) this.pushed.set(nid, Math.max(seq, this.pushed.get(nid) ?? 0));
+    for (const [nid, head] of heads) if (head > (this.pushed.get(nid) ?? 0)) this.dirty.add(nid);
+    this.kick();
+  }
+
+  /** Another member's share now: stop pushing it (positions are recorded after every step). */
+  private async giveUp(b: number): Promise<void> {
+    this.held.delete(b);
+    for (const nid of [...this.pushed.keys()]) if (bucketOf(nid) === b) this.pushed.delete(nid);
+    await this.store.releaseLease(bucketLease(b), this.options.holder);
+  }
+
+  private kick(): void {
+    if (this.working || this.dirty.size === 0 || this.stopped) return;
+    this.working = true;
+    this.queue(async () => {
+      try {
+        while (this.dirty.size > 0 && !this.stopped) {
+          const nid = this.dirty.values().next().value as number;
+          this.dirty.delete(nid);
+          await this.step(nid);
+        }
+      } finally {
+        this.working = false;
+      }
+    });
+  }
+
+  /** Pushes up to STEP logged changes of a node after its recorded position, then records the new one. */
+  private async step(nid: number): Promise<void> {
+    if (!this.valid(bucketOf(nid))) return;
+    const from = this.pushed.get(nid) ?? 0;
+    const logged = await readLog(this.store, nid, from, LAST, STEP);
+    const last = logged[logged.length - 1];
+    if (!last) return;
+    await this.deliver(logged.map((l) => l.change));
+    await this.store.write(pushedOps(nid, from, last.seq));
+    this.pushed.set(nid, last.seq);
+    if (logged.length === STEP) this.dirty.add(nid);
+  }
+}

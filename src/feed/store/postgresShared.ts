@@ -1,0 +1,246 @@
+import { createHash } from 'node:crypto';
+import type pg from 'pg';
+import { FeedError, StorageError } from '../errors.ts';
+import {
+  collapse,
+  isConnectionLoss,
+  openPostgresStore,
+  PostgresReader,
+  type PostgresStore,
+  type PostgresStoreOptions,
+  query,
+  WRITE,
+} from './postgres.ts';
+import { migrate } from './postgresSchema.ts';
+import type { Lease, LockedReader, LockedWrite, SharedFeedStore } from './shared.ts';
+import type { Cursor, Entry, Op, Range, Snapshot } from './store.ts';
+
+/**
+ * The shared-store extension on PostgreSQL, for several `smartfeeds serve` instances on one
+ * database: a locked transaction takes transaction-scoped advisory locks (one per lock key, in one
+ * order), reads the clock (`clock_timestamp()`, the database's: one clock for every instance),
+ * reads and writes on its own connection and sends its wake-ups with `pg_notify`, which PostgreSQL
+ * delivers only if it commits; leases are rows whose expiry is on that clock.
+ */
+
+const INSTANCE_MIGRATIONS: readonly string[] = [
+  'CREATE TABLE smartfeeds_leases (name text PRIMARY KEY, holder text NOT NULL, expires bigint NOT NULL)',
+];
+const CHANNEL = 'smartfeeds';
+const NOW_MS = '(extract(epoch FROM clock_timestamp()) * 1000)::bigint';
+const FIRST_DELAY_MS = 50;
+const MAX_DELAY_MS = 2000;
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The advisory lock of a key: 64 bits of its SHA-1 (two keys that collide only wait on each other). */
+function lockId(key: Buffer): bigint {
+  return createHash('sha1').update(key).digest().readBigInt64BE(0);
+}
+
+export class SharedPostgresStore implements SharedFeedStore {
+  private stopped = false;
+
+  constructor(readonly pg: PostgresStore) {}
+
+  get(key: Buffer): Promise<Buffer | undefined> {
+    return this.pg.get(key);
+  }
+  getMany(keys: readonly Buffer[]): Promise<(Buffer | undefined)[]> {
+    return this.pg.getMany(keys);
+  }
+  entries(range: Range): Promise<Entry[]> {
+    return this.pg.entries(range);
+  }
+  keys(range: Range): Promise<Buffer[]> {
+    return this.pg.keys(range);
+  }
+  values(range: Range): Promise<Buffer[]> {
+    return this.pg.values(range);
+  }
+  cursor(range: Range): Cursor {
+    return this.pg.cursor(range);
+  }
+  write(ops: readonly Op[]): Promise<void> {
+    return this.pg.write(ops);
+  }
+  snapshot(): Snapshot {
+    return this.pg.snapshot();
+  }
+  async close(): Promise<void> {
+    this.stopped = true;
+    await this.pg.close();
+  }
+
+  async locked<T>(locks: readonly Buffer[], work: (tx: LockedReader) => Promise<LockedWrite<T>>): Promise<T> {
+    const held = await this.pg.hold();
+    const client = held.client;
+    let xid: string | undefined;
+    let result: T | undefined;
+    try {
+      await client.query('BEGIN');
+      const ids = [...new Set(locks.map(lockId))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+      const last = ids.pop();
+      for (const id of ids)
+        await client.query(query('SELECT pg_advisory_xact_lock($1::bigint)', [id.toString()]));
+      // The last lock and the clock in one round trip (the lock is held for every round trip of
+      // the round): the subquery takes the lock before the clock is read.
+      const clock = await client.query(
+        last === undefined
+          ? query(`SELECT ${NOW_MS}`, [])
+          : query(`SELECT ${NOW_MS} FROM (SELECT pg_advisory_xact_lock($1::bigint)) AS locked`, [
+              last.toString(),
+            ]),
+      );
+      const reader = new PostgresReader(
+        async (text, params) => (await client.query(query(text, params))).rows,
+      );
+      const tx: LockedReader = Object.assign(reader, { now: Number(clock.rows[0]?.[0]) });
+      const done = await work(tx);
+      result = done.result;
+      const { puts, dels } = collapse(done.ops);
+      const written = await client.query(query(WRITE, [dels, puts[0], puts[1]]));
+      if (done.notify && done.notify.length > 0)
+        await client.query(
+          query('SELECT pg_notify($1, m) FROM unnest($2::text[]) AS m', [CHANNEL, done.notify]),
+        );
+      // From here on COMMIT may be sent: only the transaction's status can tell what happened.
+      xid = written.rows[0]?.[0] as string;
+      await client.query('COMMIT');
+      held.release();
+      return done.result;
+    } catch (e) {
+      const lost = held.lost !== undefined || isConnectionLoss(e);
+      if (!lost) await client.query('ROLLBACK').catch(() => undefined);
+      held.release(lost);
+      if (lost && xid !== undefined && (await this.statusOf(xid)) === 'committed') return result as T;
+      if (e instanceof FeedError) throw e;
+      throw this.pg.failure(e);
+    }
+  }
+
+  /** A transaction's fate once PostgreSQL answers again (it may still be finishing). */
+  private async statusOf(xid: string): Promise<string | undefined> {
+    const deadline = Date.now() + 15_000;
+    for (;;) {
+      const rows = await this.pg.retrying(
+        async () => (await this.pg.pool.query(query('SELECT pg_xact_status($1::xid8)', [xid]))).rows,
+      );
+      const status = rows[0]?.[0] as string | null | undefined;
+      if (status !== 'in progress' || Date.now() > deadline) return status ?? undefined;
+      await sleep(250);
+    }
+  }
+
+  private async rows(text: string, params: unknown[]): Promise<unknown[][]> {
+    return this.pg.retrying(async () => (await this.pg.pool.query(query(text, params))).rows);
+  }
+
+  async clock(): Promise<number> {
+    return Number((await this.rows(`SELECT ${NOW_MS}`, []))[0]?.[0]);
+  }
+
+  async acquireLease(name: string, holder: string, ttl: number): Promise<number | undefined> {
+    const rows = await this.rows(
+      `INSERT INTO smartfeeds_leases (name, holder, expires) VALUES ($1, $2, ${NOW_MS} + $3)
+       ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires = EXCLUDED.expires
+       WHERE smartfeeds_leases.holder = EXCLUDED.holder OR smartfeeds_leases.expires <= ${NOW_MS}
+       RETURNING expires`,
+      [name, holder, Math.round(ttl)],
+    );
+    const expires = rows[0]?.[0];
+    return expires === undefined ? undefined : Number(expires);
+  }
+
+  async releaseLease(name: string, holder: string): Promise<void> {
+    await this.rows('DELETE FROM smartfeeds_leases WHERE name = $1 AND holder = $2', [name, holder]);
+  }
+
+  async leases(prefix: string): Promise<{ now: number; leases: Lease[] }> {
+    const rows = await this.rows(
+      `SELECT n.now, l.name, l.holder, l.expires FROM (SELECT ${NOW_MS} AS now) AS n
+       LEFT JOIN smartfeeds_leases AS l ON starts_with(l.name, $1) AND l.expires > n.now`,
+      [prefix],
+    );
+    const now = Number(rows[0]?.[0]);
+    const leases = rows
+      .filter((r) => r[1] !== null)
+      .map((r) => ({ name: r[1] as string, holder: r[2] as string, expires: Number(r[3]) }));
+    return { now, leases };
+  }
+
+  /**
+   * LISTENs on a connection of its own; when it breaks, connects again with backoff and, once
+   * listening again, says so (`reconnected`): what was sent meanwhile is lost.
+   */
+  async listen(listener: (message: string) => void, reconnected: () => void): Promise<() => Promise<void>> {
+    let current: { client: pg.PoolClient; release: (discard: boolean) => void } | undefined;
+    let stopping = false;
+    let broken: () => void = () => {};
+    const onNotification = (m: pg.Notification) => {
+      if (m.channel === CHANNEL && m.payload !== undefined) listener(m.payload);
+    };
+    const connect = async (): Promise<void> => {
+      const held = await this.pg.hold();
+      held.client.on('notification', onNotification);
+      const gone = new Promise<void>((resolve) => {
+        broken = resolve;
+        held.client.once('error', () => resolve());
+        held.client.once('end', () => resolve());
+      });
+      current = {
+        client: held.client,
+        release: (discard) => {
+          held.client.off('notification', onNotification);
+          held.release(discard);
+        },
+      };
+      await held.client.query(`LISTEN ${CHANNEL}`);
+      void gone.then(() => reconnect());
+    };
+    const reconnect = async (): Promise<void> => {
+      current?.release(true);
+      current = undefined;
+      for (
+        let delay = FIRST_DELAY_MS;
+        !stopping && !this.stopped;
+        delay = Math.min(2 * delay, MAX_DELAY_MS)
+      ) {
+        await sleep(delay);
+        try {
+          await connect();
+          reconnected();
+          return;
+        } catch {
+          // Still away: wait longer.
+        }
+      }
+    };
+    await connect();
+    return async () => {
+      stopping = true;
+      broken();
+      const c = current;
+      current = undefined;
+      if (c) {
+        await c.client.query(`UNLISTEN ${CHANNEL}`).catch(() => undefined);
+        c.release(false);
+      }
+    };
+  }
+}
+
+/** Opens the store at `url` with the shared-store extension (its lease table made if missing). */
+export async function openSharedPostgresStore(
+  url: string,
+  options: PostgresStoreOptions = {},
+): Promise<SharedPostgresStore> {
+  const store = await openPostgresStore(url, options);
+  try {
+    await store.retrying(() => migrate(store.pool, 'instances', INSTANCE_MIGRATIONS));
+  } catch (e) {
+    await store.close().catch(() => undefined);
+    throw e instanceof StorageError ? e : store.failure(e);
+  }
+  return new SharedPostgresStore(store);
+}

@@ -1,0 +1,69 @@
+import type { Op, Store, StoreReader } from './store.ts';
+
+/**
+ * What several `smartfeeds serve` instances need of the one store they share, beyond the Store
+ * interface: writes that lock what they read, one clock, a wake-up channel and leases. Optional:
+ * a store that offers it (PostgreSQL, or the in-memory one shared inside a process for tests)
+ * makes the engine run as one instance among several (protocol.md section 13).
+ */
+
+/** The reads of one locked transaction, and the store's clock read once the locks were taken. */
+export interface LockedReader extends StoreReader {
+  /** The store's clock (ms since the epoch) when the locks were held: stamps come from it. */
+  readonly now: number;
+}
+
+/** What a locked transaction writes when its work returns. */
+export interface LockedWrite<T> {
+  /** Written atomically with the commit; none: nothing is written. */
+  ops: readonly Op[];
+  /** Messages sent on the wake-up channel if (and only when) the transaction commits. */
+  notify?: readonly string[];
+  result: T;
+}
+
+/** A lease as the store holds it: who holds it, until when on the store's clock. */
+export interface Lease {
+  name: string;
+  holder: string;
+  /** The store's clock (ms) after which the lease is free. */
+  expires: number;
+}
+
+export interface SharedStore {
+  /**
+   * Runs `work` inside one transaction holding the locks named by these keys (taken in byte order,
+   * so that two transactions never wait on each other crosswise), reading through `tx`; writes its
+   * operations and commits. Two transactions holding a common lock run one after the other, in
+   * every process. Rejects, writing nothing, when `work` throws or the commit fails.
+   */
+  locked<T>(locks: readonly Buffer[], work: (tx: LockedReader) => Promise<LockedWrite<T>>): Promise<T>;
+  /** The store's clock, ms since the epoch: one clock for every instance. */
+  clock(): Promise<number>;
+  /**
+   * Listens to the wake-up channel: every message sent by any instance's committed transaction,
+   * this one's included, in commit order per sender. Messages may be lost while the connection is
+   * down: `reconnected` is called after such a gap, so that the listener catches up by reading.
+   */
+  listen(listener: (message: string) => void, reconnected: () => void): Promise<() => Promise<void>>;
+  /**
+   * Takes or renews the lease `name` for `holder` for `ttl` ms on the store's clock: returns its
+   * new expiry, or undefined when another holder has it and it has not expired.
+   */
+  acquireLease(name: string, holder: string, ttl: number): Promise<number | undefined>;
+  /** Gives the lease up (if `holder` has it), so that another may take it at once. */
+  releaseLease(name: string, holder: string): Promise<void>;
+  /** The leases whose name starts with `prefix` and that have not expired, with the store's clock. */
+  leases(prefix: string): Promise<{ now: number; leases: Lease[] }>;
+}
+
+/** A store that several instances share. */
+export type SharedFeedStore = Store & SharedStore;
+
+/** Whether a store offers the shared-store extension. */
+export function isShared(store: Store): store is SharedFeedStore {
+  const s = store as Partial<SharedStore>;
+  return (
+    typeof s.locked === 'function' && typeof s.acquireLease === 'function' && typeof s.listen === 'function'
+  );
+}

@@ -1,0 +1,137 @@
+import fc from 'fast-check';
+import { afterEach, describe, expect, it } from 'vitest';
+import { BUCKETS } from '../../src/feed/engine/changeLog.ts';
+import type { Change } from '../../src/feed/model.ts';
+import { closeInstance, entry, type Instance, instance, instances, until } from './support.ts';
+
+/**
+ * Pushes among several instances: each node's changes are pushed by one instance at a time, from
+ * the change log, in commit order; when an instance dies another resumes after its leases expire.
+ */
+
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of closers.splice(0)) await c();
+});
+
+const TTL = 200;
+
+async function start(count: number) {
+  // Leases long enough that a busy machine's late renewal never moves a bucket mid-test.
+  const set = await instances(count, { push: true, ttl: 3000 });
+  closers.push(set.close);
+  await settled(set.all);
+  return set;
+}
+
+/** Every instance sees the others' membership, and the buckets settle to a share each. */
+async function settled(all: readonly Instance[]): Promise<void> {
+  await until(() => {
+    const held = all.map((one) => one.engine.pushBuckets());
+    return held.every((h) => h.length > 0) && held.reduce((n, h) => n + h.length, 0) === BUCKETS;
+  });
+}
+
+/** What every instance pushed, per node, in the order pushed (ids by cursor). */
+function pushedByNode(all: readonly Instance[]): Map<string, Change[]> {
+  const out = new Map<string, Change[]>();
+  for (const one of all)
+    for (const c of one.pushed) {
+      const list = out.get(c.node) ?? [];
+      list.push(c);
+      out.set(c.node, list);
+    }
+  return out;
+}
+
+describe('pushes among several instances', () => {
+  it('deals the buckets between live pushers, and each node is pushed by one of them, in order, once', async () => {
+    const { all } = await start(3);
+    const held = all.map((one) => new Set(one.engine.pushBuckets()));
+    for (let i = 0; i < held.length; i++)
+      for (let j = i + 1; j < held.length; j++)
+        for (const b of held[i] as Set<number>) expect((held[j] as Set<number>).has(b)).toBe(false);
+    const nodes = ['a', 'b', 'c', 'd', 'e', 'f'];
+    for (const n of nodes) await (all[0] as Instance).engine.createNode(n);
+    const acks: Change[] = [];
+    for (let i = 0; i < 60; i++) {
+      const via = all[i % 3] as Instance;
+      acks.push(
+        await via.engine.publish(nodes[i % nodes.length] as string, {
+          id: `x${i % 7}`,
+          entry: entry(`${i}`),
+        }),
+      );
+    }
+    await until(() => all.reduce((n, one) => n + one.pushed.length, 0) >= acks.length);
+    const byNode = pushedByNode(all);
+    for (const n of nodes) {
+      const expected = acks.filter((c) => c.node === n).map((c) => c.feeds.modified.cursor);
+      expect((byNode.get(n) ?? []).map((c) => c.feeds.modified.cursor)).toEqual(expected);
+      const owners = all.filter((one) => one.pushed.some((c) => c.node === n));
+      expect(owners).toHaveLength(1);
+      expect(await (owners[0] as Instance).service.owns(n)).toBe(true);
+      for (const other of all) if (other !== owners[0]) expect(await other.service.owns(n)).toBe(false);
+    }
+  });
+
+  it('an instance that dies mid-stream: another resumes its nodes, a push may come twice, none is skipped (property)', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(
+          fc.record({ via: fc.integer({ min: 0, max: 2 }), node: fc.constantFrom('p', 'q', 'r', 's') }),
+          {
+            minLength: 4,
+            maxLength: 40,
+          },
+        ),
+        fc.integer({ min: 0, max: 2 }),
+        fc.nat(40),
+        async (writes, victim, dieAt) => {
+          const { hub, all } = await instances(3, { push: true, ttl: TTL });
+          closers.push(async () => {
+            for (const one of all) await closeInstance(one);
+          });
+          await settled(all);
+          for (const n of ['p', 'q', 'r', 's']) await (all[0] as Instance).engine.createNode(n);
+          const acks: Change[] = [];
+          let dead: Instance | undefined;
+          for (const [i, w] of writes.entries()) {
+            if (i === Math.min(dieAt, writes.length - 1)) {
+              dead = all[victim] as Instance;
+              dead.handle.sever();
+            }
+            const via = all[w.via] as Instance;
+            if (via === dead) continue;
+            acks.push(await via.engine.publish(w.node, { entry: entry(`${i}`) }));
+          }
+          const live = all.filter((one) => one !== dead);
+          // A newcomer later joins too: the share is dealt again, still nothing is skipped.
+          const late = await instance(hub, 'late', { push: true, ttl: TTL });
+          closers.push(() => closeInstance(late));
+          const pushers = [...live, late];
+          for (const n of ['p', 'q', 'r', 's']) {
+            const expected = acks.filter((c) => c.node === n).map((c) => c.feeds.modified.cursor);
+            await until(() => {
+              const got = new Set(
+                pushedByNode([...pushers, ...(dead ? [dead] : [])])
+                  .get(n)
+                  ?.map((c) => c.feeds.modified.cursor),
+              );
+              return expected.every((c) => got.has(c));
+            });
+            // Per instance, each node's pushes are in commit order (a takeover may repeat some).
+            for (const one of [...pushers, ...(dead ? [dead] : [])]) {
+              const mine = one.pushed.filter((c) => c.node === n).map((c) => c.feeds.modified.cursor);
+              const order = mine.map((c) => expected.indexOf(c));
+              expect(order.every((x) => x >= 0)).toBe(true);
+              for (let k = 1; k < order.length; k++)
+                expect(order[k]).toBeGreaterThanOrEqual(order[k - 1] as number);
+            }
+          }
+        },
+      ),
+      { numRuns: 6 },
+    );
+  });
+});

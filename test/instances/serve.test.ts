@@ -1,0 +1,225 @@
+import { type Client, client, xml } from '@xmpp/client';
+import type { Element } from 'ltx';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type RunningPostgres, startPostgres } from '../../prosody-dev/postgres.ts';
+import { freePort } from '../../prosody-dev/process.ts';
+import { saslLogin } from '../../src/client/client.ts';
+import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
+import { bucketOf } from '../../src/feed/engine/changeLog.ts';
+import { nodeKey } from '../../src/feed/keys.ts';
+import { openSharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
+import { type ServeProcess, spawnServe, untilLogged, useServerAndData } from '../xmpp/serveProcess.ts';
+import { SERVER, sleep } from '../xmpp/stack.ts';
+
+/**
+ * Three `smartfeeds serve` processes on one PostgreSQL database behind the XMPP server: on
+ * ejabberd all three hold the component (ejabberd routes the domain to each); on Prosody, which
+ * takes one component connection, one holds it and two serve HTTP only (--no-xmpp). Writers post
+ * through every instance; a subscriber hears the pushes; one instance is killed under load.
+ */
+
+const ctx = useServerAndData('smartfeeds-instances-');
+const NODE = 'shared';
+const TOKEN = 'tok';
+let pg: RunningPostgres;
+let url: string;
+const procs: { proc: ServeProcess; origin: string; xmpp: boolean }[] = [];
+let sub: Client;
+const heard: { id: string; previous?: string; last: string }[] = [];
+
+const entry = (title: string) => `<entry xmlns='http://www.w3.org/2005/Atom'><title>${title}</title></entry>`;
+
+async function post(origin: string, title: string): Promise<{ id: string; cursor: string }> {
+  const res = await fetch(`${origin}/feeds/${NODE}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/atom+xml', authorization: `Bearer ${TOKEN}` },
+    body: entry(title),
+  });
+  if (res.status !== 201) throw new Error(`POST answered ${res.status}: ${await res.text()}`);
+  return (await res.json()) as { id: string; cursor: string };
+}
+
+/** The whole feed through one instance, followed page by page from its start: a mirror of it. */
+async function mirror(origin: string): Promise<string[]> {
+  const out: string[] = [];
+  let since = '';
+  for (;;) {
+    const res = await fetch(`${origin}/feeds/${NODE}?max=250&timeout=0${since}`, {
+      headers: { accept: 'application/json' },
+    });
+    const page = (await res.json()) as { items: { id: string; cursor: string }[] };
+    for (const i of page.items) out.push(`${i.id}@${i.cursor}`);
+    const last = page.items.at(-1);
+    if (!last) return out;
+    since = `&since=cursor:${last.cursor}`;
+  }
+}
+
+function start(i: number, port: number, withXmpp: boolean): ServeProcess {
+  const args = ['--store', url, '--http', `127.0.0.1:${port}`, '--http-token', `${TOKEN}=admin@localhost`];
+  args.push('--admin', 'admin@localhost', '--bot', 'off', '--push-lease', '1.5');
+  if (!withXmpp) args.push('--no-xmpp');
+  return spawnServe(ctx, args, { SMARTFEEDS_LOG_LEVEL: 'info', INSTANCE: String(i) });
+}
+
+async function until(done: () => boolean | Promise<boolean>, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await done())) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await sleep(50);
+  }
+}
+
+beforeAll(async () => {
+  pg = await startPostgres();
+  url = await pg.createDatabase();
+  for (let i = 0; i < 3; i++) {
+    const port = await freePort();
+    // ejabberd routes the component's domain to every instance connected as it; Prosody to one.
+    const withXmpp = SERVER === 'ejabberd' || i === 0;
+    const proc = start(i, port, withXmpp);
+    procs.push({ proc, origin: `http://127.0.0.1:${port}`, xmpp: withXmpp });
+    expect(await untilLogged(proc, 'http listening', 60_000)).toBe(true);
+    if (withXmpp) expect(await untilLogged(proc, '"online"', 60_000)).toBe(true);
+  }
+  await ctx.server.register('sub', 'sub-pw');
+  sub = client({
+    service: `xmpp://127.0.0.1:${ctx.server.c2sPort}`,
+    domain: 'localhost',
+    credentials: saslLogin('sub', 'sub-pw'),
+    resource: 'r',
+  });
+  sub.reconnect.stop();
+  sub.on('error', () => {});
+  sub.on('stanza', (s: Element) => {
+    const item = s.getChild('event')?.getChild('items');
+    if (s.name !== 'message' || !item) return;
+    const headers = new Map(
+      (s.getChild('headers')?.getChildren('header') ?? []).map((h) => [h.attrs.name as string, h.text()]),
+    );
+    const id = item.getChild('item')?.attrs.id as string;
+    heard.push({ id, previous: headers.get('PreviousCursor'), last: headers.get('LastCursor') as string });
+  });
+  await sub.start();
+  await sub.send(xml('presence'));
+  await post((procs[0] as (typeof procs)[number]).origin, 'first');
+  const reply = await sub.iqCaller.request(
+    xml(
+      'iq',
+      { type: 'set', to: ctx.server.componentDomain },
+      xml(
+        'pubsub',
+        { xmlns: 'http://jabber.org/protocol/pubsub' },
+        xml('subscribe', { node: NODE, jid: 'sub@localhost/r' }),
+      ),
+    ),
+    30_000,
+  );
+  expect(reply.attrs.type).toBe('result');
+}, 180_000);
+
+afterAll(async () => {
+  await sub?.stop().catch(() => undefined);
+  for (const { proc } of procs) {
+    if (!proc.closed()) proc.child.kill('SIGTERM');
+    await proc.exited;
+  }
+  await pg?.destroy();
+});
+
+/** The pid of the instance holding the lease of the node's bucket (holders are HOST:PID). */
+async function pushingPid(): Promise<number | undefined> {
+  const store = await openSharedPostgresStore(url);
+  try {
+    const registered = await store.get(nodeKey(NODE));
+    const nid = (JSON.parse(String(registered)) as { nid: number }).nid;
+    const { leases } = await store.leases(`bucket:${bucketOf(nid)}`);
+    const holder = leases.find((l) => l.name === `bucket:${bucketOf(nid)}`)?.holder;
+    return holder === undefined ? undefined : Number(holder.split(':').at(-1));
+  } finally {
+    await store.close();
+  }
+}
+
+async function problems(): Promise<Problem[]> {
+  const store = await openSharedPostgresStore(url);
+  const found: Problem[] = [];
+  try {
+    await new DatabaseCheck(store).check(async (p) => {
+      found.push(p);
+    });
+  } finally {
+    await store.close();
+  }
+  return found;
+}
+
+describe(`three instances on one PostgreSQL database behind ${SERVER}`, () => {
+  it('writes through every instance: reads agree, pushes come in order with an unbroken chain, check is clean', async () => {
+    const acked = [];
+    for (let i = 0; i < 30; i++)
+      acked.push(await post((procs[i % 3] as (typeof procs)[number]).origin, `w${i}`));
+    await Promise.all(
+      Array.from({ length: 30 }, (_, i) => post((procs[i % 3] as (typeof procs)[number]).origin, `c${i}`)),
+    );
+    const mirrors = await Promise.all(procs.map((p) => mirror(p.origin)));
+    expect(mirrors[0]?.length).toBe(61);
+    for (const m of mirrors) expect(m).toEqual(mirrors[0]);
+    const last = mirrors[0]?.at(-1)?.split('@')[1];
+    await until(() => heard.some((h) => h.last === last), 30_000);
+    // One instance at a time pushes the node: each notification follows the one before it.
+    for (let k = 1; k < heard.length; k++) expect(heard[k]?.previous).toBe(heard[k - 1]?.last);
+    expect(await problems()).toEqual([]);
+  });
+
+  it('a long poll held on one instance is answered by a write through another', async () => {
+    const [a, , c] = procs as [(typeof procs)[number], (typeof procs)[number], (typeof procs)[number]];
+    const end = (await mirror(a.origin)).at(-1)?.split('@')[1];
+    const held = fetch(`${a.origin}/feeds/${NODE}?since=cursor:${end}&timeout=30`, {
+      headers: { accept: 'application/json' },
+    }).then(async (r) => (await r.json()) as { items: { id: string }[] });
+    await sleep(300);
+    const written = await post(c.origin, 'late');
+    expect((await held).items.map((i) => i.id)).toEqual([written.id]);
+  });
+
+  it('SIGKILL of an instance under write load: no acknowledged write lost, pushes resume, mirrors end equal', async () => {
+    // On ejabberd the instance pushing the node dies, so that another must take its pushes over;
+    // on Prosody the one holding the component stays, and an HTTP-only one dies.
+    const pusher = await pushingPid();
+    const victim =
+      SERVER === 'ejabberd'
+        ? (procs.find((p) => p.proc.child.pid === pusher) as (typeof procs)[number])
+        : (procs[1] as (typeof procs)[number]);
+    const live = procs.filter((p) => p !== victim);
+    const acked: { id: string; cursor: string }[] = [];
+    let stop = false;
+    const writers = procs.map(async (p, w) => {
+      for (let i = 0; !stop; i++) {
+        await post(p.origin, `k${w}-${i}`).then(
+          (r) => acked.push(r),
+          () => sleep(20),
+        );
+      }
+    });
+    await until(() => acked.length >= 40, 30_000);
+    victim.proc.child.kill('SIGKILL');
+    await victim.proc.exited;
+    const at = acked.length;
+    await until(() => acked.length >= at + 40, 30_000);
+    stop = true;
+    await Promise.all(writers);
+    const mirrors = await Promise.all(live.map((p) => mirror(p.origin)));
+    for (const m of mirrors) expect(m).toEqual(mirrors[0]);
+    const present = new Set(mirrors[0]?.map((x) => x.split('@')[0]));
+    for (const a of acked) expect(present.has(a.id)).toBe(true);
+    // Every acknowledged write is pushed (after the dead one's lease expires, by another), maybe twice.
+    const lastCursors = () => new Set(heard.map((h) => h.last));
+    const finalCursor = mirrors[0]?.at(-1)?.split('@')[1] as string;
+    await until(() => lastCursors().has(finalCursor), 60_000);
+    const items = new Set(heard.map((h) => h.id));
+    for (const a of acked) expect(items.has(a.id)).toBe(true);
+    if (SERVER === 'ejabberd') expect(await pushingPid()).not.toBe(pusher);
+    expect(await problems()).toEqual([]);
+  });
+});
