@@ -1,5 +1,6 @@
 import type { Element } from 'ltx';
 import { Committer } from './commit.ts';
+import { enableAudience } from './engine/audience.ts';
 import { NodeRegistry } from './engine/nodes.ts';
 import { CreatedPositions } from './engine/positions.ts';
 import { Purges } from './engine/purge.ts';
@@ -268,8 +269,21 @@ export class FeedEngine {
    * The cursor of the feed's last change as this process knows it right now, without a read:
    * undefined when the node is not loaded or empty.
    */
-  lastCursorNow(feedName: string | FeedName): string | undefined {
-    return this.nodes.lastCursorNow(feedName);
+  lastCursorNow(feedName: string | FeedName, reader?: string): string | undefined {
+    return this.nodes.lastCursorNow(feedName, reader);
+  }
+
+  /**
+   * The view a reader of a feed reads, for a loaded node: the key of `Change.views` that tells
+   * that reader's subscriptions (`*` every item, '' anyone's, a bare JID a reader's own).
+   */
+  viewOf(feedName: string | FeedName, reader: string): string | undefined {
+    return this.nodes.viewOf(feedName, reader);
+  }
+
+  /** Makes the node keep public and reader indexes, before its first item with an audience. */
+  enableAudience(node: string): Promise<void> {
+    return enableAudience(this.s, this.nodes, node);
   }
 
   /** Items in the node, tombstones included. */
@@ -307,9 +321,13 @@ export class FeedEngine {
 
   // ---- reads (engine/reads.ts, engine/positions.ts) ----------------------------------------
 
-  /** Reads a page of a feed: since / until / max, or the last page, with the node's total. */
-  read(feedName: string | FeedName, query: ReadQuery = {}): Promise<Page> {
-    return this.reads.read(feedName, query);
+  /**
+   * Reads a page of a feed (filtered or not): since / until / max, or the last page, with the
+   * feed's total, as `reader` sees it: `*` every item (the default), '' what anyone may see, or a
+   * bare JID (what anyone may see and what was published for them).
+   */
+  read(feedName: string | FeedName, query: ReadQuery = {}, reader?: string): Promise<Page> {
+    return this.reads.read(feedName, query, reader);
   }
 
   /** The id of the item at `position` (0-based) of a node's `created` order, or undefined. */
@@ -318,8 +336,8 @@ export class FeedEngine {
   }
 
   /** The items with these ids (tombstones included), in the order asked; unknown ids are left out. */
-  getItems(feedName: string | FeedName, ids: readonly string[]): Promise<Item[]> {
-    return this.reads.getItems(feedName, ids);
+  getItems(feedName: string | FeedName, ids: readonly string[], reader?: string): Promise<Item[]> {
+    return this.reads.getItems(feedName, ids, reader);
   }
 
   // ---- subscriptions (engine/subscriptions.ts) ---------------------------------------------

@@ -18,6 +18,10 @@ import type { Order } from './feedName.ts';
  *   h NID ORDER CALLBACK        -> a WebSub subscription of a feed (hubStore.ts), JSON
  *   r NID STRIDE BLOCK          -> created-index key + id of the item at position BLOCK·STRIDE-1 of
  *                                  the created order (engine.createdIdAt), remembered as found
+ *   y NID ORDER VIEW 0 STAMP SEQ -> item id: a filtered or audience index (engine/filters.ts); VIEW
+ *                                  is `FILTER U+0001 AUDIENCE`, never holding U+0000
+ *   z NID VIEW                  -> that index's entry count {n} (the same in both orders)
+ *   w NID                       -> {audience: 1} once the node keeps public and reader indexes
  * NID is a 4-byte node number, so a deleted node's name can be reused with fresh keys;
  * STAMP and SEQ are 8-byte big-endian so that byte order is feed order.
  */
@@ -74,6 +78,42 @@ export function indexKey(nid: number, order: Order, stamp: number, seq: number):
   u64(buf, 6, stamp);
   u64(buf, 14, seq);
   return buf;
+}
+
+/** The prefix of a filtered or audience index (`y` NID ORDER VIEW 0): its keys end in STAMP SEQ. */
+export function viewIndexPrefix(nid: number, order: Order, view: string): Buffer {
+  const head = withNid('y', nid, 1);
+  head[5] = ORDER_BYTE[order];
+  return Buffer.concat([head, Buffer.from(view, 'utf8'), Buffer.from([0])]);
+}
+
+/** A key of an index whose prefix is given: the prefix, then STAMP and SEQ big-endian. */
+export function keyUnder(prefix: Buffer, stamp: number, seq: number): Buffer {
+  const buf = Buffer.allocUnsafe(prefix.length + 16);
+  prefix.copy(buf, 0);
+  u64(buf, prefix.length, stamp);
+  u64(buf, prefix.length + 8, seq);
+  return buf;
+}
+
+/** The stamp and sequence at the end of any index key (`x` or `y`). */
+export function positionOfKey(key: Buffer): { stamp: number; seq: number } {
+  return { stamp: readU64(key, key.length - 16), seq: readU64(key, key.length - 8) };
+}
+
+/** The entry count of a filtered or audience index. */
+export function viewCountKey(nid: number, view: string): Buffer {
+  return Buffer.concat([withNid('z', nid, 0), Buffer.from(view, 'utf8')]);
+}
+
+/** The name of the index a `z` key counts. */
+export function viewOfCountKey(key: Buffer): string {
+  return key.subarray(5).toString('utf8');
+}
+
+/** Set once a node keeps public and reader indexes (its first item with an audience). */
+export function audienceFlagKey(nid: number): Buffer {
+  return withNid('w', nid, 0);
 }
 
 /** Where the created order's position BLOCK·STRIDE-1 is remembered (engine.createdIdAt). */
@@ -208,8 +248,21 @@ export function nidOfKey(key: Buffer): number | undefined {
 }
 
 /** Families of keys that belong to one node number. */
-export type NodeFamily = 'm' | 'i' | 'x' | 's' | 'c' | 'a' | 'p' | 'h' | 'r';
-export const NODE_FAMILIES: readonly NodeFamily[] = ['m', 'i', 'x', 's', 'c', 'a', 'p', 'h', 'r'];
+export type NodeFamily = 'm' | 'i' | 'x' | 's' | 'c' | 'a' | 'p' | 'h' | 'r' | 'y' | 'z' | 'w';
+export const NODE_FAMILIES: readonly NodeFamily[] = [
+  'm',
+  'i',
+  'x',
+  's',
+  'c',
+  'a',
+  'p',
+  'h',
+  'r',
+  'y',
+  'z',
+  'w',
+];
 
 /** The prefix of every key of a per-node family for one node. */
 export function familyPrefix(tag: NodeFamily, nid: number): Buffer {

@@ -88,6 +88,8 @@ describe('publish', () => {
         modified: { cursor: cursorOf(T0, ['a'], 0), previous: undefined, notify: true },
         created: { cursor: cursorOf(T0, ['a'], 0), previous: undefined, notify: true },
       },
+      views: expect.any(Object),
+      filters: ['publisher=p@x'],
     });
     const page = await engine.read('n');
     expect(page).toEqual({

@@ -1,5 +1,5 @@
 import { NodeExists, NodeNotFound } from '../errors.ts';
-import { checkNodeName, type FeedName, ORDERS, parseFeedName } from '../feedName.ts';
+import { checkNodeName, type FeedName, filterKey, ORDERS, parseFeedName } from '../feedName.ts';
 import {
   deletedKey,
   indexKey,
@@ -14,6 +14,7 @@ import {
 } from '../keys.ts';
 import type { Op } from '../store/store.ts';
 import { FeedTail } from '../tail.ts';
+import { ALL, lastCursorOf, loadViews, resolveView, X_VIEW } from './filters.ts';
 import { type EngineState, json, type NodeMeta, type NodeState, parse, serialize } from './state.ts';
 
 /**
@@ -69,6 +70,7 @@ export class NodeRegistry {
       name,
       nid,
       tails,
+      views: await loadViews(this.s.store, nid),
       chain: Promise.resolve(),
       pending: new Map(),
       queue: [],
@@ -84,6 +86,7 @@ export class NodeRegistry {
     st.stamp = fresh.stamp;
     st.seq = fresh.seq;
     st.tails = fresh.tails;
+    st.views = fresh.views;
   }
 
   async requireNode(name: string): Promise<NodeState> {
@@ -185,10 +188,19 @@ export class NodeRegistry {
    * A caller that read a page compares this with what it read to know whether something newer
    * has come since.
    */
-  lastCursorNow(feedName: string | FeedName): string | undefined {
+  lastCursorNow(feedName: string | FeedName, reader: string = ALL): string | undefined {
     const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
     const st = this.ready.get(feed.node);
-    return st ? st.tails[feed.order].lastCursor() : undefined;
+    if (!st) return undefined;
+    const view = resolveView(st.views, filterKey(feed.filter), reader);
+    return view === X_VIEW ? st.tails[feed.order].lastCursor() : lastCursorOf(st.views, view, feed.order);
+  }
+
+  /** The view a reader of a feed reads (a key of Change.views), for a loaded node. */
+  viewOf(feedName: string | FeedName, reader: string): string | undefined {
+    const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
+    const st = this.ready.get(feed.node);
+    return st ? resolveView(st.views, filterKey(feed.filter), reader) : undefined;
   }
 
   /** Items in the node, tombstones included. */
