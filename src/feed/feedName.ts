@@ -121,6 +121,11 @@ export function canonicalParameters(feed: Pick<FeedName, 'order' | 'filter' | 'v
   return params.toString();
 }
 
+/** The parameters beside the order that make a feed another one (subscription keys): filter and view. */
+export function feedParameters(feed: Pick<FeedName, 'filter' | 'view'>): string {
+  return canonicalParameters({ filter: feed.filter, view: feed.view, order: 'modified' });
+}
+
 /** The feed's canonical name: its base name, then its canonical parameters if any. */
 export function canonicalFeedName(feed: Pick<FeedName, 'node' | 'order' | 'filter' | 'view'>): string {
   const params = canonicalParameters(feed);

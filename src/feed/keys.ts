@@ -146,10 +146,22 @@ export function seqOfIndexKey(key: Buffer): number {
   return readU64(key, 14);
 }
 
-export function subscriptionKey(nid: number, order: Order, jid: string): Buffer {
+/**
+ * A subscription's key: `s NID ORDER JID`, or for a filtered or summarised feed
+ * `s NID ORDER U+0001 PARAMS U+0000 JID` (PARAMS: the feed's canonical filter and view).
+ */
+export function subscriptionKey(nid: number, order: Order, jid: string, params = ''): Buffer {
   const head = withNid('s', nid, 1);
   head[5] = ORDER_BYTE[order];
-  return Buffer.concat([head, Buffer.from(jid, 'utf8')]);
+  return Buffer.concat([head, Buffer.from(params === '' ? jid : `\u0001${params}\u0000${jid}`, 'utf8')]);
+}
+
+/** The JID and parameters of a subscription key's tail (see subscriptionKey). */
+function subscriptionTail(tail: Buffer): { jid: string; params: string } | undefined {
+  if (tail[0] !== 0x01) return { jid: tail.toString('utf8'), params: '' };
+  const zero = tail.indexOf(0);
+  if (zero < 0) return undefined;
+  return { params: tail.subarray(1, zero).toString('utf8'), jid: tail.subarray(zero + 1).toString('utf8') };
 }
 
 export function subscriptionPrefix(nid: number): Buffer {
@@ -162,8 +174,14 @@ export function bareOf(jid: string): string {
   return slash < 0 ? jid : jid.slice(0, slash);
 }
 
-export function userSubscriptionKey(bareJid: string, nid: number, order: Order, jid: string): Buffer {
-  return Buffer.concat([userPrefix(bareJid), subscriptionKey(nid, order, jid).subarray(1)]);
+export function userSubscriptionKey(
+  bareJid: string,
+  nid: number,
+  order: Order,
+  jid: string,
+  params = '',
+): Buffer {
+  return Buffer.concat([userPrefix(bareJid), subscriptionKey(nid, order, jid, params).subarray(1)]);
 }
 
 export function userPrefix(bareJid: string): Buffer {
@@ -278,16 +296,21 @@ function orderOfByte(byte: number | undefined): Order | undefined {
 }
 
 /** The parts of an `s` key, or undefined when it is malformed. */
-export function parseSubscriptionKey(key: Buffer): { nid: number; order: Order; jid: string } | undefined {
+export function parseSubscriptionKey(
+  key: Buffer,
+): { nid: number; order: Order; jid: string; params: string } | undefined {
   const order = orderOfByte(key[5]);
   if (key[0] !== 0x73 || key.length < 7 || !order) return undefined;
-  return { nid: key.readUInt32BE(1), order, jid: key.subarray(6).toString('utf8') };
+  const tail = subscriptionTail(key.subarray(6));
+  return tail ? { nid: key.readUInt32BE(1), order, ...tail } : undefined;
 }
 
 /** The parts of a `u` key, with the `s` key it mirrors, or undefined when it is malformed. */
 export function parseUserSubscriptionKey(
   key: Buffer,
-): { bareJid: string; nid: number; order: Order; jid: string; subscriptionKey: Buffer } | undefined {
+):
+  | { bareJid: string; nid: number; order: Order; jid: string; params: string; subscriptionKey: Buffer }
+  | undefined {
   const zero = key.indexOf(0, 1);
   if (key[0] !== 0x75 || zero < 0) return undefined;
   const mirrored = Buffer.concat([Buffer.from('s'), key.subarray(zero + 1)]);

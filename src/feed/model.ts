@@ -1,4 +1,4 @@
-import type { Order } from './feedName.ts';
+import type { FeedFilter, FeedView, Order } from './feedName.ts';
 import type { PositionSpec } from './positionSpec.ts';
 
 /** One item as a reader sees it, in one feed. */
@@ -107,6 +107,8 @@ export interface Change {
   filters?: string[];
   /** Who besides owners may see the new version: its audience and publisher; absent: everyone. */
   readers?: string[];
+  /** The Atom id of the item's last live version (a tombstone's `ref`), if it has one. */
+  ref?: string;
 }
 
 export interface Subscription {
@@ -114,6 +116,10 @@ export interface Subscription {
   feed: string;
   node: string;
   order: Order;
+  /** A filtered feed's filter (protocol.md 11). */
+  filter?: FeedFilter;
+  /** A summarised feed's view. */
+  view?: FeedView;
   jid: string;
   subid: string;
   /** Waits for an owner's approval (an `authorize` node): hears of nothing until approved. */

@@ -497,7 +497,7 @@ async function runOps(ops: Op[], pageMax: number): Promise<void> {
   const checkWrite = (got: Change, expected: ReturnType<Model['publish']> | ReturnType<Model['retract']>) => {
     if (expected.changed) {
       // The filtered views' positions are checked by filters.property.test.ts.
-      const { views: _views, filters: _filters, readers: _readers, ...plain } = got;
+      const { views: _views, filters: _filters, readers: _readers, ref: _ref, ...plain } = got;
       expect({
         ...plain,
         item: { ...got.item, entry: normalEntry(got.item.deleted, got.item.entry) },

@@ -90,6 +90,7 @@ describe('publish', () => {
       },
       views: expect.any(Object),
       filters: ['publisher=p@x'],
+      ref: 'urn:a',
     });
     const page = await engine.read('n');
     expect(page).toEqual({

@@ -322,8 +322,12 @@ export function countOps(nid: number, counts: Map<string, number>): Op[] {
 }
 
 /** What a change says of its version for `changeShows`: the filters it matches, who may read it. */
-export function viewFields(rec: ItemRecord): { filters?: string[]; readers?: string[] } {
+export function viewFields(rec: ItemRecord): { filters?: string[]; readers?: string[]; ref?: string } {
   const filters = filtersOf(rec);
   const readers = readersOf(rec);
-  return { ...(filters.length > 0 ? { filters } : {}), ...(readers ? { readers } : {}) };
+  return {
+    ...(filters.length > 0 ? { filters } : {}),
+    ...(readers ? { readers } : {}),
+    ...(rec.a !== undefined ? { ref: rec.a } : {}),
+  };
 }
