@@ -17,11 +17,8 @@ const auth = (token: string) => ({ authorization: `Bearer ${token}` });
 beforeAll(async () => {
   s = await startHttp();
   await s.feeds.create(OPERATOR, 'blog', { accessModel: 'open' }, { owner: 'admin@localhost' });
-  for (const [id, category] of [
-    ['one', 'news'],
-    ['two', 'misc'],
-  ])
-    await put(id, entry(id, category));
+  await put('one', entry('one', 'news'));
+  await put('two', entry('two', 'misc'));
   const res = await put('three', entry(SECRET, 'news', SECRET), 'audience=alice@localhost');
   expect(res.status).toBe(201);
 });
