@@ -17,6 +17,17 @@ interface Pos {
 }
 type ViewEntry = Pos & { id: string };
 
+/** What a walk of the view found: the page, whether more follows, the ids before it in its group. */
+interface Scan {
+  page: ViewEntry[];
+  more: boolean;
+  prior: { stamp: number; ids: string[] } | undefined;
+  /** `since` named an item of the view (the feed goes on before the page). */
+  named: boolean;
+}
+
+/** A cursor's O up to this is resolved in the page's own read; beyond, its group is read first. */
+const LEAD_LIMIT = 256;
 const ITEM_OVERHEAD = 96;
 const PAGE_OVERHEAD = 512;
 const before = (a: Pos, b: Pos) => a.stamp < b.stamp || (a.stamp === b.stamp && a.seq < b.seq);
@@ -165,20 +176,13 @@ export class ViewReads {
     limits: Limits,
   ): Promise<Page> {
     const { since, until, max } = query;
-    const low = since
-      ? await this.lower(since)
-      : { pos: { stamp: 0, seq: 0 }, inclusive: true, named: false };
     const high = until ? await this.upper(until) : undefined;
-    let page: ViewEntry[] = [];
     const forward = since !== undefined || (until === undefined && !query.last);
-    if (max > 0) {
-      if (forward) {
-        const got = await this.idx.forward(low.pos, low.inclusive, max + 1, high);
-        page = got.slice(0, max);
-      } else {
-        page = (await this.idx.backward(high, max)).reverse();
-      }
-    }
+    let scan: Scan = { page: [], more: false, prior: undefined, named: false };
+    if (max > 0)
+      scan = forward ? await this.walkForward(since, max, high) : await this.walkBackward(high, max);
+    else if (since?.type === 'id') await this.positionOf(since.id);
+    let { page } = scan;
     const keys = [...page.map((e) => itemKey(this.nid, e.id)), ...this.counterKeys()];
     const bufs = await this.snapshot.getMany(keys);
     const total = this.totalOf(bufs.splice(page.length));
@@ -195,21 +199,69 @@ export class ViewReads {
       page = page.slice(from, from + keep);
       records = records.slice(from, from + keep);
     }
-    const cursors = await this.cursorsOf(page);
+    // Backwards, a cut page starts later: its first item's group is read again.
+    const cursors = await this.cursorsOf(page, forward || !truncated ? scan.prior : undefined);
+    const filter = filterKey(this.feed.filter);
     const items = page.map((e, i) =>
-      viewItem(
-        e.id,
-        records[i] as ItemRecord,
-        filterKey(this.feed.filter),
-        this.reader,
-        cursors[i] as string,
-      ),
+      viewItem(e.id, records[i] as ItemRecord, filter, this.reader, cursors[i] as string),
     );
     const first = page[0] as Pos;
     const last = page[page.length - 1] as Pos;
-    const atStart = (await this.idx.backward(first, 1)).length === 0;
-    const atEnd = (await this.idx.forward(last, false, 1)).length === 0;
+    // Only what the walk did not see is read: an item before a named `since`, one past the page.
+    const atStart =
+      forward && since === undefined
+        ? true
+        : forward && scan.named
+          ? false
+          : (await this.idx.backward(first, 1)).length === 0;
+    const atEnd =
+      (!forward || !scan.more) &&
+      !truncated &&
+      (forward && high === undefined ? true : (await this.idx.forward(last, false, 1)).length === 0);
     return { items, total, atStart, atEnd, truncated };
+  }
+
+  /**
+   * The page after `since`: a cursor's group and the page in one read (a cursor whose checksum
+   * fails reads as time:T, which that read also covers), the ids before the page in its group.
+   */
+  private async walkForward(
+    since: PositionSpec | undefined,
+    max: number,
+    high: Pos | undefined,
+  ): Promise<Scan> {
+    if (since?.type === 'cursor' && since.cursor.o < LEAD_LIMIT) {
+      const { t, o, c } = since.cursor;
+      const got = await this.idx.forward({ stamp: t, seq: 0 }, true, o + 1 + max + 1, high);
+      const group = got.slice(0, o + 1);
+      if (
+        group.length === o + 1 &&
+        group.every((e) => e.stamp === t) &&
+        groupChecksum(group.map((e) => e.id)) === c
+      ) {
+        const rest = got.slice(o + 1);
+        return {
+          page: rest.slice(0, max),
+          more: rest.length > max,
+          prior: { stamp: t, ids: group.map((e) => e.id) },
+          named: true,
+        };
+      }
+      // The first max + 1 entries from (T, 0) are the page of time:T: the same read holds them.
+      return { page: got.slice(0, max), more: got.length > max, prior: { stamp: t, ids: [] }, named: false };
+    }
+    const low = since
+      ? await this.lower(since)
+      : { pos: { stamp: 0, seq: 0 }, inclusive: true, named: false };
+    const got = await this.idx.forward(low.pos, low.inclusive, max + 1, high);
+    // From the start of a stamp (no since, time:, a failed cursor) nothing of the first group is before the page.
+    const prior = low.inclusive ? { stamp: low.pos.stamp, ids: [] } : undefined;
+    return { page: got.slice(0, max), more: got.length > max, prior, named: low.named };
+  }
+
+  private async walkBackward(high: Pos | undefined, max: number): Promise<Scan> {
+    const got = await this.idx.backward(high, max);
+    return { page: got.reverse(), more: false, prior: undefined, named: false };
   }
 
   /** The items with these ids that the view holds, in the order asked. */
@@ -229,13 +281,21 @@ export class ViewReads {
     return out;
   }
 
-  /** Cursors of a contiguous run of the view: one read of the first entry's group before it. */
-  private async cursorsOf(page: readonly ViewEntry[]): Promise<string[]> {
+  /**
+   * Cursors of a contiguous run of the view: the ids before its first entry in its group, as the
+   * walk saw them (`prior`) or read now.
+   */
+  private async cursorsOf(
+    page: readonly ViewEntry[],
+    prior?: { stamp: number; ids: string[] },
+  ): Promise<string[]> {
     const first = page[0];
     if (!first) return [];
     let stamp = first.stamp;
     let group = new GroupChecksum();
-    for (const id of await this.idx.groupBefore(first)) group.add(stamp, id);
+    const before =
+      prior === undefined ? await this.idx.groupBefore(first) : prior.stamp === stamp ? prior.ids : [];
+    for (const id of before) group.add(stamp, id);
     return page.map((e) => {
       if (e.stamp !== stamp) {
         stamp = e.stamp;
