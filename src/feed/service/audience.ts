@@ -32,11 +32,14 @@ async function readerFinder(ctx: ServiceContext, node: string): Promise<(bare: s
   return (bare) => (everything.has(bare) ? '*' : bare);
 }
 
-/** The view an actor reads a node in (`*`, '' or their bare JID). */
+/** The view an actor reads a node in (`*`, '' or their bare JID): one standing lookup, as a right check. */
 export async function readerOf(ctx: ServiceContext, node: string, actor: Actor): Promise<string> {
   if (actor.kind === 'operator') return '*';
   if (actor.kind === 'anonymous') return '';
-  return (await readerFinder(ctx, node))(actor.jid);
+  const standing = await ctx.rights.standing(node, actor);
+  const everything =
+    standing.admin || standing.affiliation === 'owner' || standing.affiliation === 'publisher';
+  return everything ? '*' : actor.jid;
 }
 
 /** A page as a feed's view shows it: `view=summary` cuts each live entry. */
