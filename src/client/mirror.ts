@@ -171,7 +171,10 @@ export class Mirror {
   }
 }
 
-/** The modified feed of a node named with or without parameters; refuses the created order. */
+/**
+ * The modified feed of a node named with or without parameters; refuses the created order. A
+ * filter or view is kept: a mirror of `blog?category=x` follows that filtered feed.
+ */
 export function modifiedFeed(node: string): string {
   const q = node.indexOf('?');
   if (q < 0) return node;
@@ -180,5 +183,7 @@ export function modifiedFeed(node: string): string {
   if (order !== null && order !== 'modified') {
     throw new Error(`a mirror follows the modified order (every version), not order=${order}`);
   }
-  return node.slice(0, q);
+  params.delete('order');
+  const rest = params.toString();
+  return rest === '' ? node.slice(0, q) : `${node.slice(0, q)}?${rest}`;
 }

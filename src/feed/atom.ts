@@ -5,10 +5,12 @@ import { InvalidPayload } from './errors.ts';
 export const ATOM_NS = 'http://www.w3.org/2005/Atom';
 export const TOMBSTONE_NS = 'http://purl.org/atompub/tombstones/1.0';
 
-/** A checked entry: its canonical XML text and its Atom `<id>`, if any. */
+/** A checked entry: its canonical XML text, its Atom `<id>` if any, its category terms if any. */
 export interface AtomEntry {
   entry: string;
   atomId: string | undefined;
+  /** The `term`s of the entry's Atom `<category>` children (filtered feeds select on them). */
+  categories?: string[];
 }
 
 /** What a strict parse gives: the root's local name and namespace, its Atom id, the canonical text. */
@@ -18,6 +20,7 @@ interface Parsed {
   ns: string | undefined;
   atomId: string | undefined;
   canonical: string;
+  categories: string[];
 }
 
 /**
@@ -74,6 +77,7 @@ class StrictReader {
   /** The Atom id: the text of the root's first Atom `<id>` child. */
   private idState: 'none' | 'reading' | 'done' = 'none';
   private idText = '';
+  private categories: string[] = [];
   private error: Error | undefined;
 
   constructor() {
@@ -102,6 +106,10 @@ class StrictReader {
         this.rootNs = tag.uri;
       } else if (names.length === 1 && this.idState === 'none' && tag.local === 'id' && tag.uri === ATOM_NS) {
         this.idState = 'reading';
+      } else if (names.length === 1 && tag.local === 'category' && tag.uri === ATOM_NS) {
+        const term = tag.attributes.term;
+        const value = typeof term === 'string' ? term : term?.value;
+        if (value) this.categories.push(value);
       }
       let out = `<${tag.name}`;
       for (const [name, attr] of Object.entries(tag.attributes))
@@ -148,6 +156,7 @@ class StrictReader {
     this.rootNs = undefined;
     this.idState = 'none';
     this.idText = '';
+    this.categories = [];
     this.error = undefined;
     // close() ends the document and resets the parser for the next one.
     this.parser.write(xml).close();
@@ -163,6 +172,7 @@ class StrictReader {
       ns: this.rootNs,
       atomId: this.idState === 'none' || !id ? undefined : id,
       canonical: out,
+      categories: this.categories,
     };
   }
 }
@@ -172,11 +182,11 @@ class StrictReader {
  * always well-formed XML that can be embedded in a stanza as it is.
  */
 export function readAtomEntry(xml: string): AtomEntry {
-  const { name, local, ns, atomId, canonical } = parseStrict(xml);
+  const { name, local, ns, atomId, canonical, categories } = parseStrict(xml);
   if (local !== 'entry' || ns !== ATOM_NS) {
     throw new InvalidPayload(`payload must be an Atom <entry xmlns='${ATOM_NS}'>, not <${name}>`);
   }
-  return { entry: canonical, atomId };
+  return categories.length > 0 ? { entry: canonical, atomId, categories } : { entry: canonical, atomId };
 }
 
 /** What `readAtomEntries` gives for one text: the checked entry, or why it was refused. */
@@ -238,7 +248,12 @@ export function readAtomElementText(el: Element): AtomEntry {
     while (up && up.attrs.xmlns === undefined) up = up.parent;
     if (up?.attrs.xmlns) copy.attrs.xmlns = up.attrs.xmlns;
   }
-  return { entry: serialize(copy), atomId };
+  const categories = el
+    .getChildren('category', ATOM_NS)
+    .map((c) => c.attrs.term)
+    .filter((t): t is string => typeof t === 'string' && t !== '');
+  const entry = serialize(copy);
+  return categories.length > 0 ? { entry, atomId, categories } : { entry, atomId };
 }
 
 /**

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Element } from 'ltx';
 import { Committer } from './commit.ts';
+import { enableAudience } from './engine/audience.ts';
 import { batchMessages, Instances } from './engine/instances.ts';
 import { type PushLeaseOptions, PushLeases } from './engine/leases.ts';
 import { NodeRegistry } from './engine/nodes.ts';
@@ -117,6 +118,7 @@ export class FeedEngine {
     if (service) engine.nodes.nextNid = parse<{ nextNid: number }>(service).nextNid;
     await engine.instances?.start({
       reload: (st, reader) => engine.nodes.reload(st, reader),
+      reloadViews: (st, reader) => engine.nodes.reloadViews(st, reader),
       forget: (st) => engine.nodes.forget(st),
       dropCaches: (nid) => engine.dropCaches(nid),
       emit: (change) => engine.s.emit(change),
@@ -383,8 +385,21 @@ export class FeedEngine {
    * The cursor of the feed's last change as this process knows it right now, without a read:
    * undefined when the node is not loaded or empty.
    */
-  lastCursorNow(feedName: string | FeedName): string | undefined {
-    return this.nodes.lastCursorNow(feedName);
+  lastCursorNow(feedName: string | FeedName, reader?: string): string | undefined {
+    return this.nodes.lastCursorNow(feedName, reader);
+  }
+
+  /**
+   * The view a reader of a feed reads, for a loaded node: the key of `Change.views` that tells
+   * that reader's subscriptions (`*` every item, '' anyone's, a bare JID a reader's own).
+   */
+  viewOf(feedName: string | FeedName, reader: string): string | undefined {
+    return this.nodes.viewOf(feedName, reader);
+  }
+
+  /** Makes the node keep public and reader indexes, before its first item with an audience. */
+  enableAudience(node: string): Promise<void> {
+    return enableAudience(this.s, this.nodes, node);
   }
 
   /** Items in the node, tombstones included. */
@@ -422,9 +437,13 @@ export class FeedEngine {
 
   // ---- reads (engine/reads.ts, engine/positions.ts) ----------------------------------------
 
-  /** Reads a page of a feed: since / until / max, or the last page, with the node's total. */
-  read(feedName: string | FeedName, query: ReadQuery = {}): Promise<Page> {
-    return this.reads.read(feedName, query);
+  /**
+   * Reads a page of a feed (filtered or not): since / until / max, or the last page, with the
+   * feed's total, as `reader` sees it: `*` every item (the default), '' what anyone may see, or a
+   * bare JID (what anyone may see and what was published for them).
+   */
+  read(feedName: string | FeedName, query: ReadQuery = {}, reader?: string): Promise<Page> {
+    return this.reads.read(feedName, query, reader);
   }
 
   /** The id of the item at `position` (0-based) of a node's `created` order, or undefined. */
@@ -433,8 +452,8 @@ export class FeedEngine {
   }
 
   /** The items with these ids (tombstones included), in the order asked; unknown ids are left out. */
-  getItems(feedName: string | FeedName, ids: readonly string[]): Promise<Item[]> {
-    return this.reads.getItems(feedName, ids);
+  getItems(feedName: string | FeedName, ids: readonly string[], reader?: string): Promise<Item[]> {
+    return this.reads.getItems(feedName, ids, reader);
   }
 
   // ---- subscriptions (engine/subscriptions.ts) ---------------------------------------------

@@ -3,11 +3,26 @@ import { BadRequest } from './errors.ts';
 export type Order = 'modified' | 'created';
 export const ORDERS: readonly Order[] = ['modified', 'created'];
 
-/** A node seen in one order, as addressed by `base?order=…`. */
+/** The filters a feed may carry (protocol.md 11): an Atom category term, or a publisher's bare JID. */
+export type FilterKind = 'category' | 'publisher';
+export const FILTER_KINDS: readonly FilterKind[] = ['category', 'publisher'];
+
+export interface FeedFilter {
+  kind: FilterKind;
+  value: string;
+}
+
+/** The transforms a feed may carry: `summary` cuts each entry to a few elements. */
+export type FeedView = 'summary';
+
+/** A node seen in one order, optionally filtered and transformed, as addressed by `base?order=…&category=…`. */
 export interface FeedName {
   /** The node's base name (no parameters). */
   node: string;
   order: Order;
+  /** At most one filter parameter. */
+  filter?: FeedFilter;
+  view?: FeedView;
   /** The name exactly as the client gave it, for replies and notifications. */
   requested: string;
 }
@@ -43,26 +58,78 @@ export function checkItemId(id: string): void {
   checkText('item id', id);
 }
 
-/** Parses `base?order=created`; unknown parameters or values are a bad request naming them. */
+/** A bare JID's shape: `domain` or `local@domain`, no resource, no spaces. */
+const BARE_JID = /^(?:[^@/\s]+@)?[^@/\s]+$/;
+
+/** Reads one parameter into `out`; unknown names and value shapes are a bad request naming them. */
+function readParameter(out: Omit<FeedName, 'node' | 'requested'>, key: string, value: string): void {
+  const bad = () =>
+    new BadRequest(`unknown value ${JSON.stringify(value)} of node parameter ${JSON.stringify(key)}`);
+  switch (key) {
+    case 'order':
+      if (value !== 'modified' && value !== 'created') throw bad();
+      out.order = value;
+      return;
+    case 'view':
+      if (value !== 'summary') throw bad();
+      out.view = value;
+      return;
+    case 'category':
+    case 'publisher':
+      if (out.filter)
+        throw new BadRequest('a feed takes at most one filter parameter (category or publisher)');
+      checkText(`node parameter ${JSON.stringify(key)}`, value);
+      if (key === 'publisher' && !BARE_JID.test(value)) throw bad();
+      out.filter = { kind: key, value };
+      return;
+    default:
+      throw new BadRequest(`unknown node parameter ${JSON.stringify(key)}`);
+  }
+}
+
+/** Parses `base?order=created&category=x&view=summary`; unknown parameters or values are a bad request naming them. */
 export function parseFeedName(requested: string): FeedName {
   const q = requested.indexOf('?');
   const node = q < 0 ? requested : requested.slice(0, q);
   checkNodeName(node);
-  let order: Order = 'modified';
+  const out: Omit<FeedName, 'node' | 'requested'> = { order: 'modified' };
   if (q >= 0) {
-    const params = new URLSearchParams(requested.slice(q + 1));
     const seen = new Set<string>();
-    for (const [key, value] of params) {
-      if (key !== 'order') throw new BadRequest(`unknown node parameter ${JSON.stringify(key)}`);
+    for (const [key, value] of new URLSearchParams(requested.slice(q + 1))) {
       if (seen.has(key)) throw new BadRequest(`node parameter ${JSON.stringify(key)} given twice`);
       seen.add(key);
-      if (value !== 'modified' && value !== 'created') {
-        throw new BadRequest(`unknown value ${JSON.stringify(value)} of node parameter "order"`);
-      }
-      order = value;
+      readParameter(out, key, value);
     }
   }
-  return { node, order, requested };
+  return { node, ...out, requested };
+}
+
+/** The filter's part of a key: '' without a filter, else `kind=value` (values never hold U+0000 or U+0001). */
+export function filterKey(filter: FeedFilter | undefined): string {
+  return filter ? `${filter.kind}=${filter.value}` : '';
+}
+
+/**
+ * The one spelling of a feed's parameters (order first, defaults left out), for keys: `blog`,
+ * `blog?category=x` and `blog?order=modified&category=x` name one feed.
+ */
+export function canonicalParameters(feed: Pick<FeedName, 'order' | 'filter' | 'view'>): string {
+  const params = new URLSearchParams();
+  if (feed.order !== 'modified') params.set('order', feed.order);
+  if (feed.filter) params.set(feed.filter.kind, feed.filter.value);
+  if (feed.view) params.set('view', feed.view);
+  return params.toString();
+}
+
+/** The parameters beside the order that make a feed another one (subscription keys): filter and view. */
+export function feedParameters(feed: Pick<FeedName, 'filter' | 'view'>): string {
+  return canonicalParameters({ filter: feed.filter, view: feed.view, order: 'modified' });
+}
+
+/** The feed's canonical name: its base name, then its canonical parameters if any. */
+export function canonicalFeedName(feed: Pick<FeedName, 'node' | 'order' | 'filter' | 'view'>): string {
+  const params = canonicalParameters(feed);
+  return params ? `${feed.node}?${params}` : feed.node;
 }
 
 /** The base name of a possibly parameterised node name (publish, retract and configuration ignore parameters). */

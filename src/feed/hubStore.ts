@@ -1,5 +1,5 @@
 import { NodeNotFound } from './errors.ts';
-import type { Order } from './feedName.ts';
+import { type FeedFilter, type FeedView, feedParameters, type Order } from './feedName.ts';
 import { HUB_PREFIX, hubKey, parseHubKey, prefixEnd } from './keys.ts';
 import type { Op, StoreReader } from './store/store.ts';
 
@@ -15,6 +15,9 @@ export interface HubHost {
 export interface HubSubscription {
   node: string;
   order: Order;
+  /** A filtered or summarised topic's filter and view (protocol.md 11). */
+  filter?: FeedFilter;
+  view?: FeedView;
   callback: string;
   /** The topic URL the subscriber gave: the `self` link of what it is sent. */
   topic: string;
@@ -32,6 +35,15 @@ export interface HubSubscription {
 }
 
 /**
+ * Where a subscription sits among its node and order's: its callback, after the topic's filter
+ * and view if it has any (one callback may subscribe to several filtered feeds of a node).
+ */
+export function hubSlot(sub: Pick<HubSubscription, 'callback' | 'filter' | 'view'>): string {
+  const params = feedParameters(sub);
+  return params === '' ? sub.callback : `\u0001${params}\u0000${sub.callback}`;
+}
+
+/**
  * WebSub subscriptions stored beside their node: keyed by node number, so that a deleted node's
  * subscriptions are swept with it and a new node of the same name starts with none.
  */
@@ -41,11 +53,11 @@ export class HubStore {
   async put(sub: HubSubscription): Promise<void> {
     const nid = await this.engine.nodeNumber(sub.node);
     const value = Buffer.from(JSON.stringify(sub));
-    await this.engine.write([{ type: 'put', key: hubKey(nid, sub.order, sub.callback), value }]);
+    await this.engine.write([{ type: 'put', key: hubKey(nid, sub.order, hubSlot(sub)), value }]);
   }
 
-  /** Removes a subscription; a node deleted meanwhile took it with it. */
-  async remove(node: string, order: Order, callback: string): Promise<void> {
+  /** Removes a subscription (`slot`: see hubSlot); a node deleted meanwhile took it with it. */
+  async remove(node: string, order: Order, slot: string): Promise<void> {
     let nid: number;
     try {
       nid = await this.engine.nodeNumber(node);
@@ -53,7 +65,7 @@ export class HubStore {
       if (e instanceof NodeNotFound) return;
       throw e;
     }
-    await this.engine.write([{ type: 'del', key: hubKey(nid, order, callback) }]);
+    await this.engine.write([{ type: 'del', key: hubKey(nid, order, slot) }]);
   }
 
   /**
@@ -69,7 +81,7 @@ export class HubStore {
     })) {
       const parts = parseHubKey(key);
       const sub = parts && readHubSubscription(value);
-      if (!parts || !sub || sub.order !== parts.order || sub.callback !== parts.callback) continue;
+      if (!parts || !sub || sub.order !== parts.order || hubSlot(sub) !== parts.callback) continue;
       if (!nids.has(sub.node))
         nids.set(sub.node, await this.engine.nodeNumber(sub.node).catch(() => undefined));
       if (nids.get(sub.node) === parts.nid) out.push(sub);

@@ -18,6 +18,10 @@ import type { Order } from './feedName.ts';
  *   h NID ORDER CALLBACK        -> a WebSub subscription of a feed (hubStore.ts), JSON
  *   r NID STRIDE BLOCK          -> created-index key + id of the item at position BLOCK·STRIDE-1 of
  *                                  the created order (engine.createdIdAt), remembered as found
+ *   y NID ORDER VIEW 0 STAMP SEQ -> item id: a filtered or audience index (engine/filters.ts); VIEW
+ *                                  is `FILTER U+0001 AUDIENCE`, never holding U+0000
+ *   z NID VIEW                  -> that index's entry count {n} (the same in both orders)
+ *   w NID                       -> {audience: 1} once the node keeps public and reader indexes
  * NID is a 4-byte node number, so a deleted node's name can be reused with fresh keys;
  * STAMP and SEQ are 8-byte big-endian so that byte order is feed order.
  */
@@ -76,6 +80,42 @@ export function indexKey(nid: number, order: Order, stamp: number, seq: number):
   return buf;
 }
 
+/** The prefix of a filtered or audience index (`y` NID ORDER VIEW 0): its keys end in STAMP SEQ. */
+export function viewIndexPrefix(nid: number, order: Order, view: string): Buffer {
+  const head = withNid('y', nid, 1);
+  head[5] = ORDER_BYTE[order];
+  return Buffer.concat([head, Buffer.from(view, 'utf8'), Buffer.from([0])]);
+}
+
+/** A key of an index whose prefix is given: the prefix, then STAMP and SEQ big-endian. */
+export function keyUnder(prefix: Buffer, stamp: number, seq: number): Buffer {
+  const buf = Buffer.allocUnsafe(prefix.length + 16);
+  prefix.copy(buf, 0);
+  u64(buf, prefix.length, stamp);
+  u64(buf, prefix.length + 8, seq);
+  return buf;
+}
+
+/** The stamp and sequence at the end of any index key (`x` or `y`). */
+export function positionOfKey(key: Buffer): { stamp: number; seq: number } {
+  return { stamp: readU64(key, key.length - 16), seq: readU64(key, key.length - 8) };
+}
+
+/** The entry count of a filtered or audience index. */
+export function viewCountKey(nid: number, view: string): Buffer {
+  return Buffer.concat([withNid('z', nid, 0), Buffer.from(view, 'utf8')]);
+}
+
+/** The name of the index a `z` key counts. */
+export function viewOfCountKey(key: Buffer): string {
+  return key.subarray(5).toString('utf8');
+}
+
+/** Set once a node keeps public and reader indexes (its first item with an audience). */
+export function audienceFlagKey(nid: number): Buffer {
+  return withNid('w', nid, 0);
+}
+
 /** Where the created order's position BLOCK·STRIDE-1 is remembered (engine.createdIdAt). */
 export function markKey(nid: number, stride: number, block: number): Buffer {
   const buf = withNid('r', nid, 12);
@@ -106,10 +146,22 @@ export function seqOfIndexKey(key: Buffer): number {
   return readU64(key, 14);
 }
 
-export function subscriptionKey(nid: number, order: Order, jid: string): Buffer {
+/**
+ * A subscription's key: `s NID ORDER JID`, or for a filtered or summarised feed
+ * `s NID ORDER U+0001 PARAMS U+0000 JID` (PARAMS: the feed's canonical filter and view).
+ */
+export function subscriptionKey(nid: number, order: Order, jid: string, params = ''): Buffer {
   const head = withNid('s', nid, 1);
   head[5] = ORDER_BYTE[order];
-  return Buffer.concat([head, Buffer.from(jid, 'utf8')]);
+  return Buffer.concat([head, Buffer.from(params === '' ? jid : `\u0001${params}\u0000${jid}`, 'utf8')]);
+}
+
+/** The JID and parameters of a subscription key's tail (see subscriptionKey). */
+function subscriptionTail(tail: Buffer): { jid: string; params: string } | undefined {
+  if (tail[0] !== 0x01) return { jid: tail.toString('utf8'), params: '' };
+  const zero = tail.indexOf(0);
+  if (zero < 0) return undefined;
+  return { params: tail.subarray(1, zero).toString('utf8'), jid: tail.subarray(zero + 1).toString('utf8') };
 }
 
 export function subscriptionPrefix(nid: number): Buffer {
@@ -122,8 +174,14 @@ export function bareOf(jid: string): string {
   return slash < 0 ? jid : jid.slice(0, slash);
 }
 
-export function userSubscriptionKey(bareJid: string, nid: number, order: Order, jid: string): Buffer {
-  return Buffer.concat([userPrefix(bareJid), subscriptionKey(nid, order, jid).subarray(1)]);
+export function userSubscriptionKey(
+  bareJid: string,
+  nid: number,
+  order: Order,
+  jid: string,
+  params = '',
+): Buffer {
+  return Buffer.concat([userPrefix(bareJid), subscriptionKey(nid, order, jid, params).subarray(1)]);
 }
 
 export function userPrefix(bareJid: string): Buffer {
@@ -208,8 +266,21 @@ export function nidOfKey(key: Buffer): number | undefined {
 }
 
 /** Families of keys that belong to one node number. */
-export type NodeFamily = 'm' | 'i' | 'x' | 's' | 'c' | 'a' | 'p' | 'h' | 'r';
-export const NODE_FAMILIES: readonly NodeFamily[] = ['m', 'i', 'x', 's', 'c', 'a', 'p', 'h', 'r'];
+export type NodeFamily = 'm' | 'i' | 'x' | 's' | 'c' | 'a' | 'p' | 'h' | 'r' | 'y' | 'z' | 'w';
+export const NODE_FAMILIES: readonly NodeFamily[] = [
+  'm',
+  'i',
+  'x',
+  's',
+  'c',
+  'a',
+  'p',
+  'h',
+  'r',
+  'y',
+  'z',
+  'w',
+];
 
 /** The prefix of every key of a per-node family for one node. */
 export function familyPrefix(tag: NodeFamily, nid: number): Buffer {
@@ -225,16 +296,21 @@ function orderOfByte(byte: number | undefined): Order | undefined {
 }
 
 /** The parts of an `s` key, or undefined when it is malformed. */
-export function parseSubscriptionKey(key: Buffer): { nid: number; order: Order; jid: string } | undefined {
+export function parseSubscriptionKey(
+  key: Buffer,
+): { nid: number; order: Order; jid: string; params: string } | undefined {
   const order = orderOfByte(key[5]);
   if (key[0] !== 0x73 || key.length < 7 || !order) return undefined;
-  return { nid: key.readUInt32BE(1), order, jid: key.subarray(6).toString('utf8') };
+  const tail = subscriptionTail(key.subarray(6));
+  return tail ? { nid: key.readUInt32BE(1), order, ...tail } : undefined;
 }
 
 /** The parts of a `u` key, with the `s` key it mirrors, or undefined when it is malformed. */
 export function parseUserSubscriptionKey(
   key: Buffer,
-): { bareJid: string; nid: number; order: Order; jid: string; subscriptionKey: Buffer } | undefined {
+):
+  | { bareJid: string; nid: number; order: Order; jid: string; params: string; subscriptionKey: Buffer }
+  | undefined {
   const zero = key.indexOf(0, 1);
   if (key[0] !== 0x75 || zero < 0) return undefined;
   const mirrored = Buffer.concat([Buffer.from('s'), key.subarray(zero + 1)]);

@@ -1,4 +1,4 @@
-import type { Order } from './feedName.ts';
+import type { FeedFilter, FeedView, Order } from './feedName.ts';
 import type { PositionSpec } from './positionSpec.ts';
 
 /** One item as a reader sees it, in one feed. */
@@ -30,6 +30,14 @@ export interface ItemRecord {
   e: string;
   /** Atom id of the last live version, for the tombstone's ref */
   a?: string;
+  /** category terms of this version (filtered feeds, protocol.md 11) */
+  k?: string[];
+  /** audience: the bare JIDs who may see this version (absent: everyone) */
+  au?: string[];
+  /** the filtered and audience indexes the item has an entry in (engine/filters.ts) */
+  v?: string[];
+  /** `v` lists the public indexes too (written after the node began keeping them) */
+  r?: 1;
 }
 
 export interface ReadQuery {
@@ -62,6 +70,22 @@ export interface FeedPosition {
   notify: boolean;
 }
 
+/** Where one write left an item in one view (see Change.views). */
+export interface ViewPosition {
+  /** The item's cursor in the view; '' when it is not at the view's end (a created-order insert). */
+  cursor: string;
+  previous: string | undefined;
+  notify: boolean;
+  /** Items in the view after the change. */
+  total: number;
+}
+
+/**
+ * Per order, the positions of the item in each view the write moved, keyed by view name
+ * (`FILTER U+0001 AUDIENCE`, see engine/filters.ts; the service picks a subscriber's).
+ */
+export type ViewPositions = Record<Order, Record<string, ViewPosition>>;
+
 export type ChangeKind = 'create' | 'update' | 'retract';
 
 /** What one write did; also the change event delivered to bindings. */
@@ -77,6 +101,14 @@ export interface Change {
   quiet?: boolean;
   /** A retract whose author asked that subscribers be told, whatever the node's settings. */
   notify?: true;
+  /** The item's positions in the filtered and audience views the write moved (protocol.md 11). */
+  views?: ViewPositions;
+  /** The filters (`category=TERM`, `publisher=JID`) the new version matches (views.ts `changeShows`). */
+  filters?: string[];
+  /** Who besides owners may see the new version: its audience and publisher; absent: everyone. */
+  readers?: string[];
+  /** The Atom id of the item's last live version (a tombstone's `ref`), if it has one. */
+  ref?: string;
 }
 
 export interface Subscription {
@@ -84,6 +116,10 @@ export interface Subscription {
   feed: string;
   node: string;
   order: Order;
+  /** A filtered feed's filter (protocol.md 11). */
+  filter?: FeedFilter;
+  /** A summarised feed's view. */
+  view?: FeedView;
   jid: string;
   subid: string;
   /** Waits for an owner's approval (an `authorize` node): hears of nothing until approved. */

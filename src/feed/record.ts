@@ -12,6 +12,8 @@ const VERSION = 2;
 const DELETED = 1;
 const HAS_PUBLISHER = 2;
 const HAS_ATOM_ID = 4;
+/** Categories, audience and index memberships follow, as a 4-byte length and JSON (filters.ts). */
+const HAS_VIEWS = 8;
 const FIXED = 2 + 4 * 8;
 
 export function encodeRecord(rec: ItemRecord): Buffer {
@@ -20,10 +22,19 @@ export function encodeRecord(rec: ItemRecord): Buffer {
   if ((publisher?.length ?? 0) > 0xffff || (atomId?.length ?? 0) > 0xffff) {
     throw new Error('a publisher or Atom id longer than 65,535 bytes');
   }
-  const head = FIXED + (publisher ? 2 + publisher.length : 0) + (atomId ? 2 + atomId.length : 0);
+  const views = viewsOf(rec);
+  const head =
+    FIXED +
+    (publisher ? 2 + publisher.length : 0) +
+    (atomId ? 2 + atomId.length : 0) +
+    (views ? 4 + views.length : 0);
   const buf = Buffer.allocUnsafe(head + Buffer.byteLength(rec.e, 'utf8'));
   buf[0] = VERSION;
-  buf[1] = (rec.d === 1 ? DELETED : 0) | (publisher ? HAS_PUBLISHER : 0) | (atomId ? HAS_ATOM_ID : 0);
+  buf[1] =
+    (rec.d === 1 ? DELETED : 0) |
+    (publisher ? HAS_PUBLISHER : 0) |
+    (atomId ? HAS_ATOM_ID : 0) |
+    (views ? HAS_VIEWS : 0);
   buf.writeDoubleBE(rec.c, 2);
   buf.writeDoubleBE(rec.cs, 10);
   buf.writeDoubleBE(rec.m, 18);
@@ -35,8 +46,20 @@ export function encodeRecord(rec: ItemRecord): Buffer {
     part.copy(buf, at + 2);
     at += 2 + part.length;
   }
+  if (views) {
+    buf.writeUInt32BE(views.length, at);
+    views.copy(buf, at + 4);
+    at += 4 + views.length;
+  }
   buf.write(rec.e, at, 'utf8');
   return buf;
+}
+
+/** The fields filtered feeds and audiences add, as JSON, or undefined when the record has none. */
+function viewsOf(rec: ItemRecord): Buffer | undefined {
+  if (rec.k === undefined && rec.au === undefined && rec.v === undefined && rec.r === undefined)
+    return undefined;
+  return Buffer.from(JSON.stringify({ k: rec.k, au: rec.au, v: rec.v, r: rec.r }), 'utf8');
 }
 
 /** Decodes a record; throws on bytes that are no record. */
@@ -72,6 +95,20 @@ function decodeV2(buf: Buffer): ItemRecord {
   };
   if (flags & HAS_PUBLISHER) rec.p = text();
   if (flags & HAS_ATOM_ID) rec.a = text();
+  if (flags & HAS_VIEWS) {
+    if (at + 4 > buf.length) throw new Error('truncated item record');
+    const len = buf.readUInt32BE(at);
+    if (at + 4 + len > buf.length) throw new Error('truncated item record');
+    const extra = JSON.parse(buf.toString('utf8', at + 4, at + 4 + len)) as Pick<
+      ItemRecord,
+      'k' | 'au' | 'v' | 'r'
+    >;
+    if (extra.k) rec.k = extra.k;
+    if (extra.au) rec.au = extra.au;
+    if (extra.v) rec.v = extra.v;
+    if (extra.r) rec.r = extra.r;
+    at += 4 + len;
+  }
   rec.e = buf.toString('utf8', at);
   return rec;
 }

@@ -39,7 +39,10 @@ export async function sweepDeleted(
           // A subscription or an affiliation goes with its per-user key.
           const sub = family === 's' ? parseSubscriptionKey(key) : undefined;
           if (sub)
-            ops.push({ type: 'del', key: userSubscriptionKey(bareOf(sub.jid), nid, sub.order, sub.jid) });
+            ops.push({
+              type: 'del',
+              key: userSubscriptionKey(bareOf(sub.jid), nid, sub.order, sub.jid, sub.params),
+            });
           if (family === 'a')
             ops.push({ type: 'del', key: userAffiliationKey(jidOfAffiliationKey(key), nid) });
         }

@@ -15,8 +15,11 @@ export interface FeedQuery {
   callback?: string;
 }
 
-/** The seed's parameters, the feed's own (`order`), and jQuery's JSON-P cache buster `_`. */
-const PARAMETERS = new Set(['since', 'until', 'max', 'timeout', 'callback', 'order', '_']);
+/** A feed's own parameters: its order, its filter and its view (protocol.md 11). */
+export const FEED_PARAMETERS = ['order', 'category', 'publisher', 'view'] as const;
+
+/** The seed's parameters, the feed's own, and jQuery's JSON-P cache buster `_`. */
+const PARAMETERS = new Set(['since', 'until', 'max', 'timeout', 'callback', ...FEED_PARAMETERS, '_']);
 
 export const DEFAULT_TIMEOUT_SECONDS = 55;
 
@@ -40,8 +43,14 @@ export function parseFeedParameters(
     if (seen.has(key)) throw problems.badRequest(`parameter ${JSON.stringify(key)} given twice`);
     seen.add(key);
   }
-  const order = params.get('order');
-  const feed = parseFeedName(order === null ? node : `${node}?order=${encodeURIComponent(order)}`);
+  // The feed's parameters are read as the XMPP binding reads `node?order=…&category=…`.
+  const own = new URLSearchParams();
+  for (const name of FEED_PARAMETERS) {
+    const value = params.get(name);
+    if (value !== null) own.set(name, value);
+  }
+  const text = own.toString();
+  const feed = parseFeedName(text === '' ? node : `${node}?${text}`);
   return { params, feed };
 }
 
@@ -86,7 +95,7 @@ export interface HttpFeedQuery {
 }
 
 /** The HTTP Feeds seed's parameters and the feed's own `order`. */
-const HTTP_FEED_PARAMETERS = new Set(['lastEventId', 'timeout', 'order']);
+const HTTP_FEED_PARAMETERS = new Set(['lastEventId', 'timeout', ...FEED_PARAMETERS]);
 
 /** Checks an HTTP Feeds query string; every malformed parameter is a 400 naming it. */
 export function parseHttpFeedQuery(node: string, search: string, maxTimeoutSeconds: number): HttpFeedQuery {

@@ -83,7 +83,8 @@ export const discoInfo: Handler = async (binding, req) => {
     return query(NS.discoInfo, node, ...features(SHIM_HEADERS.map((h) => `${NS.shim}#${h}`)));
   }
   const feed = parseFeedName(node);
-  const { config, owners, total } = await binding.feeds.describe(req.actor, feed.node);
+  // The total is the feed's as named (filtered or not), as the asker sees it.
+  const { config, owners, total, filters } = await binding.feeds.describe(req.actor, node);
   const meta = configForm(config, 'result', `${NS.pubsub}#meta-data`);
   meta.append(xml('field', { var: 'pubsub#type' }, xml('value', {}, NS.atom)));
   meta.append(
@@ -94,6 +95,9 @@ export const discoInfo: Handler = async (binding, req) => {
     { var: 'orders', type: 'list-multi', values: ['created', 'modified'] },
     { var: 'order', values: [feed.order] },
     { var: 'item_format', values: ['atom'] },
+    // protocol.md 11: the filter parameters the node's feeds take, and the views.
+    { var: 'filters', type: 'list-multi', values: [...filters] },
+    { var: 'views', type: 'list-multi', values: ['summary'] },
   ];
   // The count is the items' business: on a closed node, only those who may read them learn it.
   if (total !== undefined) feedFields.push({ var: 'total_items', values: [String(total)] });

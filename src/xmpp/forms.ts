@@ -234,6 +234,9 @@ export function checkPreconditions(form: ParsedForm, config: NodeConfig): void {
   }
 }
 
+/** The publish-options field naming an item's audience (protocol.md 11; README). */
+export const AUDIENCE_FIELD = 'smartfeeds#audience';
+
 export const AUTHORIZATION_FORM = `${NS.pubsub}#subscribe_authorization`;
 
 /** XEP-0060 8.6: the form that asks an owner to approve a subscription. */

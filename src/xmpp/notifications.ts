@@ -1,7 +1,8 @@
 import { escapeXML } from 'ltx';
-import type { Order } from '../feed/feedName.ts';
+import { canonicalFeedName, type Order } from '../feed/feedName.ts';
 import type { Change, Subscription } from '../feed/model.ts';
 import type { NodeConfig } from '../feed/nodeConfig.ts';
+import type { Delivery, DeliveryFor } from '../feed/service/audience.ts';
 import type { Log } from '../log.ts';
 import { itemXml } from './items.ts';
 import { NS } from './namespaces.ts';
@@ -20,31 +21,41 @@ export interface Outlet {
 }
 
 /** The id of a notification names the feed it was for, so that a bounce can end that subscription. */
-export function notificationId(sub: Pick<Subscription, 'node' | 'order'>, serial: number): string {
-  return `sf.${sub.order === 'created' ? 'c' : 'm'}.${serial.toString(36)}.${Buffer.from(sub.node, 'utf8').toString('base64url')}`;
+export function notificationId(
+  sub: Pick<Subscription, 'node' | 'order' | 'filter' | 'view'>,
+  serial: number,
+): string {
+  // The filter and view go with the node name: a bounce ends that feed's subscription.
+  const named = canonicalFeedName({ node: sub.node, filter: sub.filter, view: sub.view, order: 'modified' });
+  return `sf.${sub.order === 'created' ? 'c' : 'm'}.${serial.toString(36)}.${Buffer.from(named, 'utf8').toString('base64url')}`;
 }
 
-export function parseNotificationId(id: string): { node: string; order: Order } | undefined {
+/** The feed a notification was for: its base node, order, and its name with every parameter. */
+export function parseNotificationId(id: string): { node: string; order: Order; feed: string } | undefined {
   const m = /^sf\.([cm])\.[0-9a-z]+\.([A-Za-z0-9_-]+)$/.exec(id);
   if (!m) return undefined;
-  return {
-    order: m[1] === 'c' ? 'created' : 'modified',
-    node: Buffer.from(m[2] as string, 'base64url').toString('utf8'),
-  };
+  const order: Order = m[1] === 'c' ? 'created' : 'modified';
+  const named = Buffer.from(m[2] as string, 'base64url').toString('utf8');
+  const q = named.indexOf('?');
+  const node = q < 0 ? named : named.slice(0, q);
+  const params = new URLSearchParams(q < 0 ? '' : named.slice(q + 1));
+  if (order === 'created') params.set('order', order);
+  const text = params.toString();
+  return { node, order, feed: text ? `${node}?${text}` : node };
 }
 
-/** The inner part of a notification for one feed name (everything but the message wrapper). */
-function body(change: Change, feedName: string, order: Order, config: NodeConfig): string {
-  const { item } = change;
-  const pos = change.feeds[order];
+/**
+ * The inner part of a notification for one feed name (everything but the message wrapper), with
+ * that feed's own positions as its subscriber sees it (protocol.md 11).
+ */
+function body(d: Delivery, feedName: string, config: NodeConfig): string {
+  const { item } = d;
   const node = escapeXML(feedName);
   const items =
-    change.kind === 'retract'
-      ? `<retract id='${escapeXML(item.id)}'/>`
-      : itemXml(item, config.deliverPayloads);
+    d.kind === 'retract' ? `<retract id='${escapeXML(item.id)}'/>` : itemXml(item, config.deliverPayloads);
   return (
     `<event xmlns='${NS.pubsubEvent}'><items node='${node}'>${items}</items></event>` +
-    shimHeaders({ TotalItems: change.total, PreviousCursor: pos.previous, LastCursor: pos.cursor })
+    shimHeaders({ TotalItems: d.total, PreviousCursor: d.previous, LastCursor: d.cursor })
   );
 }
 
@@ -57,7 +68,9 @@ export interface EventMessage {
 }
 
 /** Who hears of a node's events: its configuration and subscriptions (the service's `audience`). */
-export type Audience = (node: string) => Promise<{ config: NodeConfig; subscriptions: Subscription[] }>;
+export type Audience = (
+  node: string,
+) => Promise<{ config: NodeConfig; subscriptions: Subscription[]; deliver: DeliveryFor }>;
 
 type Queued = Change | { messages: EventMessage[] } | { later: () => Promise<EventMessage[]> };
 
@@ -169,17 +182,20 @@ export class Notifier {
   }
 
   private async deliver(change: Change): Promise<void> {
-    const { config, subscriptions: subs } = await this.audience(change.node);
+    const { config, subscriptions: subs, deliver } = await this.audience(change.node);
     // XEP-0060 7.2.2.1: a retract with notify='true' is told even when notify_retract is off.
     if (change.kind === 'retract' && !config.notifyRetract && !change.notify) return;
     const bodies = new Map<string, string>();
     const from = escapeXML(this.outlet.from);
     for (const sub of subs) {
-      if (!change.feeds[sub.order].notify || sub.pending) continue;
-      let inner = bodies.get(`${sub.feed}\u0000${sub.order}`);
+      if (sub.pending) continue;
+      const d = deliver(change, sub);
+      if (!d) continue;
+      const key = `${sub.feed}\u0000${sub.order}\u0000${d.key}`;
+      let inner = bodies.get(key);
       if (inner === undefined) {
-        inner = body(change, sub.feed, sub.order, config);
-        bodies.set(`${sub.feed}\u0000${sub.order}`, inner);
+        inner = body(d, sub.feed, config);
+        bodies.set(key, inner);
       }
       const id = notificationId(sub, this.serial++);
       const stanza = `<message type='${config.notificationType}' from='${from}' to='${escapeXML(sub.jid)}' id='${id}'>${inner}</message>`;

@@ -1,6 +1,6 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { type FeedName, parseFeedName } from '../feed/feedName.ts';
+import { canonicalFeedName, type FeedName, parseFeedName } from '../feed/feedName.ts';
 import type { Subscription } from '../feed/model.ts';
 import { DEFAULT_NODE_CONFIG } from '../feed/nodeConfig.ts';
 import type { Actor } from '../feed/service/actor.ts';
@@ -56,8 +56,8 @@ export const setPurge: Handler = async ({ feeds }, req) => {
  * The node name a client addresses a subscription's feed by: the base name for the default
  * order, `base?order=created` for the other (protocol.md 1: `x` and `x?order=modified` are one feed).
  */
-function feedAddress(sub: Pick<Subscription, 'node' | 'order'>): string {
-  return sub.order === 'modified' ? sub.node : `${sub.node}?order=${sub.order}`;
+function feedAddress(sub: Pick<Subscription, 'node' | 'order' | 'filter' | 'view'>): string {
+  return canonicalFeedName(sub);
 }
 
 /** The node's subscriptions in every order, each with the node name of its feed (XEP-0060 8.8.1). */

@@ -3,7 +3,14 @@ import type { Element } from 'ltx';
 import { type FeedName, parseFeedName } from '../feed/feedName.ts';
 import type { ReadQuery } from '../feed/model.ts';
 import { errors } from './errors.ts';
-import { checkPreconditions, hasFields, parseConfigForm, parseForm } from './forms.ts';
+import {
+  AUDIENCE_FIELD,
+  checkPreconditions,
+  hasFields,
+  type ParsedForm,
+  parseConfigForm,
+  parseForm,
+} from './forms.ts';
 import { itemElement } from './items.ts';
 import { NS } from './namespaces.ts';
 import { type Handler, parseJid, requireNode } from './request.ts';
@@ -82,15 +89,41 @@ function publishedEntry(verb: Element): { id: string | undefined; entry: Element
   return { id: item.attrs.id ? item.attrs.id : undefined, entry: payloads[0] as Element };
 }
 
+/**
+ * Takes the `smartfeeds#audience` field (text-multi or jid-multi of bare JIDs) out of a
+ * publish-options form: the only readers of the item besides the node's owners and publishers.
+ */
+function takeAudience(form: ParsedForm): string[] | undefined {
+  const values = form.fields.get(AUDIENCE_FIELD);
+  if (values === undefined) return undefined;
+  form.fields.delete(AUDIENCE_FIELD);
+  return values
+    .map((v) => v.trim())
+    .filter((v) => v !== '')
+    .map((v) => {
+      let parsed: { full: string; bare: string } | undefined;
+      try {
+        parsed = parseJid(v);
+      } catch {
+        // Reported below, naming the field.
+      }
+      if (!parsed || parsed.full !== parsed.bare)
+        throw errors.badRequest(`${AUDIENCE_FIELD} takes bare JIDs, not ${JSON.stringify(v)}`);
+      return parsed.bare;
+    });
+}
+
 export const publish: Handler = async ({ feeds }, req) => {
   const feed = requireNode(req.verb);
   const { id, entry } = publishedEntry(req.verb);
   const form = parseForm(req.element.getChild('publish-options', NS.pubsub));
+  // The audience is the item's, not the node's: it is no precondition and no configuration.
+  const audience = form ? takeAudience(form) : undefined;
   const options = form && form.fields.size > 0 ? form : undefined;
   const change = await feeds.publish(
     req.actor,
     feed,
-    { entry, ...(id !== undefined ? { id } : {}) },
+    { entry, ...(id !== undefined ? { id } : {}), ...(audience ? { audience } : {}) },
     options
       ? {
           // A node this publish creates takes them as its configuration (XEP-0060 7.1.5); the

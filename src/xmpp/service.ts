@@ -191,8 +191,7 @@ export class PubsubComponent {
     if (!from) return;
     try {
       const who = jid(from);
-      const feed = target.order === 'created' ? `${target.node}?order=created` : target.node;
-      await this.feeds.bounced(feed, who.toString());
+      await this.feeds.bounced(target.feed, who.toString());
       this.log.info('subscription ended by a bounce', { node: target.node, order: target.order, jid: from });
     } catch {
       // Already gone, or the node was deleted: nothing to end.

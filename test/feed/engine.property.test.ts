@@ -496,9 +496,12 @@ async function runOps(ops: Op[], pageMax: number): Promise<void> {
 
   const checkWrite = (got: Change, expected: ReturnType<Model['publish']> | ReturnType<Model['retract']>) => {
     if (expected.changed) {
-      expect({ ...got, item: { ...got.item, entry: normalEntry(got.item.deleted, got.item.entry) } }).toEqual(
-        expected,
-      );
+      // The filtered views' positions are checked by filters.property.test.ts.
+      const { views: _views, filters: _filters, readers: _readers, ref: _ref, ...plain } = got;
+      expect({
+        ...plain,
+        item: { ...got.item, entry: normalEntry(got.item.deleted, got.item.entry) },
+      }).toEqual(expected);
       expect(events).toEqual([got]);
       stale.push(got.feeds.modified.cursor, got.feeds.created.cursor);
     } else {

@@ -88,6 +88,9 @@ describe('publish', () => {
         modified: { cursor: cursorOf(T0, ['a'], 0), previous: undefined, notify: true },
         created: { cursor: cursorOf(T0, ['a'], 0), previous: undefined, notify: true },
       },
+      views: expect.any(Object),
+      filters: ['publisher=p@x'],
+      ref: 'urn:a',
     });
     const page = await engine.read('n');
     expect(page).toEqual({

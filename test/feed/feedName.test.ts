@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { BadRequest } from '../../src/feed/errors.ts';
-import { baseNodeName, checkItemId, checkNodeName, parseFeedName } from '../../src/feed/feedName.ts';
+import {
+  baseNodeName,
+  canonicalFeedName,
+  checkItemId,
+  checkNodeName,
+  parseFeedName,
+} from '../../src/feed/feedName.ts';
 
 function badRequest(fn: () => unknown): BadRequest {
   let caught: unknown;
@@ -141,5 +147,43 @@ describe('checkItemId', () => {
     ['a lone surrogate', 'x\ud83d'],
   ])('refuses an id that is %s', (_, id) => {
     badRequest(() => checkItemId(id));
+  });
+});
+
+describe('filter and view parameters (protocol.md 11)', () => {
+  it('reads one filter and the summary view beside the order', () => {
+    expect(parseFeedName('blog?order=created&category=release')).toEqual({
+      node: 'blog',
+      order: 'created',
+      filter: { kind: 'category', value: 'release' },
+      requested: 'blog?order=created&category=release',
+    });
+    expect(parseFeedName('blog?publisher=alice%40example.org&view=summary')).toMatchObject({
+      filter: { kind: 'publisher', value: 'alice@example.org' },
+      view: 'summary',
+    });
+    expect(parseFeedName('blog?category=a+b').filter).toEqual({ kind: 'category', value: 'a b' });
+  });
+
+  it('spells every name of one feed the same way', () => {
+    const names = ['blog?category=x&order=modified', 'blog?category=x', 'blog?order=modified&category=x'];
+    expect(new Set(names.map((n) => canonicalFeedName(parseFeedName(n))))).toEqual(
+      new Set(['blog?category=x']),
+    );
+    expect(canonicalFeedName(parseFeedName('blog?view=summary&order=created&publisher=a@b'))).toBe(
+      'blog?order=created&publisher=a%40b&view=summary',
+    );
+    expect(canonicalFeedName(parseFeedName('blog?order=modified'))).toBe('blog');
+  });
+
+  it.each([
+    ['two filters', 'blog?category=a&publisher=b@c', /at most one filter/],
+    ['a filter twice', 'blog?category=a&category=b', /given twice/],
+    ['an empty category', 'blog?category=', /1 to 1024/],
+    ['a full JID as publisher', 'blog?publisher=a@b/res', /publisher/],
+    ['another view', 'blog?view=full', /"full" of node parameter "view"/],
+    ['an unknown parameter', 'blog?tag=x', /unknown node parameter "tag"/],
+  ])('refuses %s, naming it', (_, name, message) => {
+    expect(() => parseFeedName(name)).toThrow(message);
   });
 });

@@ -3,7 +3,7 @@
  * against their node, and key-value entries (`k`, kv.ts), whose framing alone is checked.
  */
 
-import { readHubSubscription } from '../hubStore.ts';
+import { hubSlot, readHubSubscription } from '../hubStore.ts';
 import { familyPrefix, parseHubKey } from '../keys.ts';
 import { chunks, KEY_CHUNK, prefixRange, RECORD_CHUNK } from './chunks.ts';
 import type { CheckRun, NodeAt } from './findings.ts';
@@ -20,7 +20,7 @@ export async function checkHubSubscriptions(run: CheckRun, node: NodeAt): Promis
         sub &&
         sub.node === node.name &&
         sub.order === parts.order &&
-        sub.callback === parts.callback
+        hubSlot(sub) === parts.callback
       )
         continue;
       run.f.dropKeys.push(key);

@@ -6,6 +6,7 @@ import { checkCounters, checkIndexes, checkRecords, readCounters, rebuildReport 
 import { checkAffiliations, checkConfig } from './policy.ts';
 import { checkPositionMarks } from './positionMarks.ts';
 import { q } from './values.ts';
+import { checkViews } from './views.ts';
 
 /** Checks one node (items.ts says how); returns its number of records. */
 export async function checkNode(run: CheckRun, name: string, nid: number): Promise<number> {
@@ -14,6 +15,7 @@ export async function checkNode(run: CheckRun, name: string, nid: number): Promi
   const meta = await readCounters(run, node, broken);
   const tally = await checkRecords(run, node, broken);
   await checkIndexes(run, node, tally.good, broken);
+  await checkViews(run, node, broken);
   await checkConfig(run, node);
   await checkAffiliations(run, node);
   await checkHubSubscriptions(run, node);

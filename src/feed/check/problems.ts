@@ -49,7 +49,11 @@ export type ProblemKind =
   /** A WebSub subscription (`h`) that cannot be read or disagrees with its key or node. */
   | 'unreadable-hub-subscription'
   /** A remembered created-order position (`r`, engine.createdIdAt) whose index entry is not there. */
-  | 'stale-position-mark';
+  | 'stale-position-mark'
+  /** A record without its entry in a filtered or audience index it is a member of (`y`). */
+  | 'missing-view-entry'
+  /** A filtered or audience index whose keys or count (`z`) disagree with its members. */
+  | 'wrong-view-count';
 
 export interface Problem {
   kind: ProblemKind;

@@ -40,6 +40,7 @@ import type { Findings } from './findings.ts';
 import { isAffiliation } from './policy.ts';
 import { readSubscriptionEntries } from './subscriptions.ts';
 import { agrees, json, type NodeMeta, position, readNid, readRecord, readSubscription } from './values.ts';
+import { rebuildViews } from './views.ts';
 
 /**
  * Repairs what a check found: drops broken registry entries, registers nodes that lost their name
@@ -139,6 +140,8 @@ async function rebuildNode(db: Store, nid: number, suspectLimit: number): Promis
     });
   }
   await db.write([{ type: 'put', key: metaKey(nid), value: json(meta) }]);
+  // Filtered and audience indexes follow the records' positions, some of which may have moved.
+  await rebuildViews(db, nid);
 }
 
 /** The largest seq of a node's readable records, in either order. */

@@ -48,7 +48,7 @@ async function checkSubscriptionKeys(run: CheckRun, broken: Report): Promise<num
     const mirrors = await run.db.getMany(
       subs.map((s) =>
         s.parts
-          ? userSubscriptionKey(bareOf(s.parts.jid), s.parts.nid, s.parts.order, s.parts.jid)
+          ? userSubscriptionKey(bareOf(s.parts.jid), s.parts.nid, s.parts.order, s.parts.jid, s.parts.params)
           : Buffer.from('u'),
       ),
     );

@@ -3,7 +3,7 @@
  * not what the key layout (keys.ts) says it holds, so the check reports it instead of throwing.
  */
 
-import { type Order, parseFeedName } from '../feedName.ts';
+import { feedParameters, type Order, parseFeedName } from '../feedName.ts';
 import type { ItemRecord, Subscription } from '../model.ts';
 import { decodeRecord } from '../record.ts';
 
@@ -62,11 +62,11 @@ export function readSubscription(buf: Buffer): Subscription | undefined {
 }
 
 /** Whether a subscription's value agrees with its key, and its feed name with its node and order. */
-export function agrees(sub: Subscription, key: { order: Order; jid: string }): boolean {
+export function agrees(sub: Subscription, key: { order: Order; jid: string; params: string }): boolean {
   if (sub.jid !== key.jid || sub.order !== key.order) return false;
   try {
     const feed = parseFeedName(sub.feed);
-    return feed.node === sub.node && feed.order === sub.order;
+    return feed.node === sub.node && feed.order === sub.order && feedParameters(feed) === key.params;
   } catch {
     return false;
   }

@@ -14,6 +14,8 @@ const DELETED_TAG = 0x64; // d
 export interface InstanceHost {
   /** Reads a node's counters and tails (through `reader`) into its state. */
   reload(st: NodeState, reader: StoreReader): Promise<void>;
+  /** Reads a node's filtered feeds' and readers' counts and tails (through `reader`) into its state. */
+  reloadViews(st: NodeState, reader: StoreReader): Promise<void>;
   /** The node is gone (deleted by another instance): forget it. */
   forget(st: NodeState): void;
   /** Drops what is cached of a node's subscriptions and policy (`undefined`: of every node). */
@@ -113,6 +115,8 @@ export class Instances {
       st.total = meta.total;
       st.stamp = meta.stamp;
       st.seq = meta.seq;
+      // The views' tails are not in the log: read again, one or two keys per filtered feed.
+      if (missed.length > 0) await this.host?.reloadViews(st, reader);
     }
     this.stale.delete(st);
     return missed;

@@ -1,5 +1,5 @@
 import { NodeExists, NodeNotFound } from '../errors.ts';
-import { checkNodeName, type FeedName, ORDERS, parseFeedName } from '../feedName.ts';
+import { checkNodeName, type FeedName, filterKey, ORDERS, parseFeedName } from '../feedName.ts';
 import {
   deletedKey,
   indexKey,
@@ -15,6 +15,7 @@ import {
 import type { Op, StoreReader } from '../store/store.ts';
 import { FeedTail } from '../tail.ts';
 import { deletedMessage } from './changeLog.ts';
+import { ALL, lastCursorOf, loadViews, resolveView, X_VIEW } from './filters.ts';
 import type { Instances } from './instances.ts';
 import { type EngineState, json, type NodeMeta, type NodeState, parse, serialize } from './state.ts';
 
@@ -87,6 +88,7 @@ export class NodeRegistry {
       name,
       nid,
       tails,
+      views: await loadViews(this.s.store, nid),
       chain: Promise.resolve(),
       pending: new Map(),
       queue: [],
@@ -102,6 +104,7 @@ export class NodeRegistry {
     st.stamp = fresh.stamp;
     st.seq = fresh.seq;
     st.tails = fresh.tails;
+    st.views = fresh.views;
   }
 
   /** Rereads a node's counters and tails through `reader` (another instance wrote to it). */
@@ -111,6 +114,12 @@ export class NodeRegistry {
     st.stamp = meta.stamp;
     st.seq = meta.seq;
     st.tails = tails;
+    // The filtered feeds' and readers' counts and tails moved with the other instance's writes too.
+    await this.reloadViews(st, reader);
+  }
+
+  async reloadViews(st: NodeState, reader: StoreReader): Promise<void> {
+    st.views = await loadViews(reader, st.nid);
   }
 
   /** Forgets a node another instance deleted: writes still queued to it are refused. */
@@ -238,10 +247,19 @@ export class NodeRegistry {
    * A caller that read a page compares this with what it read to know whether something newer
    * has come since.
    */
-  lastCursorNow(feedName: string | FeedName): string | undefined {
+  lastCursorNow(feedName: string | FeedName, reader: string = ALL): string | undefined {
     const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
     const st = this.ready.get(feed.node);
-    return st ? st.tails[feed.order].lastCursor() : undefined;
+    if (!st) return undefined;
+    const view = resolveView(st.views, filterKey(feed.filter), reader);
+    return view === X_VIEW ? st.tails[feed.order].lastCursor() : lastCursorOf(st.views, view, feed.order);
+  }
+
+  /** The view a reader of a feed reads (a key of Change.views), for a loaded node. */
+  viewOf(feedName: string | FeedName, reader: string): string | undefined {
+    const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
+    const st = this.ready.get(feed.node);
+    return st ? resolveView(st.views, filterKey(feed.filter), reader) : undefined;
   }
 
   /** Items in the node, tombstones included. */

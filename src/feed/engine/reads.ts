@@ -1,14 +1,16 @@
 import { groupChecksum } from '../cursor.ts';
 import { BadRequest, StorageError } from '../errors.ts';
-import { checkItemId, type FeedName, parseFeedName } from '../feedName.ts';
+import { checkItemId, type FeedName, filterKey, parseFeedName } from '../feedName.ts';
 import { indexKey, indexRange, itemKey, metaKey, stampOfIndexKey } from '../keys.ts';
 import type { Item, ItemRecord, Page, ReadQuery } from '../model.ts';
 import type { PositionSpec } from '../positionSpec.ts';
 import { decodeRecord } from '../record.ts';
 import type { Snapshot, Cursor as StoreCursor } from '../store/store.ts';
 import { cursors, type Entry, idKey, take, toSpec, upperBound } from './cursors.ts';
+import { ALL, resolveView, X_VIEW } from './filters.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { type EngineState, itemView, type NodeMeta, parse, recordStamp } from './state.ts';
+import { ViewReads } from './viewReads.ts';
 
 /** XML escaping can grow an attribute up to six times; the page budget counts the worst case. */
 const ITEM_OVERHEAD = 96;
@@ -51,17 +53,26 @@ export class Reads {
     private readonly nodes: NodeRegistry,
   ) {}
 
-  /** Reads a page of a feed: since / until / max, or the last page, with the node's total. */
-  async read(feedName: string | FeedName, query: ReadQuery = {}): Promise<Page> {
+  /**
+   * Reads a page of a feed: since / until / max, or the last page, with the node's total. A
+   * filtered feed, or a reader's view of a node with audiences, is read by viewReads.ts.
+   */
+  async read(feedName: string | FeedName, query: ReadQuery = {}, reader: string = ALL): Promise<Page> {
     const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
     const since = query.since === undefined ? undefined : toSpec(query.since);
     const until = query.until === undefined ? undefined : toSpec(query.until);
     const asked = query.max ?? this.s.limits.defaultPageItems;
     if (!Number.isInteger(asked) || asked < 0) throw new BadRequest(`max must be 0 or more, not ${asked}`);
     const max = Math.min(asked, this.s.limits.maxPageItems);
-    const { nid } = await this.nodes.requireNode(feed.node);
+    const st = await this.nodes.requireNode(feed.node);
+    const { nid } = st;
+    const view = resolveView(st.views, filterKey(feed.filter), reader);
     const snapshot = this.s.store.snapshot();
     try {
+      if (view !== X_VIEW) {
+        const views = new ViewReads(snapshot, nid, feed, st.views, view, reader);
+        return await views.read({ since, until, max, ...(query.last ? { last: true } : {}) }, this.s.limits);
+      }
       const range = indexRange(nid, feed.order);
       const upper = until ? await upperBound(snapshot, feed, nid, until) : { key: range.end, item: false };
       const forward = since !== undefined || (until === undefined && !query.last);
@@ -141,12 +152,15 @@ export class Reads {
   }
 
   /** The items with these ids (tombstones included), in the order asked; unknown ids are left out. */
-  async getItems(feedName: string | FeedName, ids: readonly string[]): Promise<Item[]> {
+  async getItems(feedName: string | FeedName, ids: readonly string[], reader: string = ALL): Promise<Item[]> {
     const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
     for (const id of ids) checkItemId(id);
     const st = await this.nodes.requireNode(feed.node);
+    const view = resolveView(st.views, filterKey(feed.filter), reader);
     const snapshot = this.s.store.snapshot();
     try {
+      if (view !== X_VIEW)
+        return await new ViewReads(snapshot, st.nid, feed, st.views, view, reader).getItems(ids);
       const bufs = await snapshot.getMany(ids.map((id) => itemKey(st.nid, id)));
       const items: Item[] = [];
       for (let i = 0; i < ids.length; i++) {

@@ -4,6 +4,7 @@ import type { Change, Item, ItemRecord, Limits, Subscription } from '../model.ts
 import { EntryParser } from '../parsePool.ts';
 import type { Store } from '../store/store.ts';
 import type { FeedTail } from '../tail.ts';
+import type { NodeViews } from './viewState.ts';
 
 /** A node's counters, as stored (`m NID`). */
 export interface NodeMeta {
@@ -18,6 +19,8 @@ export interface NodeState extends NodeMeta {
   name: string;
   nid: number;
   tails: Record<Order, FeedTail>;
+  /** Filtered and audience indexes: counts and tails (filters.ts). */
+  views: NodeViews;
   /** Writes to a node are computed one at a time, in order. */
   chain: Promise<void>;
   /** Records written by changes whose batch is not yet on disk. */

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { InvalidSubid, NotSubscribed } from '../errors.ts';
-import { type FeedName, parseFeedName } from '../feedName.ts';
+import { type FeedName, feedParameters, parseFeedName } from '../feedName.ts';
 import { prefixEnd, subscriptionKey, subscriptionPrefix, userPrefix, userSubscriptionKey } from '../keys.ts';
 import type { Subscription } from '../model.ts';
 import type { NodeRegistry } from './nodes.ts';
@@ -35,7 +35,7 @@ export class Subscriptions {
     const st = await this.nodes.requireNode(feed.node);
     return serialize(st, async () => {
       const subs = await this.subscriptionMap(st);
-      const key = subscriptionKey(st.nid, feed.order, jid);
+      const key = subscriptionKey(st.nid, feed.order, jid, feedParameters(feed));
       return step({ st, feed, key, found: subs.get(key.toString('latin1')) });
     });
   }
@@ -56,6 +56,8 @@ export class Subscriptions {
         feed: feed.requested,
         node: feed.node,
         order: feed.order,
+        ...(feed.filter ? { filter: feed.filter } : {}),
+        ...(feed.view ? { view: feed.view } : {}),
         jid,
         subid: randomUUID(),
       };
@@ -63,7 +65,11 @@ export class Subscriptions {
       const value = json(subscription);
       await this.s.committer.add([
         { type: 'put', key, value },
-        { type: 'put', key: userSubscriptionKey(bareJid, st.nid, feed.order, jid), value },
+        {
+          type: 'put',
+          key: userSubscriptionKey(bareJid, st.nid, feed.order, jid, feedParameters(feed)),
+          value,
+        },
       ]);
       st.subscriptions?.set(key.toString('latin1'), subscription);
       return { subscription, created: true };
@@ -79,7 +85,7 @@ export class Subscriptions {
       }
       await this.s.committer.add([
         { type: 'del', key },
-        { type: 'del', key: userSubscriptionKey(bareJid, st.nid, feed.order, jid) },
+        { type: 'del', key: userSubscriptionKey(bareJid, st.nid, feed.order, jid, feedParameters(feed)) },
       ]);
       st.subscriptions?.delete(key.toString('latin1'));
       return found;
@@ -95,7 +101,11 @@ export class Subscriptions {
       const value = json(subscription);
       await this.s.committer.add([
         { type: 'put', key, value },
-        { type: 'put', key: userSubscriptionKey(bareJid, st.nid, feed.order, jid), value },
+        {
+          type: 'put',
+          key: userSubscriptionKey(bareJid, st.nid, feed.order, jid, feedParameters(feed)),
+          value,
+        },
       ]);
       st.subscriptions?.set(key.toString('latin1'), subscription);
       return subscription;

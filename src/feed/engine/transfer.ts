@@ -5,6 +5,7 @@ import { indexKey, indexRange, itemKey, metaKey } from '../keys.ts';
 import type { ExportRecord, ItemRecord } from '../model.ts';
 import { decodeRecord, encodeRecord } from '../record.ts';
 import type { Op } from '../store/store.ts';
+import { countOps, importViews } from './filters.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { type EngineState, json, type NodeMeta, serialize } from './state.ts';
 
@@ -78,6 +79,7 @@ export class Transfer {
       let stamp: number = st.stamp;
       let seq: number = st.seq;
       let lastModified = -1;
+      const counts = new Map<string, number>();
       const meta = (): Op => ({
         type: 'put',
         key: metaKey(st.nid),
@@ -99,7 +101,8 @@ export class Transfer {
           if (m < lastModified) throw bad('lines are not in modified order');
           if (typeof r.entry !== 'string') throw bad('no entry');
           // Stored as the engine would have stored it: canonical, well-formed XML.
-          const entry = r.deleted ? readTombstone(r.entry) : readAtomEntry(r.entry).entry;
+          const parsed = r.deleted ? undefined : readAtomEntry(r.entry);
+          const entry = parsed ? parsed.entry : readTombstone(r.entry);
           seen.add(r.id);
           seqs.add(r.modifiedSeq);
           createdSeqs.add(r.createdSeq);
@@ -108,6 +111,8 @@ export class Transfer {
           if (r.deleted) rec.d = 1;
           if (r.publisher !== undefined) rec.p = r.publisher;
           if (r.atomId !== undefined) rec.a = r.atomId;
+          if (parsed?.categories) rec.k = [...new Set(parsed.categories)];
+          importViews(st.nid, r.id, rec, counts, ops);
           const id = Buffer.from(r.id, 'utf8');
           ops.push({ type: 'put', key: itemKey(st.nid, r.id), value: encodeRecord(rec) });
           ops.push({ type: 'put', key: indexKey(st.nid, 'modified', m, r.modifiedSeq), value: id });
@@ -117,11 +122,11 @@ export class Transfer {
           seq = Math.max(seq, r.createdSeq, r.modifiedSeq);
           if (ops.length >= 3000) {
             // Each chunk carries the counters, so a failed import leaves a consistent prefix.
-            await this.s.committer.add([...ops, meta()]);
+            await this.s.committer.add([...ops, meta(), ...countOps(st.nid, counts)]);
             ops = [];
           }
         }
-        await this.s.committer.add([...ops, meta()]);
+        await this.s.committer.add([...ops, meta(), ...countOps(st.nid, counts)]);
       } finally {
         await this.nodes.refresh(st);
       }

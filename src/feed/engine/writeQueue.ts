@@ -5,6 +5,7 @@ import { decodeRecord, encodeRecord } from '../record.ts';
 import type { Op, StoreReader } from '../store/store.ts';
 import { changedMessage, logOps } from './changeLog.ts';
 import { cursorOf } from './cursors.ts';
+import { viewFields, writeViews } from './filters.ts';
 import type { Instances } from './instances.ts';
 import type { NodeRegistry } from './nodes.ts';
 import {
@@ -335,7 +336,8 @@ export class WriteQueue {
     const rec: ItemRecord = old
       ? { ...body, c: old.c, cs: old.cs, m: stamp, ms: seq }
       : { ...body, c: stamp, cs: seq, m: stamp, ms: seq };
-    // Encoded before any operation is added: a write refused here leaves nothing in the round's batch.
+    const views = writeViews(st, id, old, rec, { stamp, seq, total: old ? st.total : st.total + 1 }, ops);
+    // Encoded before the node's own operations; bodyOf checked what could refuse it.
     const value = encodeRecord(rec);
     if (old) ops.push({ type: 'del', key: indexKey(st.nid, 'modified', old.m, old.ms) });
     else ops.push({ type: 'put', key: indexKey(st.nid, 'created', stamp, seq), value: idBuf });
@@ -357,6 +359,8 @@ export class WriteQueue {
       ...(w.notify ? { notify: true } : {}),
       item: itemView(id, rec),
       total: st.total,
+      views,
+      ...viewFields(rec),
       feeds: {
         modified: { cursor: modifiedCursor, previous: previous.modified, notify: true },
         created: {

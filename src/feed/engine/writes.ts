@@ -14,6 +14,8 @@ export interface PublishInput {
   entry: string | Element;
   /** The publisher's bare JID. */
   publisher?: string;
+  /** The only bare JIDs (besides the node's owners and publishers, and the item's publisher) who see it. */
+  audience?: readonly string[];
 }
 
 /** Publishes and retractions: checks their input and hands them to the write queue. */
@@ -54,11 +56,11 @@ export class Writes {
       if (typeof input.entry === 'string' && this.busy()) {
         // Busy: the text is parsed on the parse thread while this one computes and writes.
         const parsed = this.s.parser.parse(input.entry);
-        return this.publishParsed(name, { id, generated }, parsed, input.publisher, options);
+        return this.publishParsed(name, { id, generated }, parsed, input, options);
       }
       body = this.bodyOf(
         typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry),
-        input.publisher,
+        input,
       );
     } catch (e) {
       return Promise.reject(e);
@@ -94,11 +96,14 @@ export class Writes {
    * for a binding that must refuse a payload before it acts on the publish (e.g. creates a node).
    */
   checkEntry(entry: string | Element): void {
-    this.bodyOf(typeof entry === 'string' ? readAtomEntry(entry) : readAtomElementText(entry), undefined);
+    this.bodyOf(typeof entry === 'string' ? readAtomEntry(entry) : readAtomElementText(entry), {});
   }
 
   /** A checked entry's record body; refuses one whose canonical form is over the limit. */
-  bodyOf({ entry, atomId }: AtomEntry, publisher: string | undefined): RecordBody {
+  bodyOf(
+    { entry, atomId, categories }: AtomEntry,
+    { publisher, audience }: Pick<PublishInput, 'publisher' | 'audience'>,
+  ): RecordBody {
     const bytes = Buffer.byteLength(entry, 'utf8');
     if (bytes > this.s.limits.maxPayloadBytes) throw new PayloadTooBig(bytes, this.s.limits.maxPayloadBytes);
     // The record keeps the Atom id in a 16-bit length (record.ts).
@@ -107,6 +112,8 @@ export class Writes {
     const body: RecordBody = { e: entry };
     if (publisher !== undefined) body.p = publisher;
     if (atomId !== undefined) body.a = atomId;
+    if (categories !== undefined) body.k = [...new Set(categories)];
+    if (audience !== undefined) body.au = [...new Set(audience)].sort();
     return body;
   }
 
@@ -118,14 +125,14 @@ export class Writes {
     name: string,
     { id, generated }: { id: string; generated: true | undefined },
     parsed: Promise<AtomEntry>,
-    publisher: string | undefined,
+    input: Pick<PublishInput, 'publisher' | 'audience'>,
     options: { autoCreate?: boolean; appendOnly?: boolean },
   ): Promise<Change> {
     let body: RecordBody | undefined;
     const ready = parsed.then(
       (entry) => {
         try {
-          body = this.bodyOf(entry, publisher);
+          body = this.bodyOf(entry, input);
           return undefined;
         } catch (e) {
           return e as Error;

@@ -19,3 +19,5 @@ export interface HubSubscriptions {
 export function hubSubscriptions(engine: FeedEngine): HubSubscriptions {
   return engine.hubs();
 }
+
+export { hubSlot } from '../hubStore.ts';

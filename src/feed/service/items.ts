@@ -1,9 +1,10 @@
 import type { Element } from 'ltx';
-import { NodeExists, NodeNotFound } from '../errors.ts';
+import { BadRequest, NodeExists, NodeNotFound } from '../errors.ts';
 import { type FeedName, parseFeedName } from '../feedName.ts';
 import type { Change, Item, Page, ReadQuery } from '../model.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import { type Actor, jidOf } from './actor.ts';
+import { checkAudience, presentItem, presentPage, readerOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';
 
 export const feedOf = (name: string | FeedName): FeedName =>
@@ -16,6 +17,11 @@ export interface PublishInput {
   entry: string | Element;
   /** The publisher to record: the operator's only (a user's publishes are recorded as theirs). */
   publisher?: string;
+  /**
+   * The only bare JIDs who may see the item besides the node's owners and publishers and its own
+   * publisher (protocol.md 11); absent: everyone who may read the node.
+   */
+  audience?: readonly string[];
 }
 
 export interface PublishOptions {
@@ -75,9 +81,22 @@ export async function publish(
   const { config } = await ctx.rights.check(node, actor, 'publish');
   // A node just made with them has them; one that was there already must meet them.
   if (!created) options.preconditions?.(config);
+  // An append-only node's archives are documents that never change, for anyone who may read it.
+  if (input.audience && config.appendOnly)
+    throw new BadRequest(
+      'an append-only node takes no item with an audience (its archives are for every reader)',
+    );
+  if (input.audience) {
+    checkAudience(input.audience);
+    await ctx.engine.enableAudience(node);
+  }
   await ctx.engine.writable();
   const publisher = actor.kind === 'operator' ? input.publisher : jidOf(actor);
-  const item = { entry: input.entry, ...(input.id !== undefined ? { id: input.id } : {}) };
+  const item = {
+    entry: input.entry,
+    ...(input.id !== undefined ? { id: input.id } : {}),
+    ...(input.audience ? { audience: input.audience } : {}),
+  };
   return ctx.engine.publish(node, publisher === undefined ? item : { ...item, publisher }, {
     appendOnly: keepsAppendOnly(actor, config),
   });
@@ -96,7 +115,8 @@ export async function retract(
 ): Promise<Change> {
   const { node } = feedOf(feedName);
   const who = jidOf(actor);
-  const [item] = await ctx.engine.getItems(node, [id]);
+  // Whose item it is is read in the actor's view: an item they may not see is not theirs to retract.
+  const [item] = await ctx.engine.getItems(node, [id], await readerOf(ctx, node, actor));
   const own = item !== undefined && who !== undefined && item.publisher === who;
   const { config } = await ctx.rights.check(node, actor, own ? 'retract-own' : 'retract');
   await ctx.engine.writable();
@@ -116,7 +136,7 @@ export async function read(
 ): Promise<Page> {
   const feed = feedOf(feedName);
   await ctx.rights.check(feed.node, actor, 'retrieve');
-  return ctx.engine.read(feed, query);
+  return presentPage(feed, await ctx.engine.read(feed, query, await readerOf(ctx, feed.node, actor)));
 }
 
 /** Items by id (unknown ids are left out), for those who may retrieve the node's items. */
@@ -128,5 +148,6 @@ export async function getItems(
 ): Promise<Item[]> {
   const feed = feedOf(feedName);
   await ctx.rights.check(feed.node, actor, 'retrieve');
-  return ctx.engine.getItems(feed, ids);
+  const items = await ctx.engine.getItems(feed, ids, await readerOf(ctx, feed.node, actor));
+  return items.map((i) => presentItem(feed, i));
 }

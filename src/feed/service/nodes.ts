@@ -1,8 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { AppendOnly, NodeNotFound } from '../errors.ts';
+import { FILTER_KINDS, type FilterKind } from '../feedName.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import { type Actor, jidOf } from './actor.ts';
+import { readerOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';
+import { feedOf } from './items.ts';
 import { revokeUnentitled } from './subscriptions.ts';
 
 /**
@@ -80,18 +83,26 @@ export interface NodeDescription {
   config: NodeConfig;
   owners: string[];
   readable: boolean;
+  /** Items in the feed described, as the actor sees it (a filtered feed's, or their view's). */
   total?: number;
+  /** The filter parameters the node's feeds take (protocol.md 11). */
+  filters: readonly FilterKind[];
 }
 
-/** Describes a node. A whitelist node is hidden from strangers: they get its refusal. */
-export async function describe(ctx: ServiceContext, actor: Actor, node: string): Promise<NodeDescription> {
+/**
+ * Describes a node (named with parameters or not). A whitelist node is hidden from strangers:
+ * they get its refusal.
+ */
+export async function describe(ctx: ServiceContext, actor: Actor, name: string): Promise<NodeDescription> {
+  const feed = feedOf(name);
+  const node = feed.node;
   if (!(await ctx.engine.hasNode(node))) throw new NodeNotFound(node);
   const config = await ctx.policy.config(node);
   const readable = await ctx.rights.may(node, actor, 'retrieve');
   if (!readable && config.accessModel === 'whitelist') await ctx.rights.check(node, actor, 'retrieve');
   const owners = (await ctx.policy.affiliations(node)).filter(([, a]) => a === 'owner').map(([j]) => j);
-  const out: NodeDescription = { config, owners, readable };
-  if (readable) out.total = await ctx.engine.total(node);
+  const out: NodeDescription = { config, owners, readable, filters: FILTER_KINDS };
+  if (readable) out.total = (await ctx.engine.read(feed, { max: 0 }, await readerOf(ctx, node, actor))).total;
   return out;
 }
 

@@ -10,9 +10,11 @@ import type { NodeConfig } from '../nodeConfig.ts';
 import type { PolicyStore } from '../policy.ts';
 import { type Actor, jidOf } from './actor.ts';
 import * as affiliations from './affiliations.ts';
+import { type Delivery, type DeliveryFor, deliveries, deliveryIn, readerOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';
 import { type HubSubscriptions, hubSubscriptions } from './hubSubscriptions.ts';
 import * as items from './items.ts';
+import { feedOf } from './items.ts';
 import * as nodes from './nodes.ts';
 import { Rights } from './rights.ts';
 import * as subscriptions from './subscriptions.ts';
@@ -240,10 +242,9 @@ export class FeedService {
     return (await this.rights.check(node, actor, 'retrieve')).config;
   }
 
-  /** Items in the node, tombstones included, for those who may read them. */
-  async total(actor: Actor, node: string): Promise<number> {
-    await this.rights.check(node, actor, 'retrieve');
-    return this.engine.total(node);
+  /** Items in the feed (a node, or a filtered feed), tombstones included, as the actor sees it. */
+  async total(actor: Actor, feed: string | FeedName): Promise<number> {
+    return (await this.read(actor, feed, { max: 0 })).total;
   }
 
   /** The id of the `position`th item in created order (Atom archives), for those who may read. */
@@ -304,14 +305,40 @@ export class FeedService {
     return this.engine.lastCursorNow(feed);
   }
 
+  /**
+   * The view an actor reads a node in: `*` (owners, the node's publishers, administrators, the
+   * operator: every item), '' (anonymous: what anyone may see) or the user's bare JID.
+   */
+  readerOf(actor: Actor, node: string): Promise<string> {
+    return readerOf(this.ctx, node, actor);
+  }
+
   /** Adds a gate every writer waits on before writing (the XMPP fan-out's room). */
   addWriteGate(gate: () => Promise<void>): () => void {
     return this.engine.addWriteGate(gate);
   }
 
-  /** Who hears of a node's events: its configuration and subscriptions (for delivery only). */
-  async audience(node: string): Promise<{ config: NodeConfig; subscriptions: Subscription[] }> {
-    return { config: await this.policy.config(node), subscriptions: await this.engine.subscriptionsOf(node) };
+  /**
+   * Who hears of a node's events: its configuration, its subscriptions, and what each is told of
+   * a change (`deliver`: that subscription's own feed's positions and the item as its subscriber
+   * may see it; undefined when its feed did not move). For delivery only.
+   */
+  async audience(
+    node: string,
+  ): Promise<{ config: NodeConfig; subscriptions: Subscription[]; deliver: DeliveryFor }> {
+    return {
+      config: await this.policy.config(node),
+      subscriptions: await this.engine.subscriptionsOf(node),
+      deliver: await deliveries(this.ctx, node),
+    };
+  }
+
+  /**
+   * What a reader (see readerOf) of a feed is told of a change, as `audience().deliver` tells a
+   * subscription: for bindings that deliver to other than XMPP subscriptions (WebSub, long polls).
+   */
+  deliveryIn(change: Change, feed: string | FeedName, reader: string): Delivery | undefined {
+    return deliveryIn(this.ctx, change, feedOf(feed), reader);
   }
 
   /** Adds what the change-log follower waits for before recording pushes as done (the XMPP fan-out's flush). */

@@ -2,6 +2,7 @@ import { AccessDenied, InvalidJid, NotSubscribed } from '../errors.ts';
 import type { FeedName } from '../feedName.ts';
 import type { Item, Subscription } from '../model.ts';
 import type { Actor } from './actor.ts';
+import { presentItem, readerOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';
 import { feedOf } from './items.ts';
 
@@ -56,10 +57,11 @@ export async function subscribe(
   }
   let lastItem: Item | undefined;
   if (config.sendLastPublishedItem === 'on_sub') {
-    const [last] = (await engine.read(feed, { max: 1, last: true })).items;
+    const reader = await readerOf(ctx, feed.node, actor);
+    const [last] = (await engine.read(feed, { max: 1, last: true }, reader)).items;
     // Something newer came while the item was read: its own event tells the new subscriber, and
     // an older item after it would break feed order.
-    if (last && engine.lastCursorNow(feed) === last.cursor) lastItem = last;
+    if (last && engine.lastCursorNow(feed, reader) === last.cursor) lastItem = presentItem(feed, last);
   }
   ctx.emit({
     type: 'subscription-changed',

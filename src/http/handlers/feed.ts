@@ -1,11 +1,11 @@
-import { checkItemId } from '../../feed/feedName.ts';
+import { canonicalFeedName, checkItemId } from '../../feed/feedName.ts';
 import type { Page } from '../../feed/model.ts';
 import { type Actor, describe } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import { problems } from '../errors.ts';
 import type { Answer, Exchange, RouteHandler } from '../exchange.ts';
-import { type FeedQuery, parseFeedQuery } from '../feedQuery.ts';
+import { FEED_PARAMETERS, type FeedQuery, parseFeedQuery } from '../feedQuery.ts';
 import type { LongPolls } from '../longPoll.ts';
 import { negotiate } from '../negotiate.ts';
 import type { PageCache } from '../pageCache.ts';
@@ -28,11 +28,17 @@ export interface FeedViewDeps {
 /** Long enough for the item set of a full `created` page to be reused, short enough for its payloads. */
 const CACHEABLE_PAGE = 'public, max-age=60';
 
-/** The feed's base URL: its node's URL and its own `order` parameter, as the client gave it. */
+/** The feed's base URL: its node's URL and its own parameters (order, filter, view), as the client gave them. */
 export function feedUrl(origin: string, query: Pick<FeedQuery, 'feed'>): string {
   const { node, requested } = query.feed;
-  const order = new URLSearchParams(requested.slice(node.length + 1)).get('order');
-  return `${nodeUrl(origin, 'feeds', node)}${order === null ? '' : `?order=${order}`}`;
+  const given = new URLSearchParams(requested.slice(node.length + 1));
+  const own = new URLSearchParams();
+  for (const name of FEED_PARAMETERS) {
+    const value = given.get(name);
+    if (value !== null) own.set(name, value);
+  }
+  const text = own.toString();
+  return `${nodeUrl(origin, 'feeds', node)}${text === '' ? '' : `?${text}`}`;
 }
 
 /** The next page's URL: since the page's last cursor, with the same `until` and `max`. */
@@ -72,8 +78,9 @@ export function holdRead(
   return deps.polls.hold({
     node: feed.node,
     order: feed.order,
-    // Shared among polls of one reader only: the read checks its right to read.
-    shared: `${describe(reader)}\n${query.since ?? ''}\n${query.max ?? ''}`,
+    // Shared among polls of one reader of one feed (filter and view included) only: the read
+    // checks its right to read, and a reader's view is theirs.
+    shared: `${describe(reader)}\n${canonicalFeedName(feed)}\n${query.since ?? ''}\n${query.max ?? ''}`,
     read: () => deps.feeds.read(reader, feed, readQuery(query)),
     recheck: async () => {
       await deps.feeds.settings(reader, feed.node);
@@ -148,7 +155,9 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
 /** `GET /feeds/{node}/items/{id}`: one item as JSON or an Atom entry document. */
 export function readItem(deps: Pick<FeedViewDeps, 'feeds'>): RouteHandler {
   return async (x): Promise<Answer> => {
-    const extra = [...new URLSearchParams(x.search).keys()].find((k) => k !== 'order');
+    const extra = [...new URLSearchParams(x.search).keys()].find(
+      (k) => !(FEED_PARAMETERS as readonly string[]).includes(k),
+    );
     if (extra !== undefined)
       throw problems.badRequest(`an item is read with no parameter but order, not ${JSON.stringify(extra)}`);
     const query = parseFeedQuery(x.params.node ?? '', x.search, 0);

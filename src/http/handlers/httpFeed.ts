@@ -1,3 +1,4 @@
+import { canonicalParameters } from '../../feed/feedName.ts';
 import type { Page } from '../../feed/model.ts';
 import type { RouteHandler } from '../exchange.ts';
 import { parseHttpFeedQuery } from '../feedQuery.ts';
@@ -21,9 +22,8 @@ export function readHttpFeed(deps: FeedViewDeps): RouteHandler {
     if (page.items.length === 0 && query.timeoutMs > 0 && x.request.method === 'GET')
       page = await holdRead(deps, x, { ...query, max }, reader);
     if (!page) return undefined;
-    const source = `${nodeUrl(origin, 'http-feeds', query.feed.node)}${
-      query.feed.order === 'created' ? '?order=created' : ''
-    }`;
+    const params = canonicalParameters(query.feed);
+    const source = `${nodeUrl(origin, 'http-feeds', query.feed.node)}${params === '' ? '' : `?${params}`}`;
     const body = eventBatch(page.items, source, eventType);
     return {
       status: 200,

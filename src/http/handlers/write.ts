@@ -32,9 +32,28 @@ function written(x: Exchange, node: string, change: Change, status: number, extr
   };
 }
 
+/**
+ * The item's audience (protocol.md 11): `?audience=a@example.org&audience=b@example.org` (or
+ * comma-separated) names the only readers besides the node's owners and publishers.
+ */
+function audienceOf(x: Exchange): string[] | undefined {
+  const params = new URLSearchParams(x.search);
+  if (!params.has('audience')) return undefined;
+  return params
+    .getAll('audience')
+    .flatMap((v) => v.split(','))
+    .map((v) => v.trim())
+    .filter((v) => v !== '');
+}
+
 /** Publishes the body as item `id` of the node and answers once the write is durable. */
 async function publishBody(deps: WriteDeps, x: Exchange, node: string, id: string): Promise<Answer> {
-  const change = await deps.feeds.publish(x.caller(), node, { id, entry: requireBody(x) });
+  const audience = audienceOf(x);
+  const change = await deps.feeds.publish(x.caller(), node, {
+    id,
+    entry: requireBody(x),
+    ...(audience ? { audience } : {}),
+  });
   return written(x, node, change, change.kind === 'create' ? 201 : 200);
 }
 

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { FILTER_KINDS } from '../../feed/feedName.ts';
 import { ANONYMOUS, jidOf, OPERATOR, user } from '../../feed/service/actor.ts';
 import { HttpProblem, toProblem } from '../errors.ts';
 import type { HttpBinding } from '../server.ts';
@@ -64,7 +65,8 @@ function sendFile(reply: FastifyReply, type: string, body: string): FastifyReply
 }
 
 export interface FeedList {
-  nodes: { node: string; title: string; url: string }[];
+  /** Each readable node, with the feed parameters it offers (protocol.md 11). */
+  nodes: { node: string; title: string; url: string; filters: readonly string[]; views: readonly string[] }[];
   hub: string;
   /** The XMPP service JID, when the component runs. */
   xmpp?: string;
@@ -110,7 +112,13 @@ async function listFeeds(request: FastifyRequest, deps: WebDependencies): Promis
       scanned += 1;
       cursor = node;
       if (!(await readable(deps, node, who))) continue;
-      nodes.push({ node, title: await deps.title(node), url: `${origin}/feeds/${encodeURIComponent(node)}` });
+      nodes.push({
+        node,
+        title: await deps.title(node),
+        url: `${origin}/feeds/${encodeURIComponent(node)}`,
+        filters: FILTER_KINDS,
+        views: ['summary'],
+      });
       if (nodes.length === max) break;
     }
   }

@@ -4,7 +4,7 @@ import type { FeedEvent } from '../../feed/events.ts';
 import type { FeedName } from '../../feed/feedName.ts';
 import type { Change } from '../../feed/model.ts';
 import { ANONYMOUS, jidOf, user } from '../../feed/service/actor.ts';
-import type { HubSubscription, HubSubscriptions } from '../../feed/service/hubSubscriptions.ts';
+import { type HubSubscription, type HubSubscriptions, hubSlot } from '../../feed/service/hubSubscriptions.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import type { Metrics } from '../../metrics.ts';
@@ -79,7 +79,10 @@ export class Hub {
   private stopping = false;
 
   constructor(
-    private readonly feeds: Pick<FeedService, 'onEvent' | 'settings' | 'hubSubscriptions'>,
+    private readonly feeds: Pick<
+      FeedService,
+      'onEvent' | 'settings' | 'hubSubscriptions' | 'readerOf' | 'deliveryIn'
+    >,
     options: Partial<HubOptions>,
     private readonly log: Log,
   ) {
@@ -143,7 +146,9 @@ export class Hub {
 
   /** Deliveries dropped by overflow for a callback of a feed. */
   dropped(feed: FeedName, callback: string): number {
-    return this.byFeed.get(feedKey(feed.node, feed.order))?.get(callback)?.queue.dropped ?? 0;
+    return (
+      this.byFeed.get(feedKey(feed.node, feed.order))?.get(hubSlot({ ...feed, callback }))?.queue.dropped ?? 0
+    );
   }
 
   private onChange(change: Change): void {
@@ -169,14 +174,43 @@ export class Hub {
   private async push(change: Change, to: readonly Active[]): Promise<void> {
     if (this.stopping) return;
     const verdicts = new Map<string | undefined, string | undefined>();
+    const readers = new Map<string | undefined, string>();
+    const told = new Map<string, Change>();
     for (const active of to) {
       const { sub } = active.queue;
       // Ended meanwhile (unsubscribed, expired, its node deleted): nothing to deliver.
-      if (this.byFeed.get(feedKey(sub.node, sub.order))?.get(sub.callback) !== active) continue;
+      if (this.byFeed.get(feedKey(sub.node, sub.order))?.get(hubSlot(sub)) !== active) continue;
       if (!verdicts.has(sub.reader)) verdicts.set(sub.reader, await this.refusal(sub.node, sub.reader));
       const refusal = verdicts.get(sub.reader);
-      if (refusal === undefined) active.queue.push(change);
-      else await this.revoke(sub, refusal);
+      if (refusal !== undefined) {
+        await this.revoke(sub, refusal);
+        continue;
+      }
+      const actor = sub.reader === undefined ? ANONYMOUS : user(sub.reader);
+      if (!readers.has(sub.reader)) readers.set(sub.reader, await this.feeds.readerOf(actor, sub.node));
+      // The topic's own feed, as its reader sees it (protocol.md 11): untouched, nothing is sent.
+      const feed = {
+        node: sub.node,
+        order: sub.order,
+        filter: sub.filter,
+        view: sub.view,
+        requested: sub.topic,
+      };
+      const d = this.feeds.deliveryIn(change, feed as FeedName, readers.get(sub.reader) as string);
+      if (!d) continue;
+      const key = `${sub.order}\u0000${d.key}`;
+      let seen = told.get(key);
+      if (!seen) {
+        seen = {
+          ...change,
+          kind: d.kind,
+          item: d.item,
+          total: d.total,
+          feeds: { ...change.feeds, [sub.order]: { cursor: d.cursor, previous: d.previous, notify: true } },
+        };
+        told.set(key, seen);
+      }
+      active.queue.push(seen);
     }
   }
 
@@ -198,9 +232,9 @@ export class Hub {
    */
   private async revoke(sub: HubSubscription, reason: string): Promise<void> {
     this.log.info('websub subscription revoked', { callback: sub.callback, topic: sub.topic, reason });
-    this.deactivate(sub.node, sub.order, sub.callback);
+    this.deactivate(sub.node, sub.order, hubSlot(sub));
     await this.store
-      .remove(sub.node, sub.order, sub.callback)
+      .remove(sub.node, sub.order, hubSlot(sub))
       .catch((e) => this.log.error('websub revocation not stored', { error: String(e) }));
     const told = this.ask(sub.callback, {
       'hub.mode': 'denied',
@@ -220,12 +254,14 @@ export class Hub {
    */
   accept(intent: Intent): void {
     if (this.stopping) throw problems.busy('the server is shutting down');
-    const key = `${feedKey(intent.feed?.node ?? '', intent.feed?.order ?? 'modified')} ${intent.callback.href}`;
+    const key = `${feedKey(intent.feed?.node ?? '', intent.feed?.order ?? 'modified')} ${hubSlot({ ...intent.feed, callback: intent.callback.href })}`;
     // Every subscription holds a queue and timers, every verification a request: both are bounded.
     if (this.verifying.size >= this.options.maxVerifying && !this.verifying.has(key))
       throw problems.busy('too many subscription requests are being verified; retry later');
     if (intent.mode === 'subscribe' && intent.feed) {
-      const known = this.byFeed.get(feedKey(intent.feed.node, intent.feed.order))?.has(intent.callback.href);
+      const known = this.byFeed
+        .get(feedKey(intent.feed.node, intent.feed.order))
+        ?.has(hubSlot({ ...intent.feed, callback: intent.callback.href }));
       let count = 0;
       for (const feed of this.byFeed.values()) count += feed.size;
       if (!known && count >= this.options.maxSubscriptions)
@@ -285,14 +321,17 @@ export class Hub {
     if (!verified || this.stopping) return;
     const { node, order } = intent.feed;
     if (intent.mode === 'unsubscribe') {
-      await this.store.remove(node, order, callback);
-      this.deactivate(node, order, callback);
+      const slot = hubSlot({ ...intent.feed, callback });
+      await this.store.remove(node, order, slot);
+      this.deactivate(node, order, slot);
       return;
     }
     const reader = jidOf(intent.reader);
     const sub: HubSubscription = {
       node,
       order,
+      ...(intent.feed.filter ? { filter: intent.feed.filter } : {}),
+      ...(intent.feed.view ? { view: intent.feed.view } : {}),
       callback,
       topic: intent.topic,
       hub: intent.hub,
@@ -312,7 +351,7 @@ export class Hub {
       feed = new Map();
       this.byFeed.set(key, feed);
     }
-    const existing = feed.get(sub.callback);
+    const existing = feed.get(hubSlot(sub));
     if (existing) clearTimeout(existing.expiry);
     const queue =
       existing?.queue ??
@@ -329,7 +368,7 @@ export class Hub {
         (change, outcome) => this.delivered(queue.sub, change, outcome),
       );
     queue.sub = sub;
-    feed.set(sub.callback, { queue, expiry: this.expiryTimer(sub) });
+    feed.set(hubSlot(sub), { queue, expiry: this.expiryTimer(sub) });
   }
 
   private expiryTimer(sub: HubSubscription): NodeJS.Timeout {
@@ -337,7 +376,7 @@ export class Hub {
     const timer = setTimeout(
       () => {
         if (sub.expires > Date.now()) {
-          const active = this.byFeed.get(feedKey(sub.node, sub.order))?.get(sub.callback);
+          const active = this.byFeed.get(feedKey(sub.node, sub.order))?.get(hubSlot(sub));
           if (active?.queue.sub === sub) active.expiry = this.expiryTimer(sub);
           return;
         }
@@ -350,24 +389,24 @@ export class Hub {
   }
 
   private async expire(sub: HubSubscription): Promise<void> {
-    const active = this.byFeed.get(feedKey(sub.node, sub.order))?.get(sub.callback);
+    const active = this.byFeed.get(feedKey(sub.node, sub.order))?.get(hubSlot(sub));
     // Renewed meanwhile: the renewal has its own timer.
     if (active?.queue.sub !== sub) return;
     this.log.info('websub lease expired', { callback: sub.callback, topic: sub.topic });
-    this.deactivate(sub.node, sub.order, sub.callback);
+    this.deactivate(sub.node, sub.order, hubSlot(sub));
     await this.store
-      .remove(sub.node, sub.order, sub.callback)
+      .remove(sub.node, sub.order, hubSlot(sub))
       .catch((e) => this.log.error('websub expiry not stored', { error: String(e) }));
   }
 
-  private deactivate(node: string, order: FeedName['order'], callback: string): void {
+  private deactivate(node: string, order: FeedName['order'], slot: string): void {
     const key = feedKey(node, order);
     const feed = this.byFeed.get(key);
-    const active = feed?.get(callback);
+    const active = feed?.get(slot);
     if (!feed || !active) return;
     active.queue.stop();
     clearTimeout(active.expiry);
-    feed.delete(callback);
+    feed.delete(slot);
     if (feed.size === 0) this.byFeed.delete(key);
   }
 
@@ -384,9 +423,9 @@ export class Hub {
     else {
       // 410 Gone: the subscriber ended its subscription.
       this.log.info('websub subscription gone', where);
-      this.deactivate(sub.node, sub.order, sub.callback);
+      this.deactivate(sub.node, sub.order, hubSlot(sub));
       void this.store
-        .remove(sub.node, sub.order, sub.callback)
+        .remove(sub.node, sub.order, hubSlot(sub))
         .catch((e) => this.log.error('websub removal not stored', { error: String(e) }));
     }
   }
