@@ -131,6 +131,40 @@ describe(`audiences and filtered feeds on ${SERVER_TITLE}`, () => {
     expect(disco.toString()).not.toContain('secret');
   });
 
+  it('never shows an audience item to an outsider through MAM, with or without `with`', async () => {
+    // The node and items of the test above: 'secret' is for Alice only.
+    const mam = async (user: User, fields: Element[]) => {
+      const queryid = `q${user === alice ? 'a' : 'b'}${fields.length}`;
+      const before = user.messages.length;
+      const x = xml(
+        'x',
+        { xmlns: 'jabber:x:data', type: 'submit' },
+        xml('field', { var: 'FORM_TYPE', type: 'hidden' }, xml('value', {}, 'urn:xmpp:mam:2')),
+        ...fields,
+      );
+      const reply = await user.iq('set', xml('query', { xmlns: 'urn:xmpp:mam:2', node: 'aud', queryid }, x));
+      expect(reply.attrs.type, reply.toString()).toBe('result');
+      const results = user.messages
+        .slice(before)
+        .filter((m) => m.getChild('result', 'urn:xmpp:mam:2')?.attrs.queryid === queryid);
+      const count = reply.getChild('fin', 'urn:xmpp:mam:2')?.getChild('set', NS.rsm)?.getChildText('count');
+      return { text: results.map(String).join(''), results: results.length, count: Number(count) };
+    };
+    const withAdmin = [xml('field', { var: 'with' }, xml('value', {}, 'admin@localhost'))];
+    for (const [user, count] of [
+      [alice, 3],
+      [bob, 2],
+    ] as const) {
+      for (const fields of [[], withAdmin]) {
+        const got = await mam(user, fields);
+        expect(got.results).toBe(count);
+        expect(got.count).toBe(count);
+        if (user === bob) expect(got.text).not.toContain(SECRET);
+        else expect(got.text).toContain(SECRET);
+      }
+    }
+  });
+
   it('turns an item into a tombstone in the view of a reader who loses it, and refuses a bad audience', async () => {
     await ok(admin, pubsub(xml('create', { node: 'aud2' })));
     await ok(admin, publishFor('aud2', 'x', entry('x', 'news'), ['alice@localhost']));
