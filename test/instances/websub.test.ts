@@ -88,4 +88,27 @@ describe('WebSub among several instances', () => {
     expect(hubA.subscriptions().map((s) => s.callback)).toEqual([second.url]);
     expect(first.bodies).toHaveLength(1);
   });
+
+  it('a node deleted through one instance ends its WebSub subscriptions in the hub of every other', async () => {
+    const shared = await SharedMemory.create();
+    const a = await instance(shared, 'a', { push: true, ttl: 3000 });
+    closers.push(() => closeInstance(a));
+    const b = await instance(shared, 'b');
+    closers.push(() => closeInstance(b));
+    const hubA = await withHub(a);
+    await b.service.create(OPERATOR, 'n');
+    const one = await callback();
+    await b.service.hubSubscriptions.put(subscription(one.url));
+    await until(() => hubA.subscriptions().length === 1);
+    await b.service.delete(OPERATOR, 'n');
+    await until(() => hubA.subscriptions().length === 0);
+    // A node made again under the name starts with no subscriber: its change reaches nobody.
+    await b.service.create(OPERATOR, 'n');
+    await b.engine.publish('n', { id: 'again', entry: entry('again') });
+    const other = await callback();
+    await b.service.hubSubscriptions.put(subscription(other.url));
+    await b.engine.publish('n', { id: 'later', entry: entry('later') });
+    await until(() => other.bodies.length === 1);
+    expect(one.bodies).toHaveLength(0);
+  });
 });
