@@ -69,6 +69,10 @@ export class FeedEngine {
   private pushLeases: PushLeases | undefined;
   private readonly pushListeners = new Set<ChangeListener>();
   private readonly pushDrains = new Set<() => Promise<void>>();
+  /** Told when another instance changed a node's WebSub subscriptions (undefined: any node's). */
+  private readonly hubListeners = new Set<(node: string | undefined) => void>();
+  /** Those tellings, in wake-up order: pushes wait for them (a hub re-reads before it delivers). */
+  private hubsTold: Promise<void> = Promise.resolve();
 
   private constructor(store: Store, options: EngineOptions) {
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
@@ -121,6 +125,7 @@ export class FeedEngine {
       reloadViews: (st, reader) => engine.nodes.reloadViews(st, reader),
       forget: (st) => engine.nodes.forget(st),
       dropCaches: (nid) => engine.dropCaches(nid),
+      hubsChanged: (nid) => engine.hubsChanged(nid),
       emit: (change) => engine.s.emit(change),
     });
     // A deletion a stop or crash interrupted goes on where it stopped.
@@ -221,6 +226,8 @@ export class FeedEngine {
   }
 
   private async push(changes: Change[]): Promise<void> {
+    // WebSub subscriptions changed before these changes were written are heard of first.
+    await this.hubsTold;
     for (const change of changes)
       for (const listener of this.pushListeners) {
         try {
@@ -237,6 +244,29 @@ export class FeedEngine {
     for (const st of this.nodes.ready.values())
       if (nid === undefined || st.nid === nid) st.subscriptions = undefined;
     this.policyStore?.forget(nid);
+  }
+
+  /**
+   * Registers a listener told when another instance changed a node's WebSub subscriptions (node
+   * undefined: wake-ups were lost, any node's may have changed), before this instance pushes any
+   * change it logged after. Returns its remover.
+   */
+  onHubsChanged(listener: (node: string | undefined) => void): () => void {
+    return listen(this.hubListeners, listener);
+  }
+
+  private hubsChanged(nid: number | undefined): void {
+    this.hubsTold = this.hubsTold
+      .then(async () => {
+        let node: string | undefined;
+        if (nid !== undefined) {
+          for (const st of this.nodes.ready.values()) if (st.nid === nid && !st.deleted) node = st.name;
+          // Not loaded here: named by its subscriptions or its deletion; if neither, all are re-read.
+          node ??= await this.hubs().nodeOf(nid);
+        }
+        for (const listener of this.hubListeners) listener(node);
+      })
+      .catch(() => undefined);
   }
 
   /**

@@ -46,6 +46,11 @@ export type FeedEvent =
     }
   /** Affiliations were set (`none` removes one). */
   | { type: 'affiliations-changed'; node: string; changes: [string, Affiliation][] }
+  /**
+   * Another instance sharing the store changed the node's WebSub subscriptions (node absent: any
+   * node's may have changed): the hub re-reads them before it delivers the node's next change.
+   */
+  | { type: 'hub-subscriptions-changed'; node?: string }
   /** A subscription was made, approved, or ended. */
   | {
       type: 'subscription-changed';

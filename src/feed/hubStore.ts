@@ -1,6 +1,6 @@
 import { NodeNotFound } from './errors.ts';
 import { type FeedFilter, type FeedView, feedParameters, type Order } from './feedName.ts';
-import { HUB_PREFIX, hubKey, parseHubKey, prefixEnd } from './keys.ts';
+import { deletedKey, familyPrefix, HUB_PREFIX, hubKey, parseHubKey, prefixEnd } from './keys.ts';
 import type { Op, StoreReader } from './store/store.ts';
 
 /** What the hub's records need of the engine that owns them (see engine.hubs()). */
@@ -66,6 +66,47 @@ export class HubStore {
       throw e;
     }
     await this.engine.write([{ type: 'del', key: hubKey(nid, order, slot) }]);
+  }
+
+  /** Every readable subscription of a node (none when it does not exist). */
+  async of(node: string): Promise<HubSubscription[]> {
+    let nid: number;
+    try {
+      nid = await this.engine.nodeNumber(node);
+    } catch (e) {
+      if (e instanceof NodeNotFound) return [];
+      throw e;
+    }
+    const out: HubSubscription[] = [];
+    const prefix = familyPrefix('h', nid);
+    for (const [key, value] of await this.engine.store.entries({ gte: prefix, lt: prefixEnd(prefix) })) {
+      const parts = parseHubKey(key);
+      const sub = parts && readHubSubscription(value);
+      if (parts && sub && sub.node === node && sub.order === parts.order && hubSlot(sub) === parts.callback)
+        out.push(sub);
+    }
+    return out;
+  }
+
+  /**
+   * The name of node `nid` as its stored subscriptions or its deletion mark tell it (for a node
+   * not loaded here), or undefined when neither does.
+   */
+  async nodeOf(nid: number): Promise<string | undefined> {
+    const prefix = familyPrefix('h', nid);
+    const [gone] = await this.engine.store.getMany([deletedKey(nid)]);
+    if (gone) {
+      try {
+        const name = (JSON.parse(gone.toString('utf8')) as { name?: unknown }).name;
+        return typeof name === 'string' ? name : undefined;
+      } catch {
+        return undefined;
+      }
+    }
+    const [first] = await this.engine.store.entries({ gte: prefix, lt: prefixEnd(prefix), limit: 1 });
+    const node = first && readHubSubscription(first[1])?.node;
+    if (node === undefined) return undefined;
+    return (await this.engine.nodeNumber(node).catch(() => undefined)) === nid ? node : undefined;
   }
 
   /**

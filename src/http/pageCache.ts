@@ -17,8 +17,11 @@ interface Entry {
 }
 
 /** The node a service event touches, for every event that can change what a page of it holds. */
-function nodeOf(event: FeedEvent): string {
+function nodeOf(event: FeedEvent): string | undefined {
   switch (event.type) {
+    case 'hub-subscriptions-changed':
+      // WebSub subscriptions are in no page.
+      return undefined;
     case 'item-changed':
       return event.change.node;
     case 'subscription-changed':
@@ -59,7 +62,8 @@ export class PageCache {
 
   /** Called synchronously for every service event. */
   onEvent(event: FeedEvent): void {
-    this.generations.set(nodeOf(event), ++this.counter);
+    const node = nodeOf(event);
+    if (node !== undefined) this.generations.set(node, ++this.counter);
   }
 
   /** The key of one answer: its node's generation and everything the answer depends on. */

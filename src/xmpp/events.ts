@@ -102,6 +102,9 @@ export function deliver(notifier: Notifier, e: FeedEvent, audienceOf: Audience):
     case 'node-configured':
       if (e.config.notifyConfig) notifier.send(configurationChanged(e.node, e.config, e.subscriptions));
       return;
+    case 'hub-subscriptions-changed':
+      // The WebSub hub's concern.
+      return;
     case 'affiliations-changed':
       // Told through what it changes: subscriptions it ends come as their own events.
       return;

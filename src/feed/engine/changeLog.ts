@@ -124,10 +124,12 @@ export const changedMessage = (nid: number, seq: number): string => `c ${nid} ${
 export const touchedMessage = (nid: number): string => `t ${nid}`;
 /** The wake-up message of a deleted node. */
 export const deletedMessage = (nid: number): string => `d ${nid}`;
+/** The wake-up message of a change to a node's WebSub subscriptions (the hubs re-read them). */
+export const hubsMessage = (nid: number): string => `h ${nid}`;
 
 export type WakeUp =
   | { kind: 'changed'; nid: number; seq: number }
-  | { kind: 'touched' | 'deleted'; nid: number };
+  | { kind: 'touched' | 'deleted' | 'hubs'; nid: number };
 
 export function parseWakeUp(message: string): WakeUp | undefined {
   const [tag, nidText, seqText] = message.split(' ');
@@ -139,5 +141,6 @@ export function parseWakeUp(message: string): WakeUp | undefined {
   }
   if (tag === 't') return { kind: 'touched', nid };
   if (tag === 'd') return { kind: 'deleted', nid };
+  if (tag === 'h') return { kind: 'hubs', nid };
   return undefined;
 }

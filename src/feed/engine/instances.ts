@@ -3,12 +3,14 @@ import { deletedKey, metaKey } from '../keys.ts';
 import type { Change } from '../model.ts';
 import type { LockedReader, SharedFeedStore } from '../store/shared.ts';
 import type { Op, StoreReader } from '../store/store.ts';
-import { deletedMessage, parseWakeUp, readLog, touchedMessage } from './changeLog.ts';
+import { deletedMessage, hubsMessage, parseWakeUp, readLog, touchedMessage } from './changeLog.ts';
 import { type NodeMeta, type NodeState, parse, serialize } from './state.ts';
 
 /** Key tags whose writes change what instances cache of a node: subscriptions, configuration, affiliations. */
 const CACHED_TAGS = new Set([0x73, 0x63, 0x61]); // s c a
 const DELETED_TAG = 0x64; // d
+/** WebSub subscriptions: each instance's hub holds them in memory, so their writes wake the others. */
+const HUB_TAG = 0x68; // h
 
 /** What the link asks of the engine around it. */
 export interface InstanceHost {
@@ -20,6 +22,8 @@ export interface InstanceHost {
   forget(st: NodeState): void;
   /** Drops what is cached of a node's subscriptions and policy (`undefined`: of every node). */
   dropCaches(nid: number | undefined): void;
+  /** Another instance changed a node's WebSub subscriptions (`undefined`: maybe any node's). */
+  hubsChanged(nid: number | undefined): void;
   /** Tells the engine's listeners of changes another instance committed, in the node's order. */
   emit(change: Change): void;
 }
@@ -126,9 +130,15 @@ export class Instances {
     const w = parseWakeUp(message);
     if (!w) return;
     const st = this.byNid.get(w.nid);
+    if (w.kind === 'hubs') {
+      this.host?.hubsChanged(w.nid);
+      return;
+    }
     if (w.kind !== 'changed') {
       this.host?.dropCaches(w.nid);
       if (st && w.kind === 'deleted') this.host?.forget(st);
+      // The hubs end the deleted node's WebSub subscriptions, as the deleting instance's did.
+      if (w.kind === 'deleted') this.host?.hubsChanged(w.nid);
       return;
     }
     this.heard.set(w.nid, Math.max(this.heard.get(w.nid) ?? 0, w.seq));
@@ -156,6 +166,7 @@ export class Instances {
   /** Wake-ups may have been lost: every cache is dropped and every loaded node catches up. */
   private reconnected(): void {
     this.host?.dropCaches(undefined);
+    this.host?.hubsChanged(undefined);
     for (const st of this.byNid.values()) this.catchUpLater(st, st.seq + 1);
     for (const l of this.wakeListeners) l(-1, -1);
   }
@@ -173,7 +184,7 @@ function applyToTails(st: NodeState, change: Change): void {
   if (change.kind === 'create') st.tails.created.append(created, id);
 }
 
-/** The wake-up messages a batch of the group committer sends: caches it changes, nodes it deletes. */
+/** The wake-up messages a batch of the group committer sends: caches and WebSub subscriptions it changes, nodes it deletes. */
 export function batchMessages(ops: readonly Op[]): string[] {
   const out = new Set<string>();
   for (const op of ops) {
@@ -181,6 +192,7 @@ export function batchMessages(ops: readonly Op[]): string[] {
     if (tag === undefined || op.key.length < 5) continue;
     if (CACHED_TAGS.has(tag)) out.add(touchedMessage(op.key.readUInt32BE(1)));
     else if (tag === DELETED_TAG && op.type === 'put') out.add(deletedMessage(op.key.readUInt32BE(1)));
+    else if (tag === HUB_TAG) out.add(hubsMessage(op.key.readUInt32BE(1)));
   }
   return [...out];
 }

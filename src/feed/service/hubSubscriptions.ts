@@ -12,6 +12,8 @@ export interface HubSubscriptions {
   put(sub: HubSubscription): Promise<void>;
   /** Removes a subscription; a node deleted meanwhile took it with it. */
   remove(node: string, order: HubSubscription['order'], callback: string): Promise<void>;
+  /** Every readable subscription of one node (none when it does not exist). */
+  of(node: string): Promise<HubSubscription[]>;
   /** Every readable subscription of an existing node. */
   all(): Promise<HubSubscription[]>;
 }

@@ -79,7 +79,11 @@ export class FeedService {
       : () => true;
     const offStart = engine.onPurgeStart((node) => this.emit({ type: 'purge-started', node }));
     const offDone = engine.onPurge((node) => this.emit({ type: 'purge-done', node }));
+    const offHubs = engine.onHubsChanged((node) =>
+      this.emit({ type: 'hub-subscriptions-changed', ...(node !== undefined ? { node } : {}) }),
+    );
     this.unlisten = () => {
+      offHubs();
       offChange();
       offPush();
       offStart();

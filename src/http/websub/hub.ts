@@ -74,6 +74,8 @@ export class Hub {
   private readonly inFlight = new Set<Promise<void>>();
   /** Changes being checked against the access of their subscribers, one after another. */
   private pushing: Promise<void> = Promise.resolve();
+  /** Re-reads of stored subscriptions queued on `pushing` and not done yet. */
+  private resyncs = 0;
   private readonly abort = new AbortController();
   private unlisten: (() => void) | undefined;
   private stopping = false;
@@ -104,6 +106,38 @@ export class Hub {
     // A deleted node's subscriptions end with it (its stored ones are swept with its keys): a later
     // node of the same name must not reach them.
     else if (event.type === 'node-deleted') this.forget(event.node);
+    // Another instance subscribed or unsubscribed: read again before the node's next delivery.
+    else if (event.type === 'hub-subscriptions-changed') this.resyncLater(event.node);
+  }
+
+  private resyncLater(node: string | undefined): void {
+    this.resyncs += 1;
+    this.pushing = this.pushing
+      .then(() => this.resync(node))
+      .catch((e) => this.log.error('websub subscriptions not reread', { error: String(e) }))
+      .finally(() => {
+        this.resyncs -= 1;
+      });
+  }
+
+  /**
+   * Makes the active subscriptions of a node (undefined: of every node) those stored: starts the
+   * new or renewed ones (a kept one goes on with its queue), stops the ones gone from the store.
+   */
+  private async resync(node: string | undefined): Promise<void> {
+    if (this.stopping) return;
+    const stored = node === undefined ? await this.store.all() : await this.store.of(node);
+    if (this.stopping) return;
+    const keep = new Set(stored.map((sub) => `${feedKey(sub.node, sub.order)} ${hubSlot(sub)}`));
+    const feeds =
+      node === undefined ? [...this.byFeed.keys()] : [feedKey(node, 'modified'), feedKey(node, 'created')];
+    for (const key of feeds)
+      for (const [slot, active] of [...(this.byFeed.get(key) ?? [])])
+        if (!keep.has(`${key} ${slot}`)) this.deactivate(active.queue.sub.node, active.queue.sub.order, slot);
+    for (const sub of stored) {
+      const active = this.byFeed.get(feedKey(sub.node, sub.order))?.get(hubSlot(sub));
+      if (!active || !sameLease(active.queue.sub, sub)) this.activate(sub);
+    }
   }
 
   private forget(node: string): void {
@@ -154,6 +188,18 @@ export class Hub {
   private onChange(change: Change): void {
     // A purge's tombstones are quiet; the subscriber finds them by the gap in fo:prev_cursor.
     if (!change.changed || change.quiet) return;
+    // While stored subscriptions are being read again, the change goes to those found.
+    const to = this.resyncs > 0 ? undefined : this.targets(change);
+    if (to?.length === 0) return;
+    // Deliveries are checked against the node's access as it is now, one change after another
+    // (so each subscriber's deliveries stay in feed order).
+    this.pushing = this.pushing
+      .then(() => this.push(change, to ?? this.targets(change)))
+      .catch((e) => this.log.error('websub delivery not queued', { error: String(e) }));
+  }
+
+  /** The live subscriptions of the feeds a change moved. */
+  private targets(change: Change): Active[] {
     const now = Date.now();
     const to: Active[] = [];
     for (const order of ['modified', 'created'] as const) {
@@ -162,12 +208,7 @@ export class Hub {
       if (!feed) continue;
       for (const active of feed.values()) if (active.queue.sub.expires > now) to.push(active);
     }
-    if (to.length === 0) return;
-    // Deliveries are checked against the node's access as it is now, one change after another
-    // (so each subscriber's deliveries stay in feed order).
-    this.pushing = this.pushing
-      .then(() => this.push(change, to))
-      .catch((e) => this.log.error('websub delivery not queued', { error: String(e) }));
+    return to;
   }
 
   /** Queues a change for the subscriptions whose reader may still read the node; ends the others. */
@@ -441,6 +482,17 @@ function withHubParams(callback: string, params: Record<string, string>): URL {
   const extra = new URLSearchParams(params).toString();
   url.search = url.search.length > 1 ? `${url.search}&${extra}` : `?${extra}`;
   return url;
+}
+
+/** Whether two records of one subscription grant the same deliveries (else the stored one is taken). */
+function sameLease(a: HubSubscription, b: HubSubscription): boolean {
+  return (
+    a.expires === b.expires &&
+    a.secret === b.secret &&
+    a.reader === b.reader &&
+    a.topic === b.topic &&
+    a.hub === b.hub
+  );
 }
 
 function feedKey(node: string, order: FeedName['order']): string {
