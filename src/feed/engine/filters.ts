@@ -12,7 +12,7 @@ import {
   viewOfCountKey,
 } from '../keys.ts';
 import type { ItemRecord, ViewPositions } from '../model.ts';
-import type { Op, Store, StoreReader } from '../store/store.ts';
+import type { Op, StoreReader } from '../store/store.ts';
 import { shows } from '../views.ts';
 import type { NodeState } from './state.ts';
 import { type IndexState, IndexTail, type NodeViews } from './viewState.ts';
