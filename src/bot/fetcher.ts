@@ -58,6 +58,23 @@ export function isPublicAddress(address: string): boolean {
 }
 
 /**
+ * A socket `lookup` that yields only public addresses (all of them when `allowPrivate`), so that a
+ * DNS answer cannot point a public name at a private host; `refused` makes the error otherwise.
+ */
+export function publicLookup(allowPrivate: boolean, refused: (hostname: string) => Error): LookupFunction {
+  return (hostname, options, callback) => {
+    dnsLookup(hostname, { ...options, all: true }, (err, addresses: LookupAddress[]) => {
+      if (err) return callback(err, '', 0);
+      const allowed = allowPrivate ? addresses : addresses.filter((a) => isPublicAddress(a.address));
+      if (allowed.length === 0) return callback(refused(hostname), '', 0);
+      if (options.all) return (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, allowed);
+      const first = allowed[0] as LookupAddress;
+      callback(null, first.address, first.family);
+    });
+  };
+}
+
+/**
  * Fetches feed documents like a good citizen: conditional requests, compression (undici
  * decompresses), bounded redirects, a timeout, a body size limit, a per-origin connection limit,
  * and no connection to a non-public address unless allowed — checked on the resolved address
@@ -70,19 +87,10 @@ export class Fetcher {
     readonly limits: FetchLimits,
     private readonly metrics?: Pick<Metrics, 'botFetch'>,
   ) {
-    const guarded: LookupFunction = (hostname, options, callback) => {
-      dnsLookup(hostname, { ...options, all: true }, (err, addresses: LookupAddress[]) => {
-        if (err) return callback(err, '', 0);
-        const allowed = limits.allowPrivateAddresses
-          ? addresses
-          : addresses.filter((a) => isPublicAddress(a.address));
-        if (allowed.length === 0)
-          return callback(new FetchError(`${hostname} resolves only to non-public addresses`), '', 0);
-        if (options.all) return (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, allowed);
-        const first = allowed[0] as LookupAddress;
-        callback(null, first.address, first.family);
-      });
-    };
+    const guarded = publicLookup(
+      limits.allowPrivateAddresses,
+      (hostname) => new FetchError(`${hostname} resolves only to non-public addresses`),
+    );
     this.agent = new Agent({ connections: limits.hostConnections, connect: { lookup: guarded } });
   }
 

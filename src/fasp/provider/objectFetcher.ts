@@ -1,8 +1,7 @@
-import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
-import { isIP, type LookupFunction } from 'node:net';
+import { isIP } from 'node:net';
 import { cavage, createSigner, httpbis } from 'http-message-signatures';
 import { Agent, fetch } from 'undici';
-import { isPublicAddress } from '../../bot/fetcher.ts';
+import { isPublicAddress, publicLookup } from '../../bot/fetcher.ts';
 import type { ProviderKeys } from './identity.ts';
 
 /** How a host accepted our signed GETs: RFC 9421, or the cavage draft (after a double knock). */
@@ -47,20 +46,10 @@ export class ObjectFetcher {
     private readonly options: ObjectFetchOptions,
   ) {
     this.now = options.now ?? Date.now;
-    const guarded: LookupFunction = (hostname, lookupOptions, callback) => {
-      dnsLookup(hostname, { ...lookupOptions, all: true }, (err, addresses: LookupAddress[]) => {
-        if (err) return callback(err, '', 0);
-        const allowed = options.allowPrivateAddresses
-          ? addresses
-          : addresses.filter((a) => isPublicAddress(a.address));
-        if (allowed.length === 0)
-          return callback(new Error(`${hostname} resolves only to non-public addresses`), '', 0);
-        if (lookupOptions.all)
-          return (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, allowed);
-        const first = allowed[0] as LookupAddress;
-        callback(null, first.address, first.family);
-      });
-    };
+    const guarded = publicLookup(
+      options.allowPrivateAddresses,
+      (hostname) => new Error(`${hostname} resolves only to non-public addresses`),
+    );
     this.agent = new Agent({ connections: 4, connect: { lookup: guarded } });
   }
 
