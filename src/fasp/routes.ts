@@ -14,12 +14,11 @@ import {
 } from './providers.ts';
 import {
   checkContentDigest,
-  publicKeyFromRaw,
   REQUEST_COMPONENTS,
   ReplayGuard,
   SignatureError,
   signResponse,
-  verifyRequest,
+  verifyRequestFrom,
 } from './signatures.ts';
 
 /** Where the FASP API lives on this server: NodeInfo's `metadata.faspBaseUrl`. */
@@ -173,35 +172,25 @@ function authenticator(
 ): (request: FastifyRequest) => Promise<Provider> {
   const replays = new ReplayGuard();
   return async (request) => {
-    let found: Provider | undefined;
     try {
-      const verified = await verifyRequest(
-        {
-          method: request.method,
-          url: `${deps.origin(request)}${request.url}`,
-          headers: request.headers,
-          body: bodyBytes(request),
-        },
-        async (keyId) => {
-          found = await store.get(keyId);
-          if (!found) throw new SignatureError(`no provider has the keyid ${JSON.stringify(keyId)}`);
-          if (found.status !== 'confirmed')
-            throw new SignatureError(`provider ${keyId} is ${found.status}, not confirmed`);
-          return publicKeyFromRaw(found.publicKey);
-        },
-      );
-      replays.check(verified.signature, verified.created);
+      const url = `${deps.origin(request)}${request.url}`;
+      const signed = { method: request.method, url, headers: request.headers, body: bodyBytes(request) };
+      return await verifyRequestFrom(signed, replays, async (keyId) => {
+        const found = await store.get(keyId);
+        if (!found) throw new SignatureError(`no provider has the keyid ${JSON.stringify(keyId)}`);
+        // Known: even a refusal is signed under its keyid.
+        keyIdOf.set(request, found.serverId);
+        if (found.status !== 'confirmed')
+          throw new SignatureError(`provider ${keyId} is ${found.status}, not confirmed`);
+        return found;
+      });
     } catch (e) {
-      if (found) keyIdOf.set(request, found.serverId);
       if (e instanceof SignatureError) {
         deps.log.debug('fasp request refused', { path: request.url, reason: e.message });
         throw problem.unauthorized(e.message);
       }
       throw e;
     }
-    const provider = found as Provider;
-    keyIdOf.set(request, provider.serverId);
-    return provider;
   };
 }
 

@@ -293,6 +293,24 @@ export async function verifyRequest(
   return { keyId: parsed.keyId, created: parsed.created, signature: parsed.signature };
 }
 
+/**
+ * Checks a signed request from a party known by its keyid: `find` gives the party (or throws a
+ * SignatureError), whose raw public key must have signed it; a signature seen before is a replay.
+ */
+export async function verifyRequestFrom<T extends { publicKey: string }>(
+  request: IncomingMessageParts & { method: string; url: string },
+  replays: ReplayGuard,
+  find: (keyId: string) => Promise<T>,
+): Promise<T> {
+  let found: T | undefined;
+  const verified = await verifyRequest(request, async (keyId) => {
+    found = await find(keyId);
+    return publicKeyFromRaw(found.publicKey);
+  });
+  replays.check(verified.signature, verified.created);
+  return found as T;
+}
+
 /** Checks a response to one of our requests, with the key of the party we asked. */
 export async function verifyResponse(
   response: IncomingMessageParts & { status: number },

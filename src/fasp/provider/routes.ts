@@ -3,12 +3,11 @@ import { HttpProblem } from '../../http/errors.ts';
 import type { HttpBinding } from '../../http/server.ts';
 import type { Log } from '../../log.ts';
 import {
-  publicKeyFromRaw,
   REQUEST_COMPONENTS,
   ReplayGuard,
   SignatureError,
   signResponse,
-  verifyRequest,
+  verifyRequestFrom,
 } from '../signatures.ts';
 import { actorAcct, actorDocument, emptyOutbox, webfingerDocument } from './identity.ts';
 import { type FaspProvider, PROVIDER_PATH, parseAnnouncement } from './provider.ts';
@@ -75,24 +74,21 @@ export function registerProviderRoutes(
 function authenticator(provider: FaspProvider, deps: ProviderRouteDependencies) {
   const replays = new ReplayGuard();
   return async (request: FastifyRequest): Promise<SharingServer> => {
-    let found: SharingServer | undefined;
     try {
-      const verified = await verifyRequest(
-        {
-          method: request.method,
-          url: `${deps.origin(request)}${request.url}`,
-          headers: request.headers,
-          body: Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0),
-        },
+      const url = `${deps.origin(request)}${request.url}`;
+      const body = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
+      return await verifyRequestFrom(
+        { method: request.method, url, headers: request.headers, body },
+        replays,
         async (keyId) => {
-          found = await provider.servers.get(keyId);
+          const found = await provider.servers.get(keyId);
           if (!found) throw new SignatureError(`no server has the keyid ${JSON.stringify(keyId)}`);
-          return publicKeyFromRaw(found.publicKey);
+          // Known: even a refusal is signed for it.
+          serverOf.set(request, found);
+          return found;
         },
       );
-      replays.check(verified.signature, verified.created);
     } catch (e) {
-      if (found) serverOf.set(request, found);
       if (e instanceof SignatureError) {
         deps.log.debug('fasp provider request refused', { path: request.url, reason: e.message });
         throw new HttpProblem(401, 'unauthorized', e.message, {
@@ -102,9 +98,6 @@ function authenticator(provider: FaspProvider, deps: ProviderRouteDependencies) 
       }
       throw e;
     }
-    const server = found as SharingServer;
-    serverOf.set(request, server);
-    return server;
   };
 }
 
