@@ -19,6 +19,10 @@ export interface ObservedComponent {
 export interface ObservedHttp {
   polls: { readonly held: number };
   hub: { pending(): number };
+  /** FASP data_sharing's durable queue of announcements. */
+  sharing: {
+    outbox: { waiting(): number; readonly sent: number; readonly dropped: number; readonly failures: number };
+  };
 }
 
 /** What the metrics listen to on the engine. */
@@ -219,7 +223,7 @@ export class Metrics {
     });
   }
 
-  /** Long polls held and WebSub deliveries waiting, read when scraped. */
+  /** Long polls held, WebSub deliveries and FASP announcements waiting, read when scraped. */
   observeHttp(http: ObservedHttp): void {
     const registers = [this.registry];
     new Gauge({
@@ -238,6 +242,44 @@ export class Metrics {
         this.set(http.hub.pending());
       },
     });
+    this.observeOutbox(http.sharing.outbox);
+  }
+
+  /** FASP announcements waiting, sent, dropped past the queue's bound, and failed batches. */
+  private observeOutbox(outbox: ObservedHttp['sharing']['outbox']): void {
+    const registers = [this.registry];
+    new Gauge({
+      name: 'smartfeeds_fasp_announcements_queued',
+      help: 'FASP data_sharing announcements waiting to be sent',
+      registers,
+      collect() {
+        this.set(outbox.waiting());
+      },
+    });
+    const counters: [string, string, () => number][] = [
+      ['announcements_sent', 'FASP announcements a provider accepted', () => outbox.sent],
+      [
+        'announcements_dropped',
+        'FASP announcements dropped because their queue was full',
+        () => outbox.dropped,
+      ],
+      [
+        'announcement_batches_failed',
+        'FASP announcement batches that failed (each retry counts)',
+        () => outbox.failures,
+      ],
+    ];
+    for (const [name, help, read] of counters) {
+      new Counter({
+        name: `smartfeeds_fasp_${name}_total`,
+        help,
+        registers,
+        collect() {
+          this.reset();
+          this.inc(read());
+        },
+      });
+    }
   }
 
   /** The exposition text and its content type. */

@@ -7,6 +7,7 @@ import { type Announcement, type EventType, Outbox } from '../../src/fasp/sharin
 import type { EventSubscription } from '../../src/fasp/sharing/requests.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { createLog } from '../../src/log.ts';
+import { Metrics } from '../../src/metrics.ts';
 
 const log = createLog('error', () => undefined);
 const subscription = (maxBatchSize: number): EventSubscription => ({
@@ -38,12 +39,17 @@ describe('the announcement outbox', () => {
           const sub = subscription(maxBatchSize);
           const delivered: Announcement[][] = [];
           let call = 0;
-          const make = () =>
-            new Outbox(
+          let thrown = 0;
+          const made: Outbox[] = [];
+          const make = () => {
+            const made1 = new Outbox(
               kv,
               (id) => (id === sub.id ? sub : undefined),
               async (_s, event, items) => {
-                if (failures[call++] === true) throw new Error('the FASP failed');
+                if (failures[call++] === true) {
+                  thrown += 1;
+                  throw new Error('the FASP failed');
+                }
                 expect(items.every((a) => a.event === event)).toBe(true);
                 delivered.push(items);
                 return 'sent';
@@ -51,6 +57,9 @@ describe('the announcement outbox', () => {
               log,
               { maxQueued: 1000, backoff: { initialMs: 1, maxMs: 2 } },
             );
+            made.push(made1);
+            return made1;
+          };
           let outbox = make();
           await outbox.start();
           const queued: Announcement[] = [];
@@ -78,6 +87,9 @@ describe('the announcement outbox', () => {
           await outbox.stop();
           expect(delivered.flat()).toEqual(queued);
           expect(delivered.every((b) => b.length <= maxBatchSize)).toBe(true);
+          // What the metrics read: every announcement counted sent once, every failed batch once.
+          expect(made.reduce((n, o) => n + o.sent, 0)).toBe(queued.length);
+          expect(made.reduce((n, o) => n + o.failures, 0)).toBe(thrown);
           await engine.close();
         },
       ),
@@ -111,6 +123,16 @@ describe('the announcement outbox', () => {
     expect(outbox.waiting(sub.id)).toBe(4);
     expect(outbox.dropped).toBe(1);
     expect((await kv.entries('q:')).map(([, a]) => (a as Announcement).id)).toEqual(['1', '2', '3', '1']);
+    // The figures a scrape shows: four waiting, one dropped, none sent, and the first batch failed.
+    outbox.kick(sub.id);
+    await until(() => outbox.failures === 1);
+    const metrics = new Metrics();
+    metrics.observeHttp({ polls: { held: 0 }, hub: { pending: () => 0 }, sharing: { outbox } });
+    const { body } = await metrics.scrape();
+    expect(body).toContain('smartfeeds_fasp_announcements_queued 4\n');
+    expect(body).toContain('smartfeeds_fasp_announcements_dropped_total 1\n');
+    expect(body).toContain('smartfeeds_fasp_announcements_sent_total 0\n');
+    expect(body).toContain('smartfeeds_fasp_announcement_batches_failed_total 1\n');
     await outbox.stop();
     await engine.close();
   });

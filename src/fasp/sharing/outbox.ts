@@ -59,7 +59,10 @@ export class Outbox {
   private readonly counts = new Map<string, number>();
   private readonly lanes = new Map<string, Lane>();
   private stopped = false;
+  /** Announcements dropped past the bound, sent (answered 2xx), and batches that failed (each retry counts). */
   dropped = 0;
+  sent = 0;
+  failures = 0;
 
   constructor(
     private readonly kv: KeyValueStore<unknown>,
@@ -150,6 +153,7 @@ export class Outbox {
           run.map(([, a]) => a as Announcement),
         );
       } catch (e) {
+        this.failures += 1;
         lane.attempt += 1;
         const delay = backoffDelay(lane.attempt - 1, this.options.backoff);
         this.log.warn('fasp announcement failed', {
@@ -167,6 +171,7 @@ export class Outbox {
       }
       if (result === 'gone') return this.clear(id);
       lane.attempt = 0;
+      this.sent += run.length;
       await this.kv.batch(run.map(([key]) => ({ key })));
       this.counts.set(id, Math.max(0, (this.counts.get(id) ?? 0) - run.length));
     }
