@@ -43,6 +43,27 @@ describe('the PostgreSQL store', () => {
     }
   });
 
+  it('sizes its pool from the URL’s pool_max, and refuses a pool_max that is not 2 to 1000', async () => {
+    const db = await freshPostgresDatabase();
+    try {
+      const url = new URL(db.url);
+      url.searchParams.set('pool_max', '3');
+      const store = await openPostgresStore(url.toString());
+      expect(store.pool.options.max).toBe(3);
+      // Only libpq's parameters reach the driver: the server took the connection.
+      await store.write([{ type: 'put', key: b(1), value: b(1) }]);
+      await store.close();
+      for (const bad of ['0', '1', '1001', 'ten', '2.5', '']) {
+        url.searchParams.set('pool_max', bad);
+        await expect(openPostgresStore(url.toString())).rejects.toThrow(
+          `pool_max must be a whole number from 2 to 1000, not "${bad}"`,
+        );
+      }
+    } finally {
+      await db.drop();
+    }
+  });
+
   it('never puts the password of the URL in a message', async () => {
     const db = await freshPostgresDatabase();
     try {

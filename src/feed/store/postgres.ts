@@ -17,7 +17,7 @@ import { hasStoreTables, migrate, STORE_MIGRATIONS } from './postgresSchema.ts';
 import type { Cursor, Entry, Op, Range, Snapshot, Store, StoreReader } from './store.ts';
 
 export interface PostgresStoreOptions {
-  /** Clients in the pool; each open snapshot holds one. Default 10. */
+  /** Clients in the pool; each open snapshot holds one. Default: the URL's `pool_max`, else 10. */
   max?: number;
   /** How long an operation waits for PostgreSQL to come back before failing. Default 15 s. */
   retryForMs?: number;
@@ -382,9 +382,33 @@ class PostgresSnapshot extends PostgresReader implements Snapshot {
   }
 }
 
+/** The largest pool the URL's `pool_max` may ask for. */
+const POOL_MAX_LIMIT = 1000;
+
+/**
+ * Takes smartfeeds' own `pool_max` parameter (clients in the pool) out of a postgres:// URL, so
+ * that only libpq's parameters reach the driver. A value that is not a whole number from 2 (the
+ * listener of several instances holds one client) to 1000 is refused.
+ */
+export function poolSettings(url: string): { connectionString: string; max: number | undefined } {
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return { connectionString: url, max: undefined };
+  }
+  const text = parsed.searchParams.get('pool_max');
+  if (text === null) return { connectionString: url, max: undefined };
+  const max = Number(text);
+  if (!/^\d+$/.test(text) || max < 2 || max > POOL_MAX_LIMIT)
+    throw new StorageError(`pool_max must be a whole number from 2 to ${POOL_MAX_LIMIT}, not "${text}"`);
+  parsed.searchParams.delete('pool_max');
+  return { connectionString: parsed.toString(), max };
+}
+
 /**
  * Opens the store on the PostgreSQL database at `url` (postgres://user:password@host:port/db; the
- * URL's parameters are libpq's where node-postgres knows them), bringing its tables up to date
+ * URL's parameters are libpq's where node-postgres knows them, and `pool_max`), bringing its tables up to date
  * (or, with createIfMissing false, refusing a database without them). Waits up to `retryForMs`
  * for a server that is not up yet.
  */
@@ -393,9 +417,10 @@ export async function openPostgresStore(
   options: PostgresStoreOptions = {},
 ): Promise<PostgresStore> {
   const where = describeUrl(url);
+  const settings = poolSettings(url);
   const pool = new pg.Pool({
-    connectionString: url,
-    max: options.max ?? 10,
+    connectionString: settings.connectionString,
+    max: options.max ?? settings.max ?? 10,
     application_name: 'smartfeeds',
     connectionTimeoutMillis: 10_000,
   });
