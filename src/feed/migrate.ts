@@ -2,7 +2,7 @@ import { rm } from 'node:fs/promises';
 import { BadRequest, StorageError } from './errors.ts';
 import { requireFreshDirectory, snapshotBatches, writeNewLevelStore } from './store/copy.ts';
 import { isPostgresLocation, openStoreAt } from './store/location.ts';
-import type { Store } from './store/store.ts';
+import type { Entry, Store } from './store/store.ts';
 
 /** Pairs per write when copying between stores: one transaction each on PostgreSQL. */
 export const MIGRATE_BATCH = 1000;
@@ -34,7 +34,7 @@ export async function migrateDatabase(
   if (from === to) throw new BadRequest('--from and --to name the same database');
   const source = await openStoreAt(from, { createIfMissing: false });
   try {
-    if (isPostgresLocation(to)) return await copyIntoPostgres(source, to, batch);
+    if (isPostgresLocation(to)) return await copyIntoPostgres(snapshotBatches(source, batch), to);
     const existed = await requireFreshDirectory(to);
     try {
       return await writeNewLevelStore(to, snapshotBatches(source, batch));
@@ -47,7 +47,15 @@ export async function migrateDatabase(
   }
 }
 
-async function copyIntoPostgres(source: Store, to: string, batch: number): Promise<{ keys: number }> {
+/**
+ * Writes `batches` into the empty PostgreSQL database at `to`, one transaction each. When a batch
+ * fails, what the earlier ones wrote is deleted again (the database held nothing before), so a
+ * later try finds it empty; if even that fails, the error says how to empty it by hand.
+ */
+export async function copyIntoPostgres(
+  batches: AsyncIterable<Entry[]>,
+  to: string,
+): Promise<{ keys: number }> {
   const target = await openStoreAt(to);
   try {
     if ((await target.keys({ limit: 1 })).length > 0)
@@ -55,12 +63,30 @@ async function copyIntoPostgres(source: Store, to: string, batch: number): Promi
         `${named(to)} already holds smartfeeds data: a copy goes into an empty database`,
       );
     let keys = 0;
-    for await (const pairs of snapshotBatches(source, batch)) {
-      await target.write(pairs.map(([key, value]) => ({ type: 'put' as const, key, value })));
-      keys += pairs.length;
+    try {
+      for await (const pairs of batches) {
+        await target.write(pairs.map(([key, value]) => ({ type: 'put' as const, key, value })));
+        keys += pairs.length;
+      }
+    } catch (e) {
+      await emptyAgain(target).catch(() => {
+        throw new StorageError(
+          `the copy into ${named(to)} failed (${String(e)}) and what it wrote could not be removed: run DELETE FROM kv in that database before trying again`,
+        );
+      });
+      throw e;
     }
     return { keys };
   } finally {
     await target.close();
+  }
+}
+
+/** Deletes every key of a store that was empty before a failed copy. */
+async function emptyAgain(target: Store): Promise<void> {
+  for (;;) {
+    const keys = await target.keys({ limit: MIGRATE_BATCH });
+    if (keys.length === 0) return;
+    await target.write(keys.map((key) => ({ type: 'del' as const, key })));
   }
 }

@@ -5,6 +5,8 @@ import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/main.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
+import { copyIntoPostgres } from '../../src/feed/migrate.ts';
+import { openStoreAt } from '../../src/feed/store/location.ts';
 import { Clock, entry, freshPostgresDatabase, Harness } from '../feed/support.ts';
 
 const h = new Harness('level');
@@ -129,5 +131,29 @@ describe('smartfeeds migrate', () => {
     const fresh = await postgresDatabase();
     const missing = await run('migrate', '--from', path.join(dir, 'nowhere'), '--to', fresh);
     expect(missing.code).toBe(1);
+  });
+
+  it('empties a PostgreSQL target again when the copy fails part-way, so a retry goes through', async () => {
+    const dir = await build();
+    const dump = await h.dump(dir);
+    const url = await postgresDatabase();
+    const pairs = dump.map(([k, v]): [Buffer, Buffer] => [Buffer.from(k, 'hex'), Buffer.from(v, 'hex')]);
+    async function* failing(): AsyncIterable<[Buffer, Buffer][]> {
+      yield pairs.slice(0, 10);
+      yield pairs.slice(10, 20);
+      throw new Error('the source went away');
+    }
+    await expect(copyIntoPostgres(failing(), url)).rejects.toThrow('the source went away');
+    const emptied = await openStoreAt(url);
+    expect(await emptied.keys({})).toEqual([]);
+    await emptied.close();
+    expect(await run('migrate', '--from', dir, '--to', url)).toEqual({
+      code: 0,
+      out: `{"keys":${dump.length}}\n`,
+      err: '',
+    });
+    const copied = await openStoreAt(url);
+    expect(await copied.entries({})).toEqual(pairs);
+    await copied.close();
   });
 });
