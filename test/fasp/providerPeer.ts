@@ -27,7 +27,7 @@ import { FeedEngine } from '../../src/feed/engine.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { HttpBinding } from '../../src/http/server.ts';
 import { createLog } from '../../src/log.ts';
-import { TOKENS } from './support.ts';
+import { testHttpOptions } from '../http/support.ts';
 
 export const PUBLIC = 'https://www.w3.org/ns/activitystreams#Public';
 
@@ -65,17 +65,7 @@ export async function startProviderService(
   );
   const binding = new HttpBinding(
     feeds,
-    {
-      host: '127.0.0.1',
-      port: 0,
-      tokens: new Map([
-        [TOKENS.admin, 'admin@localhost'],
-        [TOKENS.alice, 'alice@localhost'],
-      ]),
-      maxHeld: 100,
-      maxTimeoutSeconds: 10,
-      extend: providerExtension(provider),
-    },
+    testHttpOptions({ maxHeld: 100, maxTimeoutSeconds: 10, extend: providerExtension(provider) }),
     log,
   );
   const origin = await binding.start();

@@ -23,8 +23,9 @@ import { FeedEngine } from '../../src/feed/engine.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { HttpBinding } from '../../src/http/server.ts';
 import { createLog } from '../../src/log.ts';
+import { TOKENS, testHttpOptions } from '../http/support.ts';
 
-export const TOKENS = { admin: 'admin-token-1', alice: 'alice-token-2' };
+export { TOKENS };
 
 export interface ServiceStack {
   engine: FeedEngine;
@@ -42,16 +43,7 @@ export async function startService(dir?: string, routes: SignedRoute[] = []): Pr
   const feeds = new FeedService(engine, { admins: ['admin@localhost'] });
   const binding = new HttpBinding(
     feeds,
-    {
-      host: '127.0.0.1',
-      port: 0,
-      tokens: new Map([
-        [TOKENS.admin, 'admin@localhost'],
-        [TOKENS.alice, 'alice@localhost'],
-      ]),
-      maxHeld: 100,
-      maxTimeoutSeconds: 10,
-    },
+    testHttpOptions({ maxHeld: 100, maxTimeoutSeconds: 10 }),
     createLog('error', () => undefined),
   );
   for (const route of routes) binding.fasp.addSignedRoute(route);

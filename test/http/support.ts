@@ -12,6 +12,21 @@ import { createLog } from '../../src/log.ts';
 export const ATOM = 'http://www.w3.org/2005/Atom';
 export const TOKENS = { admin: 'admin-token-1', alice: 'alice-token-2' };
 
+/** The binding's options in tests: loopback, a free port, the two tokens, then `overrides`. */
+export function testHttpOptions(overrides: Partial<HttpOptions> = {}): HttpOptions {
+  return {
+    host: '127.0.0.1',
+    port: 0,
+    tokens: new Map([
+      [TOKENS.admin, 'admin@localhost'],
+      [TOKENS.alice, 'alice@localhost'],
+    ]),
+    maxHeld: 10_000,
+    maxTimeoutSeconds: 120,
+    ...overrides,
+  };
+}
+
 export interface HttpStack {
   engine: FeedEngine;
   /** The feed service the binding calls, over `engine`. */
@@ -41,17 +56,7 @@ export async function startHttp(
   const feeds = options.feeds ?? new FeedService(engine, { admins: ['admin@localhost'], ...options.service });
   const binding = new HttpBinding(
     feeds,
-    {
-      host: '127.0.0.1',
-      port: 0,
-      tokens: new Map([
-        [TOKENS.admin, 'admin@localhost'],
-        [TOKENS.alice, 'alice@localhost'],
-      ]),
-      maxHeld: 10_000,
-      maxTimeoutSeconds: 120,
-      ...options.http,
-    },
+    testHttpOptions(options.http),
     createLog('debug', (line) => logs.push(line)),
   );
   const origin = await binding.start();
