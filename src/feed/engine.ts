@@ -102,8 +102,8 @@ export class FeedEngine {
     this.reads = new Reads(s, this.nodes);
     this.positions = new CreatedPositions(s, this.nodes);
     this.purges = new Purges(s, this.nodes, this.writes, instances);
-    this.subs = new Subscriptions(s, this.nodes);
-    this.transfer = new Transfer(s, this.nodes);
+    this.subs = new Subscriptions(s, this.nodes, instances);
+    this.transfer = new Transfer(s, this.nodes, instances);
   }
 
   /**
@@ -241,16 +241,9 @@ export class FeedEngine {
     await this.hubsTold;
     for (const entry of entries) {
       if (entry.change) tellEach(this.pushListeners, entry.change);
-      else tellEach(this.pushEventListeners, await this.subscribersOf(entry.event));
+      else tellEach(this.pushEventListeners, entry.event);
     }
     for (const drained of this.pushDrains) await drained();
-  }
-
-  /** A configuration change is logged without its subscribers: they are read when it is pushed. */
-  private async subscribersOf(event: NodeEvent): Promise<NodeEvent> {
-    if (event.type !== 'node-configured') return event;
-    const subscriptions = await this.subs.subscriptionsOf(event.node).catch(() => []);
-    return { ...event, subscriptions };
   }
 
   /**
@@ -265,8 +258,7 @@ export class FeedEngine {
     const node = event.type === 'subscription-changed' ? event.subscription.node : event.node;
     const st = await this.nodes.loadNode(node);
     if (!st) return;
-    const logged = event.type === 'node-configured' ? { ...event, subscriptions: [] } : event;
-    await instances.logEvent(st.nid, node, logged).catch((e) => {
+    await instances.logEvent(st.nid, node, event).catch((e) => {
       if (!(e instanceof NodeNotFound)) throw e;
     });
   }

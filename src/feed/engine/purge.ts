@@ -79,6 +79,8 @@ export class Purges {
           () => this.s.tell(this.s.purgeStartListeners, node),
         );
     }
+    // An empty node's purge has no mark: it is done at once, and told so.
+    if (!upTo && this.instances) await this.instances.logEvent(st.nid, node, { type: 'purge-done', node });
     const run = this.runPurge(node, st.nid);
     if (options.wait === false) {
       // Its mark stays until it is done: a failure here is resumed with the next resumePurges.
