@@ -32,7 +32,7 @@ import {
 } from './model.ts';
 import { PolicyStore } from './policy.ts';
 import { snapshotBatches } from './store/copy.ts';
-import { openStoreAt } from './store/location.ts';
+import { isPostgresLocation, openStoreAt } from './store/location.ts';
 import { openMemoryStore } from './store/memory.ts';
 import { isShared } from './store/shared.ts';
 import type { Entry, Store } from './store/store.ts';
@@ -112,6 +112,17 @@ export class FeedEngine {
    */
   static async open(location: string, options: EngineOptions = {}): Promise<FeedEngine> {
     return FeedEngine.openStore(await openStoreAt(location), options);
+  }
+
+  /**
+   * Opens the database at `location` as one instance among those sharing it: a postgres:// URL
+   * opens the shared store (writes lock their node and are logged, so that the serving instances
+   * push them and an import is locked per batch), a directory LevelDB as `open` does.
+   */
+  static async openAmongInstances(location: string, options: EngineOptions = {}): Promise<FeedEngine> {
+    if (!isPostgresLocation(location)) return FeedEngine.open(location, options);
+    const { openSharedPostgresStore } = await import('./store/postgresShared.ts');
+    return FeedEngine.openStore(await openSharedPostgresStore(location), options);
   }
 
   /** An engine on a fresh in-memory store (memory-level), gone when closed: for tests and tools. */

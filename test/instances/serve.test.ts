@@ -188,7 +188,7 @@ describe(`three instances on one PostgreSQL database behind ${SERVER}`, () => {
 
   it('a purge and a deletion made on an instance that pushes nothing reach an XMPP subscriber once each', async () => {
     // A fourth instance on the database that holds no component and no lease (as --no-xmpp).
-    const engine = await FeedEngine.open(url);
+    const engine = await FeedEngine.openStore(await openSharedPostgresStore(url));
     const other = new FeedService(engine, { admins: ['admin@localhost'] });
     const told: string[] = [];
     const listener = (s: Element) => {
