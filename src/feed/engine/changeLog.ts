@@ -1,4 +1,5 @@
 import type { NodeEvent } from '../events.ts';
+import { prefixEnd } from '../keys.ts';
 import type { Change } from '../model.ts';
 import type { Op, StoreReader } from '../store/store.ts';
 
@@ -153,7 +154,7 @@ export async function readEntries(
 ): Promise<LogEntry[]> {
   const entries = await reader.entries({
     gt: logKey(nid, after.seq, after.ev),
-    lt: logKey(nid + 1, 0),
+    lt: prefixEnd(logKey(nid, 0).subarray(0, 5)),
     limit,
   });
   return entries.map(([key, value]): LogEntry => {
