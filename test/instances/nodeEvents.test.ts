@@ -172,6 +172,40 @@ describe('node events among several instances', () => {
     );
   });
 
+  it('the pusher dies mid-stream: another tells the rest of the node events, maybe twice, none skipped (property)', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 1, max: 12 }), fc.nat(12), async (count, dieAt) => {
+        const set = await instances(3, { push: true, ttl: 200 });
+        closers.push(set.close);
+        const { all } = set;
+        await until(() => all.reduce((n, one) => n + one.engine.pushBuckets().length, 0) === BUCKETS);
+        await (all[0] as Instance).service.create(OPERATOR, 'n');
+        let pusher: Instance | undefined;
+        await until(async () => {
+          for (const one of all) if (await one.engine.owns('n')) pusher = one;
+          return pusher !== undefined;
+        });
+        const victim = pusher as Instance;
+        const others = all.filter((one) => one !== victim);
+        const expected: string[] = [];
+        for (let i = 0; i < count; i++) {
+          if (i === Math.min(dieAt, count - 1)) victim.handle.sever();
+          await (others[i % 2] as Instance).service.configure(OPERATOR, 'n', { title: `t${i}` });
+          expected.push(`config:t${i}:`);
+        }
+        await until(() => expected.every((d) => toldOf(all, 'n').includes(d)));
+        // Each instance told the node's events in commit order (a takeover may repeat some).
+        for (const one of all) {
+          const order = toldOf([one], 'n').map((d) => expected.indexOf(d as string));
+          expect(order.every((x) => x >= 0)).toBe(true);
+          for (let k = 1; k < order.length; k++)
+            expect(order[k]).toBeGreaterThanOrEqual(order[k - 1] as number);
+        }
+      }),
+      { numRuns: 5 },
+    );
+  });
+
   it('one JID subscribing through every instance at once gets one subscription, told once', async () => {
     const { all } = await start(3);
     await (all[0] as Instance).service.create(OPERATOR, 'n');
