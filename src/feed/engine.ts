@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { Element } from 'ltx';
 import { Committer } from './commit.ts';
 import { enableAudience } from './engine/audience.ts';
+import type { LogEntry } from './engine/changeLog.ts';
 import { batchMessages, Instances } from './engine/instances.ts';
 import { type PushLeaseOptions, PushLeases } from './engine/leases.ts';
 import { NodeRegistry } from './engine/nodes.ts';
@@ -13,6 +14,8 @@ import { Subscriptions } from './engine/subscriptions.ts';
 import { Transfer } from './engine/transfer.ts';
 import { WriteQueue } from './engine/writeQueue.ts';
 import { type PublishInput, Writes } from './engine/writes.ts';
+import { NodeNotFound } from './errors.ts';
+import type { NodeEvent } from './events.ts';
 import type { FeedName } from './feedName.ts';
 import { HubStore } from './hubStore.ts';
 import { SERVICE_KEY } from './keys.ts';
@@ -29,7 +32,7 @@ import {
 } from './model.ts';
 import { PolicyStore } from './policy.ts';
 import { snapshotBatches } from './store/copy.ts';
-import { openStoreAt } from './store/location.ts';
+import { isPostgresLocation, openStoreAt } from './store/location.ts';
 import { openMemoryStore } from './store/memory.ts';
 import { isShared } from './store/shared.ts';
 import type { Entry, Store } from './store/store.ts';
@@ -68,6 +71,7 @@ export class FeedEngine {
   private readonly instances: Instances | undefined;
   private pushLeases: PushLeases | undefined;
   private readonly pushListeners = new Set<ChangeListener>();
+  private readonly pushEventListeners = new Set<(event: NodeEvent) => void>();
   private readonly pushDrains = new Set<() => Promise<void>>();
   /** Told when another instance changed a node's WebSub subscriptions (undefined: any node's). */
   private readonly hubListeners = new Set<(node: string | undefined) => void>();
@@ -97,9 +101,9 @@ export class FeedEngine {
     this.writes = new Writes(s, this.queue);
     this.reads = new Reads(s, this.nodes);
     this.positions = new CreatedPositions(s, this.nodes);
-    this.purges = new Purges(s, this.nodes, this.writes);
-    this.subs = new Subscriptions(s, this.nodes);
-    this.transfer = new Transfer(s, this.nodes);
+    this.purges = new Purges(s, this.nodes, this.writes, instances);
+    this.subs = new Subscriptions(s, this.nodes, instances);
+    this.transfer = new Transfer(s, this.nodes, instances);
   }
 
   /**
@@ -108,6 +112,17 @@ export class FeedEngine {
    */
   static async open(location: string, options: EngineOptions = {}): Promise<FeedEngine> {
     return FeedEngine.openStore(await openStoreAt(location), options);
+  }
+
+  /**
+   * Opens the database at `location` as one instance among those sharing it: a postgres:// URL
+   * opens the shared store (writes lock their node and are logged, so that the serving instances
+   * push them and an import is locked per batch), a directory LevelDB as `open` does.
+   */
+  static async openAmongInstances(location: string, options: EngineOptions = {}): Promise<FeedEngine> {
+    if (!isPostgresLocation(location)) return FeedEngine.open(location, options);
+    const { openSharedPostgresStore } = await import('./store/postgresShared.ts');
+    return FeedEngine.openStore(await openSharedPostgresStore(location), options);
   }
 
   /** An engine on a fresh in-memory store (memory-level), gone when closed: for tests and tools. */
@@ -176,7 +191,7 @@ export class FeedEngine {
     const leases = new PushLeases(
       instances.store,
       { holder: options.holder ?? randomUUID(), ttl: options.ttl ?? 10_000 },
-      (changes) => this.push(changes),
+      (entries) => this.push(entries),
       options.failed,
     );
     this.pushLeases = leases;
@@ -215,28 +230,48 @@ export class FeedEngine {
    * committed change (as onChange). `drained` resolves once what it was given has left: positions
    * in the change log are recorded after it. Returns its remover.
    */
-  onPush(listener: ChangeListener, drained?: () => Promise<void>): () => void {
+  onPush(
+    listener: ChangeListener,
+    drained?: () => Promise<void>,
+    /** Told the node events this instance pushes, in order with the changes (shared store only). */
+    events?: (event: NodeEvent) => void,
+  ): () => void {
     if (!this.instances) return this.onChange(listener);
     this.pushListeners.add(listener);
+    if (events) this.pushEventListeners.add(events);
     if (drained) this.pushDrains.add(drained);
     return () => {
       this.pushListeners.delete(listener);
+      if (events) this.pushEventListeners.delete(events);
       if (drained) this.pushDrains.delete(drained);
     };
   }
 
-  private async push(changes: Change[]): Promise<void> {
+  private async push(entries: LogEntry[]): Promise<void> {
     // WebSub subscriptions changed before these changes were written are heard of first.
     await this.hubsTold;
-    for (const change of changes)
-      for (const listener of this.pushListeners) {
-        try {
-          listener(change);
-        } catch {
-          // One binding's failure must not keep the change from the others.
-        }
-      }
+    for (const entry of entries) {
+      if (entry.change) tellEach(this.pushListeners, entry.change);
+      else tellEach(this.pushEventListeners, entry.event);
+    }
     for (const drained of this.pushDrains) await drained();
+  }
+
+  /**
+   * On a shared store, logs a node event (but an item change or a deletion, logged with their
+   * writes) after the node's changes so far, for the instance pushing the node to tell: resolves
+   * once it is durable. A node deleted meanwhile has nobody left to tell: nothing is logged.
+   * Without a shared store nothing is logged (the service tells its own events).
+   */
+  async logEvent(event: NodeEvent): Promise<void> {
+    const { instances } = this;
+    if (!instances) return;
+    const node = event.type === 'subscription-changed' ? event.subscription.node : event.node;
+    const st = await this.nodes.loadNode(node);
+    if (!st) return;
+    await instances.logEvent(st.nid, node, event).catch((e) => {
+      if (!(e instanceof NodeNotFound)) throw e;
+    });
   }
 
   /** Drops what is cached of a node's (or every node's) subscriptions and policy: another instance changed them. */
@@ -324,7 +359,7 @@ export class FeedEngine {
       store: this.s.store,
       write: (ops) => this.s.committer.add(ops),
       createNode: (name, records) => this.nodes.createNodeWith(name, records),
-      deleteNode: (name) => this.deleteNode(name),
+      deleteNode: (name, logged) => this.deleteNode(name, logged),
       nodeNumber: (name) => this.nodeNumber(name),
       nodeName: (nid) => this.nodeName(nid),
       total: (name) => this.total(name),
@@ -359,8 +394,8 @@ export class FeedEngine {
    * once (a new node of that name gets a new number, and starts empty); then its keys are swept in
    * bounded batches, resumed when the engine opens again if a stop or crash interrupts it.
    */
-  async deleteNode(name: string): Promise<void> {
-    await this.nodes.deleteNode(name);
+  async deleteNode(name: string, logged?: (subscriptions: Subscription[]) => NodeEvent): Promise<void> {
+    await this.nodes.deleteNode(name, logged);
     this.s.tell(this.s.deleteListeners, name);
     this.purges.sweep();
   }
@@ -538,6 +573,16 @@ export class FeedEngine {
   /** Restores exported items into an empty (or missing) node, keeping every cursor. */
   importNode(node: string, records: AsyncIterable<ExportRecord> | Iterable<ExportRecord>): Promise<number> {
     return this.transfer.importNode(node, records);
+  }
+}
+
+function tellEach<T>(listeners: ReadonlySet<(x: T) => void>, x: T): void {
+  for (const listener of listeners) {
+    try {
+      listener(x);
+    } catch {
+      // One binding's failure must not keep the change from the others.
+    }
   }
 }
 

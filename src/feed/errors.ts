@@ -95,8 +95,8 @@ export class InvalidSubid extends FeedError {
 }
 
 export class NodeNotEmpty extends FeedError {
-  constructor(node: string) {
-    super('node-not-empty', `node ${JSON.stringify(node)} is not empty`);
+  constructor(node: string, why = 'is not empty') {
+    super('node-not-empty', `node ${JSON.stringify(node)} ${why}`);
   }
 }
 

@@ -30,39 +30,50 @@ export type FeedEvent =
        */
       deliver?: false;
     }
-  /** A purge is recorded: from here on the node's items are tombstones, told once. */
-  | { type: 'purge-started'; node: string }
-  /** A purge is done (asked now, or resumed after a restart). */
-  | { type: 'purge-done'; node: string }
-  /** The node is gone; `subscriptions` and `config` are what it had. */
-  | { type: 'node-deleted'; node: string; config: NodeConfig; subscriptions: Subscription[] }
-  /** The node's configuration changed (by an owner, an administrator or the feed bot). */
-  | {
-      type: 'node-configured';
-      node: string;
-      config: NodeConfig;
-      previous: NodeConfig;
-      subscriptions: Subscription[];
-    }
-  /** Affiliations were set (`none` removes one). */
-  | { type: 'affiliations-changed'; node: string; changes: [string, Affiliation][] }
+  | NodeEvent
   /**
    * Another instance sharing the store changed the node's WebSub subscriptions (node absent: any
    * node's may have changed): the hub re-reads them before it delivers the node's next change.
    */
-  | { type: 'hub-subscriptions-changed'; node?: string }
-  /** A subscription was made, approved, or ended. */
-  | {
-      type: 'subscription-changed';
-      subscription: Subscription;
-      state: 'subscribed' | 'pending' | 'none';
-      cause: SubscriptionCause;
-      config: NodeConfig;
-      /** For `pending`: who may approve it (the owners, or the administrators of an owner-less node). */
-      approvers?: string[];
-      /** `send_last_published_item = on_sub`: the feed's last item, for a new subscriber. */
-      lastItem?: Item;
-    };
+  | { type: 'hub-subscriptions-changed'; node?: string };
+
+/**
+ * The events of a node other than its item changes. Among several instances on one store they
+ * are logged with the node's changes, in commit order, and told by the instance pushing the
+ * node; every instance sees them, the others (and the one that made the change) with
+ * `deliver: false`: refresh local state (caches, long polls), tell nobody.
+ */
+export type NodeEvent =
+  /** A purge is recorded: from here on the node's items are tombstones, told once. */
+  (
+    | { type: 'purge-started'; node: string }
+    /** A purge is done (asked now, or resumed after a restart). */
+    | { type: 'purge-done'; node: string }
+    /** The node is gone; `subscriptions` and `config` are what it had. */
+    | { type: 'node-deleted'; node: string; config: NodeConfig; subscriptions: Subscription[] }
+    /** The node's configuration changed (by an owner, an administrator or the feed bot). */
+    | {
+        type: 'node-configured';
+        node: string;
+        config: NodeConfig;
+        previous: NodeConfig;
+        subscriptions: Subscription[];
+      }
+    /** Affiliations were set (`none` removes one). */
+    | { type: 'affiliations-changed'; node: string; changes: [string, Affiliation][] }
+    /** A subscription was made, approved, or ended. */
+    | {
+        type: 'subscription-changed';
+        subscription: Subscription;
+        state: 'subscribed' | 'pending' | 'none';
+        cause: SubscriptionCause;
+        config: NodeConfig;
+        /** For `pending`: who may approve it (the owners, or the administrators of an owner-less node). */
+        approvers?: string[];
+        /** `send_last_published_item = on_sub`: the feed's last item, for a new subscriber. */
+        lastItem?: Item;
+      }
+  ) & { deliver?: false };
 
 export type FeedEventType = FeedEvent['type'];
 

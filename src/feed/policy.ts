@@ -1,5 +1,6 @@
 import { AFFILIATIONS, type Affiliation, type Standing } from './access.ts';
 import { BadRequest, NotAcceptable } from './errors.ts';
+import type { NodeEvent } from './events.ts';
 import {
   affiliationKey,
   affiliationPrefix,
@@ -23,7 +24,8 @@ export interface PolicyHost {
   write(ops: Op[]): Promise<void>;
   /** Creates a node with these records (its configuration, its owner) in the same batch. */
   createNode(name: string, records: (nid: number) => Op[]): Promise<void>;
-  deleteNode(name: string): Promise<void>;
+  /** `logged`: on a shared store, the deletion's event, logged with it (engine.deleteNode). */
+  deleteNode(name: string, logged?: (subscriptions: Subscription[]) => NodeEvent): Promise<void>;
   nodeNumber(name: string): Promise<number>;
   nodeName(nid: number): Promise<string | undefined>;
   total(name: string): Promise<number>;
@@ -51,9 +53,9 @@ export class PolicyStore {
   }
 
   /** Deletes a node (engine.deleteNode) and forgets what was cached of its policy. */
-  async deleteNode(node: string): Promise<void> {
+  async deleteNode(node: string, logged?: (subscriptions: Subscription[]) => NodeEvent): Promise<void> {
     const nid = await this.engine.nodeNumber(node);
-    await this.engine.deleteNode(node);
+    await this.engine.deleteNode(node, logged);
     this.configs.delete(nid);
     this.affiliationMaps.delete(nid);
   }

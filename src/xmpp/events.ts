@@ -87,10 +87,11 @@ function subscriptionMessages(e: Extract<FeedEvent, { type: 'subscription-change
 
 /** Hands one service event to the notifier, in the order the service emitted them. */
 export function deliver(notifier: Notifier, e: FeedEvent, audienceOf: Audience): void {
+  // Among several instances, the one pushing the node tells every event of it, from the node's log.
+  if (e.type !== 'hub-subscriptions-changed' && e.deliver === false) return;
   switch (e.type) {
     case 'item-changed':
-      // Another instance, or this one's change-log follower, pushes it.
-      if (e.deliver !== false) notifier.enqueue(e.change);
+      notifier.enqueue(e.change);
       return;
     case 'purge-started':
     case 'purge-done':

@@ -6,7 +6,10 @@ import { freePort } from '../../prosody-dev/process.ts';
 import { saslLogin } from '../../src/client/client.ts';
 import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
 import { bucketOf } from '../../src/feed/engine/changeLog.ts';
+import { FeedEngine } from '../../src/feed/engine.ts';
 import { nodeKey } from '../../src/feed/keys.ts';
+import { OPERATOR } from '../../src/feed/service/actor.ts';
+import { FeedService } from '../../src/feed/service/service.ts';
 import { openSharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
 import { type ServeProcess, spawnServe, untilLogged, useServerAndData } from '../xmpp/serveProcess.ts';
 import { SERVER, sleep } from '../xmpp/stack.ts';
@@ -181,6 +184,49 @@ describe(`three instances on one PostgreSQL database behind ${SERVER}`, () => {
     await sleep(300);
     const written = await post(c.origin, 'late');
     expect((await held).items.map((i) => i.id)).toEqual([written.id]);
+  });
+
+  it('a purge and a deletion made on an instance that pushes nothing reach an XMPP subscriber once each', async () => {
+    // A fourth instance on the database that holds no component and no lease (as --no-xmpp).
+    const engine = await FeedEngine.openStore(await openSharedPostgresStore(url));
+    const other = new FeedService(engine, { admins: ['admin@localhost'] });
+    const told: string[] = [];
+    const listener = (s: Element) => {
+      const ev = s.getChild('event');
+      for (const what of ['purge', 'delete'])
+        if (s.name === 'message' && ev?.getChild(what)?.attrs.node === 'gone') told.push(what);
+    };
+    sub.on('stanza', listener);
+    try {
+      await other.create(OPERATOR, 'gone');
+      await other.publish(OPERATOR, 'gone', { id: 'a', entry: entry('a') });
+      const reply = await sub.iqCaller.request(
+        xml(
+          'iq',
+          { type: 'set', to: ctx.server.componentDomain },
+          xml(
+            'pubsub',
+            { xmlns: 'http://jabber.org/protocol/pubsub' },
+            xml('subscribe', { node: 'gone', jid: 'sub@localhost/r' }),
+          ),
+        ),
+        30_000,
+      );
+      expect(reply.attrs.type).toBe('result');
+      await other.purge(OPERATOR, 'gone', { wait: true });
+      // A purge's audience is read when it is told (a node deleted by then has none): wait for it.
+      await until(() => told.length >= 2, 30_000);
+      await other.delete(OPERATOR, 'gone');
+      // One <purge/> when the purge is recorded and one when it is done (as one instance tells it),
+      // one <delete/>: from the instance pushing the node, though the others did not make them.
+      await until(() => told.includes('delete'), 30_000);
+      await sleep(1500);
+      expect(told).toEqual(['purge', 'purge', 'delete']);
+    } finally {
+      sub.removeListener('stanza', listener);
+      other.close();
+      await engine.close();
+    }
   });
 
   it('SIGKILL of an instance under write load: no acknowledged write lost, pushes resume, mirrors end equal', async () => {

@@ -1,4 +1,5 @@
 import { FeedEngine } from '../../src/feed/engine.ts';
+import type { NodeEvent } from '../../src/feed/events.ts';
 import type { Change } from '../../src/feed/model.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { SharedMemory, type SharedMemoryHandle } from '../../src/feed/store/sharedMemory.ts';
@@ -13,6 +14,10 @@ export interface Instance {
   pushed: Change[];
   /** Every change this instance saw (deliver or not), in order. */
   seen: Change[];
+  /** What this instance pushed, item changes and node events, in order. */
+  told: (Change | NodeEvent)[];
+  /** The node events it saw with `deliver: false` (made here, or pushed elsewhere), in order. */
+  heard: NodeEvent[];
 }
 
 export const OPERATOR = { operator: true } as const;
@@ -42,9 +47,15 @@ export async function instance(
   const handle = hub.connect();
   const engine = await FeedEngine.openStore(handle);
   const service = new FeedService(engine, { admins: ['admin@localhost'] });
-  const one: Instance = { name, handle, engine, service, pushed: [], seen: [] };
+  const one: Instance = { name, handle, engine, service, pushed: [], seen: [], told: [], heard: [] };
   service.onEvent((e) => {
-    if (e.type !== 'item-changed') return;
+    if (e.type === 'hub-subscriptions-changed') return;
+    if (e.type !== 'item-changed') {
+      if (e.deliver === false) one.heard.push(e);
+      else one.told.push(e);
+      return;
+    }
+    if (e.deliver !== false) one.told.push(e.change);
     one.seen.push(e.change);
     if (e.deliver !== false) one.pushed.push(e.change);
   });

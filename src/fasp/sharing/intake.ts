@@ -89,7 +89,7 @@ export class Intake {
   readonly listener = (event: FeedEvent): void => {
     if (event.type === 'item-changed' ? !event.change.changed : !TAKEN.has(event.type)) return;
     // Among several instances, the one pushing the node's changes announces them (deliver unset).
-    if (event.type === 'item-changed' && event.deliver === false) return;
+    if ('deliver' in event && event.deliver === false) return;
     if (this.requests.size === 0) return;
     if (this.pending.length >= MAX_PENDING) {
       this.dropped += 1;

@@ -1,3 +1,5 @@
+import type { NodeEvent } from '../events.ts';
+import { prefixEnd } from '../keys.ts';
 import type { Change } from '../model.ts';
 import type { Op, StoreReader } from '../store/store.ts';
 
@@ -6,10 +8,14 @@ import type { Op, StoreReader } from '../store/store.ts';
  * by the node's sequence number, written in the transaction that makes the change, so that the
  * log's order is the node's commit order whichever instance wrote. Nodes are spread over buckets;
  * the instance holding a bucket's lease pushes its nodes' changes and records how far it got.
- *   l NID SEQ        -> the change, JSON (what listeners are told)
- *   L BUCKET NID     -> the node's last logged SEQ (8 bytes): where a bucket's work is found
- *   P BUCKET NID     -> the last SEQ whose pushes were handed on (8 bytes)
- * BUCKET is 2 bytes, NID 4, SEQ 8, big-endian: byte order is numeric order.
+ *   l NID SEQ        -> an item change, JSON (what listeners are told)
+ *   l NID SEQ EV     -> a node event (deletion, configuration, purge, affiliations,
+ *                       subscriptions), JSON: the EVth logged since item change SEQ
+ *   L BUCKET NID     -> the node's last logged position: SEQ (8 bytes), or SEQ EV (12 bytes)
+ *   P BUCKET NID     -> the last position whose pushes were handed on (same form)
+ * BUCKET is 2 bytes, NID 4, SEQ 8, EV 4, big-endian: byte order is numeric order, so that an
+ * item change comes before the node events logged after it, and those before the next change.
+ * Item changes are numbered by the node's sequence (meta.seq); node events do not move it.
  */
 
 /** Buckets the nodes are spread over: the unit of push work an instance leases. */
@@ -30,12 +36,52 @@ function seqBytes(buf: Buffer, offset: number, seq: number): void {
 const readSeq = (buf: Buffer, offset = 0): number =>
   buf.readUInt32BE(offset) * TWO32 + buf.readUInt32BE(offset + 4);
 
-export function logKey(nid: number, seq: number): Buffer {
-  const buf = Buffer.allocUnsafe(13);
+export function logKey(nid: number, seq: number, ev = 0): Buffer {
+  const buf = Buffer.allocUnsafe(ev > 0 ? 17 : 13);
   buf[0] = 0x6c; // l
   buf.writeUInt32BE(nid, 1);
   seqBytes(buf, 5, seq);
+  if (ev > 0) buf.writeUInt32BE(ev, 13);
   return buf;
+}
+
+/** A place in a node's log: after item change `seq`, its `ev`th node event (0: the change itself). */
+export interface Position {
+  seq: number;
+  ev: number;
+}
+
+export const START: Position = { seq: 0, ev: 0 };
+
+/** Whether position `a` comes after `b`. */
+export const isAfter = (a: Position, b: Position): boolean =>
+  a.seq > b.seq || (a.seq === b.seq && a.ev > b.ev);
+
+/** A head or pushed value: 8 bytes (a change's SEQ, written before node events were logged) or 12. */
+export function positionValue(p: Position): Buffer {
+  const buf = Buffer.allocUnsafe(p.ev > 0 ? 12 : 8);
+  seqBytes(buf, 0, p.seq);
+  if (p.ev > 0) buf.writeUInt32BE(p.ev, 8);
+  return buf;
+}
+
+const readPosition = (buf: Buffer): Position => ({
+  seq: readSeq(buf),
+  ev: buf.length >= 12 ? buf.readUInt32BE(8) : 0,
+});
+
+/** Where the next node event goes: after the node's last item change `seq` and what was logged since. */
+export function nextEventPosition(seq: number, head: Buffer | undefined): Position {
+  const last = head ? readPosition(head) : START;
+  return { seq, ev: last.seq === seq ? last.ev + 1 : 1 };
+}
+
+/** The operations that log a node event at `at` and move the node's head there. */
+export function eventLogOps(nid: number, at: Position, event: NodeEvent): Op[] {
+  return [
+    { type: 'put', key: logKey(nid, at.seq, at.ev), value: Buffer.from(JSON.stringify(event)) },
+    { type: 'put', key: headKey(nid), value: positionValue(at) },
+  ];
 }
 
 function bucketKey(tag: number, nid: number): Buffer {
@@ -76,29 +122,55 @@ export function logOps(nid: number, logged: readonly Logged[]): Op[] {
   return ops;
 }
 
-/** The node's logged changes after `after`, up to `upTo` inclusive, `limit` at most, in order. */
+/**
+ * The node's logged item changes after `after`, up to `upTo` inclusive, in order (node events
+ * between them are left out: they do not move the node's sequence).
+ */
 export async function readLog(
   reader: StoreReader,
   nid: number,
   after: number,
   upTo: number,
-  limit = -1,
 ): Promise<Logged[]> {
   if (upTo <= after) return [];
-  const entries = await reader.entries({ gt: logKey(nid, after), lte: logKey(nid, upTo), limit });
-  return entries.map(([key, value]) => ({
-    seq: readSeq(key, 5),
-    change: JSON.parse(value.toString('utf8')) as Change,
-  }));
+  const entries = await reader.entries({ gt: logKey(nid, after), lte: logKey(nid, upTo) });
+  return entries
+    .filter(([key]) => key.length === 13)
+    .map(([key, value]) => ({ seq: readSeq(key, 5), change: JSON.parse(value.toString('utf8')) as Change }));
 }
 
-/** Per node of one bucket, a SEQ value family (heads or pushed positions). */
-async function bucketSeqs(reader: StoreReader, tag: number, bucket: number): Promise<Map<number, number>> {
+/** One entry of a node's log: an item change or a node event, at its position. */
+export type LogEntry = { at: Position; key: Buffer } & (
+  | { change: Change; event?: undefined }
+  | { event: NodeEvent; change?: undefined }
+);
+
+/** The node's log entries of both kinds after position `after`, `limit` at most, in order. */
+export async function readEntries(
+  reader: StoreReader,
+  nid: number,
+  after: Position,
+  limit: number,
+): Promise<LogEntry[]> {
+  const entries = await reader.entries({
+    gt: logKey(nid, after.seq, after.ev),
+    lt: prefixEnd(logKey(nid, 0).subarray(0, 5)),
+    limit,
+  });
+  return entries.map(([key, value]): LogEntry => {
+    const at = { seq: readSeq(key, 5), ev: key.length >= 17 ? key.readUInt32BE(13) : 0 };
+    const parsed = JSON.parse(value.toString('utf8'));
+    return at.ev > 0 ? { at, key, event: parsed as NodeEvent } : { at, key, change: parsed as Change };
+  });
+}
+
+/** Per node of one bucket, a position value family (heads or pushed positions). */
+async function bucketSeqs(reader: StoreReader, tag: number, bucket: number): Promise<Map<number, Position>> {
   const start = Buffer.from([tag, bucket >> 8, bucket & 0xff]);
   const end = Buffer.from([tag, (bucket + 1) >> 8, (bucket + 1) & 0xff]);
-  const out = new Map<number, number>();
+  const out = new Map<number, Position>();
   for (const [key, value] of await reader.entries({ gte: start, lt: end })) {
-    out.set(key.readUInt32BE(3), readSeq(value));
+    out.set(key.readUInt32BE(3), readPosition(value));
   }
   return out;
 }
@@ -107,14 +179,16 @@ export const bucketHeads = (reader: StoreReader, bucket: number) => bucketSeqs(r
 export const bucketPushed = (reader: StoreReader, bucket: number) => bucketSeqs(reader, PUSHED, bucket);
 
 /**
- * Records that a node's changes up to `seq` were handed on, and trims the log behind it (keeping
- * KEEP_BEHIND entries for instances catching up), from `before`, the position recorded last.
+ * Records that a node's entries up to `to` were handed on, and trims the log behind it: item
+ * changes KEEP_BEHIND behind (for instances catching up), from `before`, the position recorded
+ * last; the node events handed on (`events`, their keys) at once, as nobody catches up on them.
  */
-export function pushedOps(nid: number, before: number, seq: number): Op[] {
-  const ops: Op[] = [{ type: 'put', key: pushedKey(nid), value: seqValue(seq) }];
-  for (let s = Math.max(before - KEEP_BEHIND, 0) + 1; s <= seq - KEEP_BEHIND; s++) {
+export function pushedOps(nid: number, before: Position, to: Position, events: readonly Buffer[] = []): Op[] {
+  const ops: Op[] = [{ type: 'put', key: pushedKey(nid), value: positionValue(to) }];
+  for (let s = Math.max(before.seq - KEEP_BEHIND, 0) + 1; s <= to.seq - KEEP_BEHIND; s++) {
     ops.push({ type: 'del', key: logKey(nid, s) });
   }
+  for (const key of events) ops.push({ type: 'del', key });
   return ops;
 }
 

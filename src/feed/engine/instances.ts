@@ -1,9 +1,20 @@
 import { NodeNotFound } from '../errors.ts';
+import type { NodeEvent } from '../events.ts';
 import { deletedKey, metaKey } from '../keys.ts';
 import type { Change } from '../model.ts';
 import type { LockedReader, SharedFeedStore } from '../store/shared.ts';
 import type { Op, StoreReader } from '../store/store.ts';
-import { deletedMessage, hubsMessage, parseWakeUp, readLog, touchedMessage } from './changeLog.ts';
+import {
+  changedMessage,
+  deletedMessage,
+  eventLogOps,
+  headKey,
+  hubsMessage,
+  nextEventPosition,
+  parseWakeUp,
+  readLog,
+  touchedMessage,
+} from './changeLog.ts';
 import { type NodeMeta, type NodeState, parse, serialize } from './state.ts';
 
 /** Key tags whose writes change what instances cache of a node: subscriptions, configuration, affiliations. */
@@ -104,6 +115,31 @@ export class Instances {
     const meta = parse<NodeMeta>(metaBuf);
     if (meta.seq === st.seq && !this.stale.has(st)) return { missed: [], values };
     return { missed: await this.reloadFrom(tx, st, meta), values };
+  }
+
+  /**
+   * Logs a node event under the node's lock at its place in the node's order, with `ops` in the
+   * same transaction, and wakes the pushers; refuses a deleted node. With `when`, only if it
+   * holds under the lock (else nothing is written): returns whether it was logged.
+   */
+  async logEvent(
+    nid: number,
+    name: string,
+    event: NodeEvent,
+    ops: readonly Op[] = [],
+    when?: (tx: LockedReader) => Promise<boolean>,
+  ): Promise<boolean> {
+    return this.store.locked([metaKey(nid)], async (tx) => {
+      const [metaBuf, gone, head] = await tx.getMany([metaKey(nid), deletedKey(nid), headKey(nid)]);
+      if (!metaBuf || gone) throw new NodeNotFound(name);
+      if (when && !(await when(tx))) return { ops: [], result: false };
+      const at = nextEventPosition(parse<NodeMeta>(metaBuf).seq, head);
+      return {
+        ops: [...ops, ...eventLogOps(nid, at, event)],
+        notify: [changedMessage(nid, at.seq)],
+        result: true,
+      };
+    });
   }
 
   /**

@@ -1,6 +1,16 @@
-import type { Change } from '../model.ts';
 import type { SharedFeedStore } from '../store/shared.ts';
-import { BUCKETS, bucketHeads, bucketOf, bucketPushed, pushedOps, readLog } from './changeLog.ts';
+import {
+  BUCKETS,
+  bucketHeads,
+  bucketOf,
+  bucketPushed,
+  isAfter,
+  type LogEntry,
+  type Position,
+  pushedOps,
+  readEntries,
+  START,
+} from './changeLog.ts';
 
 export interface PushLeaseOptions {
   /** This instance's name among the pushers (unique: a random id per process is fine). */
@@ -11,7 +21,6 @@ export interface PushLeaseOptions {
 
 /** Log entries handed on per step: each step then waits for them to leave and records the position. */
 const STEP = 64;
-const LAST = Number.MAX_SAFE_INTEGER;
 
 const memberLease = (holder: string) => `member:${holder}`;
 const bucketLease = (b: number) => `bucket:${b}`;
@@ -27,7 +36,7 @@ const bucketLease = (b: number) => `bucket:${b}`;
 export class PushLeases {
   /** Buckets held, with when (local clock) their lease must have been renewed. */
   private readonly held = new Map<number, number>();
-  private readonly pushed = new Map<number, number>();
+  private readonly pushed = new Map<number, Position>();
   private readonly dirty = new Set<number>();
   private work: Promise<void> = Promise.resolve();
   private working = false;
@@ -38,8 +47,8 @@ export class PushLeases {
   constructor(
     private readonly store: SharedFeedStore,
     private readonly options: PushLeaseOptions,
-    /** Hands changes on (to the bindings) and resolves once they have left. */
-    private readonly deliver: (changes: Change[]) => Promise<void>,
+    /** Hands log entries (item changes, node events) on (to the bindings) and resolves once they have left. */
+    private readonly deliver: (entries: LogEntry[]) => Promise<void>,
     private readonly failed: (error: unknown) => void = () => {},
   ) {}
 
@@ -131,8 +140,11 @@ export class PushLeases {
   private async scan(b: number): Promise<void> {
     if (!this.valid(b)) return;
     const [heads, pushed] = await Promise.all([bucketHeads(this.store, b), bucketPushed(this.store, b)]);
-    for (const [nid, seq] of pushed) this.pushed.set(nid, Math.max(seq, this.pushed.get(nid) ?? 0));
-    for (const [nid, head] of heads) if (head > (this.pushed.get(nid) ?? 0)) this.dirty.add(nid);
+    for (const [nid, at] of pushed) {
+      const known = this.pushed.get(nid);
+      if (!known || isAfter(at, known)) this.pushed.set(nid, at);
+    }
+    for (const [nid, head] of heads) if (isAfter(head, this.pushed.get(nid) ?? START)) this.dirty.add(nid);
     this.kick();
   }
 
@@ -159,16 +171,17 @@ export class PushLeases {
     });
   }
 
-  /** Pushes up to STEP logged changes of a node after its recorded position, then records the new one. */
+  /** Pushes up to STEP log entries of a node after its recorded position, then records the new one. */
   private async step(nid: number): Promise<void> {
     if (!this.valid(bucketOf(nid))) return;
-    const from = this.pushed.get(nid) ?? 0;
-    const logged = await readLog(this.store, nid, from, LAST, STEP);
+    const from = this.pushed.get(nid) ?? START;
+    const logged = await readEntries(this.store, nid, from, STEP);
     const last = logged[logged.length - 1];
     if (!last) return;
-    await this.deliver(logged.map((l) => l.change));
-    await this.store.write(pushedOps(nid, from, last.seq));
-    this.pushed.set(nid, last.seq);
+    await this.deliver(logged);
+    const events = logged.filter((l) => l.event !== undefined).map((l) => l.key);
+    await this.store.write(pushedOps(nid, from, last.at, events));
+    this.pushed.set(nid, last.at);
     if (logged.length === STEP) this.dirty.add(nid);
   }
 }

@@ -1,4 +1,5 @@
 import { NodeExists, NodeNotFound } from '../errors.ts';
+import type { NodeEvent } from '../events.ts';
 import { checkNodeName, type FeedName, filterKey, ORDERS, parseFeedName } from '../feedName.ts';
 import {
   deletedKey,
@@ -11,10 +12,12 @@ import {
   prefixEnd,
   SERVICE_KEY,
   stampOfIndexKey,
+  subscriptionPrefix,
 } from '../keys.ts';
+import type { Subscription } from '../model.ts';
 import type { Op, StoreReader } from '../store/store.ts';
 import { FeedTail } from '../tail.ts';
-import { deletedMessage } from './changeLog.ts';
+import { changedMessage, deletedMessage, eventLogOps, headKey, nextEventPosition } from './changeLog.ts';
 import { ALL, lastCursorOf, loadViews, resolveView, X_VIEW } from './filters.ts';
 import type { Instances } from './instances.ts';
 import { type EngineState, json, type NodeMeta, type NodeState, parse, serialize } from './state.ts';
@@ -185,9 +188,11 @@ export class NodeRegistry {
    * Deletes a node: one batch drops its name and marks its number deleted, so the name is free at
    * once (a new node of that name gets a new number, and starts empty); then its items,
    * subscriptions, affiliations and configuration are swept in bounded batches. A sweep that a
-   * stop or crash interrupts resumes when the engine opens again.
+   * stop or crash interrupts resumes when the engine opens again. On a shared store, `logged`
+   * makes the deletion's event from the subscriptions the node has under its lock, and logs it
+   * in the same transaction: the pusher tells them once the node is gone.
    */
-  async deleteNode(name: string): Promise<void> {
+  async deleteNode(name: string, logged?: (subscriptions: Subscription[]) => NodeEvent): Promise<void> {
     checkNodeName(name);
     await this.inRegistry(async () => {
       const st = await this.requireNode(name);
@@ -201,9 +206,22 @@ export class NodeRegistry {
         // On a shared store, under the node's lock: no other instance's round commits across it.
         if (shared)
           await shared.locked([metaKey(st.nid)], async (tx) => {
-            if (!(await tx.get(metaKey(st.nid))) || (await tx.get(deletedKey(st.nid))))
-              throw new NodeNotFound(name);
-            return { ops, notify: [deletedMessage(st.nid)], result: undefined };
+            const [meta, gone, head] = await tx.getMany([
+              metaKey(st.nid),
+              deletedKey(st.nid),
+              headKey(st.nid),
+            ]);
+            if (!meta || gone) throw new NodeNotFound(name);
+            if (!logged) return { ops, notify: [deletedMessage(st.nid)], result: undefined };
+            const prefix = subscriptionPrefix(st.nid);
+            const subs = await tx.values({ gte: prefix, lt: prefixEnd(prefix) });
+            const event = logged(subs.map((v) => parse<Subscription>(v)));
+            const at = nextEventPosition(parse<NodeMeta>(meta).seq, head);
+            return {
+              ops: [...ops, ...eventLogOps(st.nid, at, event)],
+              notify: [deletedMessage(st.nid), changedMessage(st.nid, at.seq)],
+              result: undefined,
+            };
           });
         else await this.s.committer.add(ops);
         this.forget(st);

@@ -1,8 +1,10 @@
-import { ItemNotFound } from '../errors.ts';
+import { ItemNotFound, NodeNotFound } from '../errors.ts';
 import { parseFeedName } from '../feedName.ts';
 import { DELETED_PREFIX, indexRange, itemKey, PURGE_PREFIX, prefixEnd, purgeKey } from '../keys.ts';
 import { decodeRecord } from '../record.ts';
+import type { Op } from '../store/store.ts';
 import { sweepDeleted } from '../sweep.ts';
+import type { Instances } from './instances.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { type EngineState, json, parse } from './state.ts';
 import type { Writes } from './writes.ts';
@@ -16,6 +18,8 @@ export class Purges {
     private readonly s: EngineState,
     private readonly nodes: NodeRegistry,
     private readonly writes: Writes,
+    /** On a shared store: purges start and end in the node's log, under its lock. */
+    private readonly instances?: Instances,
   ) {}
 
   /** Resolves once every purge and sweep under way has stopped (the engine is closing). */
@@ -61,12 +65,22 @@ export class Purges {
       const mark = await this.s.store.get(purgeKey(st.nid));
       // A purge under way already is joined (its end is extended to today's last item).
       const after = mark ? parse<{ after?: string }>(mark).after : undefined;
-      await this.s.committer.add(
-        [{ type: 'put', key: purgeKey(st.nid), value: json({ upTo: upTo.toString('hex'), after }) }],
-        // In commit order: before any of the purge's quiet changes, and any later change.
-        () => this.s.tell(this.s.purgeStartListeners, node),
-      );
+      const ops: Op[] = [
+        { type: 'put', key: purgeKey(st.nid), value: json({ upTo: upTo.toString('hex'), after }) },
+      ];
+      if (this.instances) {
+        // Logged before the purge's quiet changes, which are written under the same lock after it.
+        await this.instances.logEvent(st.nid, node, { type: 'purge-started', node }, ops);
+        this.s.tell(this.s.purgeStartListeners, node);
+      } else
+        await this.s.committer.add(
+          ops,
+          // In commit order: before any of the purge's quiet changes, and any later change.
+          () => this.s.tell(this.s.purgeStartListeners, node),
+        );
     }
+    // An empty node's purge has no mark: it is done at once, and told so.
+    if (!upTo && this.instances) await this.instances.logEvent(st.nid, node, { type: 'purge-done', node });
     const run = this.runPurge(node, st.nid);
     if (options.wait === false) {
       // Its mark stays until it is done: a failure here is resumed with the next resumePurges.
@@ -95,6 +109,21 @@ export class Purges {
     return run;
   }
 
+  /**
+   * Removes a done purge's mark. On a shared store its end is logged with it, once: by the
+   * instance that finds the mark still there under the node's lock (several may resume a purge).
+   */
+  private async purged(node: string, nid: number, markKey: Buffer): Promise<void> {
+    const del: Op[] = [{ type: 'del', key: markKey }];
+    if (!this.instances) return this.s.committer.add(del);
+    const when = async (tx: { get(key: Buffer): Promise<Buffer | undefined> }) =>
+      (await tx.get(markKey)) !== undefined;
+    await this.instances.logEvent(nid, node, { type: 'purge-done', node }, del, when).catch((e) => {
+      // Deleted meanwhile: its mark goes with its keys, and nobody is left to tell.
+      if (!(e instanceof NodeNotFound)) throw e;
+    });
+  }
+
   async purgeLoop(node: string, nid: number): Promise<void> {
     const markKey = purgeKey(nid);
     for (;;) {
@@ -120,7 +149,7 @@ export class Purges {
       );
       const last = chunk[chunk.length - 1];
       if (!last || last[0].equals(upTo)) {
-        await this.s.committer.add([{ type: 'del', key: markKey }]);
+        await this.purged(node, nid, markKey);
         break;
       }
       await this.s.committer.add([

@@ -1,16 +1,60 @@
 import { randomUUID } from 'node:crypto';
-import { InvalidSubid, NotSubscribed } from '../errors.ts';
+import { InvalidSubid, NodeNotFound, NotSubscribed } from '../errors.ts';
 import { type FeedName, feedParameters, parseFeedName } from '../feedName.ts';
-import { prefixEnd, subscriptionKey, subscriptionPrefix, userPrefix, userSubscriptionKey } from '../keys.ts';
+import {
+  deletedKey,
+  metaKey,
+  prefixEnd,
+  subscriptionKey,
+  subscriptionPrefix,
+  userPrefix,
+  userSubscriptionKey,
+} from '../keys.ts';
 import type { Subscription } from '../model.ts';
+import type { Op } from '../store/store.ts';
+import { touchedMessage } from './changeLog.ts';
+import type { Instances } from './instances.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { type EngineState, json, type NodeState, parse, serialize } from './state.ts';
+
+/** A feed's subscription of a JID as a step finds it. */
+interface SubscriptionAt {
+  st: NodeState;
+  feed: FeedName;
+  key: Buffer;
+  found: Subscription | undefined;
+}
+
+/** What a step writes, answers, and leaves in the node's cache (null: none; undefined: as it was). */
+interface Written<T> {
+  ops: Op[];
+  result: T;
+  cached?: Subscription | null;
+}
+
+/** The two keys of a subscription, by node and by user. */
+function putOps(
+  st: NodeState,
+  feed: FeedName,
+  key: Buffer,
+  bareJid: string,
+  jid: string,
+  sub: Subscription,
+): Op[] {
+  const value = json(sub);
+  return [
+    { type: 'put', key, value },
+    { type: 'put', key: userSubscriptionKey(bareJid, st.nid, feed.order, jid, feedParameters(feed)), value },
+  ];
+}
 
 /** Durable subscriptions of JIDs to feeds, cached per node once read. */
 export class Subscriptions {
   constructor(
     private readonly s: EngineState,
     private readonly nodes: NodeRegistry,
+    /** Set on a store shared with other instances: subscriptions are written under the node's lock. */
+    private readonly instances?: Instances,
   ) {}
 
   async subscriptionMap(st: NodeState): Promise<Map<string, Subscription>> {
@@ -25,18 +69,42 @@ export class Subscriptions {
     return st.subscriptions;
   }
 
-  /** Runs `step` on a feed's subscription of `jid` (found or not), in the node's write order. */
+  /**
+   * Runs `step` on a feed's subscription of `jid` (found or not), in the node's write order, and
+   * writes what it returns. On a shared store the subscription is read and written under the
+   * node's lock, so that two instances subscribing one JID at once make one subscription.
+   */
   async onSubscription<T>(
     feedName: string,
     jid: string,
-    step: (at: { st: NodeState; feed: FeedName; key: Buffer; found: Subscription | undefined }) => Promise<T>,
+    step: (at: SubscriptionAt) => Written<T>,
   ): Promise<T> {
     const feed = parseFeedName(feedName);
     const st = await this.nodes.requireNode(feed.node);
     return serialize(st, async () => {
-      const subs = await this.subscriptionMap(st);
       const key = subscriptionKey(st.nid, feed.order, jid, feedParameters(feed));
-      return step({ st, feed, key, found: subs.get(key.toString('latin1')) });
+      const shared = this.instances?.store;
+      let written: Written<T>;
+      if (shared) {
+        written = await shared.locked([metaKey(st.nid)], async (tx) => {
+          const [buf, gone] = await tx.getMany([key, deletedKey(st.nid)]);
+          if (gone) throw new NodeNotFound(feed.node);
+          const found = buf ? parse<Subscription>(buf) : undefined;
+          const out = step({ st, feed, key, found });
+          // What was read under the lock is cached, if the step leaves it as it was.
+          if (!('cached' in out)) out.cached = found ?? null;
+          // The others drop what they cached of the node's subscriptions.
+          const notify = out.ops.length > 0 ? [touchedMessage(st.nid)] : [];
+          return { ops: out.ops, notify, result: out };
+        });
+      } else {
+        const subs = await this.subscriptionMap(st);
+        written = step({ st, feed, key, found: subs.get(key.toString('latin1')) });
+        if (written.ops.length > 0) await this.s.committer.add(written.ops);
+      }
+      if (written.cached === null) st.subscriptions?.delete(key.toString('latin1'));
+      else if (written.cached) st.subscriptions?.set(key.toString('latin1'), written.cached);
+      return written.result;
     });
   }
 
@@ -50,8 +118,9 @@ export class Subscriptions {
     bareJid: string,
     options: { pending?: boolean } = {},
   ): Promise<{ subscription: Subscription; created: boolean }> {
-    return this.onSubscription(feedName, jid, async ({ st, feed, key, found }) => {
-      if (found) return { subscription: found, created: false };
+    return this.onSubscription<{ subscription: Subscription; created: boolean }>(feedName, jid, (at) => {
+      const { st, feed, key, found } = at;
+      if (found) return { ops: [], result: { subscription: found, created: false } };
       const subscription: Subscription = {
         feed: feed.requested,
         node: feed.node,
@@ -62,53 +131,40 @@ export class Subscriptions {
         subid: randomUUID(),
       };
       if (options.pending) subscription.pending = true;
-      const value = json(subscription);
-      await this.s.committer.add([
-        { type: 'put', key, value },
-        {
-          type: 'put',
-          key: userSubscriptionKey(bareJid, st.nid, feed.order, jid, feedParameters(feed)),
-          value,
-        },
-      ]);
-      st.subscriptions?.set(key.toString('latin1'), subscription);
-      return { subscription, created: true };
+      return {
+        ops: putOps(st, feed, key, bareJid, jid, subscription),
+        result: { subscription, created: true },
+        cached: subscription,
+      };
     });
   }
 
   /** Ends `jid`'s subscription to a feed; with a subid, only if it matches. */
   async unsubscribe(feedName: string, jid: string, bareJid: string, subid?: string): Promise<Subscription> {
-    return this.onSubscription(feedName, jid, async ({ st, feed, key, found }) => {
+    return this.onSubscription(feedName, jid, ({ st, feed, key, found }) => {
       if (!found) throw new NotSubscribed(`${jid} is not subscribed to ${JSON.stringify(feed.requested)}`);
       if (subid !== undefined && subid !== found.subid) {
         throw new InvalidSubid(`no subscription ${JSON.stringify(subid)} of ${jid}`);
       }
-      await this.s.committer.add([
+      const ops: Op[] = [
         { type: 'del', key },
         { type: 'del', key: userSubscriptionKey(bareJid, st.nid, feed.order, jid, feedParameters(feed)) },
-      ]);
-      st.subscriptions?.delete(key.toString('latin1'));
-      return found;
+      ];
+      return { ops, result: found, cached: null };
     });
   }
 
   /** Approves a subscription waiting for an owner: from now on it hears of changes. */
   async approveSubscription(feedName: string, jid: string, bareJid: string): Promise<Subscription> {
-    return this.onSubscription(feedName, jid, async ({ st, feed, key, found }) => {
+    return this.onSubscription(feedName, jid, ({ st, feed, key, found }) => {
       if (!found) throw new NotSubscribed(`${jid} is not subscribed to ${JSON.stringify(feed.requested)}`);
-      if (!found.pending) return found;
+      if (!found.pending) return { ops: [], result: found };
       const { pending: _, ...subscription } = found;
-      const value = json(subscription);
-      await this.s.committer.add([
-        { type: 'put', key, value },
-        {
-          type: 'put',
-          key: userSubscriptionKey(bareJid, st.nid, feed.order, jid, feedParameters(feed)),
-          value,
-        },
-      ]);
-      st.subscriptions?.set(key.toString('latin1'), subscription);
-      return subscription;
+      return {
+        ops: putOps(st, feed, key, bareJid, jid, subscription),
+        result: subscription,
+        cached: subscription,
+      };
     });
   }
 

@@ -1,13 +1,15 @@
 import { readAtomEntry, readTombstone } from '../atom.ts';
-import { BadRequest, NodeExists, NodeNotEmpty, StorageError } from '../errors.ts';
+import { BadRequest, NodeExists, NodeNotEmpty, NodeNotFound, StorageError } from '../errors.ts';
 import { checkItemId, checkNodeName } from '../feedName.ts';
-import { indexKey, indexRange, itemKey, metaKey } from '../keys.ts';
+import { deletedKey, indexKey, indexRange, itemKey, metaKey } from '../keys.ts';
 import type { ExportRecord, ItemRecord } from '../model.ts';
 import { decodeRecord, encodeRecord } from '../record.ts';
 import type { Op } from '../store/store.ts';
+import { changedMessage } from './changeLog.ts';
 import { countOps, importViews } from './filters.ts';
+import type { Instances } from './instances.ts';
 import type { NodeRegistry } from './nodes.ts';
-import { type EngineState, json, type NodeMeta, serialize } from './state.ts';
+import { type EngineState, json, type NodeMeta, parse, serialize } from './state.ts';
 
 type Bound = { gt: Buffer } | { gte: Buffer };
 
@@ -16,6 +18,8 @@ export class Transfer {
   constructor(
     private readonly s: EngineState,
     private readonly nodes: NodeRegistry,
+    /** Set on a store shared with other instances: each batch is written under the node's lock. */
+    private readonly instances?: Instances,
   ) {}
 
   /** Every item of the node in `modified` order, with what it takes to restore it exactly. */
@@ -85,6 +89,12 @@ export class Transfer {
         key: metaKey(st.nid),
         value: json({ total, stamp, seq } satisfies NodeMeta),
       });
+      let written: NodeMeta = { total: 0, stamp: 0, seq: 0 };
+      const write = async (batch: Op[]): Promise<void> => {
+        const ops = [...batch, meta(), ...countOps(st.nid, counts)];
+        if (!this.instances) return this.s.committer.add(ops);
+        written = await this.lockedBatch(node, st.nid, written, ops, { total, stamp, seq });
+      };
       try {
         for await (const r of records) {
           checkItemId(r.id);
@@ -122,15 +132,46 @@ export class Transfer {
           seq = Math.max(seq, r.createdSeq, r.modifiedSeq);
           if (ops.length >= 3000) {
             // Each chunk carries the counters, so a failed import leaves a consistent prefix.
-            await this.s.committer.add([...ops, meta(), ...countOps(st.nid, counts)]);
+            await write(ops);
             ops = [];
           }
         }
-        await this.s.committer.add([...ops, meta(), ...countOps(st.nid, counts)]);
+        await write(ops);
       } finally {
         await this.nodes.refresh(st);
       }
       return total;
     });
+  }
+
+  /**
+   * On a shared store, one batch of an import under the node's lock: written only if the node's
+   * counters are still those the import wrote last (none: empty), else refused, as another
+   * instance wrote to the node meanwhile and the imported sequence numbers would clash with its.
+   * Other instances reload the node's tails on the wake-up (the log does not hold imported items).
+   */
+  private async lockedBatch(
+    node: string,
+    nid: number,
+    expected: NodeMeta,
+    ops: Op[],
+    next: NodeMeta,
+  ): Promise<NodeMeta> {
+    const shared = (this.instances as Instances).store;
+    await shared.locked([metaKey(nid)], async (tx) => {
+      const [buf, gone] = await tx.getMany([metaKey(nid), deletedKey(nid)]);
+      if (!buf || gone) throw new NodeNotFound(node);
+      const now = parse<NodeMeta>(buf);
+      if (now.seq !== expected.seq || now.total !== expected.total) {
+        throw new NodeNotEmpty(
+          node,
+          expected.seq === 0
+            ? 'is not empty'
+            : 'was written by another instance during the import (the lines imported before stay)',
+        );
+      }
+      return { ops, notify: [changedMessage(nid, next.seq)], result: undefined };
+    });
+    return next;
   }
 }

@@ -57,7 +57,7 @@ export async function setAffiliations(
   );
   if (applied.length > 0) {
     await ctx.policy.setAffiliations(node, applied);
-    ctx.emit({ type: 'affiliations-changed', node, changes: applied });
+    await ctx.tell({ type: 'affiliations-changed', node, changes: applied });
     await revokeUnentitled(ctx, node, new Set(applied.map(([jid]) => jid)));
   }
   return ok;

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { AppendOnly, NodeNotFound } from '../errors.ts';
+import type { NodeEvent } from '../events.ts';
 import { FILTER_KINDS, type FilterKind } from '../feedName.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import { type Actor, jidOf } from './actor.ts';
@@ -51,15 +52,25 @@ export async function configure(
   const config = await ctx.policy.configure(node, change);
   if (config.accessModel !== previous.accessModel) await revokeUnentitled(ctx, node);
   const subscriptions = await ctx.engine.subscriptionsOf(node);
-  ctx.emit({ type: 'node-configured', node, config, previous, subscriptions });
+  await ctx.tell({ type: 'node-configured', node, config, previous, subscriptions });
   return config;
 }
 
 export async function deleteNode(ctx: ServiceContext, actor: Actor, node: string): Promise<void> {
   const { config } = await ctx.rights.check(node, actor, 'delete');
+  if (ctx.engine.shared) {
+    // Logged with the deletion, naming the subscribers the node had under its lock.
+    let told: NodeEvent | undefined;
+    await ctx.policy.deleteNode(node, (subscriptions) => {
+      told = { type: 'node-deleted', node, config, subscriptions };
+      return told;
+    });
+    if (told) ctx.emit({ ...told, deliver: false });
+    return;
+  }
   const subscriptions = await ctx.engine.subscriptionsOf(node);
   await ctx.policy.deleteNode(node);
-  ctx.emit({ type: 'node-deleted', node, config, subscriptions });
+  await ctx.tell({ type: 'node-deleted', node, config, subscriptions });
 }
 
 /**

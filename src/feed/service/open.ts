@@ -16,7 +16,8 @@ export async function openFeedService(
   engineOptions: EngineOptions = {},
   serviceOptions: FeedServiceOptions = {},
 ): Promise<OpenService> {
-  const engine = await FeedEngine.open(dir, engineOptions);
+  // On PostgreSQL, as one instance among the serving ones: its writes are locked and logged.
+  const engine = await FeedEngine.openAmongInstances(dir, engineOptions);
   const feeds = new FeedService(engine, serviceOptions);
   return {
     feeds,

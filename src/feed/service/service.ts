@@ -64,6 +64,11 @@ export class FeedService {
       rights: this.rights,
       autoCreate: options.autoCreate ?? true,
       emit: (event) => this.emit(event),
+      tell: async (event) => {
+        if (!engine.shared) return this.emit(event);
+        await engine.logEvent(event);
+        this.emit({ ...event, deliver: false });
+      },
     };
     // Item changes and purges are told by the engine as they commit: re-emitted in that order.
     // On a store shared with other instances every change is seen here (deliver: false), and
@@ -71,14 +76,17 @@ export class FeedService {
     const offChange = engine.shared
       ? engine.onChange((change) => this.emit({ type: 'item-changed', change, deliver: false }))
       : engine.onChange((change) => this.emit({ type: 'item-changed', change }));
+    // Node events too: logged with the node's changes, told here (deliver: false) and pushed from the log.
     const offPush = engine.shared
       ? engine.onPush(
           (change) => this.emit({ type: 'item-changed', change }),
           () => this.delivered(),
+          (event) => this.emit(event),
         )
       : () => true;
-    const offStart = engine.onPurgeStart((node) => this.emit({ type: 'purge-started', node }));
-    const offDone = engine.onPurge((node) => this.emit({ type: 'purge-done', node }));
+    const local = engine.shared ? ({ deliver: false } as const) : {};
+    const offStart = engine.onPurgeStart((node) => this.emit({ type: 'purge-started', node, ...local }));
+    const offDone = engine.onPurge((node) => this.emit({ type: 'purge-done', node, ...local }));
     const offHubs = engine.onHubsChanged((node) =>
       this.emit({ type: 'hub-subscriptions-changed', ...(node !== undefined ? { node } : {}) }),
     );

@@ -45,7 +45,7 @@ export async function subscribe(
   if (!created) return subscription;
   if (subscription.pending) {
     const to = await approvers(ctx, feed.node);
-    ctx.emit({
+    await ctx.tell({
       type: 'subscription-changed',
       subscription,
       state: 'pending',
@@ -63,7 +63,7 @@ export async function subscribe(
     // an older item after it would break feed order.
     if (last && engine.lastCursorNow(feed, reader) === last.cursor) lastItem = presentItem(feed, last);
   }
-  ctx.emit({
+  await ctx.tell({
     type: 'subscription-changed',
     subscription,
     state: 'subscribed',
@@ -86,7 +86,7 @@ export async function unsubscribe(
   ownJid(actor, jid, 'forbidden');
   const subscription = await ctx.engine.unsubscribe(feed.requested, jid, bareOf(jid), subid);
   const config = await ctx.policy.config(feed.node);
-  ctx.emit({ type: 'subscription-changed', subscription, state: 'none', cause: 'request', config });
+  await ctx.tell({ type: 'subscription-changed', subscription, state: 'none', cause: 'request', config });
   return subscription;
 }
 
@@ -112,10 +112,22 @@ export async function approve(
   if (!sub?.pending || (subid !== undefined && subid !== sub.subid)) return false;
   if (allow) {
     const subscription = await ctx.engine.approveSubscription(sub.feed, sub.jid, bareOf(jid));
-    ctx.emit({ type: 'subscription-changed', subscription, state: 'subscribed', cause: 'approval', config });
+    await ctx.tell({
+      type: 'subscription-changed',
+      subscription,
+      state: 'subscribed',
+      cause: 'approval',
+      config,
+    });
   } else {
     await ctx.engine.unsubscribe(sub.feed, sub.jid, bareOf(jid));
-    ctx.emit({ type: 'subscription-changed', subscription: sub, state: 'none', cause: 'approval', config });
+    await ctx.tell({
+      type: 'subscription-changed',
+      subscription: sub,
+      state: 'none',
+      cause: 'approval',
+      config,
+    });
   }
   return true;
 }
@@ -141,7 +153,13 @@ export async function setSubscription(
     await ctx.engine.unsubscribe(feed.requested, jid, bare).catch((e) => {
       if (!(e instanceof NotSubscribed)) throw e;
     });
-    ctx.emit({ type: 'subscription-changed', subscription: found, state: 'none', cause: 'owner', config });
+    await ctx.tell({
+      type: 'subscription-changed',
+      subscription: found,
+      state: 'none',
+      cause: 'owner',
+      config,
+    });
     return true;
   }
   if (state !== 'subscribed') return false;
@@ -149,7 +167,13 @@ export async function setSubscription(
     ? await ctx.engine.approveSubscription(feed.requested, jid, bare)
     : (await ctx.engine.subscribe(feed.requested, jid, bare)).subscription;
   if (!found || found.pending)
-    ctx.emit({ type: 'subscription-changed', subscription, state: 'subscribed', cause: 'owner', config });
+    await ctx.tell({
+      type: 'subscription-changed',
+      subscription,
+      state: 'subscribed',
+      cause: 'owner',
+      config,
+    });
   return true;
 }
 
@@ -178,7 +202,7 @@ export async function bounced(ctx: ServiceContext, feedName: string | FeedName, 
   const feed = feedOf(feedName);
   const subscription = await ctx.engine.unsubscribe(feed.requested, jid, bareOf(jid));
   const config = await ctx.policy.config(feed.node);
-  ctx.emit({ type: 'subscription-changed', subscription, state: 'none', cause: 'bounce', config });
+  await ctx.tell({ type: 'subscription-changed', subscription, state: 'none', cause: 'bounce', config });
 }
 
 /**
@@ -207,6 +231,12 @@ export async function revokeUnentitled(
       () => false,
     );
     if (ended)
-      ctx.emit({ type: 'subscription-changed', subscription: sub, state: 'none', cause: 'revoked', config });
+      await ctx.tell({
+        type: 'subscription-changed',
+        subscription: sub,
+        state: 'none',
+        cause: 'revoked',
+        config,
+      });
   }
 }
