@@ -42,7 +42,10 @@ const parent = new Map<number, number>();
 for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
 const keyOf = (frame: ProfileNode['callFrame'] | undefined): string => {
   const name = frame?.functionName || '(anonymous)';
-  const where = frame?.url ? frame.url.replace(/^.*\/(node_modules|src|bench)\//, '$1/') : '';
+  // A process run from the build (bin/smartfeeds.mjs) names dist/ where tsx names src/.
+  const where = frame?.url
+    ? frame.url.replace(/^.*\/(node_modules|src|bench)\//, '$1/').replace(/^.*\/dist\//, 'src/')
+    : '';
   return `${name} ${where}`.trim();
 };
 const self = new Map<string, number>();
