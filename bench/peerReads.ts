@@ -11,7 +11,10 @@ import type { Element } from 'ltx';
 const PS = 'http://jabber.org/protocol/pubsub';
 const RSM = 'http://jabber.org/protocol/rsm';
 
-/** One read of a whole node. Times are process.hrtime in ms (CLOCK_MONOTONIC, as V8's profiles). */
+/**
+ * One read of a whole node. `ms` is the sum of its pages' round trips; times are process.hrtime
+ * in ms (CLOCK_MONOTONIC, as V8's profiles).
+ */
 export interface ReadRun {
   items: number;
   pages: number;
@@ -46,9 +49,9 @@ export async function connectReader(c2sPort: number, username: string): Promise<
   return c;
 }
 
-/** Reads `node` of `service` from the start to the end, `page` items asked a page. */
-export async function readBack(c: Client, service: string, node: string, page: number): Promise<ReadRun> {
-  const run: ReadRun = {
+/** One service's read-back, a page at a time. */
+class PageWalk {
+  readonly run: ReadRun = {
     items: 0,
     pages: 0,
     ms: 0,
@@ -60,40 +63,69 @@ export async function readBack(c: Client, service: string, node: string, page: n
     load: loadAverage(),
     trace: [],
   };
-  let after: string | undefined;
-  let counting = 0;
-  for (;;) {
+  private after: string | undefined;
+  done = false;
+
+  constructor(
+    private readonly c: Client,
+    private readonly service: string,
+    private readonly node: string,
+    private readonly page: number,
+  ) {}
+
+  /** Reads the next page; `ms` adds its round trip only (the bench's own work is left out). */
+  async next(): Promise<void> {
+    const { run } = this;
     const set = xml(
       'set',
       { xmlns: RSM },
-      xml('max', {}, String(page)),
-      ...(after ? [xml('after', {}, after)] : []),
+      xml('max', {}, String(this.page)),
+      ...(this.after ? [xml('after', {}, this.after)] : []),
     );
     const id = `read-${++requests}`;
-    const t = nowMs();
-    const res: Element = await c.iqCaller.request(
-      xml('iq', { type: 'get', to: service, id }, xml('pubsub', { xmlns: PS }, xml('items', { node }), set)),
-      120_000,
+    const request = xml(
+      'iq',
+      { type: 'get', to: this.service, id },
+      xml('pubsub', { xmlns: PS }, xml('items', { node: this.node }), set),
     );
+    const t = nowMs();
+    const res: Element = await this.c.iqCaller.request(request, 120_000);
     const got = nowMs();
     run.pageMs.push(got - t);
+    run.ms += got - t;
     run.trace.push({ id, sentMs: t, gotMs: got });
     const ps = res.getChild('pubsub', PS);
     const n = ps?.getChild('items')?.getChildren('item').length ?? 0;
     run.items += n;
     run.pages += 1;
     run.pageItems.push(n);
-    // Serializing the reply again to count its bytes is the bench's work: left out of the time.
-    const b = nowMs();
     run.pageBytes.push(Buffer.byteLength(res.toString()));
-    counting += nowMs() - b;
     const rs = ps?.getChild('set', RSM);
-    after = rs?.getChildText('last') ?? undefined;
-    if (!rs || n === 0 || !after) break;
+    this.after = rs?.getChildText('last') ?? undefined;
+    if (!rs || n === 0 || !this.after) {
+      this.done = true;
+      run.endMs = nowMs();
+    }
   }
-  run.endMs = nowMs();
-  run.ms = run.endMs - run.startMs - counting;
-  return run;
+}
+
+/**
+ * Reads every target's node from the start to the end, `page` items asked a page, the targets
+ * taking turns page by page (who goes first flips every step): a neighbour's busy second on a
+ * shared machine then slows both alike, where whole read-backs in turn could each meet a
+ * different moment. One target alone reads its node as peerbench does.
+ */
+export async function readTogether(
+  c: Client,
+  targets: readonly { jid: string; node: string }[],
+  page: number,
+): Promise<ReadRun[]> {
+  const walks = targets.map((t) => new PageWalk(c, t.jid, t.node, page));
+  for (let step = 0; walks.some((w) => !w.done); step++) {
+    const order = step % 2 === 0 ? walks : [...walks].reverse();
+    for (const w of order) if (!w.done) await w.next();
+  }
+  return walks.map((w) => w.run);
 }
 
 export const median = (xs: number[]): number => {
@@ -136,10 +168,19 @@ export function summarize(runs: ReadRun[]): Record<string, unknown> {
 export function ratios(
   a: ReadRun[],
   b: ReadRun[],
-): { median: number; min: number; max: number; each: number[] } {
+): { median: number; min: number; max: number; pooled: number; each: number[] } {
   const each = a.map((ra, i) => {
     const rb = b[i] as ReadRun;
     return round(rb.items / rb.ms / (ra.items / ra.ms), 2);
   });
-  return { median: round(median(each), 2), min: Math.min(...each), max: Math.max(...each), each };
+  const rate = (runs: ReadRun[]) =>
+    runs.reduce((n, r) => n + r.items, 0) / runs.reduce((t, r) => t + r.ms, 0);
+  return {
+    median: round(median(each), 2),
+    min: Math.min(...each),
+    max: Math.max(...each),
+    // All rounds as one read-back: items over time, of each.
+    pooled: round(rate(b) / rate(a), 2),
+    each,
+  };
 }

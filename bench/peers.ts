@@ -16,8 +16,9 @@
  * peerbench reads each node back once, in well under a second: one busy moment of a neighbour
  * decides that figure. So after every service has run it, the bench reads each node back R more
  * times (default 5) with the same RSM requests (bench/peerReads.ts), the services taking turns
- * round by round, and prints per service the median and spread of items/s and page times, and
- * smartfeeds' ratio to the null component round by round. Each line carries the load average.
+ * page by page, and prints per service the median and spread of items/s (items over the sum of
+ * its pages' round trips) and page times, and smartfeeds' ratio to the null component round by
+ * round. Each line carries the load average.
  * `readWindowMs` is the reads' span in CLOCK_MONOTONIC ms, for `bench/profileTop.ts --from --to`;
  * `--trace FILE` writes every page request's id, send and reply times (same clock) there.
  */
@@ -30,7 +31,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
 import { freePort } from '../prosody-dev/process.ts';
 import { type ServerName, startServer, type XmppServer } from '../prosody-dev/servers.ts';
-import { connectReader, loadAverage, type ReadRun, ratios, readBack, summarize } from './peerReads.ts';
+import { connectReader, loadAverage, type ReadRun, ratios, readTogether, summarize } from './peerReads.ts';
 
 const PROJECT = fileURLToPath(new URL('..', import.meta.url));
 const SECRET = 'peer-secret';
@@ -127,8 +128,8 @@ async function readRounds(filled: { name: string; jid: string; key: string; node
   try {
     for (let r = 0; r < rounds; r++) {
       const order = r % 2 === 0 ? filled : [...filled].reverse();
-      for (const f of order)
-        runs.get(f.key)?.push(await readBack(reader, f.jid, f.node, Number(values.page)));
+      const read = await readTogether(reader, order, Number(values.page));
+      order.forEach((f, i) => runs.get(f.key)?.push(read[i] as ReadRun));
     }
   } finally {
     await reader.stop().catch(() => undefined);
