@@ -9,6 +9,7 @@ const servers = parseServerNames(process.env.SMARTFEEDS_TEST_SERVERS ?? 'prosody
 // Every file in test/xmpp and test/client starts a server, except these unit tests.
 const WITHOUT_SERVER = new Set([
   'rateLimit.test.ts',
+  'xmlBytes.test.ts',
   'account.test.ts',
   'mirrorStore.test.ts',
   'follower.test.ts',

@@ -6,11 +6,21 @@
  *
  *   npx tsx bench/peers.ts [--server ejabberd|prosody] [--only own,null,smartfeeds] [--items N]
  *     [--subs K] [--window W] [--size BYTES] [--peerbench DIR] [--cpu-prof DIR] [--rate-limit-off]
+ *     [--reads R] [--page P] [--trace FILE]
  *
  * DIR (default shared/peers/peerbench) must hold nullpubsub.mjs and peerbench.mjs with their
  * node_modules (`npm ci` there, or in a copy of it). smartfeeds runs with its default per-sender
  * limit unless --rate-limit-off. `--cpu-prof DIR` writes smartfeeds' CPU profile there.
  * Needs root (the harness runs the servers as their own users). Prints one JSON line per service.
+ *
+ * peerbench reads each node back once, in well under a second: one busy moment of a neighbour
+ * decides that figure. So after every service has run it, the bench reads each node back R more
+ * times (default 5) with the same RSM requests (bench/peerReads.ts), the services taking turns
+ * page by page, and prints per service the median and spread of items/s (items over the sum of
+ * its pages' round trips) and page times, and smartfeeds' ratio to the null component round by
+ * round. Each line carries the load average.
+ * `readWindowMs` is the reads' span in CLOCK_MONOTONIC ms, for `bench/profileTop.ts --from --to`;
+ * `--trace FILE` writes every page request's id, send and reply times (same clock) there.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
@@ -21,6 +31,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
 import { freePort } from '../prosody-dev/process.ts';
 import { type ServerName, startServer, type XmppServer } from '../prosody-dev/servers.ts';
+import { connectReader, loadAverage, type ReadRun, ratios, readTogether, summarize } from './peerReads.ts';
 
 const PROJECT = fileURLToPath(new URL('..', import.meta.url));
 const SECRET = 'peer-secret';
@@ -39,6 +50,9 @@ const { values } = parseArgs({
     peerbench: { type: 'string', default: join(PROJECT, '..', 'shared', 'peers', 'peerbench') },
     'cpu-prof': { type: 'string' },
     'rate-limit-off': { type: 'boolean', default: false },
+    reads: { type: 'string', default: '5' },
+    page: { type: 'string', default: '250' },
+    trace: { type: 'string' },
   },
 });
 const server = values.server as ServerName;
@@ -105,6 +119,47 @@ async function stopChild(child: ChildProcess): Promise<void> {
   clearTimeout(timer);
 }
 
+/** R read-backs of every filled node, the services taking turns (the order flips each round). */
+async function readRounds(filled: { name: string; jid: string; key: string; node: string }[]): Promise<void> {
+  const rounds = Number(values.reads);
+  if (rounds <= 0 || filled.length === 0) return;
+  const reader = await connectReader(xmpp.c2sPort, 'reader');
+  const runs = new Map<string, ReadRun[]>(filled.map((f) => [f.key, []]));
+  try {
+    for (let r = 0; r < rounds; r++) {
+      const order = r % 2 === 0 ? filled : [...filled].reverse();
+      const read = await readTogether(reader, order, Number(values.page));
+      order.forEach((f, i) => runs.get(f.key)?.push(read[i] as ReadRun));
+    }
+  } finally {
+    await reader.stop().catch(() => undefined);
+  }
+  for (const f of filled) {
+    const mine = runs.get(f.key) ?? [];
+    const load = mine.map((x) => x.load);
+    const window = [Math.min(...mine.map((x) => x.startMs)), Math.max(...mine.map((x) => x.endMs))];
+    console.log(
+      JSON.stringify({
+        server,
+        target: f.name,
+        readBack: summarize(mine),
+        load: [Math.min(...load), Math.max(...load)],
+        readWindowMs: window.map((x) => Math.round(x)),
+      }),
+    );
+  }
+  if (values.trace) await writeFile(values.trace, JSON.stringify(Object.fromEntries(runs)));
+  const base = runs.get('null');
+  const sf = runs.get('smartfeeds');
+  if (base && sf) console.log(JSON.stringify({ server, readBackRatio: ratios(base, sf) }));
+}
+
+// smartfeeds runs from dist/: a source changed since the last build would not be measured.
+if (only.has('smartfeeds'))
+  await promisify(execFile)(process.execPath, [join(PROJECT, 'scripts', 'build.mjs'), '--stale'], {
+    cwd: PROJECT,
+  });
+
 const xmpp = await startServer(server, { componentDomain: FEEDS_DOMAIN, componentSecret: SECRET });
 const children: ChildProcess[] = [];
 const data = await mkdtemp(join(tmpdir(), 'smartfeeds-peers-'));
@@ -115,12 +170,13 @@ try {
   await addPeers(xmpp, nullPort);
   await xmpp.start();
   for (const user of users) await xmpp.register(user, 'pw');
-  const targets: [name: string, jid: string, extra: string[]][] = [];
+  const targets: [name: string, jid: string, extra: string[], key: string][] = [];
   if (only.has('own'))
     targets.push([
       `${server} mod_pubsub`,
       OWN_DOMAIN,
       server === 'prosody' ? ['--max-items', '1000000'] : [],
+      'own',
     ]);
   if (only.has('null')) {
     children.push(
@@ -134,7 +190,7 @@ try {
         SECRET,
       ]),
     );
-    targets.push(['null component (memory, no checks)', NULL_DOMAIN, []]);
+    targets.push(['null component (memory, no checks)', NULL_DOMAIN, [], 'null']);
   }
   if (only.has('smartfeeds')) {
     const profile = values['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${values['cpu-prof']}`] : [];
@@ -161,22 +217,28 @@ try {
         env,
       ),
     );
-    targets.push(['smartfeeds', FEEDS_DOMAIN, []]);
+    targets.push(['smartfeeds', FEEDS_DOMAIN, [], 'smartfeeds']);
   }
   await new Promise((resolve) => setTimeout(resolve, 4000));
-  for (const [name, jid, extra] of targets) {
+  const filled: { name: string; jid: string; key: string; node: string }[] = [];
+  for (const [name, jid, extra, key] of targets) {
+    const nodeName = `peers-${key}-${Date.now()}`;
     const args = [join(values.peerbench, 'peerbench.mjs'), '--c2s', String(xmpp.c2sPort), '--service', jid];
-    for (const key of ['items', 'subs', 'window', 'size'] as const) args.push(`--${key}`, values[key]);
+    for (const k of ['items', 'subs', 'window', 'size', 'page'] as const) args.push(`--${k}`, values[k]);
+    args.push('--node', nodeName);
+    const load = loadAverage();
     try {
       const { stdout } = await promisify(execFile)(process.execPath, [...args, ...extra], {
         timeout: 900_000,
       });
       const line = stdout.trim().split('\n').at(-1) ?? '{}';
-      console.log(JSON.stringify({ server, target: name, ...JSON.parse(line) }));
+      console.log(JSON.stringify({ server, target: name, load: [load, loadAverage()], ...JSON.parse(line) }));
+      filled.push({ name, jid, key, node: nodeName });
     } catch (e) {
       console.log(JSON.stringify({ server, target: name, error: String(e).slice(0, 600) }));
     }
   }
+  await readRounds(filled);
 } finally {
   for (const child of children) await stopChild(child);
   await xmpp.stop();

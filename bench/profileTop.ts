@@ -2,7 +2,10 @@
  * The top lines of a V8 CPU profile (node --cpu-prof): self time per function as a share of the
  * busy time (idle and program shown apart), then total time (the function and what it called).
  *
- *   npx tsx bench/profileTop.ts FILE.cpuprofile [--top N]
+ *   npx tsx bench/profileTop.ts FILE.cpuprofile [--top N] [--from MS --to MS]
+ *
+ * --from/--to keep the samples of that span only, in CLOCK_MONOTONIC ms (process.hrtime in any
+ * process of the machine, as V8 stamps its profiles): bench/peers.ts prints its reads' span.
  */
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
@@ -17,10 +20,15 @@ interface Profile {
   nodes: ProfileNode[];
   samples: number[];
   timeDeltas: number[];
+  startTime: number;
 }
 
 const { values, positionals } = parseArgs({
-  options: { top: { type: 'string', default: '25' } },
+  options: {
+    top: { type: 'string', default: '25' },
+    from: { type: 'string' },
+    to: { type: 'string' },
+  },
   allowPositionals: true,
 });
 const file = positionals[0];
@@ -34,15 +42,23 @@ const parent = new Map<number, number>();
 for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
 const keyOf = (frame: ProfileNode['callFrame'] | undefined): string => {
   const name = frame?.functionName || '(anonymous)';
-  const where = frame?.url ? frame.url.replace(/^.*\/(node_modules|src|bench)\//, '$1/') : '';
+  // A process run from the build (bin/smartfeeds.mjs) names dist/ where tsx names src/.
+  const where = frame?.url
+    ? frame.url.replace(/^.*\/(node_modules|src|bench)\//, '$1/').replace(/^.*\/dist\//, 'src/')
+    : '';
   return `${name} ${where}`.trim();
 };
 const self = new Map<string, number>();
 const inclusive = new Map<string, number>();
 let total = 0;
 let idle = 0;
+const fromUs = values.from === undefined ? -Infinity : Number(values.from) * 1000;
+const toUs = values.to === undefined ? Infinity : Number(values.to) * 1000;
+let stamp = profile.startTime;
 profile.samples.forEach((id, i) => {
   const us = profile.timeDeltas[i] ?? 0;
+  stamp += us;
+  if (stamp < fromUs || stamp > toUs) return;
   const frame = byId.get(id)?.callFrame;
   const name = frame?.functionName || '(anonymous)';
   if (name === '(idle)' || name === '(program)') {

@@ -28,6 +28,8 @@ declare module 'ltx' {
     text(value: string): this;
     remove(el: Element | string, xmlns?: string): this;
     toString(): string;
+    /** Serializes, handing the XML to `writer` piece by piece (what toString joins). */
+    write(writer: (piece: string) => void): void;
   }
   export function parse(xml: string): Element;
   /** A deep copy, without a parent. */

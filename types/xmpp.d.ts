@@ -127,6 +127,7 @@ declare module '@xmpp/connection' {
     off<E extends keyof EntityEvents>(event: E, listener: Listener<E>): this;
     removeListener<E extends keyof EntityEvents>(event: E, listener: Listener<E>): this;
     prependListener<E extends keyof EntityEvents>(event: E, listener: Listener<E>): this;
+    emit<E extends keyof EntityEvents>(event: E, ...args: EntityEvents[E]): boolean;
 
     /** Reconnects 1 s (`delay`) after an unexpected disconnect; stop() to disable. */
     reconnect: {

@@ -1,4 +1,5 @@
 import type { Component } from '@xmpp/component';
+import type { Element } from 'ltx';
 import { type BackoffOptions, backoffDelay, DEFAULT_BACKOFF } from '../backoff.ts';
 import type { Log } from '../log.ts';
 
@@ -7,7 +8,8 @@ export { type BackoffOptions, backoffDelay, DEFAULT_BACKOFF } from '../backoff.t
 // The one place that drives @xmpp/component's connection below start()/send(), through its public
 // members only (connect, open, disconnect, socket: declared in types/xmpp.d.ts). Why at all: its
 // reconnect is a fixed 1 s loop that stalls for good when a stream opens but never authenticates,
-// and send() queues on the socket without limit, so a fan-out could not see backpressure.
+// send() queues on the socket without limit, so a fan-out could not see backpressure, and send()
+// writes a stanza as one string, which costs milliseconds for a page of items (sendInChunks).
 
 /** The raw stream out, with the socket's backpressure: what the notifier writes through. */
 export interface SocketWriter {
@@ -44,6 +46,51 @@ export function socketWriter(xmpp: Component): SocketWriter {
         socket.on('close', done);
       });
     },
+  };
+}
+
+/**
+ * Characters encoded to UTF-8 at a time. A longer string than V8's regular heap objects (128 KiB)
+ * is slow to build and to encode: writing a 220 KB page reply as one string took 2 to 4 ms of
+ * the component's time (`writeUtf8String` was 44 % of its busy time while reading back), against
+ * 0.2 to 0.4 ms in chunks of this size.
+ */
+const CHUNK_CHARS = 32 * 1024;
+
+/** An element's XML as UTF-8, never built as one long string (see CHUNK_CHARS). */
+export function xmlBytes(element: Element): Buffer {
+  const chunks: Buffer[] = [];
+  let text = '';
+  // ltx hands over whole names, attribute values and texts, so no chunk splits a character.
+  element.write((piece) => {
+    text += piece;
+    if (text.length < CHUNK_CHARS) return;
+    chunks.push(Buffer.from(text, 'utf8'));
+    text = '';
+  });
+  if (chunks.length === 0) return Buffer.from(text, 'utf8');
+  if (text !== '') chunks.push(Buffer.from(text, 'utf8'));
+  return Buffer.concat(chunks);
+}
+
+const STANZAS = new Set(['iq', 'message', 'presence']);
+
+/**
+ * Makes send() write each element as xmlBytes: what @xmpp/component's send() does (a stanza
+ * without `from` gets the component's JID; refused while the stream closes; 'send' once the
+ * socket took it), but not through one string. Every reply goes through it, pages of items too.
+ */
+export function sendInChunks(xmpp: Component): void {
+  xmpp.send = async (element) => {
+    if (STANZAS.has(element.name) && !element.attrs.from && xmpp.jid)
+      element.attrs.from = xmpp.jid.toString();
+    const socket = xmpp.socket;
+    if (!socket || xmpp.status === 'closing') throw new Error('Connection is closing');
+    const bytes = xmlBytes(element);
+    await new Promise<void>((resolve, reject) => {
+      socket.write(bytes, (e) => (e ? reject(e) : resolve()));
+    });
+    xmpp.emit('send', element);
   };
 }
 

@@ -11,6 +11,7 @@ import {
   DEFAULT_BACKOFF,
   keepNoDelay,
   Reconnector,
+  sendInChunks,
   socketWriter,
 } from './connection.ts';
 import { errorElement, errors, toStanzaError } from './errors.ts';
@@ -71,6 +72,7 @@ export class PubsubComponent {
       void feeds.resumePurges().catch((e) => log.error('resuming purges failed', { error: String(e) }));
     });
     keepNoDelay(this.xmpp);
+    sendInChunks(this.xmpp);
     this.limiter = options.rateLimit?.rate ? new RateLimiter(options.rateLimit) : undefined;
     this.reconnector = new Reconnector(this.xmpp, log, options.backoff ?? DEFAULT_BACKOFF);
     const audience = (node: string) => feeds.audience(node);
