@@ -73,6 +73,8 @@ export class FeedEngine {
   private readonly hubListeners = new Set<(node: string | undefined) => void>();
   /** Those tellings, in wake-up order: pushes wait for them (a hub re-reads before it delivers). */
   private hubsTold: Promise<void> = Promise.resolve();
+  /** Per node, the version of its WebSub subscriptions this instance's hubs last read (hubsCurrent). */
+  private readonly hubVersions = new Map<number, string>();
 
   private constructor(store: Store, options: EngineOptions) {
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
@@ -176,7 +178,7 @@ export class FeedEngine {
     const leases = new PushLeases(
       instances.store,
       { holder: options.holder ?? randomUUID(), ttl: options.ttl ?? 10_000 },
-      (changes) => this.push(changes),
+      (changes, nid) => this.push(changes, nid),
       options.failed,
     );
     this.pushLeases = leases;
@@ -225,8 +227,10 @@ export class FeedEngine {
     };
   }
 
-  private async push(changes: Change[]): Promise<void> {
-    // WebSub subscriptions changed before these changes were written are heard of first.
+  private async push(changes: Change[], nid: number): Promise<void> {
+    // WebSub subscriptions changed before these changes were written are heard of first: by the
+    // wake-up, or, when it has not come yet, by their version read now that the changes are read.
+    await this.hubsCurrent(nid, changes[0]?.node);
     await this.hubsTold;
     for (const change of changes)
       for (const listener of this.pushListeners) {
@@ -253,6 +257,22 @@ export class FeedEngine {
    */
   onHubsChanged(listener: (node: string | undefined) => void): () => void {
     return listen(this.hubListeners, listener);
+  }
+
+  /**
+   * Before node `nid`'s changes are pushed: when its WebSub subscriptions' stored version is not
+   * the one last seen here, the hubs are told to read them again (only where a hub reads them).
+   */
+  private async hubsCurrent(nid: number, node: string | undefined): Promise<void> {
+    if (!this.hubStore || node === undefined) return;
+    const version = await this.hubStore.version(nid);
+    if (version === (this.hubVersions.get(nid) ?? '')) return;
+    this.hubVersions.set(nid, version);
+    this.hubsTold = this.hubsTold
+      .then(() => {
+        for (const listener of this.hubListeners) listener(node);
+      })
+      .catch(() => undefined);
   }
 
   private hubsChanged(nid: number | undefined): void {
@@ -339,6 +359,7 @@ export class FeedEngine {
       store: this.s.store,
       write: (ops) => this.s.committer.add(ops),
       nodeNumber: (name) => this.nodeNumber(name),
+      shared: this.shared,
     });
     return this.hubStore;
   }

@@ -38,8 +38,8 @@ export class PushLeases {
   constructor(
     private readonly store: SharedFeedStore,
     private readonly options: PushLeaseOptions,
-    /** Hands changes on (to the bindings) and resolves once they have left. */
-    private readonly deliver: (changes: Change[]) => Promise<void>,
+    /** Hands changes of node `nid` on (to the bindings) and resolves once they have left. */
+    private readonly deliver: (changes: Change[], nid: number) => Promise<void>,
     private readonly failed: (error: unknown) => void = () => {},
   ) {}
 
@@ -166,7 +166,10 @@ export class PushLeases {
     const logged = await readLog(this.store, nid, from, LAST, STEP);
     const last = logged[logged.length - 1];
     if (!last) return;
-    await this.deliver(logged.map((l) => l.change));
+    await this.deliver(
+      logged.map((l) => l.change),
+      nid,
+    );
     await this.store.write(pushedOps(nid, from, last.seq));
     this.pushed.set(nid, last.seq);
     if (logged.length === STEP) this.dirty.add(nid);
