@@ -12,6 +12,7 @@ import { type ChatUser, Delivery } from './delivery.ts';
 import { FeedUrlError } from './feedUrl.ts';
 import { Fetcher, type FetchLimits } from './fetcher.ts';
 import { FeedIngest, type FeedRecord, IngestRefusal } from './ingest.ts';
+import { MemoryPresences, SharedPresences } from './presence.ts';
 
 export interface BotOptions {
   fetch: FetchLimits;
@@ -134,6 +135,14 @@ export class FeedBot {
       (to, body) => this.send(this.chat(to, body)),
       options.queueLength,
       log,
+      // Among several instances the one announcing may not be the one that heard the presence.
+      service.shared
+        ? new SharedPresences(
+            service.kv('bot.presence'),
+            async () => (await service.pushers()) ?? { self: undefined, live: new Set() },
+            (bare) => this.send(this.presenceTo(bare, 'probe')),
+          )
+        : new MemoryPresences(),
     );
     this.unlisten = service.onEvent((event) => {
       // Among several instances, announced by the one pushing the node's changes.
@@ -204,7 +213,11 @@ export class FeedBot {
    * granted presence are probed; the others get what waited while the component was away.
    */
   async connected(): Promise<void> {
-    this.delivery.reset();
+    try {
+      await this.delivery.reset();
+    } catch (e) {
+      this.log.warn('presence not reset', { error: String(e) });
+    }
     for (const [bare, user] of await this.service.kv<ChatUser>('bot.users').entries()) {
       if (user.presence === 'subscribed') this.send(this.presenceTo(bare, 'probe'));
       else void this.delivery.flush(bare);

@@ -1,5 +1,6 @@
 import type { KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
+import { MemoryPresences, type Presences } from './presence.ts';
 
 /** What the bot knows of a chat user, kept in the `bot.users` store. */
 export interface ChatUser {
@@ -23,8 +24,6 @@ const seqKey = (bare: string, seq: number) => `${bare}\0${String(seq).padStart(1
  * gets messages at once, so that the server's offline storage holds them.
  */
 export class Delivery {
-  /** Online resources per bare JID, from presence. */
-  private readonly online = new Map<string, Set<string>>();
   /** Per user, the last operation: notifications and flushes run one at a time, in call order. */
   private readonly chains = new Map<string, Promise<void>>();
 
@@ -34,6 +33,8 @@ export class Delivery {
     private readonly send: (to: string, body: string) => boolean,
     private readonly queueLength: number,
     private readonly log: Log,
+    /** Who is online, from presence: in memory, or in the store shared with other instances. */
+    private readonly online: Presences = new MemoryPresences(),
   ) {}
 
   private run(bare: string, step: () => Promise<void>): Promise<void> {
@@ -48,8 +49,8 @@ export class Delivery {
     return next;
   }
 
-  isOnline(bare: string): boolean {
-    return (this.online.get(bare)?.size ?? 0) > 0;
+  isOnline(bare: string): Promise<boolean> {
+    return this.online.isOnline(bare);
   }
 
   async user(bare: string): Promise<ChatUser | undefined> {
@@ -69,7 +70,7 @@ export class Delivery {
   notify(bare: string, body: string): Promise<void> {
     return this.run(bare, async () => {
       const user = await this.store.users.get(bare);
-      const queueing = user?.presence === 'subscribed' && !this.isOnline(bare);
+      const queueing = user?.presence === 'subscribed' && !(await this.isOnline(bare));
       if (!queueing && (await this.hasQueue(bare)) === false && this.send(bare, body)) return;
       await this.enqueue(bare, user ?? { presence: 'asked', seq: 0, dropped: 0 }, body);
       if (!queueing) await this.flushNow(bare);
@@ -91,12 +92,11 @@ export class Delivery {
 
   /** A resource of the user came online or went away. */
   presence(bare: string, resource: string, available: boolean): Promise<void> {
-    const set = this.online.get(bare) ?? new Set<string>();
-    if (available) set.add(resource);
-    else set.delete(resource);
-    if (set.size > 0) this.online.set(bare, set);
-    else this.online.delete(bare);
-    return available ? this.flush(bare) : Promise.resolve();
+    // In the user's order with their notifications: a message sent after it sees it.
+    return this.run(bare, async () => {
+      await this.online.set(bare, resource, available);
+      if (available) await this.flushNow(bare);
+    });
   }
 
   /** Sends the user's queue, oldest first, after a note of how many were dropped. */
@@ -128,8 +128,8 @@ export class Delivery {
 
   /** Forgets a user whose messages bounce: their record and queued messages go. */
   forget(bare: string): Promise<void> {
-    this.online.delete(bare);
     return this.run(bare, async () => {
+      await this.online.forget(bare);
       const queued = await this.store.queue.entries(`${bare}\0`);
       await this.store.queue.batch(queued.map(([key]) => ({ key })));
       await this.store.users.del(bare);
@@ -137,8 +137,8 @@ export class Delivery {
   }
 
   /** Forgets who is online (the connection to the server was lost: presence comes again). */
-  reset(): void {
-    this.online.clear();
+  reset(): Promise<void> {
+    return this.online.reset();
   }
 
   async settled(): Promise<void> {

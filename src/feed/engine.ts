@@ -3,7 +3,7 @@ import type { Element } from 'ltx';
 import { Committer } from './commit.ts';
 import { enableAudience } from './engine/audience.ts';
 import { batchMessages, Instances } from './engine/instances.ts';
-import { type PushLeaseOptions, PushLeases } from './engine/leases.ts';
+import { liveMembers, type PushLeaseOptions, PushLeases } from './engine/leases.ts';
 import { NodeRegistry } from './engine/nodes.ts';
 import { CreatedPositions } from './engine/positions.ts';
 import { Purges } from './engine/purge.ts';
@@ -191,6 +191,18 @@ export class FeedEngine {
     const leases = this.pushLeases;
     this.pushLeases = undefined;
     await leases?.stop();
+  }
+
+  /**
+   * On a shared store, this instance's name among the pushers (none while it does not push) and
+   * the names of the pushers alive now, by their leases on the store's clock: state a binding
+   * shares through the store (the feed bot's presence) is trusted while its writer is alive.
+   * Undefined on a store of this instance's own.
+   */
+  async pushers(): Promise<{ self: string | undefined; live: Set<string> } | undefined> {
+    if (!this.instances) return undefined;
+    const self = this.pushLeases?.holder;
+    return { self, live: new Set(await liveMembers(this.instances.store)) };
   }
 
   /** The buckets of nodes this instance pushes (tests, metrics); empty when not pushing. */

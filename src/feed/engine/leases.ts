@@ -16,6 +16,11 @@ const LAST = Number.MAX_SAFE_INTEGER;
 const memberLease = (holder: string) => `member:${holder}`;
 const bucketLease = (b: number) => `bucket:${b}`;
 
+/** The names of the pushers whose membership has not expired on the store's clock. */
+export async function liveMembers(store: SharedFeedStore): Promise<string[]> {
+  return (await store.leases('member:')).leases.map((l) => l.holder);
+}
+
 /**
  * Splits the pushes between the instances that deliver them: each live instance holds a lease
  * (`member:`), the buckets of nodes are dealt round-robin among the live ones, and the holder of
@@ -59,6 +64,11 @@ export class PushLeases {
       },
       Math.max(Math.floor(this.options.ttl / 3), 10),
     );
+  }
+
+  /** This instance's name among the pushers. */
+  get holder(): string {
+    return this.options.holder;
   }
 
   /** Whether this instance pushes the changes of node `nid` now. */

@@ -1,0 +1,95 @@
+// The feed bot among several instances on one shared in-memory store: a user's presence heard by
+// one instance decides what another, the one announcing the feed's entries, sends or keeps.
+import { xml } from '@xmpp/client';
+import type { Element } from 'ltx';
+import { afterEach, describe, expect, it } from 'vitest';
+import { FeedBot } from '../../src/bot/bot.ts';
+import { DEFAULT_BOT } from '../../src/config.ts';
+import { OPERATOR } from '../../src/feed/service/actor.ts';
+import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
+import { createLog } from '../../src/log.ts';
+import { closeInstance, entry, type Instance, instance, until } from '../instances/support.ts';
+
+const DOMAIN = 'feeds.localhost';
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of closers.splice(0).reverse()) await c();
+});
+
+/** A bot on an instance, and every stanza it sent. */
+async function botOn(one: Instance): Promise<{ bot: FeedBot; sent: Element[] }> {
+  const sent: Element[] = [];
+  const bot = new FeedBot(
+    one.service,
+    DOMAIN,
+    DEFAULT_BOT,
+    createLog('error', () => {}),
+    (s) => {
+      sent.push(s);
+      return true;
+    },
+  );
+  await bot.start();
+  await bot.connected();
+  closers.push(() => bot.stop());
+  return { bot, sent };
+}
+
+const chatsTo = (sent: Element[], bare: string) =>
+  sent.filter((s) => s.name === 'message' && s.attrs.to === bare).map((s) => s.getChildText('body') ?? '');
+const probesTo = (sent: Element[], bare: string) =>
+  sent.filter((s) => s.name === 'presence' && s.attrs.type === 'probe' && s.attrs.to === bare).length;
+const presence = (from: string, type?: string) =>
+  xml('presence', type ? { from, to: DOMAIN, type } : { from, to: DOMAIN });
+
+describe('the feed bot among several instances', () => {
+  it('announces from the instance pushing the node, to the users another instance heard online', async () => {
+    const shared = await SharedMemory.create();
+    const a = await instance(shared, 'a', { push: true, ttl: 300 });
+    closers.push(() => closeInstance(a));
+    const b = await instance(shared, 'b', { push: true, ttl: 300 });
+    closers.push(() => closeInstance(b));
+    // The buckets are split between the two: find a node b pushes.
+    await until(() => a.engine.pushBuckets().length === 32 && b.engine.pushBuckets().length === 32);
+    let node = '';
+    for (let i = 0; !node; i++) {
+      await b.service.create(OPERATOR, `n${i}`);
+      if (await b.service.owns(`n${i}`)) node = `n${i}`;
+    }
+    // Carol and Dave granted the bot their presence and follow the node by chat.
+    for (const bare of ['carol@localhost', 'dave@localhost']) {
+      await a.service.kv('bot.users').put(bare, { presence: 'subscribed', seq: 0, dropped: 0 });
+      await a.service.kv('bot.subs').put(`${bare}\0${node}`, { node, url: 'http://x.example/f', since: 0 });
+    }
+    const [botA, botB] = [await botOn(a), await botOn(b)];
+
+    // Carol comes online at a; b, which pushes the node, sends her the entry and keeps Dave's.
+    botA.bot.receive(presence('carol@localhost/phone'));
+    await until(() => botB.bot.delivery.isOnline('carol@localhost'));
+    await b.engine.publish(node, { id: 'one', entry: entry('First') });
+    await until(() => chatsTo(botB.sent, 'carol@localhost').length === 1);
+    expect(chatsTo(botB.sent, 'carol@localhost')[0]).toContain('First');
+    await until(async () => (await a.service.kv('bot.queue').entries('dave@localhost\0')).length === 1);
+    expect(chatsTo(botB.sent, 'dave@localhost')).toEqual([]);
+    expect(chatsTo(botA.sent, 'carol@localhost')).toEqual([]);
+
+    // Dave comes online at a: a sends what waited. Carol leaves at a: b keeps her next one.
+    botA.bot.receive(presence('dave@localhost/laptop'));
+    await until(() => chatsTo(botA.sent, 'dave@localhost').length === 1);
+    expect(chatsTo(botA.sent, 'dave@localhost')[0]).toContain('First');
+    botA.bot.receive(presence('carol@localhost/phone', 'unavailable'));
+    await until(async () => !(await botB.bot.delivery.isOnline('carol@localhost')));
+    await b.engine.publish(node, { id: 'two', entry: entry('Second') });
+    await until(() => chatsTo(botB.sent, 'dave@localhost').length === 1);
+    expect(chatsTo(botB.sent, 'dave@localhost')[0]).toContain('Second');
+    await until(async () => (await b.service.kv('bot.queue').entries('carol@localhost\0')).length === 1);
+    expect(chatsTo(botB.sent, 'carol@localhost')).toHaveLength(1);
+
+    // a dies: once its lease is gone, Dave, heard only by a, counts as offline at b, which probes him.
+    const probes = probesTo(botB.sent, 'dave@localhost');
+    a.handle.sever();
+    await until(async () => !(await botB.bot.delivery.isOnline('dave@localhost')));
+    expect(probesTo(botB.sent, 'dave@localhost')).toBe(probes + 1);
+    expect(await b.service.kv('bot.presence').entries('dave@localhost\0')).toEqual([]);
+  });
+});
