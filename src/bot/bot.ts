@@ -7,9 +7,10 @@ import type { FeedService, KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
 import { RateLimiter, type RateLimitOptions } from '../xmpp/rateLimit.ts';
+import { ChatSubscribers } from './chatSubscribers.ts';
 import { type Command, parseCommand } from './commands.ts';
 import { type ChatUser, Delivery } from './delivery.ts';
-import { FeedUrlError } from './feedUrl.ts';
+import { FEED_NODE_PREFIX, FeedUrlError } from './feedUrl.ts';
 import { Fetcher, type FetchLimits } from './fetcher.ts';
 import { FeedIngest, type FeedRecord, IngestRefusal } from './ingest.ts';
 import { MemoryPresences, SharedPresences } from './presence.ts';
@@ -32,14 +33,6 @@ export interface BotOptions {
   commandRate: RateLimitOptions;
   /** How long a feed just subscribed to is kept from being forgotten at the cap (default 60 s). */
   reserveMs?: number;
-}
-
-/** A chat subscription, kept under `BARE\0NODE` in `bot.subs`. */
-interface ChatSubscription {
-  node: string;
-  /** The address the user gave. */
-  url: string;
-  since: number;
 }
 
 /** Sends a stanza; false when the component is not online. */
@@ -88,8 +81,8 @@ export class FeedBot {
   readonly ingest: FeedIngest;
   readonly delivery: Delivery;
   private readonly fetcher: Fetcher;
-  /** Chat subscribers per node (loaded at start, kept with the store). */
-  private readonly subscribers = new Map<string, Set<string>>();
+  /** Chat subscribers per node (loaded at start, kept with the store, shared among instances). */
+  private readonly subscribers: ChatSubscribers;
   /**
    * Per feed node, the created-order cursor of the last new entry announced to chat subscribers,
    * written once its messages are sent or queued: after a restart, what came after it (written
@@ -97,7 +90,6 @@ export class FeedBot {
    */
   private readonly announced: KeyValueStore<string>;
   private readonly announcing = new Map<string, Promise<void>>();
-  private readonly subs;
   /** Per user, the command being answered: a user's commands run one at a time. */
   private readonly commands = new Map<string, Promise<void>>();
   private readonly unlisten: () => void;
@@ -113,7 +105,7 @@ export class FeedBot {
   ) {
     this.fetcher = new Fetcher(options.fetch, options.metrics);
     this.limiter = new RateLimiter(options.commandRate);
-    this.subs = service.kv<ChatSubscription>('bot.subs');
+    this.subscribers = new ChatSubscribers(service.kv('bot.subs'), service.shared);
     this.announced = service.kv<string>('bot.announced');
     this.ingest = new FeedIngest(
       service,
@@ -128,7 +120,7 @@ export class FeedBot {
         ...(options.reserveMs !== undefined ? { reserveMs: options.reserveMs } : {}),
       },
       log,
-      (node) => (this.subscribers.get(node)?.size ?? 0) > 0,
+      (node) => (this.subscribers.of(node)?.size ?? 0) > 0,
     );
     this.delivery = new Delivery(
       { users: service.kv<ChatUser>('bot.users'), queue: service.kv<string>('bot.queue') },
@@ -152,13 +144,10 @@ export class FeedBot {
 
   async start(): Promise<void> {
     await this.ingest.load();
-    for (const [key, sub] of await this.subs.entries()) {
-      const bare = key.slice(0, key.indexOf('\0'));
-      this.subscriberSet(sub.node).add(bare);
-    }
+    await this.subscribers.load();
     // Entries written after the last one announced, before the process stopped, are announced
     // first (each node's announcements are chained, so later ones wait for these).
-    for (const node of this.subscribers.keys()) this.inOrder(node, () => this.catchUp(node));
+    for (const node of this.subscribers.nodes()) this.inOrder(node, () => this.catchUp(node));
     this.ingest.start();
   }
 
@@ -224,15 +213,6 @@ export class FeedBot {
     }
   }
 
-  private subscriberSet(node: string): Set<string> {
-    let set = this.subscribers.get(node);
-    if (!set) {
-      set = new Set();
-      this.subscribers.set(node, set);
-    }
-    return set;
-  }
-
   private chat(to: string, body: string): Element {
     const id = `bot-${Date.now().toString(36)}-${(this.serial++).toString(36)}`;
     return xml('message', { type: 'chat', from: this.domain, to, id }, xml('body', {}, body));
@@ -246,18 +226,25 @@ export class FeedBot {
   private changed(change: Change): void {
     if (change.kind !== 'create' || !change.changed) return;
     const { node } = change;
-    // Feeds the bot announces: it follows them, or someone subscribed to them by chat.
-    if (!this.ingest.feed(node) && !this.subscribers.has(node)) return;
+    // Feeds the bot announces: it follows them, or someone subscribed to them by chat (maybe
+    // through another instance: only feed nodes can have chat subscribers).
+    if (!this.ingest.feed(node) && !this.subscribers.of(node) && !this.mayFollow(node)) return;
     const cursor = change.feeds.created.cursor;
     this.inOrder(node, async () => {
+      await this.subscribers.current(node);
       await this.announce(node, change.item.entry);
       if (cursor) await this.announced.put(node, cursor);
     });
   }
 
+  /** Whether another instance may have subscribed someone to the node by chat. */
+  private mayFollow(node: string): boolean {
+    return this.service.shared && node.startsWith(FEED_NODE_PREFIX);
+  }
+
   /** One chat message per subscriber of the node; resolves once each is sent or queued. */
   private async announce(node: string, entry: string): Promise<void> {
-    const subscribers = this.subscribers.get(node);
+    const subscribers = this.subscribers.of(node);
     if (!subscribers || subscribers.size === 0) return;
     const feed = this.ingest.feed(node);
     const { title, link } = titleAndLink(entry);
@@ -307,9 +294,11 @@ export class FeedBot {
   /** Ends every chat subscription of a user whose messages bounce, and drops what waits for them. */
   private async onBounce(bare: string, error: Element): Promise<void> {
     try {
-      const subs = await this.subs.entries(`${bare}\0`);
-      await this.subs.batch(subs.map(([key]) => ({ key })));
-      for (const [, sub] of subs) this.subscribers.get(sub.node)?.delete(bare);
+      const subs = await this.subscribers.ofUser(bare);
+      await this.subscribers.remove(
+        bare,
+        subs.map(([, sub]) => sub.node),
+      );
       await this.delivery.forget(bare);
       const condition = error.getChildElements().find((c) => c.name !== 'text')?.name ?? 'unknown';
       if (subs.length > 0)
@@ -384,7 +373,7 @@ export class FeedBot {
   }
 
   private async list(bare: string): Promise<string> {
-    const subs = await this.subs.entries(`${bare}\0`);
+    const subs = await this.subscribers.ofUser(bare);
     if (subs.length === 0) return 'You have no subscriptions. Send "subscribe URL" to add one.';
     const now = Date.now();
     const lines = subs.map(([, sub], i) => {
@@ -402,9 +391,9 @@ export class FeedBot {
       if (e instanceof FeedUrlError) return `I cannot subscribe you: ${e.message}.`;
       throw e;
     }
-    if (known && (await this.subs.get(`${bare}\0${known}`)))
+    if (known && (await this.subscribers.get(bare, known)))
       return `You are already subscribed to ${this.ingest.feed(known)?.title ?? url}.`;
-    const count = (await this.subs.entries(`${bare}\0`)).length;
+    const count = (await this.subscribers.ofUser(bare)).length;
     if (count >= this.options.userSubscriptions)
       return `You have ${count} subscriptions, the most one user may have. Unsubscribe from one first.`;
     let rec: FeedRecord;
@@ -414,10 +403,9 @@ export class FeedBot {
       if (e instanceof IngestRefusal) return `I cannot subscribe you: ${e.message}.`;
       throw e;
     }
-    if (await this.subs.get(`${bare}\0${rec.node}`))
+    if (await this.subscribers.get(bare, rec.node))
       return `You are already subscribed to ${rec.title ?? rec.url}.`;
-    await this.subs.put(`${bare}\0${rec.node}`, { node: rec.node, url, since: Date.now() });
-    this.subscriberSet(rec.node).add(bare);
+    await this.subscribers.add(bare, { node: rec.node, url, since: Date.now() });
     this.inOrder(rec.node, () => this.markAnnounced(rec.node));
     const user = await this.delivery.user(bare);
     if (!user) {
@@ -437,9 +425,8 @@ export class FeedBot {
       if (e instanceof FeedUrlError) return `${e.message}.`;
       throw e;
     }
-    if (!node || !(await this.subs.get(`${bare}\0${node}`))) return `You are not subscribed to ${url}.`;
-    await this.subs.del(`${bare}\0${node}`);
-    this.subscribers.get(node)?.delete(bare);
+    if (!node || !(await this.subscribers.get(bare, node))) return `You are not subscribed to ${url}.`;
+    await this.subscribers.remove(bare, [node]);
     return `Unsubscribed from ${this.ingest.feed(node)?.title ?? url}.`;
   }
 }

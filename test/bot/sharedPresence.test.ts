@@ -4,6 +4,7 @@ import { xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { afterEach, describe, expect, it } from 'vitest';
 import { FeedBot } from '../../src/bot/bot.ts';
+import { ChatSubscribers } from '../../src/bot/chatSubscribers.ts';
 import { DEFAULT_BOT } from '../../src/config.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
@@ -42,7 +43,41 @@ const probesTo = (sent: Element[], bare: string) =>
 const presence = (from: string, type?: string) =>
   xml('presence', type ? { from, to: DOMAIN, type } : { from, to: DOMAIN });
 
+/** Two instances a and b on one shared store, each with its push share, and a feed node b pushes. */
+async function twoInstances(): Promise<{ a: Instance; b: Instance; node: string }> {
+  const shared = await SharedMemory.create();
+  const a = await instance(shared, 'a', { push: true, ttl: 300 });
+  closers.push(() => closeInstance(a));
+  const b = await instance(shared, 'b', { push: true, ttl: 300 });
+  closers.push(() => closeInstance(b));
+  await until(() => a.engine.pushBuckets().length === 32 && b.engine.pushBuckets().length === 32);
+  let node = '';
+  for (let i = 0; !node; i++) {
+    await b.service.create(OPERATOR, `feed:x.example:${i}`);
+    if (await b.service.owns(`feed:x.example:${i}`)) node = `feed:x.example:${i}`;
+  }
+  return { a, b, node };
+}
+
 describe('the feed bot among several instances', () => {
+  it('announces from the instance pushing the node to a chat subscriber another instance took after both started', async () => {
+    const { a, b, node } = await twoInstances();
+    const [, botB] = [await botOn(a), await botOn(b)];
+    // Erin subscribes by chat through a (what a's bot writes), after b read the subscriptions.
+    const atA = new ChatSubscribers(a.service.kv('bot.subs'), true);
+    await atA.add('erin@localhost', { node, url: 'http://x.example/f', since: 0 });
+    await b.engine.publish(node, { id: 'one', entry: entry('First') });
+    await until(() => chatsTo(botB.sent, 'erin@localhost').length === 1);
+    expect(chatsTo(botB.sent, 'erin@localhost')[0]).toContain('First');
+    // She unsubscribes through a: b stops, and still announces to Frank, who subscribed through a too.
+    await atA.add('frank@localhost', { node, url: 'http://x.example/f', since: 0 });
+    await atA.remove('erin@localhost', [node]);
+    await b.engine.publish(node, { id: 'two', entry: entry('Second') });
+    await until(() => chatsTo(botB.sent, 'frank@localhost').length === 1);
+    expect(chatsTo(botB.sent, 'frank@localhost')[0]).toContain('Second');
+    expect(chatsTo(botB.sent, 'erin@localhost')).toHaveLength(1);
+  });
+
   it('announces from the instance pushing the node, to the users another instance heard online', async () => {
     const shared = await SharedMemory.create();
     const a = await instance(shared, 'a', { push: true, ttl: 300 });
