@@ -33,6 +33,11 @@ export interface BotOptions {
   commandRate: RateLimitOptions;
   /** How long a feed just subscribed to is kept from being forgotten at the cap (default 60 s). */
   reserveMs?: number;
+  /**
+   * Among several instances, how often the feeds and chat subscriptions the others wrote are
+   * read again, for the polls (default 30 s).
+   */
+  refreshMs?: number;
 }
 
 /** Sends a stanza; false when the component is not online. */
@@ -95,6 +100,8 @@ export class FeedBot {
   private readonly unlisten: () => void;
   private readonly limiter: RateLimiter;
   private serial = 0;
+  private refreshTimer: NodeJS.Timeout | undefined;
+  private refreshing: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly service: FeedService,
@@ -149,6 +156,26 @@ export class FeedBot {
     // first (each node's announcements are chained, so later ones wait for these).
     for (const node of this.subscribers.nodes()) this.inOrder(node, () => this.catchUp(node));
     this.ingest.start();
+    if (this.service.shared) {
+      this.refreshTimer = setInterval(() => {
+        this.refreshing = this.refresh();
+      }, this.options.refreshMs ?? 30_000);
+      this.refreshTimer.unref();
+    }
+  }
+
+  /**
+   * Among several instances: the feeds and chat subscriptions as stored, so that this instance
+   * polls the feeds whose nodes it holds whichever instance a user subscribed through.
+   */
+  private async refresh(): Promise<void> {
+    await this.refreshing;
+    try {
+      await this.ingest.refresh();
+      await this.subscribers.load();
+    } catch (e) {
+      this.log.warn('feeds not read again', { error: String(e) });
+    }
   }
 
   /** Runs `step` after every earlier announcement step of the node. */
@@ -190,6 +217,8 @@ export class FeedBot {
 
   async stop(): Promise<void> {
     this.unlisten();
+    clearInterval(this.refreshTimer);
+    await this.refreshing;
     await this.ingest.stop();
     await Promise.allSettled([...this.announcing.values()]);
     await Promise.allSettled(this.commands.values());

@@ -35,9 +35,15 @@ export class ChatSubscribers {
     private readonly shared: boolean,
   ) {}
 
-  /** Reads every subscription (at start). */
+  /**
+   * Reads every subscription (at start, and now and then among several instances, for the feeds
+   * to poll: a subscription this instance makes meanwhile may be missed until the next time).
+   */
   async load(): Promise<void> {
-    for (const [key, value] of await this.kv.entries()) {
+    const entries = await this.kv.entries();
+    this.byNode.clear();
+    this.versions.clear();
+    for (const [key, value] of entries) {
       if (typeof value === 'string') this.versions.set(key.slice(1), value);
       else this.set(value.node).add(key.slice(0, key.indexOf('\0')));
     }

@@ -3,13 +3,14 @@
 import { xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { afterEach, describe, expect, it } from 'vitest';
-import { FeedBot } from '../../src/bot/bot.ts';
+import { type BotOptions, FeedBot } from '../../src/bot/bot.ts';
 import { ChatSubscribers } from '../../src/bot/chatSubscribers.ts';
 import { DEFAULT_BOT } from '../../src/config.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
 import { createLog } from '../../src/log.ts';
 import { closeInstance, entry, type Instance, instance, until } from '../instances/support.ts';
+import { FeedServer, rss } from './feedServer.ts';
 
 const DOMAIN = 'feeds.localhost';
 const closers: (() => Promise<void>)[] = [];
@@ -18,12 +19,15 @@ afterEach(async () => {
 });
 
 /** A bot on an instance, and every stanza it sent. */
-async function botOn(one: Instance): Promise<{ bot: FeedBot; sent: Element[] }> {
+async function botOn(
+  one: Instance,
+  options: BotOptions = DEFAULT_BOT,
+): Promise<{ bot: FeedBot; sent: Element[] }> {
   const sent: Element[] = [];
   const bot = new FeedBot(
     one.service,
     DOMAIN,
-    DEFAULT_BOT,
+    options,
     createLog('error', () => {}),
     (s) => {
       sent.push(s);
@@ -60,6 +64,42 @@ async function twoInstances(): Promise<{ a: Instance; b: Instance; node: string 
 }
 
 describe('the feed bot among several instances', () => {
+  it('polls and announces a feed subscribed to through another instance, from the instance holding its node', async () => {
+    const { a, b } = await twoInstances();
+    const server = await FeedServer.start();
+    closers.push(() => server.stop());
+    const quick: BotOptions = {
+      ...DEFAULT_BOT,
+      fetch: { ...DEFAULT_BOT.fetch, allowPrivateAddresses: true },
+      pollMinMs: 50,
+      pollMaxMs: 200,
+      refreshMs: 50,
+    };
+    const [botA, botB] = [await botOn(a, quick), await botOn(b, quick)];
+    // Erin subscribes through a to feeds until one's node is one b pushes.
+    const entries = new Map<string, { id: string; title?: string }[]>();
+    let path = '';
+    for (let i = 0; !path; i++) {
+      entries.set(`/f${i}`, [{ id: 'old' }]);
+      server.document(`/f${i}`, () => rss(`Feed ${i}`, entries.get(`/f${i}`) ?? []));
+      botA.bot.receive(
+        xml(
+          'message',
+          { from: 'erin@localhost/x', to: DOMAIN, type: 'chat' },
+          xml('body', {}, `subscribe ${server.url(`/f${i}`)}`),
+        ),
+      );
+      await until(() => chatsTo(botA.sent, 'erin@localhost/x').length === i + 1);
+      const node = /Node: (\S+)/.exec(chatsTo(botA.sent, 'erin@localhost/x')[i] ?? '')?.[1] ?? '';
+      if (await b.service.owns(node)) path = `/f${i}`;
+    }
+    // The feed gets a new entry: b polls it, publishes it and sends it to Erin.
+    entries.set(path, [{ id: 'old' }, { id: 'new', title: 'Fresh news' }]);
+    await until(() => chatsTo(botB.sent, 'erin@localhost').length === 1);
+    expect(chatsTo(botB.sent, 'erin@localhost')[0]).toContain('Fresh news');
+    expect(chatsTo(botA.sent, 'erin@localhost')).toEqual([]);
+  });
+
   it('announces from the instance pushing the node to a chat subscriber another instance took after both started', async () => {
     const { a, b, node } = await twoInstances();
     const [, botB] = [await botOn(a), await botOn(b)];
