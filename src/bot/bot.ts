@@ -142,6 +142,7 @@ export class FeedBot {
             (bare) => this.send(this.presenceTo(bare, 'probe')),
           )
         : new MemoryPresences(),
+      service.shared,
     );
     this.unlisten = service.onEvent((event) => {
       // Among several instances, announced by the one pushing the node's changes.

@@ -15,6 +15,9 @@ export interface ChatUser {
   dropped: number;
 }
 
+/** Queued messages taken from the store at a time, among several instances (flushTaken). */
+const TAKEN_CHUNK = 16;
+
 const seqKey = (bare: string, seq: number) => `${bare}\0${String(seq).padStart(12, '0')}`;
 
 /**
@@ -35,6 +38,11 @@ export class Delivery {
     private readonly log: Log,
     /** Who is online, from presence: in memory, or in the store shared with other instances. */
     private readonly online: Presences = new MemoryPresences(),
+    /**
+     * Among several instances two may flush one user's queue at once (the one that heard them
+     * come online, the one announcing an entry): each takes what it sends from the store first.
+     */
+    private readonly claims = false,
   ) {}
 
   private run(bare: string, step: () => Promise<void>): Promise<void> {
@@ -113,6 +121,7 @@ export class Delivery {
       if (!this.send(bare, note)) return;
       await this.store.users.put(bare, { ...user, dropped: 0 });
     }
+    if (this.claims) return this.flushTaken(bare);
     for (;;) {
       const chunk = await this.store.queue.entries(`${bare}\0`, 64);
       if (chunk.length === 0) return;
@@ -123,6 +132,23 @@ export class Delivery {
       }
       await this.store.queue.batch(sent.map((key) => ({ key })));
       if (sent.length < chunk.length) return;
+    }
+  }
+
+  /**
+   * Sends the queue taking each chunk from the store before sending it, so that no other instance
+   * sends it too; what could not leave (the component went offline) is put back. An instance that
+   * dies between the two loses what it took: chunks are small.
+   */
+  private async flushTaken(bare: string): Promise<void> {
+    for (;;) {
+      const chunk = await this.store.queue.take(`${bare}\0`, TAKEN_CHUNK);
+      if (chunk.length === 0) return;
+      const left = chunk.findIndex(([, body]) => !this.send(bare, body));
+      if (left >= 0) {
+        await this.store.queue.batch(chunk.slice(left).map(([key, value]) => ({ key, value })));
+        return;
+      }
     }
   }
 

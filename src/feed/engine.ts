@@ -344,7 +344,7 @@ export class FeedEngine {
 
   /** A namespaced key-value store for a binding's own state (kv.ts). */
   kv<T>(namespace: string): KeyValueStore<T> {
-    return new KeyValueStore<T>(this.s.store, this.s.committer, namespace);
+    return new KeyValueStore<T>(this.s.store, this.s.committer, namespace, this.instances?.store);
   }
 
   /**

@@ -5,6 +5,7 @@ import type { Element } from 'ltx';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type BotOptions, FeedBot } from '../../src/bot/bot.ts';
 import { ChatSubscribers } from '../../src/bot/chatSubscribers.ts';
+import { Delivery } from '../../src/bot/delivery.ts';
 import { DEFAULT_BOT } from '../../src/config.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
@@ -98,6 +99,36 @@ describe('the feed bot among several instances', () => {
     await until(() => chatsTo(botB.sent, 'erin@localhost').length === 1);
     expect(chatsTo(botB.sent, 'erin@localhost')[0]).toContain('Fresh news');
     expect(chatsTo(botA.sent, 'erin@localhost')).toEqual([]);
+  });
+
+  it("sends each queued message once when two instances flush one user's queue at once", async () => {
+    const { a, b } = await twoInstances();
+    const sent: string[] = [];
+    const deliveryOn = (one: Instance) =>
+      new Delivery(
+        { users: one.service.kv('bot.users'), queue: one.service.kv('bot.queue') },
+        (_to, body) => {
+          sent.push(body);
+          return true;
+        },
+        200,
+        createLog('error', () => {}),
+        undefined,
+        true,
+      );
+    const [atA, atB] = [deliveryOn(a), deliveryOn(b)];
+    // Gus was offline, with 40 messages waiting.
+    await a.service.kv('bot.users').put('gus@localhost', { presence: 'subscribed', seq: 40, dropped: 0 });
+    await a.service.kv('bot.queue').batch(
+      Array.from({ length: 40 }, (_, i) => ({
+        key: `gus@localhost\0${String(i).padStart(12, '0')}`,
+        value: `m${i}`,
+      })),
+    );
+    // a hears him come online while b, announcing an entry, flushes his queue too.
+    await Promise.all([atA.flush('gus@localhost'), atB.flush('gus@localhost')]);
+    expect([...sent].sort()).toEqual(Array.from({ length: 40 }, (_, i) => `m${i}`).sort());
+    expect(await a.service.kv('bot.queue').entries('gus@localhost\0')).toEqual([]);
   });
 
   it('announces from the instance pushing the node to a chat subscriber another instance took after both started', async () => {
