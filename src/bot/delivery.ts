@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import { MemoryPresences, type Presences } from './presence.ts';
@@ -41,8 +42,9 @@ export class Delivery {
     /**
      * Among several instances two may flush one user's queue at once (the one that heard them
      * come online, the one announcing an entry): each takes what it sends from the store first.
+     * And two may queue for one user at once: each key gets a random tail, so neither is lost.
      */
-    private readonly claims = false,
+    private readonly shared = false,
   ) {}
 
   private run(bare: string, step: () => Promise<void>): Promise<void> {
@@ -93,7 +95,9 @@ export class Delivery {
     const queued = await this.store.queue.entries(`${bare}\0`);
     const over = Math.max(0, queued.length + 1 - this.queueLength);
     const ops: { key: string; value?: string }[] = queued.slice(0, over).map(([key]) => ({ key }));
-    ops.push({ key: seqKey(bare, user.seq), value: body });
+    // Two instances may read the same seq: a random tail keeps both, in seq order.
+    const tail = this.shared ? `\0${randomBytes(4).toString('hex')}` : '';
+    ops.push({ key: `${seqKey(bare, user.seq)}${tail}`, value: body });
     await this.store.queue.batch(ops);
     await this.store.users.put(bare, { ...user, seq: user.seq + 1, dropped: user.dropped + over });
   }
@@ -121,7 +125,7 @@ export class Delivery {
       if (!this.send(bare, note)) return;
       await this.store.users.put(bare, { ...user, dropped: 0 });
     }
-    if (this.claims) return this.flushTaken(bare);
+    if (this.shared) return this.flushTaken(bare);
     for (;;) {
       const chunk = await this.store.queue.entries(`${bare}\0`, 64);
       if (chunk.length === 0) return;

@@ -64,6 +64,20 @@ async function twoInstances(): Promise<{ a: Instance; b: Instance; node: string 
   return { a, b, node };
 }
 
+/** A Delivery as an instance's bot makes it on a shared store, recording the bodies it sends. */
+const deliveryOn = (one: Instance, sent: string[]) =>
+  new Delivery(
+    { users: one.service.kv('bot.users'), queue: one.service.kv('bot.queue') },
+    (_to, body) => {
+      sent.push(body);
+      return true;
+    },
+    200,
+    createLog('error', () => {}),
+    undefined,
+    true,
+  );
+
 describe('the feed bot among several instances', () => {
   it('polls and announces a feed subscribed to through another instance, from the instance holding its node', async () => {
     const { a, b } = await twoInstances();
@@ -104,19 +118,7 @@ describe('the feed bot among several instances', () => {
   it("sends each queued message once when two instances flush one user's queue at once", async () => {
     const { a, b } = await twoInstances();
     const sent: string[] = [];
-    const deliveryOn = (one: Instance) =>
-      new Delivery(
-        { users: one.service.kv('bot.users'), queue: one.service.kv('bot.queue') },
-        (_to, body) => {
-          sent.push(body);
-          return true;
-        },
-        200,
-        createLog('error', () => {}),
-        undefined,
-        true,
-      );
-    const [atA, atB] = [deliveryOn(a), deliveryOn(b)];
+    const [atA, atB] = [deliveryOn(a, sent), deliveryOn(b, sent)];
     // Gus was offline, with 40 messages waiting.
     await a.service.kv('bot.users').put('gus@localhost', { presence: 'subscribed', seq: 40, dropped: 0 });
     await a.service.kv('bot.queue').batch(
@@ -129,6 +131,15 @@ describe('the feed bot among several instances', () => {
     await Promise.all([atA.flush('gus@localhost'), atB.flush('gus@localhost')]);
     expect([...sent].sort()).toEqual(Array.from({ length: 40 }, (_, i) => `m${i}`).sort());
     expect(await a.service.kv('bot.queue').entries('gus@localhost\0')).toEqual([]);
+  });
+
+  it('keeps both messages two instances queue for one offline user at once', async () => {
+    const { a, b } = await twoInstances();
+    const [atA, atB] = [deliveryOn(a, []), deliveryOn(b, [])];
+    await a.service.kv('bot.users').put('hal@localhost', { presence: 'subscribed', seq: 0, dropped: 0 });
+    await Promise.all([atA.notify('hal@localhost', 'from a'), atB.notify('hal@localhost', 'from b')]);
+    const queued = await a.service.kv<string>('bot.queue').entries('hal@localhost\0');
+    expect(queued.map(([, body]) => body).sort()).toEqual(['from a', 'from b']);
   });
 
   it('announces from the instance pushing the node to a chat subscriber another instance took after both started', async () => {
