@@ -104,9 +104,14 @@ export class PushLeases {
     clearTimeout(this.timer);
     await this.ticking;
     await this.work;
-    for (const b of [...this.held.keys()]) await this.store.releaseLease(bucketLease(b), this.options.holder);
+    // Given back, the others take the share at once; when the store is away they expire instead,
+    // and the stop goes on (it would otherwise fail, and the instance not close its store).
+    const { holder } = this.options;
+    await Promise.allSettled(
+      [...this.held.keys()].map((b) => this.store.releaseLease(bucketLease(b), holder)),
+    );
     this.held.clear();
-    await this.store.releaseLease(memberLease(this.options.holder), this.options.holder);
+    await this.store.releaseLease(memberLease(holder), holder).catch(() => undefined);
   }
 
   /** Renews membership, then takes, keeps or gives up buckets so each live member has its share. */
