@@ -129,7 +129,7 @@ async function readRounds(filled: { name: string; jid: string; key: string; node
     for (let r = 0; r < rounds; r++) {
       const order = r % 2 === 0 ? filled : [...filled].reverse();
       const read = await readTogether(reader, order, Number(values.page));
-      order.forEach((f, i) => runs.get(f.key)?.push(read[i] as ReadRun));
+      for (const [i, f] of order.entries()) runs.get(f.key)?.push(read[i] as ReadRun);
     }
   } finally {
     await reader.stop().catch(() => undefined);

@@ -1,9 +1,10 @@
 #!/usr/bin/env node
-// `npm run dev [-- --server prosody|ejabberd] [--store postgres|postgres://…]`: installs what is
-// missing (node_modules, the XMPP server, PostgreSQL, the build in dist/), then starts a local
-// Prosody (or ejabberd) from prosody-dev/ and the smartfeeds component, and prints how a client
-// connects. `--store postgres` runs the component on a throwaway PostgreSQL cluster (its data kept
-// in the system's temp directory between runs), `--store postgres://…` on that database.
+// `npm run dev [-- --server prosody|ejabberd] [--store postgres|postgres://…] [--instances N]`:
+// installs what is missing (node_modules, the XMPP server, PostgreSQL, the build in dist/), then
+// starts a local Prosody (or ejabberd) from prosody-dev/ and the smartfeeds component, and prints
+// how a client connects. `--store postgres` runs the component on a throwaway PostgreSQL cluster
+// (its data kept in the system's temp directory between runs), `--store postgres://…` on that
+// database; `--instances N` runs N instances on that store (prosody-dev/dev.ts says how).
 // Plain JavaScript with no dependencies, so that it runs before `npm ci`.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -15,6 +16,22 @@ import { ensureBuilt } from './build.mjs';
 import { ensureModules, ensurePostgres, ensureServers } from './ensure.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
+
+// Refused before anything is installed or started: several instances need a shared store.
+const early = process.argv.slice(2);
+const instancesAt = early.findIndex((a) => a === '--instances' || a.startsWith('--instances='));
+const instances =
+  instancesAt < 0
+    ? '1'
+    : early[instancesAt].startsWith('--instances=')
+      ? early[instancesAt].slice(12)
+      : early[instancesAt + 1];
+if (Number(instances) > 1 && !early.some((a) => a === '--store' || a.startsWith('--store='))) {
+  console.error(
+    '--instances: several instances need a shared store: add --store postgres (a throwaway cluster) or --store postgres://…',
+  );
+  process.exit(2);
+}
 
 ensureModules();
 // The component runs as users run it: bin/smartfeeds.mjs, on the compiled dist/.
@@ -39,7 +56,8 @@ if (store === 'postgres') {
   cluster = spawn(
     process.execPath,
     ['--import', 'tsx', 'prosody-dev/postgres.ts', path.join(os.tmpdir(), 'smartfeeds-dev-postgres')],
-    { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] },
+    // Its own process group: Ctrl+C must not stop the database under the instances stopping.
+    { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], detached: true },
   );
   const lines = createInterface({ input: cluster.stdout });
   const [line] = await Promise.race([once(lines, 'line'), once(cluster, 'exit').then(() => [undefined])]);
@@ -57,9 +75,13 @@ if (store === 'postgres') {
 const child = spawn(process.execPath, ['--import', 'tsx', 'prosody-dev/dev.ts', ...args], {
   cwd: root,
   stdio: 'inherit',
+  // Its own process group, with the XMPP server and the instances it starts: Ctrl+C reaches this
+  // script only, which asks dev.ts once to stop them in order (instances first, the server last).
+  detached: true,
   env: storeUrl ? { ...process.env, SMARTFEEDS_STORE: storeUrl } : process.env,
 });
-for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => child.kill(signal));
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'])
+  process.on(signal, () => child.kill(signal === 'SIGHUP' ? 'SIGTERM' : signal));
 child.on('exit', (code, signal) => {
   const done = () => process.exit(code ?? (signal ? 1 : 0));
   if (!cluster || cluster.exitCode !== null) return done();

@@ -7,11 +7,13 @@ import type { FeedService, KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
 import { RateLimiter, type RateLimitOptions } from '../xmpp/rateLimit.ts';
+import { ChatSubscribers } from './chatSubscribers.ts';
 import { type Command, parseCommand } from './commands.ts';
 import { type ChatUser, Delivery } from './delivery.ts';
-import { FeedUrlError } from './feedUrl.ts';
+import { FEED_NODE_PREFIX, FeedUrlError } from './feedUrl.ts';
 import { Fetcher, type FetchLimits } from './fetcher.ts';
 import { FeedIngest, type FeedRecord, IngestRefusal } from './ingest.ts';
+import { MemoryPresences, SharedPresences } from './presence.ts';
 
 export interface BotOptions {
   fetch: FetchLimits;
@@ -31,14 +33,11 @@ export interface BotOptions {
   commandRate: RateLimitOptions;
   /** How long a feed just subscribed to is kept from being forgotten at the cap (default 60 s). */
   reserveMs?: number;
-}
-
-/** A chat subscription, kept under `BARE\0NODE` in `bot.subs`. */
-interface ChatSubscription {
-  node: string;
-  /** The address the user gave. */
-  url: string;
-  since: number;
+  /**
+   * Among several instances, how often the feeds and chat subscriptions the others wrote are
+   * read again, for the polls (default 30 s).
+   */
+  refreshMs?: number;
 }
 
 /** Sends a stanza; false when the component is not online. */
@@ -87,8 +86,8 @@ export class FeedBot {
   readonly ingest: FeedIngest;
   readonly delivery: Delivery;
   private readonly fetcher: Fetcher;
-  /** Chat subscribers per node (loaded at start, kept with the store). */
-  private readonly subscribers = new Map<string, Set<string>>();
+  /** Chat subscribers per node (loaded at start, kept with the store, shared among instances). */
+  private readonly subscribers: ChatSubscribers;
   /**
    * Per feed node, the created-order cursor of the last new entry announced to chat subscribers,
    * written once its messages are sent or queued: after a restart, what came after it (written
@@ -96,12 +95,13 @@ export class FeedBot {
    */
   private readonly announced: KeyValueStore<string>;
   private readonly announcing = new Map<string, Promise<void>>();
-  private readonly subs;
   /** Per user, the command being answered: a user's commands run one at a time. */
   private readonly commands = new Map<string, Promise<void>>();
   private readonly unlisten: () => void;
   private readonly limiter: RateLimiter;
   private serial = 0;
+  private refreshTimer: NodeJS.Timeout | undefined;
+  private refreshing: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly service: FeedService,
@@ -112,7 +112,7 @@ export class FeedBot {
   ) {
     this.fetcher = new Fetcher(options.fetch, options.metrics);
     this.limiter = new RateLimiter(options.commandRate);
-    this.subs = service.kv<ChatSubscription>('bot.subs');
+    this.subscribers = new ChatSubscribers(service.kv('bot.subs'), service.shared);
     this.announced = service.kv<string>('bot.announced');
     this.ingest = new FeedIngest(
       service,
@@ -127,13 +127,22 @@ export class FeedBot {
         ...(options.reserveMs !== undefined ? { reserveMs: options.reserveMs } : {}),
       },
       log,
-      (node) => (this.subscribers.get(node)?.size ?? 0) > 0,
+      (node) => (this.subscribers.of(node)?.size ?? 0) > 0,
     );
     this.delivery = new Delivery(
       { users: service.kv<ChatUser>('bot.users'), queue: service.kv<string>('bot.queue') },
       (to, body) => this.send(this.chat(to, body)),
       options.queueLength,
       log,
+      // Among several instances the one announcing may not be the one that heard the presence.
+      service.shared
+        ? new SharedPresences(
+            service.kv('bot.presence'),
+            async () => (await service.pushers()) ?? { self: undefined, live: new Set() },
+            (bare) => this.send(this.presenceTo(bare, 'probe')),
+          )
+        : new MemoryPresences(),
+      service.shared,
     );
     this.unlisten = service.onEvent((event) => {
       // Among several instances, announced by the one pushing the node's changes.
@@ -143,14 +152,31 @@ export class FeedBot {
 
   async start(): Promise<void> {
     await this.ingest.load();
-    for (const [key, sub] of await this.subs.entries()) {
-      const bare = key.slice(0, key.indexOf('\0'));
-      this.subscriberSet(sub.node).add(bare);
-    }
+    await this.subscribers.load();
     // Entries written after the last one announced, before the process stopped, are announced
     // first (each node's announcements are chained, so later ones wait for these).
-    for (const node of this.subscribers.keys()) this.inOrder(node, () => this.catchUp(node));
+    for (const node of this.subscribers.nodes()) this.inOrder(node, () => this.catchUp(node));
     this.ingest.start();
+    if (this.service.shared) {
+      this.refreshTimer = setInterval(() => {
+        this.refreshing = this.refresh();
+      }, this.options.refreshMs ?? 30_000);
+      this.refreshTimer.unref();
+    }
+  }
+
+  /**
+   * Among several instances: the feeds and chat subscriptions as stored, so that this instance
+   * polls the feeds whose nodes it holds whichever instance a user subscribed through.
+   */
+  private async refresh(): Promise<void> {
+    await this.refreshing;
+    try {
+      await this.ingest.refresh();
+      await this.subscribers.load();
+    } catch (e) {
+      this.log.warn('feeds not read again', { error: String(e) });
+    }
   }
 
   /** Runs `step` after every earlier announcement step of the node. */
@@ -192,6 +218,8 @@ export class FeedBot {
 
   async stop(): Promise<void> {
     this.unlisten();
+    clearInterval(this.refreshTimer);
+    await this.refreshing;
     await this.ingest.stop();
     await Promise.allSettled([...this.announcing.values()]);
     await Promise.allSettled(this.commands.values());
@@ -204,20 +232,15 @@ export class FeedBot {
    * granted presence are probed; the others get what waited while the component was away.
    */
   async connected(): Promise<void> {
-    this.delivery.reset();
+    try {
+      await this.delivery.reset();
+    } catch (e) {
+      this.log.warn('presence not reset', { error: String(e) });
+    }
     for (const [bare, user] of await this.service.kv<ChatUser>('bot.users').entries()) {
       if (user.presence === 'subscribed') this.send(this.presenceTo(bare, 'probe'));
       else void this.delivery.flush(bare);
     }
-  }
-
-  private subscriberSet(node: string): Set<string> {
-    let set = this.subscribers.get(node);
-    if (!set) {
-      set = new Set();
-      this.subscribers.set(node, set);
-    }
-    return set;
   }
 
   private chat(to: string, body: string): Element {
@@ -233,18 +256,25 @@ export class FeedBot {
   private changed(change: Change): void {
     if (change.kind !== 'create' || !change.changed) return;
     const { node } = change;
-    // Feeds the bot announces: it follows them, or someone subscribed to them by chat.
-    if (!this.ingest.feed(node) && !this.subscribers.has(node)) return;
+    // Feeds the bot announces: it follows them, or someone subscribed to them by chat (maybe
+    // through another instance: only feed nodes can have chat subscribers).
+    if (!this.ingest.feed(node) && !this.subscribers.of(node) && !this.mayFollow(node)) return;
     const cursor = change.feeds.created.cursor;
     this.inOrder(node, async () => {
+      await this.subscribers.current(node);
       await this.announce(node, change.item.entry);
       if (cursor) await this.announced.put(node, cursor);
     });
   }
 
+  /** Whether another instance may have subscribed someone to the node by chat. */
+  private mayFollow(node: string): boolean {
+    return this.service.shared && node.startsWith(FEED_NODE_PREFIX);
+  }
+
   /** One chat message per subscriber of the node; resolves once each is sent or queued. */
   private async announce(node: string, entry: string): Promise<void> {
-    const subscribers = this.subscribers.get(node);
+    const subscribers = this.subscribers.of(node);
     if (!subscribers || subscribers.size === 0) return;
     const feed = this.ingest.feed(node);
     const { title, link } = titleAndLink(entry);
@@ -294,9 +324,11 @@ export class FeedBot {
   /** Ends every chat subscription of a user whose messages bounce, and drops what waits for them. */
   private async onBounce(bare: string, error: Element): Promise<void> {
     try {
-      const subs = await this.subs.entries(`${bare}\0`);
-      await this.subs.batch(subs.map(([key]) => ({ key })));
-      for (const [, sub] of subs) this.subscribers.get(sub.node)?.delete(bare);
+      const subs = await this.subscribers.ofUser(bare);
+      await this.subscribers.remove(
+        bare,
+        subs.map(([, sub]) => sub.node),
+      );
       await this.delivery.forget(bare);
       const condition = error.getChildElements().find((c) => c.name !== 'text')?.name ?? 'unknown';
       if (subs.length > 0)
@@ -371,7 +403,7 @@ export class FeedBot {
   }
 
   private async list(bare: string): Promise<string> {
-    const subs = await this.subs.entries(`${bare}\0`);
+    const subs = await this.subscribers.ofUser(bare);
     if (subs.length === 0) return 'You have no subscriptions. Send "subscribe URL" to add one.';
     const now = Date.now();
     const lines = subs.map(([, sub], i) => {
@@ -389,9 +421,9 @@ export class FeedBot {
       if (e instanceof FeedUrlError) return `I cannot subscribe you: ${e.message}.`;
       throw e;
     }
-    if (known && (await this.subs.get(`${bare}\0${known}`)))
+    if (known && (await this.subscribers.get(bare, known)))
       return `You are already subscribed to ${this.ingest.feed(known)?.title ?? url}.`;
-    const count = (await this.subs.entries(`${bare}\0`)).length;
+    const count = (await this.subscribers.ofUser(bare)).length;
     if (count >= this.options.userSubscriptions)
       return `You have ${count} subscriptions, the most one user may have. Unsubscribe from one first.`;
     let rec: FeedRecord;
@@ -401,10 +433,9 @@ export class FeedBot {
       if (e instanceof IngestRefusal) return `I cannot subscribe you: ${e.message}.`;
       throw e;
     }
-    if (await this.subs.get(`${bare}\0${rec.node}`))
+    if (await this.subscribers.get(bare, rec.node))
       return `You are already subscribed to ${rec.title ?? rec.url}.`;
-    await this.subs.put(`${bare}\0${rec.node}`, { node: rec.node, url, since: Date.now() });
-    this.subscriberSet(rec.node).add(bare);
+    await this.subscribers.add(bare, { node: rec.node, url, since: Date.now() });
     this.inOrder(rec.node, () => this.markAnnounced(rec.node));
     const user = await this.delivery.user(bare);
     if (!user) {
@@ -424,9 +455,8 @@ export class FeedBot {
       if (e instanceof FeedUrlError) return `${e.message}.`;
       throw e;
     }
-    if (!node || !(await this.subs.get(`${bare}\0${node}`))) return `You are not subscribed to ${url}.`;
-    await this.subs.del(`${bare}\0${node}`);
-    this.subscribers.get(node)?.delete(bare);
+    if (!node || !(await this.subscribers.get(bare, node))) return `You are not subscribed to ${url}.`;
+    await this.subscribers.remove(bare, [node]);
     return `Unsubscribed from ${this.ingest.feed(node)?.title ?? url}.`;
   }
 }

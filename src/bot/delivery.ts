@@ -1,5 +1,7 @@
+import { randomBytes } from 'node:crypto';
 import type { KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
+import { MemoryPresences, type Presences } from './presence.ts';
 
 /** What the bot knows of a chat user, kept in the `bot.users` store. */
 export interface ChatUser {
@@ -14,6 +16,9 @@ export interface ChatUser {
   dropped: number;
 }
 
+/** Queued messages taken from the store at a time, among several instances (flushTaken). */
+const TAKEN_CHUNK = 16;
+
 const seqKey = (bare: string, seq: number) => `${bare}\0${String(seq).padStart(12, '0')}`;
 
 /**
@@ -23,8 +28,6 @@ const seqKey = (bare: string, seq: number) => `${bare}\0${String(seq).padStart(1
  * gets messages at once, so that the server's offline storage holds them.
  */
 export class Delivery {
-  /** Online resources per bare JID, from presence. */
-  private readonly online = new Map<string, Set<string>>();
   /** Per user, the last operation: notifications and flushes run one at a time, in call order. */
   private readonly chains = new Map<string, Promise<void>>();
 
@@ -34,6 +37,14 @@ export class Delivery {
     private readonly send: (to: string, body: string) => boolean,
     private readonly queueLength: number,
     private readonly log: Log,
+    /** Who is online, from presence: in memory, or in the store shared with other instances. */
+    private readonly online: Presences = new MemoryPresences(),
+    /**
+     * Among several instances two may flush one user's queue at once (the one that heard them
+     * come online, the one announcing an entry): each takes what it sends from the store first.
+     * And two may queue for one user at once: each key gets a random tail, so neither is lost.
+     */
+    private readonly shared = false,
   ) {}
 
   private run(bare: string, step: () => Promise<void>): Promise<void> {
@@ -48,8 +59,8 @@ export class Delivery {
     return next;
   }
 
-  isOnline(bare: string): boolean {
-    return (this.online.get(bare)?.size ?? 0) > 0;
+  isOnline(bare: string): Promise<boolean> {
+    return this.online.isOnline(bare);
   }
 
   async user(bare: string): Promise<ChatUser | undefined> {
@@ -69,7 +80,7 @@ export class Delivery {
   notify(bare: string, body: string): Promise<void> {
     return this.run(bare, async () => {
       const user = await this.store.users.get(bare);
-      const queueing = user?.presence === 'subscribed' && !this.isOnline(bare);
+      const queueing = user?.presence === 'subscribed' && !(await this.isOnline(bare));
       if (!queueing && (await this.hasQueue(bare)) === false && this.send(bare, body)) return;
       await this.enqueue(bare, user ?? { presence: 'asked', seq: 0, dropped: 0 }, body);
       if (!queueing) await this.flushNow(bare);
@@ -84,19 +95,20 @@ export class Delivery {
     const queued = await this.store.queue.entries(`${bare}\0`);
     const over = Math.max(0, queued.length + 1 - this.queueLength);
     const ops: { key: string; value?: string }[] = queued.slice(0, over).map(([key]) => ({ key }));
-    ops.push({ key: seqKey(bare, user.seq), value: body });
+    // Two instances may read the same seq: a random tail keeps both, in seq order.
+    const tail = this.shared ? `\0${randomBytes(4).toString('hex')}` : '';
+    ops.push({ key: `${seqKey(bare, user.seq)}${tail}`, value: body });
     await this.store.queue.batch(ops);
     await this.store.users.put(bare, { ...user, seq: user.seq + 1, dropped: user.dropped + over });
   }
 
   /** A resource of the user came online or went away. */
   presence(bare: string, resource: string, available: boolean): Promise<void> {
-    const set = this.online.get(bare) ?? new Set<string>();
-    if (available) set.add(resource);
-    else set.delete(resource);
-    if (set.size > 0) this.online.set(bare, set);
-    else this.online.delete(bare);
-    return available ? this.flush(bare) : Promise.resolve();
+    // In the user's order with their notifications: a message sent after it sees it.
+    return this.run(bare, async () => {
+      await this.online.set(bare, resource, available);
+      if (available) await this.flushNow(bare);
+    });
   }
 
   /** Sends the user's queue, oldest first, after a note of how many were dropped. */
@@ -113,6 +125,7 @@ export class Delivery {
       if (!this.send(bare, note)) return;
       await this.store.users.put(bare, { ...user, dropped: 0 });
     }
+    if (this.shared) return this.flushTaken(bare);
     for (;;) {
       const chunk = await this.store.queue.entries(`${bare}\0`, 64);
       if (chunk.length === 0) return;
@@ -126,10 +139,27 @@ export class Delivery {
     }
   }
 
+  /**
+   * Sends the queue taking each chunk from the store before sending it, so that no other instance
+   * sends it too; what could not leave (the component went offline) is put back. An instance that
+   * dies between the two loses what it took: chunks are small.
+   */
+  private async flushTaken(bare: string): Promise<void> {
+    for (;;) {
+      const chunk = await this.store.queue.take(`${bare}\0`, TAKEN_CHUNK);
+      if (chunk.length === 0) return;
+      const left = chunk.findIndex(([, body]) => !this.send(bare, body));
+      if (left >= 0) {
+        await this.store.queue.batch(chunk.slice(left).map(([key, value]) => ({ key, value })));
+        return;
+      }
+    }
+  }
+
   /** Forgets a user whose messages bounce: their record and queued messages go. */
   forget(bare: string): Promise<void> {
-    this.online.delete(bare);
     return this.run(bare, async () => {
+      await this.online.forget(bare);
       const queued = await this.store.queue.entries(`${bare}\0`);
       await this.store.queue.batch(queued.map(([key]) => ({ key })));
       await this.store.users.del(bare);
@@ -137,8 +167,8 @@ export class Delivery {
   }
 
   /** Forgets who is online (the connection to the server was lost: presence comes again). */
-  reset(): void {
-    this.online.clear();
+  reset(): Promise<void> {
+    return this.online.reset();
   }
 
   async settled(): Promise<void> {

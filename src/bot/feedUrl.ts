@@ -25,11 +25,14 @@ export function normalizeFeedUrl(input: string): string {
   return url.href;
 }
 
+/** What every feed node's name starts with (nodeNameOf). */
+export const FEED_NODE_PREFIX = 'feed:';
+
 /**
  * The node of a feed address: `feed:HOST:HASH`, where HASH is the first 24 hex digits of the
  * SHA-256 of the normalized address (an address can hold `?` and be long; a node name cannot).
  */
 export function nodeNameOf(normalizedUrl: string): string {
   const host = new URL(normalizedUrl).host;
-  return `feed:${host}:${createHash('sha256').update(normalizedUrl, 'utf8').digest('hex').slice(0, 24)}`;
+  return `${FEED_NODE_PREFIX}${host}:${createHash('sha256').update(normalizedUrl, 'utf8').digest('hex').slice(0, 24)}`;
 }

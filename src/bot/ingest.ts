@@ -115,6 +115,19 @@ export class FeedIngest {
     return this.feeds.get(node);
   }
 
+  /**
+   * Among several instances: the followed feeds as stored, for those another instance added,
+   * polled or forgot since; a feed being polled here stays as it is, and none is dropped while
+   * one is being added here (its record may not be stored yet).
+   */
+  async refresh(): Promise<void> {
+    const stored = new Map(await this.store.feeds.entries());
+    if (this.adding.size === 0)
+      for (const node of [...this.feeds.keys()])
+        if (!stored.has(node) && !this.polling.has(node)) this.feeds.delete(node);
+    for (const [node, rec] of stored) if (!this.polling.has(node)) this.feeds.set(node, rec);
+  }
+
   /** The node of an address already ingested, if any. */
   async nodeOf(address: string): Promise<string | undefined> {
     const url = normalizeFeedUrl(address);

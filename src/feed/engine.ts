@@ -4,7 +4,7 @@ import { Committer } from './commit.ts';
 import { enableAudience } from './engine/audience.ts';
 import type { LogEntry } from './engine/changeLog.ts';
 import { batchMessages, Instances } from './engine/instances.ts';
-import { type PushLeaseOptions, PushLeases } from './engine/leases.ts';
+import { liveMembers, type PushLeaseOptions, PushLeases } from './engine/leases.ts';
 import { NodeRegistry } from './engine/nodes.ts';
 import { CreatedPositions } from './engine/positions.ts';
 import { Purges } from './engine/purge.ts';
@@ -15,7 +15,7 @@ import { Transfer } from './engine/transfer.ts';
 import { WriteQueue } from './engine/writeQueue.ts';
 import { type PublishInput, Writes } from './engine/writes.ts';
 import { NodeNotFound } from './errors.ts';
-import type { NodeEvent } from './events.ts';
+import { type NodeEvent, nodeOfEvent } from './events.ts';
 import type { FeedName } from './feedName.ts';
 import { HubStore } from './hubStore.ts';
 import { SERVICE_KEY } from './keys.ts';
@@ -77,6 +77,8 @@ export class FeedEngine {
   private readonly hubListeners = new Set<(node: string | undefined) => void>();
   /** Those tellings, in wake-up order: pushes wait for them (a hub re-reads before it delivers). */
   private hubsTold: Promise<void> = Promise.resolve();
+  /** Per node, the version of its WebSub subscriptions this instance's hubs last read (hubsCurrent). */
+  private readonly hubVersions = new Map<number, string>();
 
   private constructor(store: Store, options: EngineOptions) {
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
@@ -191,7 +193,7 @@ export class FeedEngine {
     const leases = new PushLeases(
       instances.store,
       { holder: options.holder ?? randomUUID(), ttl: options.ttl ?? 10_000 },
-      (entries) => this.push(entries),
+      (entries, nid) => this.push(entries, nid),
       options.failed,
     );
     this.pushLeases = leases;
@@ -204,6 +206,18 @@ export class FeedEngine {
     const leases = this.pushLeases;
     this.pushLeases = undefined;
     await leases?.stop();
+  }
+
+  /**
+   * On a shared store, this instance's name among the pushers (none while it does not push) and
+   * the names of the pushers alive now, by their leases on the store's clock: state a binding
+   * shares through the store (the feed bot's presence) is trusted while its writer is alive.
+   * Undefined on a store of this instance's own.
+   */
+  async pushers(): Promise<{ self: string | undefined; live: Set<string> } | undefined> {
+    if (!this.instances) return undefined;
+    const self = this.pushLeases?.holder;
+    return { self, live: new Set(await liveMembers(this.instances.store)) };
   }
 
   /** The buckets of nodes this instance pushes (tests, metrics); empty when not pushing. */
@@ -247,8 +261,11 @@ export class FeedEngine {
     };
   }
 
-  private async push(entries: LogEntry[]): Promise<void> {
-    // WebSub subscriptions changed before these changes were written are heard of first.
+  private async push(entries: LogEntry[], nid: number): Promise<void> {
+    // WebSub subscriptions changed before these changes were written are heard of first: by the
+    // wake-up, or, when it has not come yet, by their version read now that the changes are read.
+    const first = entries[0];
+    await this.hubsCurrent(nid, first?.event ? nodeOfEvent(first.event) : first?.change.node);
     await this.hubsTold;
     for (const entry of entries) {
       if (entry.change) tellEach(this.pushListeners, entry.change);
@@ -266,7 +283,7 @@ export class FeedEngine {
   async logEvent(event: NodeEvent): Promise<void> {
     const { instances } = this;
     if (!instances) return;
-    const node = event.type === 'subscription-changed' ? event.subscription.node : event.node;
+    const node = nodeOfEvent(event);
     const st = await this.nodes.loadNode(node);
     if (!st) return;
     await instances.logEvent(st.nid, node, event).catch((e) => {
@@ -288,6 +305,22 @@ export class FeedEngine {
    */
   onHubsChanged(listener: (node: string | undefined) => void): () => void {
     return listen(this.hubListeners, listener);
+  }
+
+  /**
+   * Before node `nid`'s changes are pushed: when its WebSub subscriptions' stored version is not
+   * the one last seen here, the hubs are told to read them again (only where a hub reads them).
+   */
+  private async hubsCurrent(nid: number, node: string | undefined): Promise<void> {
+    if (!this.hubStore || node === undefined) return;
+    const version = await this.hubStore.version(nid);
+    if (version === (this.hubVersions.get(nid) ?? '')) return;
+    this.hubVersions.set(nid, version);
+    this.hubsTold = this.hubsTold
+      .then(() => {
+        for (const listener of this.hubListeners) listener(node);
+      })
+      .catch(() => undefined);
   }
 
   private hubsChanged(nid: number | undefined): void {
@@ -347,7 +380,7 @@ export class FeedEngine {
 
   /** A namespaced key-value store for a binding's own state (kv.ts). */
   kv<T>(namespace: string): KeyValueStore<T> {
-    return new KeyValueStore<T>(this.s.store, this.s.committer, namespace);
+    return new KeyValueStore<T>(this.s.store, this.s.committer, namespace, this.instances?.store);
   }
 
   /**
@@ -374,6 +407,7 @@ export class FeedEngine {
       store: this.s.store,
       write: (ops) => this.s.committer.add(ops),
       nodeNumber: (name) => this.nodeNumber(name),
+      shared: this.shared,
     });
     return this.hubStore;
   }

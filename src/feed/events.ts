@@ -77,5 +77,9 @@ export type NodeEvent =
 
 export type FeedEventType = FeedEvent['type'];
 
+/** The node a node event is about. */
+export const nodeOfEvent = (event: NodeEvent): string =>
+  event.type === 'subscription-changed' ? event.subscription.node : event.node;
+
 /** Receives the service's events (bindings, and tests' spy sinks). */
 export type FeedEventListener = (event: FeedEvent) => void;

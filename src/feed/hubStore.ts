@@ -1,6 +1,15 @@
+import { randomBytes } from 'node:crypto';
 import { NodeNotFound } from './errors.ts';
 import { type FeedFilter, type FeedView, feedParameters, type Order } from './feedName.ts';
-import { deletedKey, familyPrefix, HUB_PREFIX, hubKey, parseHubKey, prefixEnd } from './keys.ts';
+import {
+  deletedKey,
+  familyPrefix,
+  HUB_PREFIX,
+  hubKey,
+  hubVersionKey,
+  parseHubKey,
+  prefixEnd,
+} from './keys.ts';
 import type { Op, StoreReader } from './store/store.ts';
 
 /** What the hub's records need of the engine that owns them (see engine.hubs()). */
@@ -9,6 +18,8 @@ export interface HubHost {
   /** Writes operations as one atomic batch, in order with the engine's own writes. */
   write(ops: Op[]): Promise<void>;
   nodeNumber(name: string): Promise<number>;
+  /** Shared with other instances: each write also moves the node's subscriptions' version. */
+  shared?: boolean;
 }
 
 /** A verified WebSub subscription of one callback to one feed, as stored (`h NID ORDER CALLBACK`). */
@@ -53,7 +64,10 @@ export class HubStore {
   async put(sub: HubSubscription): Promise<void> {
     const nid = await this.engine.nodeNumber(sub.node);
     const value = Buffer.from(JSON.stringify(sub));
-    await this.engine.write([{ type: 'put', key: hubKey(nid, sub.order, hubSlot(sub)), value }]);
+    await this.engine.write([
+      { type: 'put', key: hubKey(nid, sub.order, hubSlot(sub)), value },
+      ...this.versionOps(nid),
+    ]);
   }
 
   /** Removes a subscription (`slot`: see hubSlot); a node deleted meanwhile took it with it. */
@@ -65,7 +79,22 @@ export class HubStore {
       if (e instanceof NodeNotFound) return;
       throw e;
     }
-    await this.engine.write([{ type: 'del', key: hubKey(nid, order, slot) }]);
+    await this.engine.write([{ type: 'del', key: hubKey(nid, order, slot) }, ...this.versionOps(nid)]);
+  }
+
+  /**
+   * On a shared store, a new version of the node's subscriptions, written with them: an instance
+   * about to push the node's changes compares it with the one it last read (version()), so a
+   * subscription committed before a change is never missed while its wake-up is on the way.
+   */
+  private versionOps(nid: number): Op[] {
+    return this.engine.shared ? [{ type: 'put', key: hubVersionKey(nid), value: randomBytes(8) }] : [];
+  }
+
+  /** The version of node `nid`'s subscriptions ('' when none was written): see versionOps. */
+  async version(nid: number): Promise<string> {
+    const [value] = await this.engine.store.getMany([hubVersionKey(nid)]);
+    return value?.toString('hex') ?? '';
   }
 
   /** Every readable subscription of a node (none when it does not exist). */
@@ -103,7 +132,8 @@ export class HubStore {
         return undefined;
       }
     }
-    const [first] = await this.engine.store.entries({ gte: prefix, lt: prefixEnd(prefix), limit: 1 });
+    // After the family's first key, which is the version (hubVersionKey) where there is one.
+    const [first] = await this.engine.store.entries({ gt: prefix, lt: prefixEnd(prefix), limit: 1 });
     const node = first && readHubSubscription(first[1])?.node;
     if (node === undefined) return undefined;
     return (await this.engine.nodeNumber(node).catch(() => undefined)) === nid ? node : undefined;

@@ -16,6 +16,8 @@ import type { Order } from './feedName.ts';
  *   d NID                       -> a deleted node whose keys are still being swept {name}
  *   p NID                       -> a purge under way {upTo, after?}: created-index keys, hex
  *   h NID ORDER CALLBACK        -> a WebSub subscription of a feed (hubStore.ts), JSON
+ *   h NID                       -> on a shared store, 8 random bytes rewritten with every write of
+ *                                  the node's WebSub subscriptions: their version (hubStore.ts)
  *   r NID STRIDE BLOCK          -> created-index key + id of the item at position BLOCK·STRIDE-1 of
  *                                  the created order (engine.createdIdAt), remembered as found
  *   y NID ORDER VIEW 0 STAMP SEQ -> item id: a filtered or audience index (engine/filters.ts); VIEW
@@ -250,6 +252,11 @@ export function hubKey(nid: number, order: Order, callback: string): Buffer {
 }
 
 export const HUB_PREFIX = Buffer.from('h');
+
+/** The version of a node's WebSub subscriptions on a shared store: the `h` family's first key. */
+export function hubVersionKey(nid: number): Buffer {
+  return withNid('h', nid, 0);
+}
 
 /** The parts of an `h` key, or undefined when it is malformed. */
 export function parseHubKey(key: Buffer): { nid: number; order: Order; callback: string } | undefined {

@@ -1,6 +1,7 @@
 import type { Committer } from './commit.ts';
 import { BadRequest } from './errors.ts';
 import { kvKey, kvPrefix, prefixEnd } from './keys.ts';
+import type { SharedStore } from './store/shared.ts';
 import type { StoreReader } from './store/store.ts';
 
 /**
@@ -15,6 +16,8 @@ export class KeyValueStore<T = unknown> {
     private readonly store: StoreReader,
     private readonly committer: Committer,
     readonly namespace: string,
+    /** On a store shared with other instances: take() locks what it removes. */
+    private readonly shared?: Pick<SharedStore, 'locked'>,
   ) {
     if (namespace === '' || namespace.includes('\0'))
       throw new BadRequest('a key-value namespace is a non-empty string without NUL');
@@ -48,7 +51,30 @@ export class KeyValueStore<T = unknown> {
   /** Entries whose key starts with `prefix` (all when empty), in key byte order; `limit` at most. */
   async entries(prefix = '', limit = -1): Promise<[string, T][]> {
     const start = kvKey(this.namespace, prefix);
-    const got = await this.store.entries({ gte: start, lt: prefixEnd(start), limit });
+    return this.decode(await this.store.entries({ gte: start, lt: prefixEnd(start), limit }));
+  }
+
+  /**
+   * Removes and returns the first `limit` entries whose key starts with `prefix`. Among several
+   * instances it runs under a lock named by the prefix, so two instances taking at once never
+   * get the same entry.
+   */
+  async take(prefix: string, limit: number): Promise<[string, T][]> {
+    const start = kvKey(this.namespace, prefix);
+    const range = { gte: start, lt: prefixEnd(start), limit };
+    if (!this.shared) {
+      const got = await this.entries(prefix, limit);
+      await this.batch(got.map(([key]) => ({ key })));
+      return got;
+    }
+    const got = await this.shared.locked([start], async (tx) => {
+      const taken = await tx.entries(range);
+      return { ops: taken.map(([key]) => ({ type: 'del' as const, key })), result: taken };
+    });
+    return this.decode(got);
+  }
+
+  private decode(got: [Buffer, Buffer][]): [string, T][] {
     return got.map(([k, v]) => [
       k.subarray(this.prefix.length).toString('utf8'),
       JSON.parse(v.toString('utf8')) as T,

@@ -48,6 +48,21 @@ describe('engine.kv', () => {
     await engine.close();
   });
 
+  it('takes the first entries of a prefix: returned and removed', async () => {
+    const engine = await FeedEngine.open(await tempDir());
+    const q = engine.kv<number>('q');
+    await q.batch([1, 2, 3].map((n) => ({ key: `u\u0000${n}`, value: n })).concat({ key: 'v', value: 9 }));
+    expect(await q.take('u\u0000', 2)).toEqual([
+      ['u\u00001', 1],
+      ['u\u00002', 2],
+    ]);
+    expect(await q.entries()).toEqual([
+      ['u\u00003', 3],
+      ['v', 9],
+    ]);
+    await engine.close();
+  });
+
   it('is accepted by the database check, which reports an unreadable entry', async () => {
     const dir = await tempDir();
     const engine = await FeedEngine.open(dir);

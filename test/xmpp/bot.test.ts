@@ -218,7 +218,7 @@ describe('delivery', () => {
     await until(async () => (await bot.delivery.user('carol@localhost'))?.presence === 'subscribed');
     await until(() => bot.delivery.isOnline('carol@localhost'));
     await carol.xmpp.stop();
-    await until(() => !bot.delivery.isOnline('carol@localhost'));
+    await until(async () => !(await bot.delivery.isOnline('carol@localhost')));
     qDoc = rss('Queue', entries(['q6', 'q5', 'q4', 'q3', 'q2', 'q1']));
     await bot.ingest.poll(qNode);
     const queue = stack.engine.kv<string>('bot.queue');

@@ -1,6 +1,6 @@
 /**
  * State the bindings keep beside the feeds: WebSub subscriptions (`h`, hubStore.ts), checked
- * against their node, and key-value entries (`k`, kv.ts), whose framing alone is checked.
+ * against their node (and their version on a shared store), and key-value entries (`k`, kv.ts), whose framing alone is checked.
  */
 
 import { hubSlot, readHubSubscription } from '../hubStore.ts';
@@ -13,6 +13,8 @@ import { q } from './values.ts';
 export async function checkHubSubscriptions(run: CheckRun, node: NodeAt): Promise<void> {
   for await (const chunk of chunks(run.db, prefixRange(familyPrefix('h', node.nid)), KEY_CHUNK)) {
     for (const [key, value] of chunk) {
+      // The version of the node's subscriptions on a shared store (hubVersionKey): opaque bytes.
+      if (key.length === 5 && value.length === 8) continue;
       const parts = parseHubKey(key);
       const sub = readHubSubscription(value);
       if (

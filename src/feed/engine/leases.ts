@@ -25,6 +25,11 @@ const STEP = 64;
 const memberLease = (holder: string) => `member:${holder}`;
 const bucketLease = (b: number) => `bucket:${b}`;
 
+/** The names of the pushers whose membership has not expired on the store's clock. */
+export async function liveMembers(store: SharedFeedStore): Promise<string[]> {
+  return (await store.leases('member:')).leases.map((l) => l.holder);
+}
+
 /**
  * Splits the pushes between the instances that deliver them: each live instance holds a lease
  * (`member:`), the buckets of nodes are dealt round-robin among the live ones, and the holder of
@@ -47,8 +52,8 @@ export class PushLeases {
   constructor(
     private readonly store: SharedFeedStore,
     private readonly options: PushLeaseOptions,
-    /** Hands log entries (item changes, node events) on (to the bindings) and resolves once they have left. */
-    private readonly deliver: (entries: LogEntry[]) => Promise<void>,
+    /** Hands node `nid`'s log entries (item changes, node events) on (to the bindings) and resolves once they have left. */
+    private readonly deliver: (entries: LogEntry[], nid: number) => Promise<void>,
     private readonly failed: (error: unknown) => void = () => {},
   ) {}
 
@@ -68,6 +73,11 @@ export class PushLeases {
       },
       Math.max(Math.floor(this.options.ttl / 3), 10),
     );
+  }
+
+  /** This instance's name among the pushers. */
+  get holder(): string {
+    return this.options.holder;
   }
 
   /** Whether this instance pushes the changes of node `nid` now. */
@@ -103,9 +113,14 @@ export class PushLeases {
     clearTimeout(this.timer);
     await this.ticking;
     await this.work;
-    for (const b of [...this.held.keys()]) await this.store.releaseLease(bucketLease(b), this.options.holder);
+    // Given back, the others take the share at once; when the store is away they expire instead,
+    // and the stop goes on (it would otherwise fail, and the instance not close its store).
+    const { holder } = this.options;
+    await Promise.allSettled(
+      [...this.held.keys()].map((b) => this.store.releaseLease(bucketLease(b), holder)),
+    );
     this.held.clear();
-    await this.store.releaseLease(memberLease(this.options.holder), this.options.holder);
+    await this.store.releaseLease(memberLease(holder), holder).catch(() => undefined);
   }
 
   /** Renews membership, then takes, keeps or gives up buckets so each live member has its share. */
@@ -178,7 +193,7 @@ export class PushLeases {
     const logged = await readEntries(this.store, nid, from, STEP);
     const last = logged[logged.length - 1];
     if (!last) return;
-    await this.deliver(logged);
+    await this.deliver(logged, nid);
     const events = logged.filter((l) => l.event !== undefined).map((l) => l.key);
     await this.store.write(pushedOps(nid, from, last.at, events));
     this.pushed.set(nid, last.at);

@@ -373,6 +373,20 @@ export class FeedService {
     return this.engine.startPushing(options);
   }
 
+  /** Whether the store is shared with other instances (several `smartfeeds serve` on one database). */
+  get shared(): boolean {
+    return this.engine.shared;
+  }
+
+  /**
+   * Among several instances: this one's name among the pushers (none while it does not push) and
+   * the names of those alive now; undefined on a store of its own. Bindings that share state
+   * through the store (the feed bot's presence) trust an entry while the instance that wrote it lives.
+   */
+  pushers(): Promise<{ self: string | undefined; live: Set<string> } | undefined> {
+    return this.engine.pushers();
+  }
+
   /** Leaves the pushers: the other instances take this one's share. */
   stopDelivering(): Promise<void> {
     return this.engine.stopPushing();

@@ -182,6 +182,11 @@ export class SharedPostgresStore implements SharedFeedStore {
     };
     const connect = async (): Promise<void> => {
       const held = await this.pg.hold();
+      // Stopped while connecting: the connection goes back at once (the pool's end waits for it).
+      if (stopping || this.stopped) {
+        held.release(true);
+        return;
+      }
       held.client.on('notification', onNotification);
       const gone = new Promise<void>((resolve) => {
         broken = resolve;
@@ -195,7 +200,16 @@ export class SharedPostgresStore implements SharedFeedStore {
           held.release(discard);
         },
       };
-      await held.client.query(`LISTEN ${CHANNEL}`);
+      try {
+        await held.client.query(`LISTEN ${CHANNEL}`);
+      } catch (e) {
+        // PostgreSQL went away between the connection and LISTEN: a client kept checked out
+        // here would hold the pool's end (and the instance's stop) forever.
+        if (current?.client === held.client) current = undefined;
+        held.client.off('notification', onNotification);
+        held.release(true);
+        throw e;
+      }
       void gone.then(() => reconnect());
     };
     const reconnect = async (): Promise<void> => {
@@ -209,7 +223,7 @@ export class SharedPostgresStore implements SharedFeedStore {
         await sleep(delay);
         try {
           await connect();
-          reconnected();
+          if (!stopping && !this.stopped) reconnected();
           return;
         } catch {
           // Still away: wait longer.

@@ -1,0 +1,102 @@
+import { once } from 'node:events';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
+import { OPERATOR } from '../../src/feed/service/actor.ts';
+import type { HubSubscription } from '../../src/feed/service/hubSubscriptions.ts';
+import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
+import { Hub } from '../../src/http/websub/hub.ts';
+import { createLog } from '../../src/log.ts';
+import { closeInstance, entry, type Instance, instance, until } from './support.ts';
+
+/**
+ * A WebSub subscription stored through one instance before a change is committed reaches the
+ * instance pushing that change even when the wake-up telling its hub of the subscription has not
+ * come (here it never comes: the pusher is deaf to wake-ups and finds changes by its lease scans).
+ */
+
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of closers.splice(0).reverse()) await c();
+});
+
+/** A callback that answers every delivery 204 and keeps the bodies. */
+async function callback(): Promise<{ url: string; bodies: string[] }> {
+  const bodies: string[] = [];
+  const server: Server = createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      if (req.method === 'POST') bodies.push(Buffer.concat(chunks).toString('utf8'));
+      res.writeHead(204).end();
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  closers.push(async () => {
+    server.closeAllConnections();
+    server.close();
+  });
+  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/push`, bodies };
+}
+
+async function withHub(one: Instance): Promise<Hub> {
+  const hub = new Hub(
+    one.service,
+    { allowPrivate: true, retryInitialMs: 20 },
+    createLog('error', () => {}),
+  );
+  await hub.start();
+  closers.push(() => hub.stop());
+  return hub;
+}
+
+const subscription = (url: string): HubSubscription => ({
+  node: 'n',
+  order: 'modified',
+  callback: url,
+  topic: 'http://feeds.example/feeds/n',
+  hub: 'http://feeds.example/hub',
+  expires: Date.now() + 3_600_000,
+});
+
+describe('WebSub subscriptions and pushes from another instance, without the wake-up', () => {
+  it('the pusher delivers the first change after a subscription made elsewhere, and stops after its end', async () => {
+    const shared = await SharedMemory.create();
+    const a = await instance(shared, 'a', { push: true, ttl: 300 });
+    closers.push(() => closeInstance(a));
+    const b = await instance(shared, 'b');
+    closers.push(() => closeInstance(b));
+    await until(() => a.engine.pushBuckets().length > 0);
+    const hubA = await withHub(a);
+    await withHub(b);
+    await b.service.create(OPERATOR, 'n');
+    await b.engine.publish('n', { id: 'before', entry: entry('before') });
+    await until(() => a.pushed.length === 1);
+    // From now on a hears no wake-up: neither of the subscription nor of the change.
+    a.handle.deafen();
+    const first = await callback();
+    await b.service.hubSubscriptions.put(subscription(first.url));
+    await b.engine.publish('n', { id: 'one', entry: entry('one') });
+    await until(() => first.bodies.length === 1);
+    expect(first.bodies[0]).toContain('one');
+    expect(hubA.subscriptions().map((s) => s.callback)).toEqual([first.url]);
+
+    // Ended and replaced through b, still unheard by a: the next change goes to the new one only.
+    const second = await callback();
+    await b.service.hubSubscriptions.remove('n', 'modified', first.url);
+    await b.service.hubSubscriptions.put(subscription(second.url));
+    await b.engine.publish('n', { id: 'two', entry: entry('two') });
+    await until(() => second.bodies.length === 1);
+    expect(second.bodies[0]).toContain('two');
+    expect(first.bodies).toHaveLength(1);
+    expect(hubA.subscriptions().map((s) => s.callback)).toEqual([second.url]);
+    // The version is no problem for check, and a subscription's node is still found by its number.
+    const problems: Problem[] = [];
+    await new DatabaseCheck(shared.store).check(async (p) => {
+      problems.push(p);
+    });
+    expect(problems).toEqual([]);
+  });
+});
