@@ -5,7 +5,7 @@ import { indexKey, indexRange, itemKey, metaKey, seqOfIndexKey, stampOfIndexKey 
 import type { Item, Page, ReadQuery } from '../model.ts';
 import type { PositionSpec } from '../positionSpec.ts';
 import { decodeRecord } from '../record.ts';
-import type { Range, Snapshot, Cursor as StoreCursor } from '../store/store.ts';
+import type { Snapshot, Cursor as StoreCursor } from '../store/store.ts';
 import { cursors, type Entry, idKey, take, toSpec, upperBound } from './cursors.ts';
 import { ALL, resolveView, X_VIEW } from './filters.ts';
 import type { NodeRegistry } from './nodes.ts';
@@ -255,7 +255,7 @@ async function scanForward(r: PageRead): Promise<Scan> {
   }
   const scan = emptyScan();
   // Not bounded by `until`: resolving `since` may read past it (an `until` before `since`).
-  const it = lazyCursor(snapshot, { gte: start, lt: range.end });
+  const it = snapshot.cursor({ gte: start, lt: range.end });
   try {
     // Usually one read: the cursor's group up to it (or some of the id's group), then the page.
     const lead = await readLead(it, since, max, after);
@@ -349,7 +349,7 @@ async function skipSince(
 async function scanBackward(r: PageRead): Promise<Scan> {
   const { snapshot, range, upper, max } = r;
   const scan = emptyScan();
-  const it = lazyCursor(snapshot, { gte: range.start, lt: upper.key, reverse: true });
+  const it = snapshot.cursor({ gte: range.start, lt: upper.key, reverse: true });
   try {
     const got = await take(it, max + 1);
     scan.more = got.length > max;
@@ -374,34 +374,4 @@ async function scanBackward(r: PageRead): Promise<Scan> {
     void it.close().catch(() => undefined);
   }
   return scan;
-}
-
-/**
- * A cursor whose first read is one range read with a limit (the store opens, reads and closes in
- * one request); only a walk that needs more opens a real cursor, after the last key read. A page
- * is usually read whole by the first read: a cursor's read and its close were two more requests.
- */
-function lazyCursor(snapshot: Snapshot, range: Range): StoreCursor {
-  let cursor: StoreCursor | undefined;
-  let last: Buffer | undefined;
-  let ended = false;
-  return {
-    async next(n) {
-      if (cursor) return cursor.next(n);
-      if (ended) return [];
-      if (last === undefined) {
-        const got = await snapshot.entries({ ...range, limit: n });
-        if (got.length < n) ended = true;
-        last = got[got.length - 1]?.[0];
-        return got;
-      }
-      // The same range, from past the last entry read: a lower bound forwards, an upper one backwards.
-      const { gt, gte, lt, lte, ...rest } = range;
-      const lower = range.reverse ? { ...(gt ? { gt } : {}), ...(gte ? { gte } : {}) } : { gt: last };
-      const upper = range.reverse ? { lt: last } : { ...(lt ? { lt } : {}), ...(lte ? { lte } : {}) };
-      cursor = snapshot.cursor({ ...rest, ...lower, ...upper });
-      return cursor.next(n);
-    },
-    close: () => cursor?.close() ?? Promise.resolve(),
-  };
 }
