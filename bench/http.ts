@@ -9,6 +9,11 @@
  * The server runs in a child process (this file with --serve), so that the load generator does
  * not share its thread and its memory is measured alone; the static server in another (--static).
  * `--cpu-prof DIR` writes the server's CPU profile there (summarize it with bench/profileTop.ts).
+ * `--miss` measures first reads too: beside the repeated page (after its first read, a page cache
+ * hit), each connection walks MISS_PAGES different cursors around the same depth, so no page is
+ * asked twice within the page cache's reach (an LRU of 512 answers by default): every request
+ * pays the engine's read and the rendering, as the first read of a page after a write does.
+ * `--miss-only` runs those alone (for a profile of the uncached path).
  * Everything else happens in a temporary directory, removed at the end.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -28,6 +33,8 @@ import { createLog } from '../src/log.ts';
 const NODE = 'bench';
 const TOKEN = 'bench-token';
 const PAGE = 50;
+/** Distinct cursors a miss run walks: twice the page cache's default entries, so none is still held. */
+const MISS_PAGES = 1024;
 
 const { values } = parseArgs({
   options: {
@@ -38,6 +45,8 @@ const { values } = parseArgs({
     serve: { type: 'string' },
     static: { type: 'string' },
     'cpu-prof': { type: 'string' },
+    miss: { type: 'boolean', default: false },
+    'miss-only': { type: 'boolean', default: false },
     help: { type: 'boolean', short: 'h' },
   },
 });
@@ -104,6 +113,11 @@ async function serveMode(dir: string): Promise<void> {
   });
   console.log(JSON.stringify({ origin: await binding.start() }));
   for await (const line of createInterface({ input: process.stdin })) {
+    // The server's CPU time so far (user and system), in ms: per request, it holds on a busy machine.
+    if (line === 'cpu') {
+      const { user, system } = process.cpuUsage();
+      console.log(JSON.stringify({ cpuMs: (user + system) / 1000 }));
+    }
     if (line === 'memory') {
       // Collect first: what is measured is what is live, not what the collector has not reached yet.
       (globalThis as { gc?: () => void }).gc?.();
@@ -125,7 +139,7 @@ async function serveMode(dir: string): Promise<void> {
 async function benchMode(): Promise<void> {
   if (values.help) {
     console.log(
-      'usage: npm run bench:http -- [--items N (100000)] [--duration S (10)] [--connections C (16)] [--polls P (5000)]',
+      'usage: npm run bench:http -- [--items N (20000)] [--duration S (10)] [--connections C (16)] [--polls P (5000)] [--miss | --miss-only] [--cpu-prof DIR]',
     );
     return;
   }
@@ -144,8 +158,10 @@ async function benchMode(): Promise<void> {
       process.exit(2);
     }
   }
-  if (N < 200) {
-    console.error('--items must be at least 200 (pages are read at 1 % depth)');
+  const MISS_ONLY = values['miss-only'] === true;
+  const MISS = values.miss === true || MISS_ONLY;
+  if (N < 200 || (MISS && N < 5000)) {
+    console.error('--items must be at least 200 (pages are read at 1 % depth), 5000 with --miss');
     process.exit(2);
   }
   const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-bench-http-'));
@@ -154,14 +170,19 @@ async function benchMode(): Promise<void> {
   try {
     const ids = await fill(dir, N);
     const engine = await FeedEngine.open(dir);
-    const cursorAt = async (fraction: number) => {
-      const [item] = await engine.getItems(NODE, [ids[Math.floor(N * fraction)] as string]);
-      return item?.cursor as string;
-    };
+    // The cursor at each depth (the hit run's page), and for a miss run those of MISS_PAGES items
+    // beside it, towards the middle so that each page is still full.
+    const cursorsOf = async (from: number, n: number) =>
+      (await engine.getItems(NODE, ids.slice(from, from + n))).map((i) => i.cursor);
+    const depthAt = async (label: string, at: number, towards: 1 | -1) => ({
+      label,
+      hit: (await cursorsOf(at, 1))[0] as string,
+      walk: MISS ? await cursorsOf(towards > 0 ? at + 1 : at - MISS_PAGES, MISS_PAGES) : [],
+    });
     const depths = [
-      ['1 %', await cursorAt(0.01)],
-      ['99 %', await cursorAt(0.99)],
-    ] as const;
+      await depthAt('1 %', Math.floor(N * 0.01), 1),
+      await depthAt('99 %', Math.floor(N * 0.99), -1),
+    ];
     const last = (await engine.read(NODE, { last: true, max: 1 })).items[0]?.cursor as string;
     await engine.close();
 
@@ -176,20 +197,27 @@ async function benchMode(): Promise<void> {
     const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream })[Symbol.asyncIterator]();
     const nextLine = async () => JSON.parse((await lines.next()).value as string) as Record<string, unknown>;
     const { origin } = (await nextLine()) as { origin: string };
+    const cpuMs = async () => {
+      child?.stdin?.write('cpu\n');
+      return ((await nextLine()) as { cpuMs: number }).cpuMs;
+    };
     const memory = async () => {
       child?.stdin?.write('memory\n');
       return (await nextLine()) as { rss: number; heapUsed: number; held: number; releaseMs: number };
     };
 
     const pages: Record<string, StaticPage> = {};
-    const runs: { label: string; accept: string; url: string; path: string }[] = [];
-    for (const [label, cursor] of depths) {
+    const runs: Run[] = [];
+    const pageUrl = (cursor: string) => `/feeds/${NODE}?since=cursor:${cursor}&max=${PAGE}&timeout=0`;
+    for (const { label, hit, walk } of depths) {
       for (const accept of ['application/json', 'application/atom+xml']) {
-        const url = `${origin}/feeds/${NODE}?since=cursor:${cursor}&max=${PAGE}&timeout=0`;
+        const url = `${origin}${pageUrl(hit)}`;
         const res = await fetch(url, { headers: { accept } });
         const path = `/${runs.length}`;
         pages[path] = { type: res.headers.get('content-type') ?? accept, body: await res.text() };
-        runs.push({ label, accept, url, path });
+        if (!MISS_ONLY) runs.push({ label, accept, url, path, cache: 'hit' });
+        // The static server answers the hit run's page: a miss run's pages have the same size.
+        if (MISS) runs.push({ label, accept, url, path, cache: 'miss', walk: walk.map(pageUrl) });
       }
     }
     const staticFile = join(dir, 'static-pages.json');
@@ -212,16 +240,28 @@ async function benchMode(): Promise<void> {
         'static: a bare node:http server sending the same bytes, in the same run\n',
     );
     console.log(
-      '| page of 50 | representation | bytes | requests/s | static requests/s | ratio | latency p50 / p99 | static p50 | errors |',
+      '| page of 50 | representation | page cache | bytes | requests/s | static requests/s | ratio | latency p50 / p99 | static p50 | server CPU per request | errors |',
     );
-    console.log('|---|---|---:|---:|---:|---:|---:|---:|---:|');
+    console.log('|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|');
+    // A second of each first, unmeasured: the first run would pay the compiler's warm-up alone.
+    for (const run of runs)
+      await autocannon({
+        url: run.url,
+        headers: { accept: run.accept },
+        connections: CONNECTIONS,
+        duration: 1,
+        ...(run.walk ? { requests: [{ setupRequest: walker(run.walk) }] } : {}),
+      });
     for (const run of runs) {
+      const cpuBefore = await cpuMs();
       const ours = await autocannon({
         url: run.url,
         headers: { accept: run.accept },
         connections: CONNECTIONS,
         duration: DURATION,
+        ...(run.walk ? { requests: [{ setupRequest: walker(run.walk) }] } : {}),
       });
+      const cpu = (await cpuMs()) - cpuBefore;
       const bare = await autocannon({
         url: `${staticOrigin}${run.path}`,
         connections: CONNECTIONS,
@@ -230,7 +270,7 @@ async function benchMode(): Promise<void> {
       const errors = ours.errors + ours.non2xx + ours.timeouts + bare.errors + bare.non2xx + bare.timeouts;
       const bytes = Buffer.byteLength((pages[run.path] as StaticPage).body, 'utf8');
       console.log(
-        `| since ${run.label} depth | ${run.accept} | ${bytes.toLocaleString('en')} | ${Math.round(ours.requests.average).toLocaleString('en')} | ${Math.round(bare.requests.average).toLocaleString('en')} | ${(ours.requests.average / bare.requests.average).toFixed(3)} | ${ours.latency.p50} / ${ours.latency.p99} ms | ${bare.latency.p50} ms | ${errors} |`,
+        `| since ${run.label} depth | ${run.accept} | ${run.cache} | ${bytes.toLocaleString('en')} | ${Math.round(ours.requests.average).toLocaleString('en')} | ${Math.round(bare.requests.average).toLocaleString('en')} | ${(ours.requests.average / bare.requests.average).toFixed(3)} | ${ours.latency.p50} / ${ours.latency.p99} ms | ${bare.latency.p50} ms | ${((1000 * cpu) / ours.requests.total).toFixed(0)} µs | ${errors} |`,
       );
     }
     baseline.stdin?.end();
@@ -290,6 +330,27 @@ async function benchMode(): Promise<void> {
     if (child && child.exitCode === null) await new Promise((r) => child?.once('exit', r));
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/** One autocannon run: a page read again and again (hit), or a walk over many cursors (miss). */
+interface Run {
+  label: string;
+  accept: string;
+  url: string;
+  /** The static server's path for the same bytes. */
+  path: string;
+  cache: 'hit' | 'miss';
+  walk?: string[];
+}
+
+/** An autocannon request set-up giving each request the walk's next path, round and round. */
+function walker(paths: readonly string[]) {
+  let next = 0;
+  return <T extends { path?: string }>(req: T): T => {
+    req.path = paths[next] as string;
+    next = (next + 1) % paths.length;
+    return req;
+  };
 }
 
 /** Fills the node with `n` 1 KiB entries, 256 writes in flight, and returns their ids. */

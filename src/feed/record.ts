@@ -62,6 +62,15 @@ function viewsOf(rec: ItemRecord): Buffer | undefined {
   return Buffer.from(JSON.stringify({ k: rec.k, au: rec.au, v: rec.v, r: rec.r }), 'utf8');
 }
 
+/**
+ * The modified stamp and sequence of a record (version 2) without decoding the rest, so that a
+ * version decoded already is found without reading its text again; undefined for older formats.
+ */
+export function versionOfRecord(buf: Buffer): { m: number; ms: number } | undefined {
+  if (buf[0] !== VERSION || buf.length < FIXED) return undefined;
+  return { m: buf.readDoubleBE(18), ms: buf.readDoubleBE(26) };
+}
+
 /** Decodes a record; throws on bytes that are no record. */
 export function decodeRecord(buf: Buffer): ItemRecord {
   if (buf[0] === VERSION) return decodeV2(buf);

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { decodeHTML } from 'entities';
 import { createElement, type Element, escapeXML, parse } from 'ltx';
 import { ATOM_NS, TOMBSTONE_NS } from './atom.ts';
@@ -6,20 +7,42 @@ import type { Item } from './model.ts';
 export const FANOUT_NS = 'http://fanout.org/protocol/atom';
 
 /**
+ * A part of a page that depends on an item version only, made once: its text, its UTF-8 bytes
+ * (pages are put together as bytes: no string is encoded again per read) and their SHA-256 (a
+ * page's ETag digests its pieces' digests, not their bytes: src/http/render/pageBytes.ts).
+ */
+export interface Piece {
+  text: string;
+  bytes: Buffer;
+  digest: Buffer;
+}
+
+export function pieceOf(text: string): Piece {
+  const bytes = Buffer.from(text, 'utf8');
+  return { text, bytes, digest: createHash('sha256').update(bytes).digest() };
+}
+
+/** What a piece holds, as the bound counts it (two bytes a character, then its bytes and digest). */
+const pieceSize = (p: Piece): number => 2 * p.text.length + p.bytes.length + 64;
+
+/**
  * What the readers' representations need of one item version, built once (by parsing its entry)
  * and kept: every read of a page used to parse each entry again for its JSON fields and its Atom
- * `fo:id`. Pages are then strings put together from these pieces.
+ * `fo:id`. Pages are then put together from these pieces.
  */
 interface Rendition {
   /** The entry it was made of: a hit must hold the very same text. */
   entry: string;
   /** The JSON object of the item less its `{"id":…,"cursor":…,` head (the cursor is per feed). */
-  json?: string;
-  /** The Atom entry split where an `<id>` it lacks goes (the id is the item's URL, per request). */
-  atom?: { head: string; tail: string; hasId: boolean };
+  json?: Piece;
+  /**
+   * The Atom entry: whole when it has its own `<id>`, else split where the `<id>` it lacks goes
+   * (the id is the item's URL, per request).
+   */
+  atom?: { whole: Piece } | { head: Piece; tail: Piece };
   /** The tombstone (`at:deleted-entry`) of a deleted item. */
-  tombstone?: string;
-  /** What its key and strings hold, in UTF-16 code units. */
+  tombstone?: Piece;
+  /** What its key and pieces hold, in bytes as pieceSize counts them. */
   size: number;
 }
 
@@ -33,31 +56,44 @@ export class Renditions {
   private readonly cache = new Map<string, Rendition>();
   private bytes = 0;
 
-  /** `maxBytes`: about what the cached strings (keys included) may hold, in UTF-16 code units. */
-  constructor(private readonly maxBytes = 32 * 1024 * 1024) {}
+  /** `maxBytes`: about what the cached strings (two bytes a character, keys included) and bytes may hold. */
+  constructor(private readonly maxBytes = 64 * 1024 * 1024) {}
 
   /** The ActivityStreams item (src/http/collection.ts) as JSON, for this feed's cursor. */
   json(item: Item): string {
+    return jsonHead(item) + this.jsonPiece(item).text;
+  }
+
+  /** The item's JSON less its head (jsonHead), which depends on the feed's cursor. */
+  jsonPiece(item: Item): Piece {
     const r = this.rendition(item);
-    if (r.json === undefined) r.json = this.grow(r, activityTail(item));
-    return `{"id":${JSON.stringify(item.id)},"cursor":${JSON.stringify(item.cursor)},${r.json}`;
+    if (r.json === undefined) r.json = this.grow(r, pieceOf(activityTail(item)));
+    return r.json;
   }
 
   /** The item's Atom entry with its `fo:id` (or its tombstone), as the feed at `feedUrl` has it. */
   atomEntry(item: Item, feedUrl: string): string {
+    return this.atomPieces(item, feedUrl)
+      .map((p) => (typeof p === 'string' ? p : p.text))
+      .join('');
+  }
+
+  /** The same as pieces: the version's own, and the `<id>` of an entry without one, per feed. */
+  atomPieces(item: Item, feedUrl: string): (Piece | string)[] {
     const r = this.rendition(item);
     if (item.deleted) {
-      if (r.tombstone === undefined) r.tombstone = this.grow(r, tombstoneOf(item));
-      return r.tombstone;
+      if (r.tombstone === undefined) r.tombstone = this.grow(r, pieceOf(tombstoneOf(item)));
+      return [r.tombstone];
     }
     if (r.atom === undefined) {
-      r.atom = atomPieces(item);
-      this.grow(r, r.atom.head + r.atom.tail);
+      const { head, tail, hasId } = atomParts(item);
+      r.atom = hasId
+        ? { whole: this.grow(r, pieceOf(head + tail)) }
+        : { head: this.grow(r, pieceOf(head)), tail: this.grow(r, pieceOf(tail)) };
     }
-    const { head, tail, hasId } = r.atom;
-    return hasId
-      ? head + tail
-      : head + createElement('id', { xmlns: ATOM_NS }, itemUrl(feedUrl, item.id)) + tail;
+    if ('whole' in r.atom) return [r.atom.whole];
+    const id = createElement('id', { xmlns: ATOM_NS }, itemUrl(feedUrl, item.id)).toString();
+    return [r.atom.head, id, r.atom.tail];
   }
 
   /** Renditions held (for tests). */
@@ -78,19 +114,20 @@ export class Renditions {
         return r;
       }
     }
-    r = { entry: item.entry, size: key.length + item.entry.length };
+    r = { entry: item.entry, size: 2 * (key.length + item.entry.length) };
     this.cache.set(key, r);
     this.bytes += r.size;
     this.evict();
     return r;
   }
 
-  /** Counts a string `r` now holds; returns it. */
-  private grow(r: Rendition, s: string): string {
-    r.size += s.length;
-    this.bytes += s.length;
+  /** Counts a piece `r` now holds; returns it. */
+  private grow(r: Rendition, p: Piece): Piece {
+    const size = pieceSize(p);
+    r.size += size;
+    this.bytes += size;
     this.evict();
-    return s;
+    return p;
   }
 
   /** Drops the least recently used renditions past the bound (never the one in use, the newest). */
@@ -102,7 +139,7 @@ export class Renditions {
     }
   }
 
-  /** What the held renditions hold, in UTF-16 code units (for tests). */
+  /** What the held renditions hold, in bytes as the bound counts them (for tests). */
   get heldBytes(): number {
     return this.bytes;
   }
@@ -128,8 +165,13 @@ function activityTail(item: Item): string {
   return JSON.stringify(out).slice(1);
 }
 
+/** The head of an item's JSON: its id and this feed's cursor. */
+export function jsonHead(item: Pick<Item, 'id' | 'cursor'>): string {
+  return `{"id":${JSON.stringify(item.id)},"cursor":${JSON.stringify(item.cursor)},`;
+}
+
 /** The Atom entry with what RFC 4287 requires added and `fo:id` appended, split after its start tag. */
-function atomPieces(item: Item): { head: string; tail: string; hasId: boolean } {
+function atomParts(item: Item): { head: string; tail: string; hasId: boolean } {
   const el = parse(item.entry);
   const hasId = el.getChild('id', ATOM_NS) !== undefined;
   const missing: Element[] = [];

@@ -6,7 +6,8 @@ import type { Actor } from '../feed/service/actor.ts';
 export interface Answer {
   status: number;
   type: string;
-  body: string;
+  /** Text, or bytes put together already (a page: src/http/render/parts.ts). */
+  body: string | Buffer;
   headers?: Record<string, string>;
   /** Cache-Control; `no-cache` (revalidate with the ETag) unless said. */
   cache?: string;

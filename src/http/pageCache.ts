@@ -5,7 +5,7 @@ import type { Answer } from './exchange.ts';
 export interface PageCacheOptions {
   /** Answers kept at most. */
   maxEntries: number;
-  /** Bytes of bodies (two a character) kept at most. */
+  /** Bytes of bodies (two a character of text) kept at most. */
   maxBytes: number;
 }
 
@@ -82,7 +82,8 @@ export class PageCache {
   }
 
   set(key: string, answer: Answer): void {
-    const bytes = 2 * (answer.body.length + key.length) + 256;
+    const body = typeof answer.body === 'string' ? 2 * answer.body.length : answer.body.length;
+    const bytes = body + 2 * key.length + 256;
     if (bytes > this.options.maxBytes || this.options.maxEntries < 1) return;
     const old = this.entries.get(key);
     if (old) {

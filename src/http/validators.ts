@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 
 /** A strong validator: a digest of the exact bytes (so of the representation too). */
-export function etagOf(body: string): string {
+export function etagOf(body: string | Buffer): string {
   return `"${createHash('sha256').update(body).digest('base64url').slice(0, 32)}"`;
 }
 

@@ -3,7 +3,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { PageView } from '../../src/http/render/pageView.ts';
-import { renderPage } from '../../src/http/render/representation.ts';
+import { renderBytes, renderPage } from '../../src/http/render/representation.ts';
 import { feedUrls, item } from '../feed/itemArbitrary.ts';
 import { atomFeed, collection } from '../feed/renditionsOracle.ts';
 
@@ -37,9 +37,29 @@ describe('pages from renditions', () => {
           const xml = renderPage(v, 'atom', callback).body;
           expect(js).toBe(callback === undefined ? json : wrap(json));
           expect(xml).toBe(callback === undefined ? atom : wrap(JSON.stringify(atom)));
+          // Put together as bytes from the versions' pieces: the same bytes.
+          expect(renderBytes(v, 'json').body).toEqual(Buffer.from(json, 'utf8'));
+          expect(renderBytes(v, 'atom').body).toEqual(Buffer.from(atom, 'utf8'));
         }
       }),
       { seed: 20_261_125, numRuns: 200 },
+    );
+  });
+
+  it('tag pages with one ETag for the same bytes and another for other bytes', () => {
+    const tag = (v: PageView, r: 'json' | 'atom') => {
+      const { body, etag } = renderBytes(v, r);
+      return { body: body.toString('utf8'), etag };
+    };
+    fc.assert(
+      fc.property(view, view, fc.constantFrom('json' as const, 'atom' as const), (a, b, r) => {
+        const x = tag(a, r);
+        const y = tag(b, r);
+        expect(x.etag).toMatch(/^"[A-Za-z0-9_-]+"$/);
+        expect(tag(a, r).etag).toBe(x.etag);
+        expect(x.etag === y.etag).toBe(x.body === y.body);
+      }),
+      { seed: 20_261_124, numRuns: 300 },
     );
   });
 });

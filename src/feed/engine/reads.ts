@@ -1,8 +1,8 @@
 import { groupChecksum } from '../cursor.ts';
 import { BadRequest, StorageError } from '../errors.ts';
 import { checkItemId, type FeedName, filterKey, parseFeedName } from '../feedName.ts';
-import { indexKey, indexRange, itemKey, metaKey, stampOfIndexKey } from '../keys.ts';
-import type { Item, ItemRecord, Page, ReadQuery } from '../model.ts';
+import { indexKey, indexRange, itemKey, metaKey, seqOfIndexKey, stampOfIndexKey } from '../keys.ts';
+import type { Item, Page, ReadQuery } from '../model.ts';
 import type { PositionSpec } from '../positionSpec.ts';
 import { decodeRecord } from '../record.ts';
 import type { Snapshot, Cursor as StoreCursor } from '../store/store.ts';
@@ -10,6 +10,7 @@ import { cursors, type Entry, idKey, take, toSpec, upperBound } from './cursors.
 import { ALL, resolveView, X_VIEW } from './filters.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { type EngineState, itemView, type NodeMeta, parse, recordStamp } from './state.ts';
+import { type Version, VersionCache } from './versions.ts';
 import { ViewReads } from './viewReads.ts';
 
 /** XML escaping can grow an attribute up to six times; the page budget counts the worst case. */
@@ -48,6 +49,9 @@ const emptyScan = (): Scan => ({ page: [], more: false, known: [], knownStamp: -
 
 /** Reads of pages and of items by id, each in one snapshot. */
 export class Reads {
+  /** Item versions decoded once, for every page that shows them (versions.ts). */
+  readonly versions = new VersionCache();
+
   constructor(
     private readonly s: EngineState,
     private readonly nodes: NodeRegistry,
@@ -93,22 +97,17 @@ export class Reads {
   private async pageOf(r: PageRead, scan: Scan): Promise<Page> {
     const { snapshot, nid, feed, forward } = r;
     let { page, known } = scan;
-    // The records and the node's counters, read together in the same snapshot.
-    const bufs = await snapshot.getMany([...page.map((e) => itemKey(nid, e.id)), metaKey(nid)]);
-    const metaBuf = bufs.pop();
-    const total = metaBuf ? parse<NodeMeta>(metaBuf).total : 0;
+    const versions = await this.versionsOf(snapshot, nid, feed, page);
+    const total = versions.total;
     if (page.length === 0)
       return { items: [], total, atStart: total === 0, atEnd: total === 0, truncated: false };
-    let records = bufs.map((b, i) => {
-      if (!b) throw new StorageError(`index names item ${JSON.stringify(page[i]?.id)} that has no record`);
-      return decodeRecord(b);
-    });
-    const keep = this.withinBudget(feed, page, records, forward);
+    let found = versions.found;
+    const keep = this.withinBudget(feed, page, found, forward);
     const truncated = keep < page.length;
     if (truncated) {
       const from = forward ? 0 : page.length - keep;
       page = page.slice(from, from + keep);
-      records = records.slice(from, from + keep);
+      found = found.slice(from, from + keep);
       // Backwards, the page now starts later: its first item's group is read again.
       if (!forward) known = undefined;
     }
@@ -120,26 +119,53 @@ export class Reads {
       page,
       known === undefined ? undefined : firstStamp === scan.knownStamp ? known : [],
     );
-    const items = page.map((e, i) => ({
-      ...itemView(e.id, records[i] as ItemRecord),
-      cursor: pageCursors[i] as string,
-    }));
+    const items = found.map((v, i) => ({ ...v.view, cursor: pageCursors[i] as string }));
     const edges = await pageEdges(r, { ...scan, page, known }, truncated);
     return { items, total, ...edges, truncated };
+  }
+
+  /**
+   * The page's item versions and the node's total, read together in the same snapshot. An index
+   * entry of the modified order names its version (stamp and sequence): one decoded already is
+   * not read again. The created order's entries name the item only, so its records are read, and
+   * a version decoded already is not decoded again.
+   */
+  private async versionsOf(
+    snapshot: Snapshot,
+    nid: number,
+    feed: FeedName,
+    page: readonly Entry[],
+  ): Promise<{ found: Version[]; total: number }> {
+    const found: (Version | undefined)[] =
+      feed.order === 'modified'
+        ? page.map((e) => this.versions.get(nid, e.id, stampOfIndexKey(e.key), seqOfIndexKey(e.key)))
+        : new Array(page.length).fill(undefined);
+    const missing: number[] = [];
+    for (let i = 0; i < found.length; i++) if (!found[i]) missing.push(i);
+    const bufs = await snapshot.getMany([
+      ...missing.map((i) => itemKey(nid, (page[i] as Entry).id)),
+      metaKey(nid),
+    ]);
+    const metaBuf = bufs[missing.length];
+    missing.forEach((at, i) => {
+      const buf = bufs[i];
+      const id = (page[at] as Entry).id;
+      if (!buf) throw new StorageError(`index names item ${JSON.stringify(id)} that has no record`);
+      found[at] = this.versions.decode(nid, id, buf);
+    });
+    return { found: found as Version[], total: metaBuf ? parse<NodeMeta>(metaBuf).total : 0 };
   }
 
   /**
    * How many of the page's items fit the byte budget: forwards the oldest, backwards the newest.
    * The reply names the node once (as asked, escaped: up to six bytes a byte).
    */
-  private withinBudget(feed: FeedName, page: Entry[], records: ItemRecord[], forward: boolean): number {
+  private withinBudget(feed: FeedName, page: Entry[], found: Version[], forward: boolean): number {
     let budget = this.s.limits.maxPageBytes - PAGE_OVERHEAD - 6 * Buffer.byteLength(feed.requested, 'utf8');
     let keep = 0;
-    const sizes = records.map(
-      (r, i) =>
-        Buffer.byteLength(r.e, 'utf8') +
-        6 * (Buffer.byteLength(page[i]?.id ?? '', 'utf8') + Buffer.byteLength(r.p ?? '', 'utf8')) +
-        ITEM_OVERHEAD,
+    const sizes = found.map(
+      (v, i) =>
+        v.entryBytes + 6 * (Buffer.byteLength(page[i]?.id ?? '', 'utf8') + v.publisherBytes) + ITEM_OVERHEAD,
     );
     const visit = forward ? sizes.map((_, i) => i) : sizes.map((_, i) => sizes.length - 1 - i);
     for (const i of visit) {

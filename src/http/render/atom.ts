@@ -3,6 +3,7 @@ import { ATOM_NS, TOMBSTONE_NS } from '../../feed/atom.ts';
 import type { Item } from '../../feed/model.ts';
 import { FANOUT_NS, renditions } from '../../feed/renditions.ts';
 import type { PageView } from './pageView.ts';
+import { type Part, partsText } from './parts.ts';
 
 export { FANOUT_NS, itemUrl } from '../../feed/renditions.ts';
 
@@ -11,9 +12,14 @@ export { FANOUT_NS, itemUrl } from '../../feed/renditions.ts';
  * `fo:id` on every entry, tombstones as RFC 6721 `at:deleted-entry`.
  */
 export function atomFeed(view: PageView): string {
+  return partsText(atomParts(view));
+}
+
+/** The same as the parts pageBytes.ts puts together: the versions' pieces and the strings around them. */
+export function atomParts(view: PageView): Part[] {
   const { items, total } = view.page;
   const newest = items.reduce((m, i) => Math.max(m, i.modified), 0);
-  const parts = [
+  const head = [
     '<?xml version="1.0" encoding="utf-8"?>\n',
     `<feed xmlns="${ATOM_NS}" xmlns:fo="${FANOUT_NS}" xmlns:at="${TOMBSTONE_NS}">`,
     `<id>${escapeXML(view.url)}</id>`,
@@ -22,16 +28,17 @@ export function atomFeed(view: PageView): string {
     `<updated>${new Date(newest).toISOString()}</updated>`,
     `<link rel="self" type="application/atom+xml" href="${escapeXML(view.url)}"/>`,
   ];
-  if (view.hub) parts.push(`<link rel="hub" href="${escapeXML(view.hub)}"/>`);
-  if (view.next) parts.push(`<link rel="next" type="application/atom+xml" href="${escapeXML(view.next)}"/>`);
-  parts.push(`<fo:total>${total}</fo:total>`);
+  if (view.hub) head.push(`<link rel="hub" href="${escapeXML(view.hub)}"/>`);
+  if (view.next) head.push(`<link rel="next" type="application/atom+xml" href="${escapeXML(view.next)}"/>`);
+  head.push(`<fo:total>${total}</fo:total>`);
   if (view.prevCursor !== undefined)
-    parts.push(`<fo:prev_cursor>${escapeXML(view.prevCursor)}</fo:prev_cursor>`);
+    head.push(`<fo:prev_cursor>${escapeXML(view.prevCursor)}</fo:prev_cursor>`);
   const last = items[items.length - 1];
-  if (last) parts.push(`<fo:last_cursor>${escapeXML(last.cursor)}</fo:last_cursor>`);
-  for (const item of items) parts.push(item.deleted ? deletedEntry(item) : entry(item, view.url));
+  if (last) head.push(`<fo:last_cursor>${escapeXML(last.cursor)}</fo:last_cursor>`);
+  const parts: Part[] = [head.join('')];
+  for (const item of items) parts.push(...renditions.atomPieces(item, item.deleted ? '' : view.url));
   parts.push('</feed>\n');
-  return parts.join('');
+  return parts;
 }
 
 /** One item on its own: an Atom entry document (or a tombstone) with its `fo:id`. */

@@ -1,6 +1,7 @@
 import type { Item } from '../../feed/model.ts';
-import { renditions } from '../../feed/renditions.ts';
+import { jsonHead, renditions } from '../../feed/renditions.ts';
 import type { PageView } from './pageView.ts';
+import { type Part, partsText } from './parts.ts';
 
 /** One item of the ActivityStreams collection. */
 export interface ActivityItem {
@@ -34,12 +35,24 @@ export interface Collection {
  * together from each item version's JSON, built once (src/feed/renditions.ts).
  */
 export function collectionJson(view: PageView): string {
+  return partsText(collectionParts(view));
+}
+
+/** The same as the parts pageBytes.ts puts together: the versions' pieces and the strings around them. */
+export function collectionParts(view: PageView): Part[] {
   const { items, total } = view.page;
   const last = items[items.length - 1];
   let head = `{"count":${items.length},"totalItems":${total},"url":${JSON.stringify(view.url)}`;
   if (last) head += `,"last_cursor":${JSON.stringify(last.cursor)}`;
   if (view.next) head += `,"next":${JSON.stringify(view.next)}`;
-  return `${head},"items":[${items.map((item) => renditions.json(item)).join(',')}]}`;
+  const parts: Part[] = [];
+  let text = `${head},"items":[`;
+  items.forEach((item, i) => {
+    parts.push(text + (i > 0 ? ',' : '') + jsonHead(item), renditions.jsonPiece(item));
+    text = '';
+  });
+  parts.push(`${text}]}`);
+  return parts;
 }
 
 /** One item's ActivityItem as JSON text. */

@@ -1,7 +1,8 @@
 import { etagOf } from '../validators.ts';
-import { atomFeed } from './atom.ts';
-import { collectionJson } from './json.ts';
+import { atomFeed, atomParts } from './atom.ts';
+import { collectionJson, collectionParts } from './json.ts';
 import type { PageView } from './pageView.ts';
+import { partsBytes } from './parts.ts';
 
 export type Representation = 'json' | 'atom';
 
@@ -13,7 +14,8 @@ export const JAVASCRIPT = 'application/javascript';
 
 export interface Rendered {
   type: string;
-  body: string;
+  /** Bytes put together from the versions' pieces; text for JSON-P. */
+  body: string | Buffer;
   etag: string;
 }
 
@@ -49,9 +51,20 @@ export function renderPageOnce(
   const key = `${representation}\n${callback ?? ''}\n${view.url}\n${view.next ?? ''}`;
   let out = forPage.get(key);
   if (!out) {
-    const { type, body } = renderPage(view, representation, callback);
-    out = { type, body, etag: etagOf(body) };
+    out =
+      callback === undefined ? renderBytes(view, representation) : renderText(view, representation, callback);
     forPage.set(key, out);
   }
   return out;
+}
+
+/** A page as bytes, with its ETag from its pieces (parts.ts): the same bytes as renderPage's text. */
+export function renderBytes(view: PageView, representation: Representation): Rendered {
+  const parts = representation === 'json' ? collectionParts(view) : atomParts(view);
+  return { type: `${MEDIA_TYPES[representation]}; charset=utf-8`, ...partsBytes(parts) };
+}
+
+function renderText(view: PageView, representation: Representation, callback: string): Rendered {
+  const { type, body } = renderPage(view, representation, callback);
+  return { type, body, etag: etagOf(body) };
 }

@@ -1,0 +1,90 @@
+import type { Item, ItemRecord } from '../model.ts';
+import { decodeRecord, versionOfRecord } from '../record.ts';
+import { itemView } from './state.ts';
+
+/** One item version as pages use it: decoded once, shared by every read that meets it. */
+export interface Version {
+  /** The item as read, less its cursor (which is per feed and per page). Never mutated. */
+  view: Omit<Item, 'cursor'>;
+  /** UTF-8 bytes of the entry and of the publisher, for the page byte budget. */
+  entryBytes: number;
+  publisherBytes: number;
+}
+
+/** What a version costs the cache besides its strings (the entry, the map's key and objects). */
+const VERSION_OVERHEAD = 256;
+
+/** Default bound of the cache: about 12,000 versions of 1 KiB entries. */
+export const VERSION_CACHE_BYTES = 24 * 1024 * 1024;
+
+/**
+ * Decoded item versions of one engine, LRU-bounded in bytes. A version is named by its node, its
+ * modified stamp and sequence (unique in a node: every write takes the next sequence number) and
+ * its id, and never changes once written, so nothing is ever invalidated: a page of the modified
+ * order finds its items from the index alone, without reading their records. Each entry is stored
+ * under the version of the record it was decoded from, so the cache can never answer what the
+ * store does not hold. Per engine, not per process: two stores may use the same node numbers.
+ */
+export class VersionCache {
+  private readonly map = new Map<string, { version: Version; bytes: number }>();
+  private bytes = 0;
+
+  /** `maxBytes`: what the entries may hold, counting two bytes a character and an overhead each. */
+  constructor(readonly maxBytes = VERSION_CACHE_BYTES) {}
+
+  /** The version the modified index names (its key's stamp and sequence), when held. */
+  get(nid: number, id: string, stamp: number, seq: number): Version | undefined {
+    const key = versionKey(nid, id, stamp, seq);
+    const hit = this.map.get(key);
+    if (!hit) return undefined;
+    // Most recently used last: the Map's order is the eviction order.
+    this.map.delete(key);
+    this.map.set(key, hit);
+    return hit.version;
+  }
+
+  /** Decodes a record read from the store, or finds the version already decoded. */
+  decode(nid: number, id: string, buf: Buffer): Version {
+    const at = versionOfRecord(buf);
+    if (at) {
+      const held = this.get(nid, id, at.m, at.ms);
+      if (held) return held;
+    }
+    return this.add(nid, id, decodeRecord(buf));
+  }
+
+  /** Held versions and their bytes (for tests). */
+  get size(): number {
+    return this.map.size;
+  }
+
+  get heldBytes(): number {
+    return this.bytes;
+  }
+
+  private add(nid: number, id: string, rec: ItemRecord): Version {
+    const version: Version = {
+      view: itemView(id, rec),
+      entryBytes: Buffer.byteLength(rec.e, 'utf8'),
+      publisherBytes: rec.p === undefined ? 0 : Buffer.byteLength(rec.p, 'utf8'),
+    };
+    const key = versionKey(nid, id, rec.m, rec.ms);
+    const bytes = 2 * (key.length + rec.e.length + (rec.p?.length ?? 0)) + VERSION_OVERHEAD;
+    if (bytes > this.maxBytes) return version;
+    const old = this.map.get(key);
+    if (old) this.bytes -= old.bytes;
+    this.map.delete(key);
+    this.map.set(key, { version, bytes });
+    this.bytes += bytes;
+    for (const [k, e] of this.map) {
+      if (this.bytes <= this.maxBytes) break;
+      this.map.delete(k);
+      this.bytes -= e.bytes;
+    }
+    return version;
+  }
+}
+
+function versionKey(nid: number, id: string, stamp: number, seq: number): string {
+  return `${nid}:${stamp}:${seq}:${id}`;
+}

@@ -1,0 +1,45 @@
+// Decoded item versions (src/feed/engine/versions.ts): found again by the version an index entry
+// names, never another version, and kept within their bound.
+import { describe, expect, it } from 'vitest';
+import { VersionCache } from '../../src/feed/engine/versions.ts';
+import type { ItemRecord } from '../../src/feed/model.ts';
+import { encodeRecord } from '../../src/feed/record.ts';
+
+const rec = (m: number, ms: number, text: string): ItemRecord => ({ c: 1, cs: 1, m, ms, e: text, p: 'a@b' });
+
+describe('VersionCache', () => {
+  it('finds a version by node, id, stamp and sequence only', () => {
+    const cache = new VersionCache();
+    const v = cache.decode(1, 'x', encodeRecord(rec(5, 7, '<a/>')));
+    expect(v.view).toMatchObject({ id: 'x', created: 1, modified: 5, entry: '<a/>', publisher: 'a@b' });
+    expect(v.entryBytes).toBe(4);
+    expect(cache.get(1, 'x', 5, 7)).toBe(v);
+    expect(cache.decode(1, 'x', encodeRecord(rec(5, 7, '<a/>')))).toBe(v);
+    for (const [nid, id, m, ms] of [
+      [2, 'x', 5, 7],
+      [1, 'y', 5, 7],
+      [1, 'x', 6, 7],
+      [1, 'x', 5, 8],
+    ] as const)
+      expect(cache.get(nid, id, m, ms)).toBeUndefined();
+    // Another version of the item is decoded from its own bytes.
+    expect(cache.decode(1, 'x', encodeRecord(rec(6, 8, '<b/>'))).view.entry).toBe('<b/>');
+  });
+
+  it('stays within its bound, dropping the least recently used first', () => {
+    const cache = new VersionCache(20_000);
+    const text = `<e>${'x'.repeat(1000)}</e>`;
+    for (let i = 1; i <= 100; i++) {
+      cache.decode(1, `i${i}`, encodeRecord(rec(i, i, text)));
+      expect(cache.get(1, 'i1', 1, 1)).toBeDefined(); // kept in use
+      expect(cache.heldBytes).toBeLessThanOrEqual(20_000);
+    }
+    expect(cache.size).toBeGreaterThan(1);
+    expect(cache.size).toBeLessThan(20);
+    expect(cache.get(1, 'i2', 2, 2)).toBeUndefined();
+    // A version larger than the bound is decoded, not kept.
+    const big = new VersionCache(1_000);
+    expect(big.decode(1, 'z', encodeRecord(rec(1, 1, text))).view.entry).toBe(text);
+    expect(big.size).toBe(0);
+  });
+});
