@@ -9,13 +9,11 @@ import type { Snapshot, Cursor as StoreCursor } from '../store/store.ts';
 import { cursors, type Entry, idKey, take, toSpec, upperBound } from './cursors.ts';
 import { ALL, resolveView, X_VIEW } from './filters.ts';
 import type { NodeRegistry } from './nodes.ts';
+import { itemBytes, itemsWithinBudget, xmlAttributeBytes } from './pageBudget.ts';
 import { type EngineState, itemView, type NodeMeta, parse, recordStamp } from './state.ts';
 import { type Version, VersionCache } from './versions.ts';
 import { ViewReads } from './viewReads.ts';
 
-/** XML escaping can grow an attribute up to six times; the page budget counts the worst case. */
-const ITEM_OVERHEAD = 96;
-const PAGE_OVERHEAD = 512;
 /** Index entries read at once while resolving a cursor's stamp group (see read). */
 const LEAD_CHUNK = 256;
 
@@ -161,20 +159,8 @@ export class Reads {
    * The reply names the node once (as asked, escaped: up to six bytes a byte).
    */
   private withinBudget(feed: FeedName, page: Entry[], found: Version[], forward: boolean): number {
-    let budget = this.s.limits.maxPageBytes - PAGE_OVERHEAD - 6 * Buffer.byteLength(feed.requested, 'utf8');
-    let keep = 0;
-    const sizes = found.map(
-      (v, i) =>
-        v.entryBytes + 6 * (Buffer.byteLength(page[i]?.id ?? '', 'utf8') + v.publisherBytes) + ITEM_OVERHEAD,
-    );
-    const visit = forward ? sizes.map((_, i) => i) : sizes.map((_, i) => sizes.length - 1 - i);
-    for (const i of visit) {
-      const size = sizes[i] ?? 0;
-      if (keep > 0 && size > budget) break;
-      budget -= size;
-      keep += 1;
-    }
-    return keep;
+    const sizes = found.map((v, i) => itemBytes(v.entryBytes, page[i]?.id ?? '', v.publisherBytes));
+    return itemsWithinBudget(this.s.limits, feed.requested, sizes, forward);
   }
 
   /** The items with these ids (tombstones included), in the order asked; unknown ids are left out. */

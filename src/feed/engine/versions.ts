@@ -1,12 +1,13 @@
 import type { Item, ItemRecord } from '../model.ts';
 import { decodeRecord, versionOfRecord } from '../record.ts';
+import { xmlAttributeBytes } from './pageBudget.ts';
 import { itemView } from './state.ts';
 
 /** One item version as pages use it: decoded once, shared by every read that meets it. */
 export interface Version {
   /** The item as read, less its cursor (which is per feed and per page). Never mutated. */
   view: Omit<Item, 'cursor'>;
-  /** UTF-8 bytes of the entry and of the publisher, for the page byte budget. */
+  /** For the page byte budget: UTF-8 bytes of the entry, and of the publisher escaped as an XML attribute. */
   entryBytes: number;
   publisherBytes: number;
 }
@@ -66,7 +67,7 @@ export class VersionCache {
     const version: Version = {
       view: itemView(id, rec),
       entryBytes: Buffer.byteLength(rec.e, 'utf8'),
-      publisherBytes: rec.p === undefined ? 0 : Buffer.byteLength(rec.p, 'utf8'),
+      publisherBytes: rec.p === undefined ? 0 : xmlAttributeBytes(rec.p),
     };
     const key = versionKey(nid, id, rec.m, rec.ms);
     const bytes = 2 * (key.length + rec.e.length + (rec.p?.length ?? 0)) + VERSION_OVERHEAD;

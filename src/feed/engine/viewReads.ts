@@ -8,6 +8,7 @@ import type { PositionSpec } from '../positionSpec.ts';
 import { decodeRecord } from '../record.ts';
 import type { Snapshot } from '../store/store.ts';
 import { componentsOf, hiddenIn, indexPrefix, membershipOf, type NodeViews, X_VIEW } from './filters.ts';
+import { itemBytes, itemsWithinBudget, xmlAttributeBytes } from './pageBudget.ts';
 import { itemView, type NodeMeta, parse, recordStamp } from './state.ts';
 
 /** A place in a feed: a stamp and a sequence number (entries compare by both). */
@@ -28,8 +29,6 @@ interface Scan {
 
 /** A cursor's O up to this is resolved in the page's own read; beyond, its group is read first. */
 const LEAD_LIMIT = 256;
-const ITEM_OVERHEAD = 96;
-const PAGE_OVERHEAD = 512;
 const before = (a: Pos, b: Pos) => a.stamp < b.stamp || (a.stamp === b.stamp && a.seq < b.seq);
 
 /**
@@ -327,21 +326,14 @@ function withinBudget(
   records: readonly ItemRecord[],
   forward: boolean,
 ): number {
-  let budget = limits.maxPageBytes - PAGE_OVERHEAD - 6 * Buffer.byteLength(feed.requested, 'utf8');
-  const sizes = records.map(
-    (r, i) =>
-      Buffer.byteLength(r.e, 'utf8') +
-      6 * (Buffer.byteLength(page[i]?.id ?? '', 'utf8') + Buffer.byteLength(r.p ?? '', 'utf8')) +
-      ITEM_OVERHEAD,
+  const sizes = records.map((r, i) =>
+    itemBytes(
+      Buffer.byteLength(r.e, 'utf8'),
+      page[i]?.id ?? '',
+      r.p === undefined ? 0 : xmlAttributeBytes(r.p),
+    ),
   );
-  let keep = 0;
-  for (let k = 0; k < sizes.length; k++) {
-    const size = sizes[forward ? k : sizes.length - 1 - k] ?? 0;
-    if (keep > 0 && size > budget) break;
-    budget -= size;
-    keep += 1;
-  }
-  return keep;
+  return itemsWithinBudget(limits, feed.requested, sizes, forward);
 }
 
 export type { ReadQuery };
