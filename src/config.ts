@@ -1,7 +1,19 @@
-import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import type { BotOptions } from './bot/bot.ts';
+import {
+  hostPort,
+  list,
+  milliseconds,
+  nonEmpty,
+  nonNegative,
+  onOff,
+  origin,
+  positive,
+  schemes,
+  tokens,
+} from './configSchemas.ts';
+import { ConfigError, checked, readFile, Sources } from './configSources.ts';
 import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
 import { LEVELS, type Level } from './log.ts';
@@ -109,7 +121,7 @@ export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
   commandRate: { rate: 0.5, burst: 10 },
 };
 
-export class ConfigError extends Error {}
+export { ConfigError };
 
 /** Whether `location` is a PostgreSQL URL (the store's) rather than a LevelDB directory. */
 export function isPostgresUrl(location: string): boolean {
@@ -280,125 +292,6 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv = process.env)
     if (e instanceof ConfigError) throw e;
     throw new ConfigError((e as Error).message);
   }
-}
-
-// Each value is checked by a schema that takes it as any source gives it: a string from a flag or
-// the environment, a string, number, boolean, list or object from the file.
-const numeric = z.union([z.number(), z.string().trim().min(1).transform(Number)]);
-const positive = numeric.pipe(z.number().int().min(1).max(Number.MAX_SAFE_INTEGER));
-const nonNegative = numeric.pipe(z.number().min(0));
-const milliseconds = numeric.pipe(z.number().gt(0)).transform((s) => Math.round(s * 1000));
-const ON = ['1', 'true', 'on'];
-const OFF = ['0', 'false', 'off', ''];
-const onOff = z
-  .union([z.boolean(), z.enum([...ON, ...OFF])])
-  .transform((v) => v === true || ON.includes(v as string));
-const nonEmpty = z.string().min(1);
-/** A list as a JSON array, or as one comma-separated string. */
-const list = z
-  .union([z.array(z.string()), z.string().transform((s) => s.split(','))])
-  .transform((items) => items.map((x) => x.trim()).filter(Boolean));
-const schemes = list
-  .transform((items) => items.map((x) => x.toLowerCase()))
-  .pipe(z.array(z.enum(['http', 'https'])).min(1));
-const HOST_PORT = /^(?:\[([0-9A-Fa-f:.]+)\]|([^:[\]/\s]+)):(\d{1,5})$/;
-/** `HOST:PORT`, `[IPV6]:PORT`; port 0 picks a free one. */
-/** An origin: http(s), a host, no path, query or credentials; kept without a trailing slash. */
-const origin = z.string().transform((v, ctx) => {
-  try {
-    const url = new URL(v);
-    const bare = url.pathname === '/' && url.search === '' && url.hash === '' && url.username === '';
-    if ((url.protocol === 'http:' || url.protocol === 'https:') && bare) return url.origin;
-  } catch {}
-  ctx.addIssue({ code: 'custom', message: 'not an origin' });
-  return z.NEVER;
-});
-
-const hostPort = z
-  .string()
-  .regex(HOST_PORT)
-  .transform((v) => {
-    const m = HOST_PORT.exec(v) as RegExpExecArray;
-    return { host: (m[1] ?? m[2]) as string, port: Number(m[3]) };
-  })
-  .refine((hp) => hp.port <= 65535, 'must look like HOST:PORT, with a port up to 65535');
-// RFC 6750 token68 characters, less the = padding that would make TOKEN=JID ambiguous.
-const TOKEN = /^[A-Za-z0-9\-._~+/]+$/;
-const BARE_JID = /^[^@/\s]+@[^@/\s]+$/;
-/** `TOKEN=JID` pairs from flags or the environment, `{"TOKEN": "JID"}` from the file. */
-const tokens = z
-  .union([
-    list.transform((pairs) =>
-      pairs.map((p) => [p.slice(0, Math.max(0, p.indexOf('='))), p.slice(p.indexOf('=') + 1)]),
-    ),
-    z.record(z.string(), z.unknown()).transform((o) => Object.entries(o)),
-  ])
-  .transform((pairs, ctx) => {
-    const map = new Map<string, string>();
-    const fail = (message: string) => {
-      ctx.addIssue({ code: 'custom', message });
-      return z.NEVER;
-    };
-    for (const [token, jid] of pairs) {
-      if (token === '') return fail('must give each token as TOKEN=JID');
-      if (!TOKEN.test(token.trim())) return fail('must be made of letters, digits and -._~+/');
-      if (typeof jid !== 'string' || !BARE_JID.test(jid.trim()))
-        return fail(`must map each token to a bare JID (user@domain), not ${JSON.stringify(jid)}`);
-      if (map.has(token.trim())) return fail('gives a token twice');
-      map.set(token.trim(), jid.trim());
-    }
-    return map;
-  });
-
-/** A value and where it was found, as the user wrote it: `--page-items`, `SMARTFEEDS_PAGE_ITEMS`, `"page-items" in FILE`. */
-interface Sourced {
-  value: unknown;
-  where: string;
-}
-
-/** Reads each setting from a flag, else the environment, else the file, and checks it. */
-class Sources {
-  constructor(
-    private readonly flags: Record<string, unknown>,
-    private readonly env: NodeJS.ProcessEnv,
-    private readonly file: Record<string, unknown>,
-    private readonly filePath: string | undefined,
-  ) {}
-
-  /** The value set for `key` (the file's key), the flag and variable named after it unless told. */
-  find(key: string, flag = key, envName = `SMARTFEEDS_${key.toUpperCase().replaceAll('-', '_')}`) {
-    if (this.flags[flag] !== undefined) return { value: this.flags[flag], where: `--${flag}` };
-    if (this.env[envName] !== undefined) return { value: this.env[envName], where: envName };
-    if (this.file[key] !== undefined) return { value: this.file[key], where: `"${key}" in ${this.filePath}` };
-    return undefined;
-  }
-
-  /** The checked value of `key`, or the fallback when no source sets it. */
-  read<T, F = T>(key: string, schema: z.ZodType<T, unknown>, expect: string, fallback: F): T | F {
-    const found = this.find(key);
-    return found === undefined ? fallback : checked(found, schema, expect);
-  }
-}
-
-/** The value through its schema; a refusal names where the value came from and what it must be. */
-function checked<T>(found: Sourced, schema: z.ZodType<T, unknown>, expect: string, secret = false): T {
-  const result = schema.safeParse(found.value);
-  if (result.success) return result.data;
-  const issue = result.error.issues[0];
-  const why = issue?.code === 'custom' && issue.message ? issue.message : `must be ${expect}`;
-  throw new ConfigError(`${found.where} ${why}${secret ? '' : `, not ${JSON.stringify(found.value)}`}`);
-}
-
-function readFile(path: string): Record<string, unknown> {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(readFileSync(path, 'utf8'));
-  } catch (e) {
-    throw new ConfigError(`cannot read the configuration file ${path}: ${(e as Error).message}`);
-  }
-  const object = z.record(z.string(), z.unknown()).safeParse(parsed);
-  if (!object.success) throw new ConfigError(`the configuration file ${path} must hold a JSON object`);
-  return object.data;
 }
 
 /** Builds the configuration from flags, the environment and the config file, in that precedence. */

@@ -1,53 +1,23 @@
-import { randomUUID } from 'node:crypto';
 import type { Element } from 'ltx';
-import { Committer } from './commit.ts';
 import { enableAudience } from './engine/audience.ts';
-import type { LogEntry } from './engine/changeLog.ts';
-import { batchMessages, Instances } from './engine/instances.ts';
-import { liveMembers, type PushLeaseOptions, PushLeases } from './engine/leases.ts';
-import { NodeRegistry } from './engine/nodes.ts';
-import { CreatedPositions } from './engine/positions.ts';
-import { Purges } from './engine/purge.ts';
-import { Reads } from './engine/reads.ts';
-import { type ChangeListener, EngineState, type NodeListener, parse } from './engine/state.ts';
-import { Subscriptions } from './engine/subscriptions.ts';
-import { Transfer } from './engine/transfer.ts';
-import { WriteQueue } from './engine/writeQueue.ts';
-import { type PublishInput, Writes } from './engine/writes.ts';
-import { NodeNotFound } from './errors.ts';
-import { type NodeEvent, nodeOfEvent } from './events.ts';
+import type { PushLeaseOptions } from './engine/leases.ts';
+import { type EngineOptions, EngineParts } from './engine/parts.ts';
+import { Pushing } from './engine/pushing.ts';
+import { type ChangeListener, listen, type NodeListener, parse } from './engine/state.ts';
+import type { PublishInput } from './engine/writes.ts';
+import type { NodeEvent } from './events.ts';
 import type { FeedName } from './feedName.ts';
 import { HubStore } from './hubStore.ts';
 import { SERVICE_KEY } from './keys.ts';
 import { KeyValueStore } from './kv.ts';
-import {
-  type Change,
-  DEFAULT_LIMITS,
-  type ExportRecord,
-  type Item,
-  type Limits,
-  type Page,
-  type ReadQuery,
-  type Subscription,
-} from './model.ts';
+import type { Change, ExportRecord, Item, Limits, Page, ReadQuery, Subscription } from './model.ts';
 import { PolicyStore } from './policy.ts';
 import { snapshotBatches } from './store/copy.ts';
 import { isPostgresLocation, openStoreAt } from './store/location.ts';
 import { openMemoryStore } from './store/memory.ts';
-import { isShared } from './store/shared.ts';
 import type { Entry, Store } from './store/store.ts';
 
-export interface EngineOptions {
-  limits?: Partial<Limits>;
-  /** The clock, in ms since the epoch (tests step it back). */
-  now?: () => number;
-  /** fsync every batch: survives power loss, not only a killed process. Default false. */
-  sync?: boolean;
-  /** Keys removed per batch when sweeping a deleted node (default 1,000). */
-  sweepBatch?: number;
-}
-
-export type { PublishInput };
+export type { EngineOptions, PublishInput };
 
 /**
  * The transport-neutral Smart Feed engine: nodes, items in two orders, T+O+C cursors,
@@ -56,56 +26,25 @@ export type { PublishInput };
  */
 export class FeedEngine {
   readonly limits: Limits;
-  private readonly s: EngineState;
-  private readonly nodes: NodeRegistry;
-  private readonly queue: WriteQueue;
-  private readonly writes: Writes;
-  private readonly reads: Reads;
-  private readonly positions: CreatedPositions;
-  private readonly purges: Purges;
-  private readonly subs: Subscriptions;
-  private readonly transfer: Transfer;
+  /** The concerns in src/feed/engine/ this facade delegates to. */
+  private readonly p: EngineParts;
   private policyStore: PolicyStore | undefined;
   private hubStore: HubStore | undefined;
-  /** Set on a store shared with other instances (several `smartfeeds serve` on one database). */
-  private readonly instances: Instances | undefined;
-  private pushLeases: PushLeases | undefined;
-  private readonly pushListeners = new Set<ChangeListener>();
-  private readonly pushEventListeners = new Set<(event: NodeEvent) => void>();
-  private readonly pushDrains = new Set<() => Promise<void>>();
-  /** Told when another instance changed a node's WebSub subscriptions (undefined: any node's). */
-  private readonly hubListeners = new Set<(node: string | undefined) => void>();
-  /** Those tellings, in wake-up order: pushes wait for them (a hub re-reads before it delivers). */
-  private hubsTold: Promise<void> = Promise.resolve();
-  /** Per node, the version of its WebSub subscriptions this instance's hubs last read (hubsCurrent). */
-  private readonly hubVersions = new Map<number, string>();
+  /** This instance's pushes among the others (engine/pushing.ts): on a shared store only. */
+  private readonly pushing: Pushing | undefined;
 
   private constructor(store: Store, options: EngineOptions) {
-    this.limits = { ...DEFAULT_LIMITS, ...options.limits };
-    const instances = isShared(store) ? new Instances(store) : undefined;
-    this.instances = instances;
-    const committer = new Committer(
-      store,
-      options.sync ?? false,
-      instances ? { store: instances.store, messages: batchMessages } : undefined,
-    );
-    const s = new EngineState(
-      store,
-      committer,
-      this.limits,
-      // One clock for every instance: the store's, read when a round holds its node's lock.
-      instances ? () => instances.now() : (options.now ?? Date.now),
-      options.sweepBatch ?? 1000,
-    );
-    this.s = s;
-    this.nodes = new NodeRegistry(s, instances);
-    this.queue = new WriteQueue(s, this.nodes, instances);
-    this.writes = new Writes(s, this.queue);
-    this.reads = new Reads(s, this.nodes);
-    this.positions = new CreatedPositions(s, this.nodes);
-    this.purges = new Purges(s, this.nodes, this.writes, instances);
-    this.subs = new Subscriptions(s, this.nodes, instances);
-    this.transfer = new Transfer(s, this.nodes, instances);
+    const p = new EngineParts(store, options);
+    this.p = p;
+    this.limits = p.limits;
+    this.pushing = p.instances
+      ? new Pushing(
+          p.instances,
+          p.nodes,
+          () => this.hubStore,
+          () => this.hubs(),
+        )
+      : undefined;
   }
 
   /**
@@ -136,48 +75,32 @@ export class FeedEngine {
   static async openStore(store: Store, options: EngineOptions = {}): Promise<FeedEngine> {
     const engine = new FeedEngine(store, options);
     const service = await store.get(SERVICE_KEY);
-    if (service) engine.nodes.nextNid = parse<{ nextNid: number }>(service).nextNid;
-    await engine.instances?.start({
-      reload: (st, reader) => engine.nodes.reload(st, reader),
-      reloadViews: (st, reader) => engine.nodes.reloadViews(st, reader),
-      forget: (st) => engine.nodes.forget(st),
+    if (service) engine.p.nodes.nextNid = parse<{ nextNid: number }>(service).nextNid;
+    await engine.p.instances?.start({
+      reload: (st, reader) => engine.p.nodes.reload(st, reader),
+      reloadViews: (st, reader) => engine.p.nodes.reloadViews(st, reader),
+      forget: (st) => engine.p.nodes.forget(st),
       dropCaches: (nid) => engine.dropCaches(nid),
-      hubsChanged: (nid) => engine.hubsChanged(nid),
-      emit: (change) => engine.s.emit(change),
+      hubsChanged: (nid) => engine.pushing?.hubsChanged(nid),
+      emit: (change) => engine.p.s.emit(change),
     });
     // A deletion a stop or crash interrupted goes on where it stopped.
-    engine.purges.sweep();
+    engine.p.purges.sweep();
     return engine;
   }
 
   /** Waits for queued writes, then closes the store. */
   async close(): Promise<void> {
-    const { s } = this;
-    s.closing = true;
-    await this.pushLeases?.stop();
-    // Writes asked for before closing are written: those finding their node, those whose entry
-    // is being parsed, and every round they make.
-    await Promise.allSettled([...this.queue.arrivals.values()]);
-    await s.parser.close();
-    for (let chains: Promise<void>[] = []; ; ) {
-      const now = [...this.nodes.ready.values()].map((st) => st.chain);
-      if (now.length === chains.length && now.every((c, i) => c === chains[i])) break;
-      chains = now;
-      await Promise.allSettled(chains);
-    }
-    await s.committer.drain().catch(() => undefined);
-    await Promise.allSettled([...s.lookups]);
-    await this.purges.stopped();
-    await s.committer.drain().catch(() => undefined);
-    await this.instances?.stop();
-    await s.store.close();
+    this.p.s.closing = true;
+    await this.pushing?.close();
+    await this.p.close();
   }
 
   // ---- several instances on one shared store (engine/instances.ts, engine/leases.ts) -------
 
   /** Whether the store is shared with other instances (pushes then come from the change log). */
   get shared(): boolean {
-    return this.instances !== undefined;
+    return this.p.instances !== undefined;
   }
 
   /**
@@ -188,24 +111,12 @@ export class FeedEngine {
   async startPushing(
     options: Partial<PushLeaseOptions> & { failed?: (error: unknown) => void } = {},
   ): Promise<void> {
-    const { instances } = this;
-    if (!instances || this.pushLeases) return;
-    const leases = new PushLeases(
-      instances.store,
-      { holder: options.holder ?? randomUUID(), ttl: options.ttl ?? 10_000 },
-      (entries, nid) => this.push(entries, nid),
-      options.failed,
-    );
-    this.pushLeases = leases;
-    instances.wakeListeners.add((nid) => leases.woke(nid));
-    await leases.start();
+    await this.pushing?.start(options);
   }
 
   /** Stops pushing (another instance takes this one's share once its leases are given up). */
   async stopPushing(): Promise<void> {
-    const leases = this.pushLeases;
-    this.pushLeases = undefined;
-    await leases?.stop();
+    await this.pushing?.stop();
   }
 
   /**
@@ -215,14 +126,12 @@ export class FeedEngine {
    * Undefined on a store of this instance's own.
    */
   async pushers(): Promise<{ self: string | undefined; live: Set<string> } | undefined> {
-    if (!this.instances) return undefined;
-    const self = this.pushLeases?.holder;
-    return { self, live: new Set(await liveMembers(this.instances.store)) };
+    return this.pushing?.pushers();
   }
 
   /** The buckets of nodes this instance pushes (tests, metrics); empty when not pushing. */
   pushBuckets(): number[] {
-    return this.pushLeases?.buckets() ?? [];
+    return this.pushing?.buckets() ?? [];
   }
 
   /**
@@ -231,11 +140,7 @@ export class FeedEngine {
    * the lease of the node's bucket.
    */
   async owns(node: string): Promise<boolean> {
-    if (!this.instances) return true;
-    const leases = this.pushLeases;
-    if (!leases) return false;
-    const st = await this.nodes.loadNode(node);
-    return st !== undefined && leases.owns(st.nid);
+    return this.pushing ? this.pushing.owns(node) : true;
   }
 
   /**
@@ -250,28 +155,8 @@ export class FeedEngine {
     /** Told the node events this instance pushes, in order with the changes (shared store only). */
     events?: (event: NodeEvent) => void,
   ): () => void {
-    if (!this.instances) return this.onChange(listener);
-    this.pushListeners.add(listener);
-    if (events) this.pushEventListeners.add(events);
-    if (drained) this.pushDrains.add(drained);
-    return () => {
-      this.pushListeners.delete(listener);
-      if (events) this.pushEventListeners.delete(events);
-      if (drained) this.pushDrains.delete(drained);
-    };
-  }
-
-  private async push(entries: LogEntry[], nid: number): Promise<void> {
-    // WebSub subscriptions changed before these changes were written are heard of first: by the
-    // wake-up, or, when it has not come yet, by their version read now that the changes are read.
-    const first = entries[0];
-    await this.hubsCurrent(nid, first?.event ? nodeOfEvent(first.event) : first?.change.node);
-    await this.hubsTold;
-    for (const entry of entries) {
-      if (entry.change) tellEach(this.pushListeners, entry.change);
-      else tellEach(this.pushEventListeners, entry.event);
-    }
-    for (const drained of this.pushDrains) await drained();
+    if (!this.pushing) return this.onChange(listener);
+    return this.pushing.onPush(listener, drained, events);
   }
 
   /**
@@ -281,19 +166,12 @@ export class FeedEngine {
    * Without a shared store nothing is logged (the service tells its own events).
    */
   async logEvent(event: NodeEvent): Promise<void> {
-    const { instances } = this;
-    if (!instances) return;
-    const node = nodeOfEvent(event);
-    const st = await this.nodes.loadNode(node);
-    if (!st) return;
-    await instances.logEvent(st.nid, node, event).catch((e) => {
-      if (!(e instanceof NodeNotFound)) throw e;
-    });
+    await this.pushing?.logEvent(event);
   }
 
   /** Drops what is cached of a node's (or every node's) subscriptions and policy: another instance changed them. */
   private dropCaches(nid: number | undefined): void {
-    for (const st of this.nodes.ready.values())
+    for (const st of this.p.nodes.ready.values())
       if (nid === undefined || st.nid === nid) st.subscriptions = undefined;
     this.policyStore?.forget(nid);
   }
@@ -304,37 +182,7 @@ export class FeedEngine {
    * change it logged after. Returns its remover.
    */
   onHubsChanged(listener: (node: string | undefined) => void): () => void {
-    return listen(this.hubListeners, listener);
-  }
-
-  /**
-   * Before node `nid`'s changes are pushed: when its WebSub subscriptions' stored version is not
-   * the one last seen here, the hubs are told to read them again (only where a hub reads them).
-   */
-  private async hubsCurrent(nid: number, node: string | undefined): Promise<void> {
-    if (!this.hubStore || node === undefined) return;
-    const version = await this.hubStore.version(nid);
-    if (version === (this.hubVersions.get(nid) ?? '')) return;
-    this.hubVersions.set(nid, version);
-    this.hubsTold = this.hubsTold
-      .then(() => {
-        for (const listener of this.hubListeners) listener(node);
-      })
-      .catch(() => undefined);
-  }
-
-  private hubsChanged(nid: number | undefined): void {
-    this.hubsTold = this.hubsTold
-      .then(async () => {
-        let node: string | undefined;
-        if (nid !== undefined) {
-          for (const st of this.nodes.ready.values()) if (st.nid === nid && !st.deleted) node = st.name;
-          // Not loaded here: named by its subscriptions or its deletion; if neither, all are re-read.
-          node ??= await this.hubs().nodeOf(nid);
-        }
-        for (const listener of this.hubListeners) listener(node);
-      })
-      .catch(() => undefined);
+    return this.pushing?.onHubsChanged(listener) ?? (() => undefined);
   }
 
   /**
@@ -342,8 +190,8 @@ export class FeedEngine {
    * bounded (the XMPP notifications) resolves it when it has room. Returns its remover.
    */
   addWriteGate(gate: () => Promise<void>): () => void {
-    this.s.writeGates.add(gate);
-    return () => this.s.writeGates.delete(gate);
+    this.p.s.writeGates.add(gate);
+    return () => this.p.s.writeGates.delete(gate);
   }
 
   /**
@@ -352,22 +200,22 @@ export class FeedEngine {
    * fan-out queue grows without bound whoever writes.
    */
   async writable(): Promise<void> {
-    for (const gate of this.s.writeGates) await gate();
+    for (const gate of this.p.s.writeGates) await gate();
   }
 
   /** Registers a listener for every committed change, in commit order. Returns its remover. */
   onChange(listener: ChangeListener): () => void {
-    return listen(this.s.listeners, listener);
+    return listen(this.p.s.listeners, listener);
   }
 
   /** Registers a listener for deleted nodes (called once the deletion is written). Returns its remover. */
   onDelete(listener: NodeListener): () => void {
-    return listen(this.s.deleteListeners, listener);
+    return listen(this.p.s.deleteListeners, listener);
   }
 
   /** Registers a listener for finished purges (resumed ones included). Returns its remover. */
   onPurge(listener: NodeListener): () => void {
-    return listen(this.s.purgeListeners, listener);
+    return listen(this.p.s.purgeListeners, listener);
   }
 
   /**
@@ -375,12 +223,12 @@ export class FeedEngine {
    * events: before the purge's first quiet change and before any change committed after it.
    */
   onPurgeStart(listener: NodeListener): () => void {
-    return listen(this.s.purgeStartListeners, listener);
+    return listen(this.p.s.purgeStartListeners, listener);
   }
 
   /** A namespaced key-value store for a binding's own state (kv.ts). */
   kv<T>(namespace: string): KeyValueStore<T> {
-    return new KeyValueStore<T>(this.s.store, this.s.committer, namespace, this.instances?.store);
+    return new KeyValueStore<T>(this.p.s.store, this.p.s.committer, namespace, this.p.instances?.store);
   }
 
   /**
@@ -389,9 +237,9 @@ export class FeedEngine {
    */
   policy(): PolicyStore {
     this.policyStore ??= new PolicyStore({
-      store: this.s.store,
-      write: (ops) => this.s.committer.add(ops),
-      createNode: (name, records) => this.nodes.createNodeWith(name, records),
+      store: this.p.s.store,
+      write: (ops) => this.p.s.committer.add(ops),
+      createNode: (name, records) => this.p.nodes.createNodeWith(name, records),
       deleteNode: (name, logged) => this.deleteNode(name, logged),
       nodeNumber: (name) => this.nodeNumber(name),
       nodeName: (nid) => this.nodeName(nid),
@@ -404,8 +252,8 @@ export class FeedEngine {
   /** The WebSub subscriptions stored beside their nodes (hubStore.ts). */
   hubs(): HubStore {
     this.hubStore ??= new HubStore({
-      store: this.s.store,
-      write: (ops) => this.s.committer.add(ops),
+      store: this.p.s.store,
+      write: (ops) => this.p.s.committer.add(ops),
       nodeNumber: (name) => this.nodeNumber(name),
       shared: this.shared,
     });
@@ -415,12 +263,12 @@ export class FeedEngine {
   // ---- nodes (engine/nodes.ts, engine/purge.ts) --------------------------------------------
 
   hasNode(name: string): Promise<boolean> {
-    return this.nodes.hasNode(name);
+    return this.p.nodes.hasNode(name);
   }
 
   /** Creates an empty node (async: a bad name rejects, it does not throw at the caller). */
   createNode(name: string): Promise<void> {
-    return this.nodes.createNodeWith(name);
+    return this.p.nodes.createNodeWith(name);
   }
 
   /**
@@ -429,19 +277,19 @@ export class FeedEngine {
    * bounded batches, resumed when the engine opens again if a stop or crash interrupts it.
    */
   async deleteNode(name: string, logged?: (subscriptions: Subscription[]) => NodeEvent): Promise<void> {
-    await this.nodes.deleteNode(name, logged);
-    this.s.tell(this.s.deleteListeners, name);
-    this.purges.sweep();
+    await this.p.nodes.deleteNode(name, logged);
+    this.p.s.tell(this.p.s.deleteListeners, name);
+    this.p.purges.sweep();
   }
 
   /** Resolves once no deleted node is left to sweep (or the engine is closing). */
   swept(): Promise<void> {
-    return this.purges.swept();
+    return this.p.purges.swept();
   }
 
   /** Node numbers marked deleted whose keys are not all swept yet. */
   deletionsPending(): Promise<number> {
-    return this.purges.deletionsPending();
+    return this.p.purges.deletionsPending();
   }
 
   /**
@@ -449,17 +297,17 @@ export class FeedEngine {
    * once, through onPurge), resumably. Resolves when done, or with `wait: false` once recorded.
    */
   purgeNode(name: string, options: { wait?: boolean } = {}): Promise<void> {
-    return this.purges.purgeNode(name, options);
+    return this.p.purges.purgeNode(name, options);
   }
 
   /** Finishes the purges a stop or crash interrupted; resolves when they are done (or closing). */
   resumePurges(): Promise<void> {
-    return this.purges.resumePurges();
+    return this.p.purges.resumePurges();
   }
 
   /** The name of the node with this number, if it exists. */
   nodeName(nid: number): Promise<string | undefined> {
-    return this.nodes.nodeName(nid);
+    return this.p.nodes.nodeName(nid);
   }
 
   /**
@@ -467,7 +315,7 @@ export class FeedEngine {
    * deleted and created again under its name has a new one.
    */
   nodeNumber(name: string): Promise<number> {
-    return this.nodes.nodeNumber(name);
+    return this.p.nodes.nodeNumber(name);
   }
 
   /**
@@ -477,7 +325,7 @@ export class FeedEngine {
   listNodes(
     options: { after?: string; before?: string; max?: number; last?: boolean } = {},
   ): Promise<string[]> {
-    return this.nodes.listNodes(options);
+    return this.p.nodes.listNodes(options);
   }
 
   /**
@@ -485,7 +333,7 @@ export class FeedEngine {
    * undefined when the node is not loaded or empty.
    */
   lastCursorNow(feedName: string | FeedName, reader?: string): string | undefined {
-    return this.nodes.lastCursorNow(feedName, reader);
+    return this.p.nodes.lastCursorNow(feedName, reader);
   }
 
   /**
@@ -493,17 +341,17 @@ export class FeedEngine {
    * that reader's subscriptions (`*` every item, '' anyone's, a bare JID a reader's own).
    */
   viewOf(feedName: string | FeedName, reader: string): string | undefined {
-    return this.nodes.viewOf(feedName, reader);
+    return this.p.nodes.viewOf(feedName, reader);
   }
 
   /** Makes the node keep public and reader indexes, before its first item with an audience. */
   enableAudience(node: string): Promise<void> {
-    return enableAudience(this.s, this.nodes, node);
+    return enableAudience(this.p.s, this.p.nodes, node);
   }
 
   /** Items in the node, tombstones included. */
   total(name: string): Promise<number> {
-    return this.nodes.total(name);
+    return this.p.nodes.total(name);
   }
 
   // ---- writes (engine/writes.ts, engine/writeQueue.ts) -------------------------------------
@@ -517,12 +365,12 @@ export class FeedEngine {
     input: PublishInput,
     options: { autoCreate?: boolean; appendOnly?: boolean } = {},
   ): Promise<Change> {
-    return this.writes.publish(node, input, options);
+    return this.p.writes.publish(node, input, options);
   }
 
   /** Checks an entry as publish would (an Atom entry, within the payload limits) without writing. */
   checkEntry(entry: string | Element): void {
-    this.writes.checkEntry(entry);
+    this.p.writes.checkEntry(entry);
   }
 
   /** Turns an item into an RFC 6721 tombstone. Retracting a tombstone changes nothing. */
@@ -531,7 +379,7 @@ export class FeedEngine {
     id: string,
     options: { publisher?: string; quiet?: boolean; appendOnly?: boolean; notify?: boolean } = {},
   ): Promise<Change> {
-    return this.writes.retract(node, id, options);
+    return this.p.writes.retract(node, id, options);
   }
 
   // ---- reads (engine/reads.ts, engine/positions.ts) ----------------------------------------
@@ -542,17 +390,17 @@ export class FeedEngine {
    * bare JID (what anyone may see and what was published for them).
    */
   read(feedName: string | FeedName, query: ReadQuery = {}, reader?: string): Promise<Page> {
-    return this.reads.read(feedName, query, reader);
+    return this.p.reads.read(feedName, query, reader);
   }
 
   /** The id of the item at `position` (0-based) of a node's `created` order, or undefined. */
   createdIdAt(node: string, position: number, stride: number): Promise<string | undefined> {
-    return this.positions.createdIdAt(node, position, stride);
+    return this.p.positions.createdIdAt(node, position, stride);
   }
 
   /** The items with these ids (tombstones included), in the order asked; unknown ids are left out. */
   getItems(feedName: string | FeedName, ids: readonly string[], reader?: string): Promise<Item[]> {
-    return this.reads.getItems(feedName, ids, reader);
+    return this.p.reads.getItems(feedName, ids, reader);
   }
 
   // ---- subscriptions (engine/subscriptions.ts) ---------------------------------------------
@@ -564,34 +412,34 @@ export class FeedEngine {
     bareJid: string,
     options: { pending?: boolean } = {},
   ): Promise<{ subscription: Subscription; created: boolean }> {
-    return this.subs.subscribe(feedName, jid, bareJid, options);
+    return this.p.subs.subscribe(feedName, jid, bareJid, options);
   }
 
   /** Ends `jid`'s subscription to a feed; with a subid, only if it matches. */
   unsubscribe(feedName: string, jid: string, bareJid: string, subid?: string): Promise<Subscription> {
-    return this.subs.unsubscribe(feedName, jid, bareJid, subid);
+    return this.p.subs.unsubscribe(feedName, jid, bareJid, subid);
   }
 
   /** Approves a subscription waiting for an owner: from now on it hears of changes. */
   approveSubscription(feedName: string, jid: string, bareJid: string): Promise<Subscription> {
-    return this.subs.approveSubscription(feedName, jid, bareJid);
+    return this.p.subs.approveSubscription(feedName, jid, bareJid);
   }
 
   /** Every subscription to a node, any order (for fan-out). */
   subscriptionsOf(node: string): Promise<Subscription[]> {
-    return this.subs.subscriptionsOf(node);
+    return this.p.subs.subscriptionsOf(node);
   }
 
   /** A user's subscriptions (any of their resources), across nodes, optionally of one node. */
   subscriptionsFor(bareJid: string, node?: string): Promise<Subscription[]> {
-    return this.subs.subscriptionsFor(bareJid, node);
+    return this.p.subs.subscriptionsFor(bareJid, node);
   }
 
   // ---- export / import (engine/transfer.ts) ------------------------------------------------
 
   /** Every item of the node in `modified` order, with what it takes to restore it exactly. */
   exportNode(node: string): AsyncGenerator<ExportRecord> {
-    return this.transfer.exportNode(node);
+    return this.p.transfer.exportNode(node);
   }
 
   /**
@@ -601,26 +449,11 @@ export class FeedEngine {
    * the same database. The snapshot is released at the end or when the reader stops.
    */
   snapshotPairs(batch?: number): AsyncIterableIterator<Entry[]> {
-    return snapshotBatches(this.s.store, batch);
+    return snapshotBatches(this.p.s.store, batch);
   }
 
   /** Restores exported items into an empty (or missing) node, keeping every cursor. */
   importNode(node: string, records: AsyncIterable<ExportRecord> | Iterable<ExportRecord>): Promise<number> {
-    return this.transfer.importNode(node, records);
+    return this.p.transfer.importNode(node, records);
   }
-}
-
-function tellEach<T>(listeners: ReadonlySet<(x: T) => void>, x: T): void {
-  for (const listener of listeners) {
-    try {
-      listener(x);
-    } catch {
-      // One binding's failure must not keep the change from the others.
-    }
-  }
-}
-
-function listen<L>(listeners: Set<L>, listener: L): () => void {
-  listeners.add(listener);
-  return () => listeners.delete(listener);
 }

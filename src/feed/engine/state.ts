@@ -57,6 +57,12 @@ export interface QueuedWrite {
 export type ChangeListener = (change: Change) => void;
 export type NodeListener = (node: string) => void;
 
+/** Adds a listener to a set; returns its remover. */
+export function listen<L>(listeners: Set<L>, listener: L): () => void {
+  listeners.add(listener);
+  return () => listeners.delete(listener);
+}
+
 export const json = (value: unknown): Buffer => Buffer.from(JSON.stringify(value));
 export const parse = <T>(buf: Buffer): T => JSON.parse(buf.toString('utf8')) as T;
 

@@ -1,0 +1,167 @@
+import { randomUUID } from 'node:crypto';
+import { NodeNotFound } from '../errors.ts';
+import { type NodeEvent, nodeOfEvent } from '../events.ts';
+import type { HubStore } from '../hubStore.ts';
+import type { LogEntry } from './changeLog.ts';
+import type { Instances } from './instances.ts';
+import { liveMembers, type PushLeaseOptions, PushLeases } from './leases.ts';
+import type { NodeRegistry } from './nodes.ts';
+import { type ChangeListener, listen } from './state.ts';
+
+/**
+ * This instance's part in pushing among several instances on one shared store: its push leases,
+ * the listeners and drains its pushes go to, node events logged for the pusher to tell, and the
+ * WebSub subscription versions its hubs last read. FeedEngine delegates to it on a shared store.
+ */
+export class Pushing {
+  private leases: PushLeases | undefined;
+  private readonly listeners = new Set<ChangeListener>();
+  private readonly eventListeners = new Set<(event: NodeEvent) => void>();
+  private readonly drains = new Set<() => Promise<void>>();
+  /** Told when another instance changed a node's WebSub subscriptions (undefined: any node's). */
+  private readonly hubListeners = new Set<(node: string | undefined) => void>();
+  /** Those tellings, in wake-up order: pushes wait for them (a hub re-reads before it delivers). */
+  private hubsTold: Promise<void> = Promise.resolve();
+  /** Per node, the version of its WebSub subscriptions this instance's hubs last read (hubsCurrent). */
+  private readonly hubVersions = new Map<number, string>();
+
+  constructor(
+    private readonly instances: Instances,
+    private readonly nodes: NodeRegistry,
+    /** The hub store if a binding opened it (no hub reads versions otherwise). */
+    private readonly hubStore: () => HubStore | undefined,
+    /** The hub store, opened if needed. */
+    private readonly hubs: () => HubStore,
+  ) {}
+
+  /** Takes this instance's share of the nodes by leases (see FeedEngine.startPushing). */
+  async start(options: Partial<PushLeaseOptions> & { failed?: (error: unknown) => void }): Promise<void> {
+    if (this.leases) return;
+    const leases = new PushLeases(
+      this.instances.store,
+      { holder: options.holder ?? randomUUID(), ttl: options.ttl ?? 10_000 },
+      (entries, nid) => this.push(entries, nid),
+      options.failed,
+    );
+    this.leases = leases;
+    this.instances.wakeListeners.add((nid) => leases.woke(nid));
+    await leases.start();
+  }
+
+  /** Stops pushing and forgets the leases (startPushing may start again). */
+  async stop(): Promise<void> {
+    const leases = this.leases;
+    this.leases = undefined;
+    await leases?.stop();
+  }
+
+  /** Stops pushing as the engine closes, keeping this instance's name among the pushers. */
+  async close(): Promise<void> {
+    await this.leases?.stop();
+  }
+
+  /** See FeedEngine.pushers. */
+  async pushers(): Promise<{ self: string | undefined; live: Set<string> }> {
+    const self = this.leases?.holder;
+    return { self, live: new Set(await liveMembers(this.instances.store)) };
+  }
+
+  /** The buckets of nodes this instance pushes; empty when not pushing. */
+  buckets(): number[] {
+    return this.leases?.buckets() ?? [];
+  }
+
+  /** Whether this instance holds the lease of the node's bucket. */
+  async owns(node: string): Promise<boolean> {
+    const { leases } = this;
+    if (!leases) return false;
+    const st = await this.nodes.loadNode(node);
+    return st !== undefined && leases.owns(st.nid);
+  }
+
+  /** See FeedEngine.onPush (shared store). Returns its remover. */
+  onPush(
+    listener: ChangeListener,
+    drained?: () => Promise<void>,
+    events?: (event: NodeEvent) => void,
+  ): () => void {
+    this.listeners.add(listener);
+    if (events) this.eventListeners.add(events);
+    if (drained) this.drains.add(drained);
+    return () => {
+      this.listeners.delete(listener);
+      if (events) this.eventListeners.delete(events);
+      if (drained) this.drains.delete(drained);
+    };
+  }
+
+  private async push(entries: LogEntry[], nid: number): Promise<void> {
+    // WebSub subscriptions changed before these changes were written are heard of first: by the
+    // wake-up, or, when it has not come yet, by their version read now that the changes are read.
+    const first = entries[0];
+    await this.hubsCurrent(nid, first?.event ? nodeOfEvent(first.event) : first?.change.node);
+    await this.hubsTold;
+    for (const entry of entries) {
+      if (entry.change) tellEach(this.listeners, entry.change);
+      else tellEach(this.eventListeners, entry.event);
+    }
+    for (const drained of this.drains) await drained();
+  }
+
+  /** See FeedEngine.logEvent (shared store). */
+  async logEvent(event: NodeEvent): Promise<void> {
+    const node = nodeOfEvent(event);
+    const st = await this.nodes.loadNode(node);
+    if (!st) return;
+    await this.instances.logEvent(st.nid, node, event).catch((e) => {
+      if (!(e instanceof NodeNotFound)) throw e;
+    });
+  }
+
+  /** See FeedEngine.onHubsChanged. Returns its remover. */
+  onHubsChanged(listener: (node: string | undefined) => void): () => void {
+    return listen(this.hubListeners, listener);
+  }
+
+  /**
+   * Before node `nid`'s changes are pushed: when its WebSub subscriptions' stored version is not
+   * the one last seen here, the hubs are told to read them again (only where a hub reads them).
+   */
+  private async hubsCurrent(nid: number, node: string | undefined): Promise<void> {
+    const hubStore = this.hubStore();
+    if (!hubStore || node === undefined) return;
+    const version = await hubStore.version(nid);
+    if (version === (this.hubVersions.get(nid) ?? '')) return;
+    this.hubVersions.set(nid, version);
+    this.hubsTold = this.hubsTold
+      .then(() => {
+        for (const listener of this.hubListeners) listener(node);
+      })
+      .catch(() => undefined);
+  }
+
+  /** Another instance changed node `nid`'s WebSub subscriptions (undefined: any node's may have). */
+  hubsChanged(nid: number | undefined): void {
+    this.hubsTold = this.hubsTold
+      .then(async () => {
+        let node: string | undefined;
+        if (nid !== undefined) {
+          for (const st of this.nodes.ready.values()) if (st.nid === nid && !st.deleted) node = st.name;
+          // Not loaded here: named by its subscriptions or its deletion; if neither, all are re-read.
+          node ??= await this.hubs().nodeOf(nid);
+        }
+        for (const listener of this.hubListeners) listener(node);
+      })
+      .catch(() => undefined);
+  }
+}
+
+function tellEach<T>(listeners: ReadonlySet<(x: T) => void>, x: T): void {
+  for (const listener of listeners) {
+    try {
+      listener(x);
+    } catch {
+      // One binding's failure must not keep the change from the others.
+    }
+  }
+}
