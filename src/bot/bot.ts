@@ -129,6 +129,7 @@ export class FeedBot {
       log,
       (node) => (this.subscribers.of(node)?.size ?? 0) > 0,
     );
+    const pushers = async () => (await service.pushers()) ?? { self: undefined, live: new Set<string>() };
     this.delivery = new Delivery(
       { users: service.kv<ChatUser>('bot.users'), queue: service.kv<string>('bot.queue') },
       (to, body) => this.send(this.chat(to, body)),
@@ -136,13 +137,11 @@ export class FeedBot {
       log,
       // Among several instances the one announcing may not be the one that heard the presence.
       service.shared
-        ? new SharedPresences(
-            service.kv('bot.presence'),
-            async () => (await service.pushers()) ?? { self: undefined, live: new Set() },
-            (bare) => this.send(this.presenceTo(bare, 'probe')),
+        ? new SharedPresences(service.kv('bot.presence'), pushers, (bare) =>
+            this.send(this.presenceTo(bare, 'probe')),
           )
         : new MemoryPresences(),
-      service.shared,
+      service.shared ? { claims: service.kv('bot.claims'), pushers } : undefined,
     );
     this.unlisten = service.onEvent((event) => {
       // Among several instances, announced by the one pushing the node's changes.
@@ -153,6 +152,10 @@ export class FeedBot {
   async start(): Promise<void> {
     await this.ingest.load();
     await this.subscribers.load();
+    // Messages claimed by an instance that died before sending them wait in the queue again.
+    await this.delivery
+      .returnClaims()
+      .catch((e) => this.log.warn('claimed messages not returned', { error: String(e) }));
     // Entries written after the last one announced, before the process stopped, are announced
     // first (each node's announcements are chained, so later ones wait for these).
     for (const node of this.subscribers.nodes()) this.inOrder(node, () => this.catchUp(node));
@@ -174,6 +177,7 @@ export class FeedBot {
     try {
       await this.ingest.refresh();
       await this.subscribers.load();
+      await this.delivery.returnClaims();
     } catch (e) {
       this.log.warn('feeds not read again', { error: String(e) });
     }

@@ -1,7 +1,7 @@
-import { randomBytes } from 'node:crypto';
-import type { KeyValueStore } from '../feed/service/service.ts';
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { Claim, KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
-import { MemoryPresences, type Presences } from './presence.ts';
+import { MemoryPresences, type Presences, type Pushers } from './presence.ts';
 
 /** What the bot knows of a chat user, kept in the `bot.users` store. */
 export interface ChatUser {
@@ -16,8 +16,17 @@ export interface ChatUser {
   dropped: number;
 }
 
-/** Queued messages taken from the store at a time, among several instances (flushTaken). */
-const TAKEN_CHUNK = 16;
+/** Queued messages claimed from the store at a time, among several instances (flushClaimed). */
+const CLAIMED_CHUNK = 16;
+
+/**
+ * Among several instances on one store: where a flushing instance keeps the queued messages it
+ * claimed until they are sent (`bot.claims`), and which instances are alive (their push leases).
+ */
+export interface SharedQueue {
+  claims: KeyValueStore<Claim<string>>;
+  pushers: () => Promise<Pushers>;
+}
 
 const seqKey = (bare: string, seq: number) => `${bare}\0${String(seq).padStart(12, '0')}`;
 
@@ -41,11 +50,14 @@ export class Delivery {
     private readonly online: Presences = new MemoryPresences(),
     /**
      * Among several instances two may flush one user's queue at once (the one that heard them
-     * come online, the one announcing an entry): each takes what it sends from the store first.
+     * come online, the one announcing an entry): each claims what it sends in the store first.
      * And two may queue for one user at once: each key gets a random tail, so neither is lost.
      */
-    private readonly shared = false,
+    private readonly shared?: SharedQueue,
   ) {}
+
+  /** Names this instance's claims while it holds no push lease (then anyone may send them again). */
+  private readonly unleased = `unleased:${randomUUID()}`;
 
   private run(bare: string, step: () => Promise<void>): Promise<void> {
     const prev = this.chains.get(bare) ?? Promise.resolve();
@@ -125,7 +137,7 @@ export class Delivery {
       if (!this.send(bare, note)) return;
       await this.store.users.put(bare, { ...user, dropped: 0 });
     }
-    if (this.shared) return this.flushTaken(bare);
+    if (this.shared) return this.flushClaimed(bare, this.shared);
     for (;;) {
       const chunk = await this.store.queue.entries(`${bare}\0`, 64);
       if (chunk.length === 0) return;
@@ -140,20 +152,47 @@ export class Delivery {
   }
 
   /**
-   * Sends the queue taking each chunk from the store before sending it, so that no other instance
-   * sends it too; what could not leave (the component went offline) is put back. An instance that
-   * dies between the two loses what it took: chunks are small.
+   * Sends the queue claiming each chunk in the store before sending it, so that no other instance
+   * sends it too; the claims of what was sent are then removed, what could not leave (the
+   * component went offline) is put back. If this instance dies in between, its claims are
+   * returned to the queue by the next flush of the user once its lease is gone: a message may
+   * be sent twice, never lost.
    */
-  private async flushTaken(bare: string): Promise<void> {
+  private async flushClaimed(bare: string, shared: SharedQueue): Promise<void> {
+    const { self, live } = await shared.pushers();
+    const by = self ?? this.unleased;
+    // Flushes of one user run one at a time here: a claim of this instance's is one left over.
+    const gone = (claimer: string) => claimer === by || !live.has(claimer);
     for (;;) {
-      const chunk = await this.store.queue.take(`${bare}\0`, TAKEN_CHUNK);
+      const chunk = await this.store.queue.claim(`${bare}\0`, CLAIMED_CHUNK, shared.claims, by, gone);
       if (chunk.length === 0) return;
       const left = chunk.findIndex(([, body]) => !this.send(bare, body));
-      if (left >= 0) {
-        await this.store.queue.batch(chunk.slice(left).map(([key, value]) => ({ key, value })));
-        return;
-      }
+      const sent = left < 0 ? chunk : chunk.slice(0, left);
+      await this.store.queue.settle(
+        shared.claims,
+        sent.map(([key]) => key),
+        left < 0 ? [] : chunk.slice(left),
+      );
+      if (left >= 0) return;
     }
+  }
+
+  /**
+   * Among several instances: returns to the queue every claim of an instance now gone (and this
+   * one's left over, none being in flight in the user's turn), so the next flush sends them again.
+   */
+  async returnClaims(): Promise<void> {
+    const shared = this.shared;
+    if (!shared) return;
+    const { self, live } = await shared.pushers();
+    const gone = (by: string) => by === (self ?? this.unleased) || !live.has(by);
+    const users = new Set<string>();
+    for (const [key, claim] of await shared.claims.entries())
+      if (gone(claim.by)) users.add(key.slice(0, key.indexOf('\0')));
+    for (const bare of users)
+      await this.run(bare, async () => {
+        await this.store.queue.claim(`${bare}\0`, 0, shared.claims, '', gone);
+      });
   }
 
   /** Forgets a user whose messages bounce: their record and queued messages go. */
@@ -162,6 +201,8 @@ export class Delivery {
       await this.online.forget(bare);
       const queued = await this.store.queue.entries(`${bare}\0`);
       await this.store.queue.batch(queued.map(([key]) => ({ key })));
+      const claimed = (await this.shared?.claims.entries(`${bare}\0`)) ?? [];
+      await this.shared?.claims.batch(claimed.map(([key]) => ({ key })));
       await this.store.users.del(bare);
     });
   }

@@ -2,7 +2,13 @@ import type { Committer } from './commit.ts';
 import { BadRequest } from './errors.ts';
 import { kvKey, kvPrefix, prefixEnd } from './keys.ts';
 import type { SharedStore } from './store/shared.ts';
-import type { StoreReader } from './store/store.ts';
+import type { Op, StoreReader } from './store/store.ts';
+
+/** A queued entry claimed by an instance (its push-lease holder) until sent or put back. */
+export interface Claim<T> {
+  by: string;
+  value: T;
+}
 
 /**
  * A namespaced key-value store beside the feeds, for a binding's own persistent state (the feed
@@ -16,7 +22,7 @@ export class KeyValueStore<T = unknown> {
     private readonly store: StoreReader,
     private readonly committer: Committer,
     readonly namespace: string,
-    /** On a store shared with other instances: take() locks what it removes. */
+    /** On a store shared with other instances: claim() locks what it moves. */
     private readonly shared?: Pick<SharedStore, 'locked'>,
   ) {
     if (namespace === '' || namespace.includes('\0'))
@@ -40,11 +46,7 @@ export class KeyValueStore<T = unknown> {
   /** Puts (with a value) and deletes (without) in one atomic batch. */
   batch(ops: { key: string; value?: T }[]): Promise<void> {
     return this.committer.add(
-      ops.map((op) =>
-        op.value === undefined
-          ? { type: 'del', key: kvKey(this.namespace, op.key) }
-          : { type: 'put', key: kvKey(this.namespace, op.key), value: Buffer.from(JSON.stringify(op.value)) },
-      ),
+      ops.map((op) => (op.value === undefined ? this.delOp(op.key) : this.putOp(op.key, op.value))),
     );
   }
 
@@ -55,23 +57,52 @@ export class KeyValueStore<T = unknown> {
   }
 
   /**
-   * Removes and returns the first `limit` entries whose key starts with `prefix`. Among several
-   * instances it runs under a lock named by the prefix, so two instances taking at once never
-   * get the same entry.
+   * Among several instances: claims the first `limit` entries whose key starts with `prefix` for
+   * the instance `by`, moving each to `claims` (same key, `{ by, value }`) in one transaction
+   * under a lock named by the prefix, so two instances never claim the same entry. Claims there
+   * under the prefix whose instance `gone` says died are first returned to the queue in that
+   * transaction (claimed again when among the first): what it may not have sent is sent again.
+   * The claimer then removes what it sent and puts back the rest (settle).
    */
-  async take(prefix: string, limit: number): Promise<[string, T][]> {
+  async claim(
+    prefix: string,
+    limit: number,
+    claims: KeyValueStore<Claim<T>>,
+    by: string,
+    gone: (by: string) => boolean,
+  ): Promise<[string, T][]> {
+    if (!this.shared) throw new Error('claims are taken on a store shared with other instances');
     const start = kvKey(this.namespace, prefix);
-    const range = { gte: start, lt: prefixEnd(start), limit };
-    if (!this.shared) {
-      const got = await this.entries(prefix, limit);
-      await this.batch(got.map(([key]) => ({ key })));
-      return got;
-    }
-    const got = await this.shared.locked([start], async (tx) => {
-      const taken = await tx.entries(range);
-      return { ops: taken.map(([key]) => ({ type: 'del' as const, key })), result: taken };
+    const claimStart = kvKey(claims.namespace, prefix);
+    return this.shared.locked([start], async (tx) => {
+      const held = claims.decode(await tx.entries({ gte: claimStart, lt: prefixEnd(claimStart) }));
+      const back = held.filter(([, c]) => gone(c.by)).map(([key, c]): [string, T] => [key, c.value]);
+      const queued =
+        limit > 0 ? this.decode(await tx.entries({ gte: start, lt: prefixEnd(start), limit })) : [];
+      const all = [...queued, ...back].sort(([a], [b]) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+      const mine = all.slice(0, limit);
+      const ops: Op[] = mine.map(([key, value]) => claims.putOp(key, { by, value }));
+      ops.push(...queued.filter((e) => mine.includes(e)).map(([key]) => this.delOp(key)));
+      for (const e of back.filter((e) => !mine.includes(e)))
+        ops.push(this.putOp(e[0], e[1]), claims.delOp(e[0]));
+      return { ops, result: mine };
     });
-    return this.decode(got);
+  }
+
+  /** After claim: the claims of what was sent go, what was not is back in the queue, at once. */
+  settle(claims: KeyValueStore<Claim<T>>, sent: string[], unsent: [string, T][]): Promise<void> {
+    return this.committer.add([
+      ...sent.map((key) => claims.delOp(key)),
+      ...unsent.flatMap(([key, value]) => [this.putOp(key, value), claims.delOp(key)]),
+    ]);
+  }
+
+  private putOp(key: string, value: T): Op {
+    return { type: 'put', key: kvKey(this.namespace, key), value: Buffer.from(JSON.stringify(value)) };
+  }
+
+  private delOp(key: string): Op {
+    return { type: 'del', key: kvKey(this.namespace, key) };
   }
 
   private decode(got: [Buffer, Buffer][]): [string, T][] {

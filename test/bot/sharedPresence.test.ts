@@ -65,18 +65,41 @@ async function twoInstances(): Promise<{ a: Instance; b: Instance; node: string 
 }
 
 /** A Delivery as an instance's bot makes it on a shared store, recording the bodies it sends. */
-const deliveryOn = (one: Instance, sent: string[]) =>
+const deliveryOn = (one: Instance, sent: string[], send = (body: string) => void sent.push(body)) =>
   new Delivery(
     { users: one.service.kv('bot.users'), queue: one.service.kv('bot.queue') },
     (_to, body) => {
-      sent.push(body);
+      send(body);
       return true;
     },
     200,
     createLog('error', () => {}),
     undefined,
-    true,
+    {
+      claims: one.service.kv('bot.claims'),
+      pushers: async () => (await one.service.pushers()) ?? { self: undefined, live: new Set() },
+    },
   );
+
+/** `count` messages queued for an offline user, m0 first. */
+async function queued(one: Instance, bare: string, count: number): Promise<string[]> {
+  await one.service.kv('bot.users').put(bare, { presence: 'subscribed', seq: count, dropped: 0 });
+  const bodies = Array.from({ length: count }, (_, i) => `m${i}`);
+  await one.service
+    .kv('bot.queue')
+    .batch(bodies.map((value, i) => ({ key: `${bare}\0${String(i).padStart(12, '0')}`, value })));
+  return bodies;
+}
+
+/** a claims a chunk of the user's queue and dies before sending any of it. */
+async function claimAndDie(a: Instance, b: Instance, bare: string): Promise<void> {
+  const dying = deliveryOn(a, [], () => {
+    a.handle.sever();
+    throw new Error('the process died');
+  });
+  await dying.flush(bare);
+  await until(async () => !(await b.service.pushers())?.live.has('a'));
+}
 
 describe('the feed bot among several instances', () => {
   it('polls and announces a feed subscribed to through another instance, from the instance holding its node', async () => {
@@ -120,17 +143,44 @@ describe('the feed bot among several instances', () => {
     const sent: string[] = [];
     const [atA, atB] = [deliveryOn(a, sent), deliveryOn(b, sent)];
     // Gus was offline, with 40 messages waiting.
-    await a.service.kv('bot.users').put('gus@localhost', { presence: 'subscribed', seq: 40, dropped: 0 });
-    await a.service.kv('bot.queue').batch(
-      Array.from({ length: 40 }, (_, i) => ({
-        key: `gus@localhost\0${String(i).padStart(12, '0')}`,
-        value: `m${i}`,
-      })),
-    );
+    const bodies = await queued(a, 'gus@localhost', 40);
     // a hears him come online while b, announcing an entry, flushes his queue too.
     await Promise.all([atA.flush('gus@localhost'), atB.flush('gus@localhost')]);
-    expect([...sent].sort()).toEqual(Array.from({ length: 40 }, (_, i) => `m${i}`).sort());
+    expect([...sent].sort()).toEqual([...bodies].sort());
     expect(await a.service.kv('bot.queue').entries('gus@localhost\0')).toEqual([]);
+    expect(await a.service.kv('bot.claims').entries()).toEqual([]);
+  });
+
+  it('sends again, from another instance, the messages an instance claimed and died before sending', async () => {
+    const { a, b } = await twoInstances();
+    const bodies = await queued(a, 'ida@localhost', 20);
+    const sent: string[] = [];
+    const atB = deliveryOn(b, sent);
+    // a claims the first 16 and dies; while its lease lasts b sends only the other 4.
+    const dying = deliveryOn(a, [], () => {
+      throw new Error('the process died');
+    });
+    await dying.flush('ida@localhost');
+    await atB.flush('ida@localhost');
+    expect(sent).toEqual(bodies.slice(16));
+    a.handle.sever();
+    await until(async () => !(await b.service.pushers())?.live.has('a'));
+    // Once a is gone, the next flush of Ida at b sends what a claimed, in order.
+    await atB.flush('ida@localhost');
+    expect(sent).toEqual([...bodies.slice(16), ...bodies.slice(0, 16)]);
+    expect(await b.service.kv('bot.queue').entries('ida@localhost\0')).toEqual([]);
+    expect(await b.service.kv('bot.claims').entries()).toEqual([]);
+  });
+
+  it('returns the claims of a dead instance to the queue when another starts or refreshes', async () => {
+    const { a, b } = await twoInstances();
+    const bodies = await queued(a, 'jo@localhost', 5);
+    await claimAndDie(a, b, 'jo@localhost');
+    expect(await b.service.kv('bot.queue').entries('jo@localhost\0')).toEqual([]);
+    await deliveryOn(b, []).returnClaims();
+    const waiting = await b.service.kv<string>('bot.queue').entries('jo@localhost\0');
+    expect(waiting.map(([, body]) => body)).toEqual(bodies);
+    expect(await b.service.kv('bot.claims').entries()).toEqual([]);
   });
 
   it('keeps both messages two instances queue for one offline user at once', async () => {

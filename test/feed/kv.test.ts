@@ -1,5 +1,6 @@
 // The engine's namespaced key-value store (kv.ts) on a real LevelDB: reads, atomic batches,
-// namespaces kept apart, persistence, and `smartfeeds check` accepting (and checking) its keys.
+// namespaces kept apart, persistence, and `smartfeeds check` accepting (and checking) its keys;
+// and claims on a shared in-memory store.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,6 +8,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { DatabaseCheck, openDatabase, type Problem } from '../../src/feed/check.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { kvKey } from '../../src/feed/keys.ts';
+import type { Claim } from '../../src/feed/kv.ts';
+import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
 
 const dirs: string[] = [];
 afterEach(async () => {
@@ -48,11 +51,13 @@ describe('engine.kv', () => {
     await engine.close();
   });
 
-  it('takes the first entries of a prefix: returned and removed', async () => {
-    const engine = await FeedEngine.open(await tempDir());
+  it('claims the first entries of a prefix on a shared store, settles them, and returns those of a gone claimer', async () => {
+    const engine = await FeedEngine.openStore((await SharedMemory.create()).connect());
     const q = engine.kv<number>('q');
+    const claims = engine.kv<Claim<number>>('q.claims');
     await q.batch([1, 2, 3].map((n) => ({ key: `u\u0000${n}`, value: n })).concat({ key: 'v', value: 9 }));
-    expect(await q.take('u\u0000', 2)).toEqual([
+    const never = () => false;
+    expect(await q.claim('u\u0000', 2, claims, 'a', never)).toEqual([
       ['u\u00001', 1],
       ['u\u00002', 2],
     ]);
@@ -60,6 +65,32 @@ describe('engine.kv', () => {
       ['u\u00003', 3],
       ['v', 9],
     ]);
+    expect(await claims.entries()).toEqual([
+      ['u\u00001', { by: 'a', value: 1 }],
+      ['u\u00002', { by: 'a', value: 2 }],
+    ]);
+    // b claims the rest while a lives; then a is gone: its claims come back first, in key order.
+    expect(await q.claim('u\u0000', 5, claims, 'b', never)).toEqual([['u\u00003', 3]]);
+    expect(await q.claim('u\u0000', 1, claims, 'b', (by) => by === 'a')).toEqual([['u\u00001', 1]]);
+    expect(await q.entries()).toEqual([
+      ['u\u00002', 2],
+      ['v', 9],
+    ]);
+    // b sent 1 and could not send 3: 1's claim goes, 3 is queued again.
+    await q.settle(claims, ['u\u00001'], [['u\u00003', 3]]);
+    expect(await claims.entries()).toEqual([]);
+    expect(await q.entries()).toEqual([
+      ['u\u00002', 2],
+      ['u\u00003', 3],
+      ['v', 9],
+    ]);
+    await engine.close();
+  });
+
+  it('claims only on a store shared with other instances', async () => {
+    const engine = await FeedEngine.open(await tempDir());
+    const q = engine.kv<number>('q');
+    await expect(q.claim('u\u0000', 1, engine.kv('c'), 'a', () => false)).rejects.toThrow(/shared/);
     await engine.close();
   });
 

@@ -4,7 +4,7 @@ import type { FeedEngine } from '../engine.ts';
 import { AccessDenied } from '../errors.ts';
 import type { FeedEvent, FeedEventListener } from '../events.ts';
 import type { FeedName } from '../feedName.ts';
-import type { KeyValueStore } from '../kv.ts';
+import type { Claim, KeyValueStore } from '../kv.ts';
 import type { Change, ExportRecord, Item, Limits, Page, ReadQuery, Subscription } from '../model.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import type { PolicyStore } from '../policy.ts';
@@ -20,7 +20,7 @@ import { Rights } from './rights.ts';
 import * as subscriptions from './subscriptions.ts';
 
 /** A binding's own key-value state (the feed bot's), kept by the service in its store. */
-export type { KeyValueStore };
+export type { Claim, KeyValueStore };
 
 export interface FeedServiceOptions {
   /** Bare JIDs with every right on every node. */
