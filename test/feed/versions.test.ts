@@ -2,8 +2,11 @@
 // names, never another version, and kept within their bound.
 import { describe, expect, it } from 'vitest';
 import { VersionCache } from '../../src/feed/engine/versions.ts';
+import { FeedEngine } from '../../src/feed/engine.ts';
 import type { ItemRecord } from '../../src/feed/model.ts';
 import { encodeRecord } from '../../src/feed/record.ts';
+import { openMemoryStore } from '../../src/feed/store/memory.ts';
+import { entry, stored } from './support.ts';
 
 const rec = (m: number, ms: number, text: string): ItemRecord => ({ c: 1, cs: 1, m, ms, e: text, p: 'a@b' });
 
@@ -41,5 +44,39 @@ describe('VersionCache', () => {
     const big = new VersionCache(1_000);
     expect(big.decode(1, 'z', encodeRecord(rec(1, 1, text))).view.entry).toBe(text);
     expect(big.size).toBe(0);
+  });
+});
+
+describe('versions kept as they are committed', () => {
+  it('lets the first read of a modified-order page after the writes read no item record', async () => {
+    const store = await openMemoryStore();
+    // Counts the keys that pages read by key from their snapshots (records and counters).
+    let keysRead = 0;
+    const snapshot = store.snapshot.bind(store);
+    store.snapshot = () => {
+      const snap = snapshot();
+      const getMany = snap.getMany.bind(snap);
+      snap.getMany = (keys) => {
+        keysRead += keys.length;
+        return getMany(keys);
+      };
+      return snap;
+    };
+    const engine = await FeedEngine.openStore(store);
+    try {
+      await engine.createNode('n');
+      for (let i = 0; i < 20; i++) await engine.publish('n', { id: `i${i}`, entry: entry(`${i}`) });
+      await engine.retract('n', 'i3');
+      await engine.publish('n', { id: 'i4', entry: entry('again') });
+      keysRead = 0;
+      const page = await engine.read('n', { max: 50 });
+      expect(page.items.map((i) => i.id).slice(-2)).toEqual(['i3', 'i4']);
+      expect(page.items.at(-1)?.entry).toBe(stored('again'));
+      expect(page.items.at(-2)?.deleted).toBe(true);
+      // The node's counters only: every version came from the cache the writes filled.
+      expect(keysRead).toBe(1);
+    } finally {
+      await engine.close();
+    }
   });
 });

@@ -53,7 +53,10 @@ export class Reads {
   constructor(
     private readonly s: EngineState,
     private readonly nodes: NodeRegistry,
-  ) {}
+  ) {
+    // A version just written is the one most likely read next (a reader following the feed).
+    s.versionCommitted = (nid, id, rec) => this.versions.put(nid, id, rec);
+  }
 
   /**
    * Reads a page of a feed: since / until / max, or the last page, with the node's total. A

@@ -104,6 +104,8 @@ export class EngineState {
   /** What writers wait for before writing: each binding's bounded fan-out (addWriteGate). */
   readonly writeGates = new Set<() => Promise<void>>();
   closing = false;
+  /** Told of each item version once it is committed (the reads keep it decoded for pages). */
+  versionCommitted: (nid: number, id: string, rec: ItemRecord) => void = () => {};
 
   constructor(
     readonly store: Store,

@@ -63,6 +63,11 @@ export class VersionCache {
     return this.bytes;
   }
 
+  /** Keeps a version as it was committed, so that its first read finds it decoded. */
+  put(nid: number, id: string, rec: ItemRecord): void {
+    this.add(nid, id, rec);
+  }
+
   private add(nid: number, id: string, rec: ItemRecord): Version {
     const version: Version = {
       view: itemView(id, rec),

@@ -258,6 +258,7 @@ export class WriteQueue {
       return;
     }
     for (const change of missed) this.s.emit(change);
+    for (const { w, rec } of round.written) this.s.versionCommitted(st.nid, w.id, rec);
     for (const { change } of round.written) this.s.emit(change);
     this.acknowledge(st, round.written);
     for (const { w, change } of round.unchanged) w.resolve(change);
@@ -276,6 +277,7 @@ export class WriteQueue {
       .add(
         ops,
         () => {
+          for (const { w, rec } of written) this.s.versionCommitted(st.nid, w.id, rec);
           for (const { change } of written) this.s.emit(change);
         },
         this.metaOp(st),
