@@ -158,6 +158,8 @@ describe('smartfeeds sharing with smartfeeds as a FASP', () => {
       const b = await itemOf('blog', 'b');
       return b?.deleted ? b : undefined;
     });
+    // What the delete set going (the object's recheck entry dropped) is done before the clock moves.
+    await provider.provider.settled();
     provider.clock.now += 8 * 24 * 3600_000;
     // The live objects a, c and d are fetched again; tombstones are not.
     expect(await provider.provider.recheck.sweep()).toBe(3);

@@ -430,7 +430,7 @@ describe(`MAM within the page byte budget on ${SERVER_TITLE}`, () => {
   let reader: User;
 
   beforeAll(async () => {
-    small = await Stack.start({ limits: { maxPageBytes: 4096 } });
+    small = await Stack.start({ limits: { maxPageBytes: 2048 } });
     const writer = await small.user('admin');
     reader = await small.user('bob');
     for (let i = 0; i < 30; i++)
@@ -456,7 +456,7 @@ describe(`MAM within the page byte budget on ${SERVER_TITLE}`, () => {
       expect(results.length).toBeGreaterThan(0);
       after = fin?.last;
     }
-    // A 4 KiB budget holds far fewer than 30 of these items.
+    // A 2 KiB budget holds far fewer than 30 of these items.
     expect(pages).toBeGreaterThan(2);
     expect(forwards).toEqual(feed.map((i) => i.cursor));
     const backwards: string[][] = [];
