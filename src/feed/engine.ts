@@ -5,7 +5,7 @@ import { type EngineOptions, EngineParts } from './engine/parts.ts';
 import { Pushing } from './engine/pushing.ts';
 import { type ChangeListener, listen, type NodeListener, parse } from './engine/state.ts';
 import type { PublishInput } from './engine/writes.ts';
-import type { NodeEvent } from './events.ts';
+import type { ChangeEvent, NodeEvent } from './events.ts';
 import type { FeedName } from './feedName.ts';
 import { HubStore } from './hubStore.ts';
 import { SERVICE_KEY } from './keys.ts';
@@ -159,16 +159,6 @@ export class FeedEngine {
     return this.pushing.onPush(listener, drained, events);
   }
 
-  /**
-   * On a shared store, logs a node event (but an item change or a deletion, logged with their
-   * writes) after the node's changes so far, for the instance pushing the node to tell: resolves
-   * once it is durable. A node deleted meanwhile has nobody left to tell: nothing is logged.
-   * Without a shared store nothing is logged (the service tells its own events).
-   */
-  async logEvent(event: NodeEvent): Promise<void> {
-    await this.pushing?.logEvent(event);
-  }
-
   /** Drops what is cached of a node's (or every node's) subscriptions and policy: another instance changed them. */
   private dropCaches(nid: number | undefined): void {
     for (const st of this.p.nodes.ready.values())
@@ -238,7 +228,10 @@ export class FeedEngine {
   policy(): PolicyStore {
     this.policyStore ??= new PolicyStore({
       store: this.p.s.store,
-      write: (ops) => this.p.s.committer.add(ops),
+      write: (ops, logged) =>
+        logged && this.p.instances
+          ? this.p.instances.writeLogged(logged.nid, logged.node, ops, logged.event)
+          : this.p.s.committer.add(ops),
       createNode: (name, records) => this.p.nodes.createNodeWith(name, records),
       deleteNode: (name, logged) => this.deleteNode(name, logged),
       nodeNumber: (name) => this.nodeNumber(name),
@@ -410,19 +403,34 @@ export class FeedEngine {
     feedName: string,
     jid: string,
     bareJid: string,
-    options: { pending?: boolean } = {},
+    /** logged: on a shared store, the event logged with a new subscription (ChangeEvent). */
+    options: {
+      pending?: boolean;
+      logged?: ChangeEvent<{ subscription: Subscription; created: boolean }>;
+    } = {},
   ): Promise<{ subscription: Subscription; created: boolean }> {
     return this.p.subs.subscribe(feedName, jid, bareJid, options);
   }
 
   /** Ends `jid`'s subscription to a feed; with a subid, only if it matches. */
-  unsubscribe(feedName: string, jid: string, bareJid: string, subid?: string): Promise<Subscription> {
-    return this.p.subs.unsubscribe(feedName, jid, bareJid, subid);
+  unsubscribe(
+    feedName: string,
+    jid: string,
+    bareJid: string,
+    subid?: string,
+    logged?: ChangeEvent<Subscription>,
+  ): Promise<Subscription> {
+    return this.p.subs.unsubscribe(feedName, jid, bareJid, subid, logged);
   }
 
   /** Approves a subscription waiting for an owner: from now on it hears of changes. */
-  approveSubscription(feedName: string, jid: string, bareJid: string): Promise<Subscription> {
-    return this.p.subs.approveSubscription(feedName, jid, bareJid);
+  approveSubscription(
+    feedName: string,
+    jid: string,
+    bareJid: string,
+    logged?: ChangeEvent<Subscription>,
+  ): Promise<Subscription> {
+    return this.p.subs.approveSubscription(feedName, jid, bareJid, logged);
   }
 
   /** Every subscription to a node, any order (for fan-out). */

@@ -77,6 +77,12 @@ export type NodeEvent =
 
 export type FeedEventType = FeedEvent['type'];
 
+/**
+ * On a shared store, builds the event a change logs in its own locked transaction, from what the
+ * change did (undefined: nothing to tell), so that the change and its event commit together.
+ */
+export type ChangeEvent<T> = (done: T) => Promise<NodeEvent | undefined>;
+
 /** The node a node event is about. */
 export const nodeOfEvent = (event: NodeEvent): string =>
   event.type === 'subscription-changed' ? event.subscription.node : event.node;

@@ -1,6 +1,6 @@
 import { AFFILIATIONS, type Affiliation, type Standing } from './access.ts';
 import { BadRequest, NotAcceptable } from './errors.ts';
-import type { NodeEvent } from './events.ts';
+import type { ChangeEvent, NodeEvent } from './events.ts';
 import {
   affiliationKey,
   affiliationPrefix,
@@ -8,6 +8,7 @@ import {
   jidOfAffiliationKey,
   parseUserAffiliationKey,
   prefixEnd,
+  subscriptionPrefix,
   userAffiliationKey,
   userAffiliationPrefix,
 } from './keys.ts';
@@ -20,8 +21,15 @@ const json = (value: unknown): Buffer => Buffer.from(JSON.stringify(value));
 /** What the policy needs of the engine that owns it (the engine makes it: see engine.policy()). */
 export interface PolicyHost {
   store: StoreReader;
-  /** Writes operations as one atomic batch, in order with the engine's own writes. */
-  write(ops: Op[]): Promise<void>;
+  /**
+   * Writes operations as one atomic batch, in order with the engine's own writes; with `logged`
+   * on a shared store, under the node's lock with the event `logged.event` builds (both or neither),
+   * reading through `locked` what it needs as it is under the lock.
+   */
+  write(
+    ops: Op[],
+    logged?: { nid: number; node: string; event: (locked: StoreReader) => Promise<NodeEvent | undefined> },
+  ): Promise<void>;
   /** Creates a node with these records (its configuration, its owner) in the same batch. */
   createNode(name: string, records: (nid: number) => Op[]): Promise<void>;
   /** `logged`: on a shared store, the deletion's event, logged with it (engine.deleteNode). */
@@ -82,8 +90,16 @@ export class PolicyStore {
     return config;
   }
 
-  /** Changes the given settings only; returns the whole new configuration. */
-  async configure(node: string, change: Partial<NodeConfig>): Promise<NodeConfig> {
+  /**
+   * Changes the given settings only; returns the whole new configuration. `logged`: on a shared
+   * store, the event logged with the change, from the new configuration and the node's
+   * subscriptions as they are under the node's lock.
+   */
+  async configure(
+    node: string,
+    change: Partial<NodeConfig>,
+    logged?: ChangeEvent<{ config: NodeConfig; subscriptions: Subscription[] }>,
+  ): Promise<NodeConfig> {
     const nid = await this.engine.nodeNumber(node);
     const current = await this.config(node);
     const next = { ...current, ...change };
@@ -95,7 +111,18 @@ export class PolicyStore {
           ? 'the archive size cannot change once the node has items'
           : 'an append-only node with items stays append-only (its archive documents are immutable)',
       );
-    await this.engine.write([{ type: 'put', key: configKey(nid), value: json(next) }]);
+    const event =
+      logged &&
+      (async (locked: StoreReader) => {
+        const prefix = subscriptionPrefix(nid);
+        const entries = await locked.entries({ gte: prefix, lt: prefixEnd(prefix) });
+        const subscriptions = entries.map(([, value]) => JSON.parse(value.toString('utf8')) as Subscription);
+        return logged({ config: next, subscriptions });
+      });
+    await this.engine.write(
+      [{ type: 'put', key: configKey(nid), value: json(next) }],
+      event && { nid, node, event },
+    );
     this.configs.set(nid, next);
     return next;
   }
@@ -136,8 +163,12 @@ export class PolicyStore {
     return out;
   }
 
-  /** Applies affiliation changes as one batch (`none` removes one). */
-  async setAffiliations(node: string, changes: [string, Affiliation][]): Promise<void> {
+  /** Applies affiliation changes as one batch (`none` removes one); `logged` as for configure. */
+  async setAffiliations(
+    node: string,
+    changes: [string, Affiliation][],
+    logged?: ChangeEvent<undefined>,
+  ): Promise<void> {
     const nid = await this.engine.nodeNumber(node);
     const map = await this.affiliationMap(node);
     const next = new Map(map);
@@ -157,7 +188,7 @@ export class PolicyStore {
             { type: 'put', key: userAffiliationKey(jid, nid), value: Buffer.from(affiliation) },
           ],
     );
-    await this.engine.write(ops);
+    await this.engine.write(ops, logged && { nid, node, event: () => logged(undefined) });
     this.affiliationMaps.set(nid, next);
   }
 

@@ -5,7 +5,8 @@ import { NodeNotEmpty } from '../../src/feed/errors.ts';
 import type { NodeEvent } from '../../src/feed/events.ts';
 import type { Change, ExportRecord } from '../../src/feed/model.ts';
 import { OPERATOR, user } from '../../src/feed/service/actor.ts';
-import { entry, type Instance, instance, instances, until } from './support.ts';
+import type { Op as StoreOp } from '../../src/feed/store/store.ts';
+import { closeInstance, entry, type Instance, instance, instances, until } from './support.ts';
 
 /**
  * Node events among several instances: logged with the node's changes, told once by the instance
@@ -145,6 +146,48 @@ describe('node events among several instances', () => {
     // Node events are trimmed from the log once pushed.
     const events = await set.hub.connect().keys({ gte: Buffer.from([0x6c]), lt: Buffer.from([0x6d]) });
     expect(events.filter((k) => k.length === 17)).toEqual([]);
+  });
+
+  it('a configuration, affiliations or subscription change whose instance dies right after its commit is still told, by the pusher', async () => {
+    const set = await start(2);
+    const http = await instance(set.hub, 'http');
+    closers.unshift(() => closeInstance(http));
+    await http.service.create(OPERATOR, 'n');
+    // The instance dies (its connection is severed) right after the transaction writing the
+    // change's records (c: configuration, a: affiliations, s: subscriptions) commits.
+    const fatal: StoreOp[][] = [];
+    const locked = http.handle.locked.bind(http.handle);
+    http.handle.locked = async (locks, work) => {
+      let dies = false;
+      const result = await locked(locks, async (tx) => {
+        const done = await work(tx);
+        dies = done.ops.some((op) => [0x63, 0x61, 0x73].includes(op.key[0] as number));
+        if (dies) fatal.push([...done.ops]);
+        return done;
+      });
+      if (dies) http.handle.sever();
+      return result;
+    };
+    const changes = [
+      () => http.service.subscribe(user('u@localhost'), 'n', 'u@localhost/r'),
+      () => http.service.configure(OPERATOR, 'n', { title: 'x' }),
+      () => http.service.setAffiliations(OPERATOR, 'n', [['p@localhost', 'publisher']]),
+    ];
+    for (const change of changes) {
+      await change().catch(() => undefined);
+      // Started again: the next change goes through it.
+      http.handle.heal();
+    }
+    // Each change's event was in the change's own transaction (a node event key: l NID SEQ EV).
+    expect(fatal.map((ops) => ops.some((op) => op.key[0] === 0x6c && op.key.length === 17))).toEqual([
+      true,
+      true,
+      true,
+    ]);
+    const expected = ['sub:u@localhost:subscribed', 'config:x:u@localhost', 'aff:p@localhost=publisher'];
+    await until(() => toldOf(set.all, 'n').length >= expected.length, 3000);
+    expect(toldOf(set.all, 'n')).toEqual(expected);
+    expect(http.told).toEqual([]);
   });
 
   it('every node event, made through any instance, is told exactly once, in commit order (property)', async () => {

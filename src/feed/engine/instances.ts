@@ -130,16 +130,51 @@ export class Instances {
     when?: (tx: LockedReader) => Promise<boolean>,
   ): Promise<boolean> {
     return this.store.locked([metaKey(nid)], async (tx) => {
-      const [metaBuf, gone, head] = await tx.getMany([metaKey(nid), deletedKey(nid), headKey(nid)]);
-      if (!metaBuf || gone) throw new NodeNotFound(name);
-      if (when && !(await when(tx))) return { ops: [], result: false };
-      const at = nextEventPosition(parse<NodeMeta>(metaBuf).seq, head);
+      if (when) {
+        if (await tx.get(deletedKey(nid))) throw new NodeNotFound(name);
+        if (!(await when(tx))) return { ops: [], result: false };
+      }
+      const logged = await this.eventOps(tx, nid, name, event);
+      return { ops: [...ops, ...logged.ops], notify: logged.notify, result: true };
+    });
+  }
+
+  /**
+   * Writes a change of a node's policy (`ops`) under the node's lock with the event `event`
+   * builds (none if undefined), so that both commit or neither; refuses a deleted node.
+   */
+  async writeLogged(
+    nid: number,
+    name: string,
+    ops: readonly Op[],
+    event: (locked: StoreReader) => Promise<NodeEvent | undefined>,
+  ): Promise<void> {
+    await this.store.locked([metaKey(nid)], async (tx) => {
+      const told = await event(tx);
+      if (!told && (await tx.get(deletedKey(nid)))) throw new NodeNotFound(name);
+      const logged = told ? await this.eventOps(tx, nid, name, told) : { ops: [], notify: [] };
       return {
-        ops: [...ops, ...eventLogOps(nid, at, event)],
-        notify: [changedMessage(nid, at.seq)],
-        result: true,
+        ops: [...ops, ...logged.ops],
+        notify: [...batchMessages(ops), ...logged.notify],
+        result: undefined,
       };
     });
+  }
+
+  /**
+   * Inside the node's locked transaction: the operations that log `event` after the node's
+   * changes so far, and the wake-up that tells the pushers; refuses a deleted node.
+   */
+  async eventOps(
+    tx: LockedReader,
+    nid: number,
+    name: string,
+    event: NodeEvent,
+  ): Promise<{ ops: Op[]; notify: string[] }> {
+    const [metaBuf, gone, head] = await tx.getMany([metaKey(nid), deletedKey(nid), headKey(nid)]);
+    if (!metaBuf || gone) throw new NodeNotFound(name);
+    const at = nextEventPosition(parse<NodeMeta>(metaBuf).seq, head);
+    return { ops: eventLogOps(nid, at, event), notify: [changedMessage(nid, at.seq)] };
   }
 
   /**

@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { NodeNotFound } from '../errors.ts';
 import { type NodeEvent, nodeOfEvent } from '../events.ts';
 import type { HubStore } from '../hubStore.ts';
 import type { LogEntry } from './changeLog.ts';
@@ -106,16 +105,6 @@ export class Pushing {
       else tellEach(this.eventListeners, entry.event);
     }
     for (const drained of this.drains) await drained();
-  }
-
-  /** See FeedEngine.logEvent (shared store). */
-  async logEvent(event: NodeEvent): Promise<void> {
-    const node = nodeOfEvent(event);
-    const st = await this.nodes.loadNode(node);
-    if (!st) return;
-    await this.instances.logEvent(st.nid, node, event).catch((e) => {
-      if (!(e instanceof NodeNotFound)) throw e;
-    });
   }
 
   /** See FeedEngine.onHubsChanged. Returns its remover. */

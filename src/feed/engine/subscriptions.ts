@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { InvalidSubid, NodeNotFound, NotSubscribed } from '../errors.ts';
+import type { ChangeEvent } from '../events.ts';
 import { type FeedName, feedParameters, parseFeedName } from '../feedName.ts';
 import {
   deletedKey,
@@ -78,15 +79,17 @@ export class Subscriptions {
     feedName: string,
     jid: string,
     step: (at: SubscriptionAt) => Written<T>,
+    /** On a shared store: the event logged with what the step writes (a store of its own logs nothing). */
+    logged?: ChangeEvent<T>,
   ): Promise<T> {
     const feed = parseFeedName(feedName);
     const st = await this.nodes.requireNode(feed.node);
     return serialize(st, async () => {
       const key = subscriptionKey(st.nid, feed.order, jid, feedParameters(feed));
-      const shared = this.instances?.store;
+      const instances = this.instances;
       let written: Written<T>;
-      if (shared) {
-        written = await shared.locked([metaKey(st.nid)], async (tx) => {
+      if (instances) {
+        written = await instances.store.locked([metaKey(st.nid)], async (tx) => {
           const [buf, gone] = await tx.getMany([key, deletedKey(st.nid)]);
           if (gone) throw new NodeNotFound(feed.node);
           const found = buf ? parse<Subscription>(buf) : undefined;
@@ -95,7 +98,10 @@ export class Subscriptions {
           if (!('cached' in out)) out.cached = found ?? null;
           // The others drop what they cached of the node's subscriptions.
           const notify = out.ops.length > 0 ? [touchedMessage(st.nid)] : [];
-          return { ops: out.ops, notify, result: out };
+          const told = out.ops.length > 0 ? await logged?.(out.result) : undefined;
+          if (!told) return { ops: out.ops, notify, result: out };
+          const event = await instances.eventOps(tx, st.nid, feed.node, told);
+          return { ops: [...out.ops, ...event.ops], notify: [...notify, ...event.notify], result: out };
         });
       } else {
         const subs = await this.subscriptionMap(st);
@@ -116,56 +122,85 @@ export class Subscriptions {
     feedName: string,
     jid: string,
     bareJid: string,
-    options: { pending?: boolean } = {},
+    options: {
+      pending?: boolean;
+      logged?: ChangeEvent<{ subscription: Subscription; created: boolean }>;
+    } = {},
   ): Promise<{ subscription: Subscription; created: boolean }> {
-    return this.onSubscription<{ subscription: Subscription; created: boolean }>(feedName, jid, (at) => {
-      const { st, feed, key, found } = at;
-      if (found) return { ops: [], result: { subscription: found, created: false } };
-      const subscription: Subscription = {
-        feed: feed.requested,
-        node: feed.node,
-        order: feed.order,
-        ...(feed.filter ? { filter: feed.filter } : {}),
-        ...(feed.view ? { view: feed.view } : {}),
-        jid,
-        subid: randomUUID(),
-      };
-      if (options.pending) subscription.pending = true;
-      return {
-        ops: putOps(st, feed, key, bareJid, jid, subscription),
-        result: { subscription, created: true },
-        cached: subscription,
-      };
-    });
+    return this.onSubscription<{ subscription: Subscription; created: boolean }>(
+      feedName,
+      jid,
+      (at) => {
+        const { st, feed, key, found } = at;
+        if (found) return { ops: [], result: { subscription: found, created: false } };
+        const subscription: Subscription = {
+          feed: feed.requested,
+          node: feed.node,
+          order: feed.order,
+          ...(feed.filter ? { filter: feed.filter } : {}),
+          ...(feed.view ? { view: feed.view } : {}),
+          jid,
+          subid: randomUUID(),
+        };
+        if (options.pending) subscription.pending = true;
+        return {
+          ops: putOps(st, feed, key, bareJid, jid, subscription),
+          result: { subscription, created: true },
+          cached: subscription,
+        };
+      },
+      options.logged,
+    );
   }
 
   /** Ends `jid`'s subscription to a feed; with a subid, only if it matches. */
-  async unsubscribe(feedName: string, jid: string, bareJid: string, subid?: string): Promise<Subscription> {
-    return this.onSubscription(feedName, jid, ({ st, feed, key, found }) => {
-      if (!found) throw new NotSubscribed(`${jid} is not subscribed to ${JSON.stringify(feed.requested)}`);
-      if (subid !== undefined && subid !== found.subid) {
-        throw new InvalidSubid(`no subscription ${JSON.stringify(subid)} of ${jid}`);
-      }
-      const ops: Op[] = [
-        { type: 'del', key },
-        { type: 'del', key: userSubscriptionKey(bareJid, st.nid, feed.order, jid, feedParameters(feed)) },
-      ];
-      return { ops, result: found, cached: null };
-    });
+  async unsubscribe(
+    feedName: string,
+    jid: string,
+    bareJid: string,
+    subid?: string,
+    logged?: ChangeEvent<Subscription>,
+  ): Promise<Subscription> {
+    return this.onSubscription(
+      feedName,
+      jid,
+      ({ st, feed, key, found }) => {
+        if (!found) throw new NotSubscribed(`${jid} is not subscribed to ${JSON.stringify(feed.requested)}`);
+        if (subid !== undefined && subid !== found.subid) {
+          throw new InvalidSubid(`no subscription ${JSON.stringify(subid)} of ${jid}`);
+        }
+        const ops: Op[] = [
+          { type: 'del', key },
+          { type: 'del', key: userSubscriptionKey(bareJid, st.nid, feed.order, jid, feedParameters(feed)) },
+        ];
+        return { ops, result: found, cached: null };
+      },
+      logged,
+    );
   }
 
   /** Approves a subscription waiting for an owner: from now on it hears of changes. */
-  async approveSubscription(feedName: string, jid: string, bareJid: string): Promise<Subscription> {
-    return this.onSubscription(feedName, jid, ({ st, feed, key, found }) => {
-      if (!found) throw new NotSubscribed(`${jid} is not subscribed to ${JSON.stringify(feed.requested)}`);
-      if (!found.pending) return { ops: [], result: found };
-      const { pending: _, ...subscription } = found;
-      return {
-        ops: putOps(st, feed, key, bareJid, jid, subscription),
-        result: subscription,
-        cached: subscription,
-      };
-    });
+  async approveSubscription(
+    feedName: string,
+    jid: string,
+    bareJid: string,
+    logged?: ChangeEvent<Subscription>,
+  ): Promise<Subscription> {
+    return this.onSubscription(
+      feedName,
+      jid,
+      ({ st, feed, key, found }) => {
+        if (!found) throw new NotSubscribed(`${jid} is not subscribed to ${JSON.stringify(feed.requested)}`);
+        if (!found.pending) return { ops: [], result: found };
+        const { pending: _, ...subscription } = found;
+        return {
+          ops: putOps(st, feed, key, bareJid, jid, subscription),
+          result: subscription,
+          cached: subscription,
+        };
+      },
+      logged,
+    );
   }
 
   /** Every subscription to a node, any order (for fan-out). */

@@ -56,8 +56,10 @@ export async function setAffiliations(
     ok[i] ? [[jid, a as Affiliation]] : [],
   );
   if (applied.length > 0) {
-    await ctx.policy.setAffiliations(node, applied);
-    await ctx.tell({ type: 'affiliations-changed', node, changes: applied });
+    await ctx.changed(
+      (logged) => ctx.policy.setAffiliations(node, applied, logged),
+      async () => ({ type: 'affiliations-changed', node, changes: applied }),
+    );
     await revokeUnentitled(ctx, node, new Set(applied.map(([jid]) => jid)));
   }
   return ok;

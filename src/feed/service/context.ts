@@ -1,5 +1,5 @@
 import type { FeedEngine } from '../engine.ts';
-import type { FeedEvent, NodeEvent } from '../events.ts';
+import type { ChangeEvent, FeedEvent } from '../events.ts';
 import type { PolicyStore } from '../policy.ts';
 import type { Rights } from './rights.ts';
 
@@ -13,8 +13,10 @@ export interface ServiceContext {
   /** Tells this instance's listeners now (and nobody else). */
   emit(event: FeedEvent): void;
   /**
-   * Tells a committed node event: alone on a store, to this instance's listeners now; on a shared
-   * store, logged first for the instance pushing the node, then here with `deliver: false`.
+   * Makes a change and tells its event (`event` of what it did; undefined: none). On a shared
+   * store `change` hands `logged` to the engine, which logs the event in the change's own locked
+   * transaction (an instance dying after the commit cannot lose it), then it is told here with
+   * `deliver: false`; alone on a store, it is told here once the change is done.
    */
-  tell(event: NodeEvent): Promise<void>;
+  changed<T>(change: (logged?: ChangeEvent<T>) => Promise<T>, event: ChangeEvent<T>): Promise<T>;
 }

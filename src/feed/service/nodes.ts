@@ -7,7 +7,7 @@ import { type Actor, jidOf } from './actor.ts';
 import { readerOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';
 import { feedOf } from './items.ts';
-import { revokeUnentitled } from './subscriptions.ts';
+import { bareOf, revokeUnentitled, unentitled } from './subscriptions.ts';
 
 /**
  * Creates a node, owned by the creating user; the operator (the CLI, the feed bot) may name
@@ -49,10 +49,26 @@ export async function configure(
   change: Partial<NodeConfig>,
 ): Promise<NodeConfig> {
   const { config: previous } = await ctx.rights.check(node, actor, 'configure');
+  if (ctx.engine.shared) {
+    // Logged with the change, naming the subscribers that stay (their rights are read before: the
+    // event is built under the node's lock, which waits for no other read); then those that go
+    // are told.
+    const next = { ...previous, ...change };
+    const going = next.accessModel !== previous.accessModel ? await unentitled(ctx, node, next) : new Set();
+    let told: NodeEvent | undefined;
+    const config = await ctx.policy.configure(node, change, async ({ config, subscriptions }) => {
+      const staying = subscriptions.filter((s) => !going.has(bareOf(s.jid)));
+      told = { type: 'node-configured', node, config, previous, subscriptions: staying };
+      return told;
+    });
+    if (told) ctx.emit({ ...told, deliver: false });
+    if (config.accessModel !== previous.accessModel) await revokeUnentitled(ctx, node);
+    return config;
+  }
   const config = await ctx.policy.configure(node, change);
   if (config.accessModel !== previous.accessModel) await revokeUnentitled(ctx, node);
   const subscriptions = await ctx.engine.subscriptionsOf(node);
-  await ctx.tell({ type: 'node-configured', node, config, previous, subscriptions });
+  ctx.emit({ type: 'node-configured', node, config, previous, subscriptions });
   return config;
 }
 
@@ -70,7 +86,7 @@ export async function deleteNode(ctx: ServiceContext, actor: Actor, node: string
   }
   const subscriptions = await ctx.engine.subscriptionsOf(node);
   await ctx.policy.deleteNode(node);
-  await ctx.tell({ type: 'node-deleted', node, config, subscriptions });
+  ctx.emit({ type: 'node-deleted', node, config, subscriptions });
 }
 
 /**

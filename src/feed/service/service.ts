@@ -2,7 +2,7 @@ import type { Affiliation, CreatePolicy } from '../access.ts';
 import type { BackupPair } from '../backup.ts';
 import type { FeedEngine } from '../engine.ts';
 import { AccessDenied } from '../errors.ts';
-import type { FeedEvent, FeedEventListener } from '../events.ts';
+import type { FeedEvent, FeedEventListener, NodeEvent } from '../events.ts';
 import type { FeedName } from '../feedName.ts';
 import type { Claim, KeyValueStore } from '../kv.ts';
 import type { Change, ExportRecord, Item, Limits, Page, ReadQuery, Subscription } from '../model.ts';
@@ -64,10 +64,21 @@ export class FeedService {
       rights: this.rights,
       autoCreate: options.autoCreate ?? true,
       emit: (event) => this.emit(event),
-      tell: async (event) => {
-        if (!engine.shared) return this.emit(event);
-        await engine.logEvent(event);
-        this.emit({ ...event, deliver: false });
+      changed: async (change, event) => {
+        if (!engine.shared) {
+          const done = await change();
+          const told = await event(done);
+          if (told) this.emit(told);
+          return done;
+        }
+        let told: NodeEvent | undefined;
+        // Built inside the change's transaction: told only once that has committed.
+        const done = await change(async (x) => {
+          told = await event(x);
+          return told;
+        });
+        if (told) this.emit({ ...told, deliver: false });
+        return done;
       },
     };
     // Item changes and purges are told by the engine as they commit: re-emitted in that order.

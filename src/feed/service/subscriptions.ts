@@ -1,6 +1,8 @@
 import { AccessDenied, InvalidJid, NotSubscribed } from '../errors.ts';
+import type { NodeEvent } from '../events.ts';
 import type { FeedName } from '../feedName.ts';
 import type { Item, Subscription } from '../model.ts';
+import type { NodeConfig } from '../nodeConfig.ts';
 import type { Actor } from './actor.ts';
 import { presentItem, readerOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';
@@ -38,40 +40,56 @@ export async function subscribe(
   const feed = feedOf(feedName);
   ownJid(actor, jid, 'invalid-jid');
   const { decision, config } = await ctx.rights.check(feed.node, actor, 'subscribe');
-  const { engine } = ctx;
-  const { subscription, created } = await engine.subscribe(feed.requested, jid, bareOf(jid), {
-    pending: decision === 'approval',
-  });
-  if (!created) return subscription;
-  if (subscription.pending) {
-    const to = await approvers(ctx, feed.node);
-    await ctx.tell({
-      type: 'subscription-changed',
-      subscription,
-      state: 'pending',
-      cause: 'request',
-      config,
-      approvers: to,
-    });
-    return subscription;
-  }
-  let lastItem: Item | undefined;
-  if (config.sendLastPublishedItem === 'on_sub') {
-    const reader = await readerOf(ctx, feed.node, actor);
-    const [last] = (await engine.read(feed, { max: 1, last: true }, reader)).items;
-    // Something newer came while the item was read: its own event tells the new subscriber, and
-    // an older item after it would break feed order.
-    if (last && engine.lastCursorNow(feed, reader) === last.cursor) lastItem = presentItem(feed, last);
-  }
-  await ctx.tell({
-    type: 'subscription-changed',
-    subscription,
-    state: 'subscribed',
-    cause: 'request',
-    config,
-    ...(lastItem ? { lastItem } : {}),
-  });
+  const pending = decision === 'approval';
+  // On a shared store the event is built under the node's lock, which waits for no other read:
+  // what it needs is read before.
+  const to = pending ? await approvers(ctx, feed.node) : [];
+  const early = ctx.engine.shared && !pending ? await lastItemRead(ctx, actor, feed, config) : undefined;
+  const { subscription } = await ctx.changed<{ subscription: Subscription; created: boolean }>(
+    (logged) =>
+      ctx.engine.subscribe(feed.requested, jid, bareOf(jid), logged ? { pending, logged } : { pending }),
+    async ({ subscription, created }): Promise<NodeEvent | undefined> => {
+      if (!created) return undefined;
+      if (subscription.pending)
+        return {
+          type: 'subscription-changed',
+          subscription,
+          state: 'pending',
+          cause: 'request',
+          config,
+          approvers: to,
+        };
+      const lastItem = (early ?? (await lastItemRead(ctx, actor, feed, config)))();
+      return {
+        type: 'subscription-changed',
+        subscription,
+        state: 'subscribed',
+        cause: 'request',
+        config,
+        ...(lastItem ? { lastItem } : {}),
+      };
+    },
+  );
   return subscription;
+}
+
+/**
+ * Reads the feed's last item for a new subscriber (`on_sub`); what it returns tells it, unless
+ * something newer came since it was read: its own event tells the new subscriber, and an older
+ * item after it would break feed order.
+ */
+async function lastItemRead(
+  ctx: ServiceContext,
+  actor: Actor,
+  feed: FeedName,
+  config: NodeConfig,
+): Promise<() => Item | undefined> {
+  if (config.sendLastPublishedItem !== 'on_sub') return () => undefined;
+  const { engine } = ctx;
+  const reader = await readerOf(ctx, feed.node, actor);
+  const [last] = (await engine.read(feed, { max: 1, last: true }, reader)).items;
+  return () =>
+    last && engine.lastCursorNow(feed, reader) === last.cursor ? presentItem(feed, last) : undefined;
 }
 
 /** Ends the actor's own subscription (with a subid, only if it matches). */
@@ -84,10 +102,23 @@ export async function unsubscribe(
 ): Promise<Subscription> {
   const feed = feedOf(feedName);
   ownJid(actor, jid, 'forbidden');
-  const subscription = await ctx.engine.unsubscribe(feed.requested, jid, bareOf(jid), subid);
+  return ended(ctx, feed, jid, 'request', subid);
+}
+
+/** Ends a subscription and tells it (ServiceContext.changed), with the node's configuration. */
+async function ended(
+  ctx: ServiceContext,
+  feed: FeedName,
+  jid: string,
+  cause: 'request' | 'bounce',
+  subid?: string,
+): Promise<Subscription> {
+  // Read before: the event is built under the node's lock on a shared store.
   const config = await ctx.policy.config(feed.node);
-  await ctx.tell({ type: 'subscription-changed', subscription, state: 'none', cause: 'request', config });
-  return subscription;
+  return ctx.changed(
+    (logged) => ctx.engine.unsubscribe(feed.requested, jid, bareOf(jid), subid, logged),
+    async (subscription) => ({ type: 'subscription-changed', subscription, state: 'none', cause, config }),
+  );
 }
 
 async function find(ctx: ServiceContext, feed: FeedName, jid: string): Promise<Subscription | undefined> {
@@ -111,23 +142,27 @@ export async function approve(
   const sub = await find(ctx, feed, jid);
   if (!sub?.pending || (subid !== undefined && subid !== sub.subid)) return false;
   if (allow) {
-    const subscription = await ctx.engine.approveSubscription(sub.feed, sub.jid, bareOf(jid));
-    await ctx.tell({
-      type: 'subscription-changed',
-      subscription,
-      state: 'subscribed',
-      cause: 'approval',
-      config,
-    });
+    await ctx.changed<Subscription>(
+      (logged) => ctx.engine.approveSubscription(sub.feed, sub.jid, bareOf(jid), logged),
+      async (subscription) => ({
+        type: 'subscription-changed',
+        subscription,
+        state: 'subscribed',
+        cause: 'approval',
+        config,
+      }),
+    );
   } else {
-    await ctx.engine.unsubscribe(sub.feed, sub.jid, bareOf(jid));
-    await ctx.tell({
-      type: 'subscription-changed',
-      subscription: sub,
-      state: 'none',
-      cause: 'approval',
-      config,
-    });
+    await ctx.changed(
+      (logged) => ctx.engine.unsubscribe(sub.feed, sub.jid, bareOf(jid), undefined, logged),
+      async () => ({
+        type: 'subscription-changed',
+        subscription: sub,
+        state: 'none',
+        cause: 'approval',
+        config,
+      }),
+    );
   }
   return true;
 }
@@ -150,30 +185,40 @@ export async function setSubscription(
   const bare = bareOf(jid);
   if (state === 'none') {
     if (!found || (subid !== undefined && subid !== found.subid)) return false;
-    await ctx.engine.unsubscribe(feed.requested, jid, bare).catch((e) => {
-      if (!(e instanceof NotSubscribed)) throw e;
-    });
-    await ctx.tell({
-      type: 'subscription-changed',
-      subscription: found,
-      state: 'none',
-      cause: 'owner',
-      config,
-    });
+    // Ended meanwhile by someone else: alone on a store it is told again; shared, that one told it.
+    await ctx.changed(
+      (logged) =>
+        ctx.engine.unsubscribe(feed.requested, jid, bare, undefined, logged).catch((e) => {
+          if (!(e instanceof NotSubscribed)) throw e;
+        }),
+      async () => ({
+        type: 'subscription-changed',
+        subscription: found,
+        state: 'none',
+        cause: 'owner',
+        config,
+      }),
+    );
     return true;
   }
   if (state !== 'subscribed') return false;
-  const subscription = found
-    ? await ctx.engine.approveSubscription(feed.requested, jid, bare)
-    : (await ctx.engine.subscribe(feed.requested, jid, bare)).subscription;
-  if (!found || found.pending)
-    await ctx.tell({
-      type: 'subscription-changed',
-      subscription,
-      state: 'subscribed',
-      cause: 'owner',
-      config,
-    });
+  await ctx.changed<Subscription>(
+    async (logged) =>
+      found
+        ? ctx.engine.approveSubscription(feed.requested, jid, bare, logged)
+        : (
+            await ctx.engine.subscribe(
+              feed.requested,
+              jid,
+              bare,
+              logged ? { logged: ({ subscription }) => logged(subscription) } : {},
+            )
+          ).subscription,
+    async (subscription) =>
+      !found || found.pending
+        ? { type: 'subscription-changed', subscription, state: 'subscribed', cause: 'owner', config }
+        : undefined,
+  );
   return true;
 }
 
@@ -199,10 +244,7 @@ export async function subscriptions(
 
 /** A subscription whose notifications bounce ends; the subscriber is not told (it cannot hear). */
 export async function bounced(ctx: ServiceContext, feedName: string | FeedName, jid: string): Promise<void> {
-  const feed = feedOf(feedName);
-  const subscription = await ctx.engine.unsubscribe(feed.requested, jid, bareOf(jid));
-  const config = await ctx.policy.config(feed.node);
-  await ctx.tell({ type: 'subscription-changed', subscription, state: 'none', cause: 'bounce', config });
+  await ended(ctx, feedOf(feedName), jid, 'bounce');
 }
 
 /**
@@ -226,17 +268,33 @@ export async function revokeUnentitled(
       verdicts.set(bare, entitled);
     }
     if (entitled) continue;
-    const ended = await ctx.engine.unsubscribe(sub.feed, sub.jid, bare).then(
-      () => true,
-      () => false,
-    );
-    if (ended)
-      await ctx.tell({
-        type: 'subscription-changed',
-        subscription: sub,
-        state: 'none',
-        cause: 'revoked',
-        config,
-      });
+    // One that cannot end (ended meanwhile) is told by whoever ended it.
+    await ctx
+      .changed(
+        (logged) => ctx.engine.unsubscribe(sub.feed, sub.jid, bare, undefined, logged),
+        async () => ({
+          type: 'subscription-changed',
+          subscription: sub,
+          state: 'none',
+          cause: 'revoked',
+          config,
+        }),
+      )
+      .catch(() => undefined);
   }
+}
+
+/**
+ * The subscribers (bare JIDs) who may no longer read the node under `config` (revokeUnentitled
+ * ends their subscriptions), for the node-configured event logged with the change on a shared store.
+ */
+export async function unentitled(
+  ctx: ServiceContext,
+  node: string,
+  config: NodeConfig,
+): Promise<Set<string>> {
+  const out = new Set<string>();
+  const bares = new Set((await ctx.engine.subscriptionsOf(node)).map((s) => bareOf(s.jid)));
+  for (const bare of bares) if (!(await ctx.rights.entitled(node, bare, config))) out.add(bare);
+  return out;
 }
