@@ -9,7 +9,7 @@ import type { Snapshot, Cursor as StoreCursor } from '../store/store.ts';
 import { cursors, type Entry, idKey, take, toSpec, upperBound } from './cursors.ts';
 import { ALL, resolveView, X_VIEW } from './filters.ts';
 import type { NodeRegistry } from './nodes.ts';
-import { itemBytes, itemsWithinBudget, xmlAttributeBytes } from './pageBudget.ts';
+import { itemBytes, itemsWithinBudget } from './pageBudget.ts';
 import { type EngineState, itemView, type NodeMeta, parse, recordStamp } from './state.ts';
 import { type Version, VersionCache } from './versions.ts';
 import { ViewReads } from './viewReads.ts';
