@@ -1,14 +1,9 @@
-import { once } from 'node:events';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
-import type { HubSubscription } from '../../src/feed/service/hubSubscriptions.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
-import { Hub } from '../../src/http/websub/hub.ts';
-import { createLog } from '../../src/log.ts';
-import { closeInstance, entry, type Instance, instance, until } from './support.ts';
+import { closeInstance, entry, instance, until } from './support.ts';
+import { callback, subscription, withHub } from './websubSupport.ts';
 
 /**
  * A WebSub subscription stored through one instance before a change is committed reaches the
@@ -21,46 +16,6 @@ afterEach(async () => {
   for (const c of closers.splice(0).reverse()) await c();
 });
 
-/** A callback that answers every delivery 204 and keeps the bodies. */
-async function callback(): Promise<{ url: string; bodies: string[] }> {
-  const bodies: string[] = [];
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      if (req.method === 'POST') bodies.push(Buffer.concat(chunks).toString('utf8'));
-      res.writeHead(204).end();
-    });
-  });
-  server.listen(0, '127.0.0.1');
-  await once(server, 'listening');
-  closers.push(async () => {
-    server.closeAllConnections();
-    server.close();
-  });
-  return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/push`, bodies };
-}
-
-async function withHub(one: Instance): Promise<Hub> {
-  const hub = new Hub(
-    one.service,
-    { allowPrivate: true, retryInitialMs: 20 },
-    createLog('error', () => {}),
-  );
-  await hub.start();
-  closers.push(() => hub.stop());
-  return hub;
-}
-
-const subscription = (url: string): HubSubscription => ({
-  node: 'n',
-  order: 'modified',
-  callback: url,
-  topic: 'http://feeds.example/feeds/n',
-  hub: 'http://feeds.example/hub',
-  expires: Date.now() + 3_600_000,
-});
-
 describe('WebSub subscriptions and pushes from another instance, without the wake-up', () => {
   it('the pusher delivers the first change after a subscription made elsewhere, and stops after its end', async () => {
     const shared = await SharedMemory.create();
@@ -69,14 +24,14 @@ describe('WebSub subscriptions and pushes from another instance, without the wak
     const b = await instance(shared, 'b');
     closers.push(() => closeInstance(b));
     await until(() => a.engine.pushBuckets().length > 0);
-    const hubA = await withHub(a);
-    await withHub(b);
+    const hubA = await withHub(closers, a);
+    await withHub(closers, b);
     await b.service.create(OPERATOR, 'n');
     await b.engine.publish('n', { id: 'before', entry: entry('before') });
     await until(() => a.pushed.length === 1);
     // From now on a hears no wake-up: neither of the subscription nor of the change.
     a.handle.deafen();
-    const first = await callback();
+    const first = await callback(closers);
     await b.service.hubSubscriptions.put(subscription(first.url));
     await b.engine.publish('n', { id: 'one', entry: entry('one') });
     await until(() => first.bodies.length === 1);
@@ -84,7 +39,7 @@ describe('WebSub subscriptions and pushes from another instance, without the wak
     expect(hubA.subscriptions().map((s) => s.callback)).toEqual([first.url]);
 
     // Ended and replaced through b, still unheard by a: the next change goes to the new one only.
-    const second = await callback();
+    const second = await callback(closers);
     await b.service.hubSubscriptions.remove('n', 'modified', first.url);
     await b.service.hubSubscriptions.put(subscription(second.url));
     await b.engine.publish('n', { id: 'two', entry: entry('two') });
