@@ -48,8 +48,8 @@ const probesTo = (sent: Element[], bare: string) =>
 const presence = (from: string, type?: string) =>
   xml('presence', type ? { from, to: DOMAIN, type } : { from, to: DOMAIN });
 
-/** Two instances a and b on one shared store, each with its push share, and a feed node b pushes. */
-async function twoInstances(): Promise<{ a: Instance; b: Instance; node: string }> {
+/** Two instances a and b on one shared store, each with its push share, and a node b pushes (a feed's by default). */
+async function twoInstances(prefix = 'feed:x.example:'): Promise<{ a: Instance; b: Instance; node: string }> {
   const shared = await SharedMemory.create();
   const a = await instance(shared, 'a', { push: true, ttl: 300 });
   closers.push(() => closeInstance(a));
@@ -58,8 +58,8 @@ async function twoInstances(): Promise<{ a: Instance; b: Instance; node: string 
   await until(() => a.engine.pushBuckets().length === 32 && b.engine.pushBuckets().length === 32);
   let node = '';
   for (let i = 0; !node; i++) {
-    await b.service.create(OPERATOR, `feed:x.example:${i}`);
-    if (await b.service.owns(`feed:x.example:${i}`)) node = `feed:x.example:${i}`;
+    await b.service.create(OPERATOR, `${prefix}${i}`);
+    if (await b.service.owns(`${prefix}${i}`)) node = `${prefix}${i}`;
   }
   return { a, b, node };
 }
@@ -211,18 +211,8 @@ describe('the feed bot among several instances', () => {
   });
 
   it('announces from the instance pushing the node, to the users another instance heard online', async () => {
-    const shared = await SharedMemory.create();
-    const a = await instance(shared, 'a', { push: true, ttl: 300 });
-    closers.push(() => closeInstance(a));
-    const b = await instance(shared, 'b', { push: true, ttl: 300 });
-    closers.push(() => closeInstance(b));
-    // The buckets are split between the two: find a node b pushes.
-    await until(() => a.engine.pushBuckets().length === 32 && b.engine.pushBuckets().length === 32);
-    let node = '';
-    for (let i = 0; !node; i++) {
-      await b.service.create(OPERATOR, `n${i}`);
-      if (await b.service.owns(`n${i}`)) node = `n${i}`;
-    }
+    // The buckets are split between the two: a node b pushes.
+    const { a, b, node } = await twoInstances('n');
     // Carol and Dave granted the bot their presence and follow the node by chat.
     for (const bare of ['carol@localhost', 'dave@localhost']) {
       await a.service.kv('bot.users').put(bare, { presence: 'subscribed', seq: 0, dropped: 0 });

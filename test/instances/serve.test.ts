@@ -42,6 +42,22 @@ async function post(origin: string, title: string): Promise<{ id: string; cursor
   return (await res.json()) as { id: string; cursor: string };
 }
 
+/** Subscribes the test's XMPP subscriber to `node` through the component (the domain the instances share). */
+function subscribeSub(node: string) {
+  return sub.iqCaller.request(
+    xml(
+      'iq',
+      { type: 'set', to: ctx.server.componentDomain },
+      xml(
+        'pubsub',
+        { xmlns: 'http://jabber.org/protocol/pubsub' },
+        xml('subscribe', { node, jid: 'sub@localhost/r' }),
+      ),
+    ),
+    30_000,
+  );
+}
+
 /** The whole feed through one instance, followed page by page from its start: a mirror of it. */
 async function mirror(origin: string): Promise<string[]> {
   const out: string[] = [];
@@ -106,18 +122,7 @@ beforeAll(async () => {
   await sub.start();
   await sub.send(xml('presence'));
   await post((procs[0] as (typeof procs)[number]).origin, 'first');
-  const reply = await sub.iqCaller.request(
-    xml(
-      'iq',
-      { type: 'set', to: ctx.server.componentDomain },
-      xml(
-        'pubsub',
-        { xmlns: 'http://jabber.org/protocol/pubsub' },
-        xml('subscribe', { node: NODE, jid: 'sub@localhost/r' }),
-      ),
-    ),
-    30_000,
-  );
+  const reply = await subscribeSub(NODE);
   expect(reply.attrs.type).toBe('result');
 }, 180_000);
 
@@ -200,18 +205,7 @@ describe(`three instances on one PostgreSQL database behind ${SERVER}`, () => {
     try {
       await other.create(OPERATOR, 'gone');
       await other.publish(OPERATOR, 'gone', { id: 'a', entry: entry('a') });
-      const reply = await sub.iqCaller.request(
-        xml(
-          'iq',
-          { type: 'set', to: ctx.server.componentDomain },
-          xml(
-            'pubsub',
-            { xmlns: 'http://jabber.org/protocol/pubsub' },
-            xml('subscribe', { node: 'gone', jid: 'sub@localhost/r' }),
-          ),
-        ),
-        30_000,
-      );
+      const reply = await subscribeSub('gone');
       expect(reply.attrs.type).toBe('result');
       await other.purge(OPERATOR, 'gone', { wait: true });
       // A purge's audience is read when it is told (a node deleted by then has none): wait for it.
