@@ -3,6 +3,7 @@ import { decodeHTML } from 'entities';
 import { createElement, type Element, escapeXML, parse } from 'ltx';
 import { ATOM_NS, TOMBSTONE_NS } from './atom.ts';
 import type { Item } from './model.ts';
+import { memoOf, type VersionMemo } from './versionMemo.ts';
 
 export const FANOUT_NS = 'http://fanout.org/protocol/atom';
 
@@ -44,6 +45,8 @@ interface Rendition {
   tombstone?: Piece;
   /** What its key and pieces hold, in bytes as pieceSize counts them. */
   size: number;
+  /** The version memo it is kept in, instead of this cache (versionMemo.ts). */
+  memo?: VersionMemo;
 }
 
 /**
@@ -102,6 +105,17 @@ export class Renditions {
   }
 
   private rendition(item: Item): Rendition {
+    // An item read with its version's memo keeps its rendition there, for as long as the engine
+    // holds the version (its bound counts it): found by one property lookup.
+    const memo = memoOf(item);
+    if (memo) {
+      let r = memo.rendition as Rendition | undefined;
+      if (!r) {
+        r = { entry: item.entry, size: 0, memo };
+        memo.rendition = r;
+      }
+      return r;
+    }
     const key = `${item.id}\u0000${item.created}\u0000${item.modified}\u0000${item.deleted ? 1 : 0}\u0000${item.publisher ?? '\u0001'}\u0000${item.entry.length}`;
     let r = this.cache.get(key);
     if (r) {
@@ -124,6 +138,10 @@ export class Renditions {
   /** Counts a piece `r` now holds; returns it. */
   private grow(r: Rendition, p: Piece): Piece {
     const size = pieceSize(p);
+    if (r.memo) {
+      r.memo.keep(size);
+      return p;
+    }
     r.size += size;
     this.bytes += size;
     this.evict();

@@ -2,6 +2,7 @@ import type { Component } from '@xmpp/component';
 import type { Element } from 'ltx';
 import { type BackoffOptions, backoffDelay, DEFAULT_BACKOFF } from '../backoff.ts';
 import type { Log } from '../log.ts';
+import type { XmlWriter } from './items.ts';
 
 export { type BackoffOptions, backoffDelay, DEFAULT_BACKOFF } from '../backoff.ts';
 
@@ -57,17 +58,26 @@ export function socketWriter(xmpp: Component): SocketWriter {
  */
 const CHUNK_CHARS = 32 * 1024;
 
-/** An element's XML as UTF-8, never built as one long string (see CHUNK_CHARS). */
+/**
+ * An element's XML as UTF-8, never built as one long string (see CHUNK_CHARS). Children encoded
+ * already (items.ts bytesElement: an item's version encoded once) go in as their bytes.
+ */
 export function xmlBytes(element: Element): Buffer {
   const chunks: Buffer[] = [];
   let text = '';
   // ltx hands over whole names, attribute values and texts, so no chunk splits a character.
-  element.write((piece) => {
+  const writer: XmlWriter = (piece) => {
     text += piece;
     if (text.length < CHUNK_CHARS) return;
     chunks.push(Buffer.from(text, 'utf8'));
     text = '';
-  });
+  };
+  writer.bytes = (bytes) => {
+    if (text !== '') chunks.push(Buffer.from(text, 'utf8'));
+    text = '';
+    chunks.push(bytes);
+  };
+  element.write(writer);
   if (chunks.length === 0) return Buffer.from(text, 'utf8');
   if (text !== '') chunks.push(Buffer.from(text, 'utf8'));
   return Buffer.concat(chunks);

@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { ATOM_NS } from '../../src/feed/atom.ts';
 import type { Item } from '../../src/feed/model.ts';
 import { Renditions } from '../../src/feed/renditions.ts';
+import { PageItem, VersionMemo } from '../../src/feed/versionMemo.ts';
 import { feedUrls, item } from './itemArbitrary.ts';
 import { activityItem, deletedEntry, entry } from './renditionsOracle.ts';
 
@@ -80,5 +81,34 @@ describe('Renditions', () => {
     const before = cached.heldBytes;
     cached.json(make(0));
     expect(cached.heldBytes).toBe(before);
+  });
+
+  it('keeps the rendition of an item with its version memo, not in its own cache, the same bytes', () => {
+    const cached = new Renditions();
+    const memoed = new Renditions();
+    fc.assert(
+      fc.property(item, feedUrls, (it, url) => {
+        const memo = new VersionMemo();
+        let kept = 0;
+        const counted = new VersionMemo((n) => {
+          kept += n;
+        });
+        for (const m of [memo, counted])
+          for (let round = 0; round < 2; round++) {
+            const withIt = new PageItem(it, it.cursor, m);
+            expect(memoed.json(withIt)).toBe(cached.json(it));
+            expect(memoed.atomEntry(withIt, url)).toBe(cached.atomEntry(it, url));
+          }
+        expect(memo.rendition).toBeDefined();
+        expect(kept).toBeGreaterThan(0);
+        // Asked again, nothing more is kept.
+        const before = kept;
+        memoed.json(new PageItem(it, it.cursor, counted));
+        expect(kept).toBe(before);
+      }),
+      { seed: 20_261_124, numRuns: 200 },
+    );
+    expect(memoed.size).toBe(0);
+    expect(memoed.heldBytes).toBe(0);
   });
 });

@@ -3,9 +3,10 @@
 import { describe, expect, it } from 'vitest';
 import { VersionCache } from '../../src/feed/engine/versions.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import type { ItemRecord } from '../../src/feed/model.ts';
+import type { Item, ItemRecord } from '../../src/feed/model.ts';
 import { encodeRecord } from '../../src/feed/record.ts';
 import { openMemoryStore } from '../../src/feed/store/memory.ts';
+import { memoOf, VersionMemo } from '../../src/feed/versionMemo.ts';
 import { entry, stored } from './support.ts';
 
 const rec = (m: number, ms: number, text: string): ItemRecord => ({ c: 1, cs: 1, m, ms, e: text, p: 'a@b' });
@@ -44,6 +45,61 @@ describe('VersionCache', () => {
     const big = new VersionCache(1_000);
     expect(big.decode(1, 'z', encodeRecord(rec(1, 1, text))).view.entry).toBe(text);
     expect(big.size).toBe(0);
+  });
+
+  it('counts what readers keep in a version memo against its bound', () => {
+    const cache = new VersionCache(20_000);
+    const text = `<e>${'x'.repeat(1000)}</e>`;
+    const first = cache.decode(1, 'i0', encodeRecord(rec(1, 1, text)));
+    const alone = cache.heldBytes;
+    first.memo.keep(5_000);
+    expect(cache.heldBytes).toBe(alone + 5_000);
+    for (let i = 1; i <= 40; i++) {
+      const v = cache.decode(1, `i${i}`, encodeRecord(rec(i + 1, i + 1, text)));
+      v.memo.keep(3_000);
+      expect(cache.heldBytes).toBeLessThanOrEqual(20_000);
+    }
+    // The first was evicted long ago: what it keeps now counts no more.
+    expect(cache.get(1, 'i0', 1, 1)).toBeUndefined();
+    const held = cache.heldBytes;
+    first.memo.keep(1_000);
+    expect(cache.heldBytes).toBe(held);
+  });
+});
+
+describe('items of a page read', () => {
+  it('carry their version memo, unseen by comparison, JSON and spread, the same for every read', async () => {
+    const engine = await FeedEngine.openStore(await openMemoryStore());
+    try {
+      await engine.createNode('n');
+      await engine.publish('n', { id: 'a', entry: entry('one') });
+      await engine.publish('n', { id: 'b', entry: entry('two') });
+      const [a1, b1] = (await engine.read('n', {})).items;
+      const [a2] = (await engine.read('n', { max: 1 })).items;
+      expect(memoOf(a1 as Item)).toBeInstanceOf(VersionMemo);
+      expect(memoOf(a2 as Item)).toBe(memoOf(a1 as Item));
+      expect(memoOf(b1 as Item)).not.toBe(memoOf(a1 as Item));
+      expect(Object.keys(a1 as Item).sort()).toEqual([
+        'created',
+        'cursor',
+        'deleted',
+        'entry',
+        'id',
+        'modified',
+        'publisher',
+      ]);
+      expect(a1).toEqual({ ...(a1 as Item) });
+      expect(memoOf({ ...(a1 as Item) })).toBeUndefined();
+      expect(JSON.parse(JSON.stringify(a1))).toEqual(JSON.parse(JSON.stringify({ ...(a1 as Item) })));
+      // A new version of the item has a memo of its own.
+      await engine.publish('n', { id: 'a', entry: entry('again') });
+      const again = (await engine.read('n', {})).items.find((i) => i.id === 'a') as Item;
+      expect(again.entry).toBe(stored('again'));
+      expect(memoOf(again)).toBeInstanceOf(VersionMemo);
+      expect(memoOf(again)).not.toBe(memoOf(a1 as Item));
+    } finally {
+      await engine.close();
+    }
   });
 });
 

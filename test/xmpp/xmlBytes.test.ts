@@ -1,7 +1,8 @@
 import xml from '@xmpp/xml';
 import fc from 'fast-check';
-import type { Element } from 'ltx';
+import { type Element, escapeXMLText } from 'ltx';
 import { describe, expect, it } from 'vitest';
+import { PageItem, VersionMemo } from '../../src/feed/versionMemo.ts';
 import { xmlBytes } from '../../src/xmpp/connection.ts';
 import { itemElement } from '../../src/xmpp/items.ts';
 
@@ -18,6 +19,10 @@ const tree: fc.Arbitrary<Element> = fc.letrec<{ el: Element }>((tie) => ({
     )
     .map(([n, attrs, children]) => xml(n, attrs, ...children)),
 })).el;
+
+/** An item as a page read gives it, with its version's memo. */
+const pageItem = (item: { id: string; publisher: string | undefined; entry: string }, memo: VersionMemo) =>
+  new PageItem({ ...item, created: 1, modified: 1, deleted: false }, '1_0_0', memo);
 
 describe('xmlBytes', () => {
   it('is the UTF-8 of the element as ltx serializes it', () => {
@@ -47,5 +52,39 @@ describe('xmlBytes', () => {
       }),
       { numRuns: 20 },
     );
+  });
+
+  it('writes an item encoded once in its version memo as those bytes, the same as its text', () => {
+    fc.assert(
+      fc.property(fc.array(fc.tuple(text, text), { minLength: 1, maxLength: 20 }), (pairs) => {
+        const plain = xml('items', { node: 'n' });
+        const memoed = xml('items', { node: 'n' });
+        const memos = pairs.map(() => new VersionMemo());
+        pairs.forEach(([id, body], i) => {
+          const item = { id, publisher: 'a@b', entry: `<entry>${escapeXMLText(body)}</entry>` };
+          plain.append(itemElement(item));
+          memoed.append(itemElement(pageItem(item, memos[i] as VersionMemo)));
+        });
+        const expected = Buffer.from(plain.toString(), 'utf8');
+        expect(xmlBytes(memoed).equals(expected)).toBe(true);
+        // The bytes are made once: the memo holds them, and a second reply writes the same.
+        expect(memos.every((m) => m.xmppItem !== undefined)).toBe(true);
+        const again = xml('items', { node: 'n' });
+        pairs.forEach(([id, body], i) => {
+          const item = { id, publisher: 'a@b', entry: `<entry>${escapeXMLText(body)}</entry>` };
+          again.append(itemElement(pageItem(item, memos[i] as VersionMemo)));
+        });
+        expect(xmlBytes(again).equals(expected)).toBe(true);
+        expect(again.toString()).toBe(plain.toString());
+      }),
+      { numRuns: 50 },
+    );
+  });
+
+  it('leaves out the payload of an item without it, memo or not', () => {
+    const memo = new VersionMemo();
+    const item = pageItem({ id: 'x', publisher: undefined, entry: '<entry>e</entry>' }, memo);
+    expect(xmlBytes(itemElement(item, false)).toString('utf8')).toBe("<item id='x'/>");
+    expect(memo.xmppItem).toBeUndefined();
   });
 });

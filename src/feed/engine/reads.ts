@@ -6,6 +6,7 @@ import type { Item, Page, ReadQuery } from '../model.ts';
 import type { PositionSpec } from '../positionSpec.ts';
 import { decodeRecord } from '../record.ts';
 import type { Snapshot, Cursor as StoreCursor } from '../store/store.ts';
+import { PageItem } from '../versionMemo.ts';
 import { cursors, type Entry, idKey, take, toSpec, upperBound } from './cursors.ts';
 import { ALL, resolveView, X_VIEW } from './filters.ts';
 import type { NodeRegistry } from './nodes.ts';
@@ -120,7 +121,7 @@ export class Reads {
       page,
       known === undefined ? undefined : firstStamp === scan.knownStamp ? known : [],
     );
-    const items = found.map((v, i) => ({ ...v.view, cursor: pageCursors[i] as string }));
+    const items = found.map((v, i) => new PageItem(v.view, pageCursors[i] as string, v.memo));
     const edges = await pageEdges(r, { ...scan, page, known }, truncated);
     return { items, total, ...edges, truncated };
   }

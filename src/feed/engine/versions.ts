@@ -1,5 +1,6 @@
 import type { Item, ItemRecord } from '../model.ts';
 import { decodeRecord, versionOfRecord } from '../record.ts';
+import { VersionMemo } from '../versionMemo.ts';
 import { xmlAttributeBytes } from './pageBudget.ts';
 import { itemView } from './state.ts';
 
@@ -10,6 +11,8 @@ export interface Version {
   /** For the page byte budget: UTF-8 bytes of the entry, and of the publisher escaped as an XML attribute. */
   entryBytes: number;
   publisherBytes: number;
+  /** What readers made of it (versionMemo.ts); what they keep there counts against the bound. */
+  memo: VersionMemo;
 }
 
 /** What a version costs the cache besides its strings (the entry, the map's key and objects). */
@@ -69,12 +72,13 @@ export class VersionCache {
   }
 
   private add(nid: number, id: string, rec: ItemRecord): Version {
+    const key = versionKey(nid, id, rec.m, rec.ms);
     const version: Version = {
       view: itemView(id, rec),
       entryBytes: Buffer.byteLength(rec.e, 'utf8'),
       publisherBytes: rec.p === undefined ? 0 : xmlAttributeBytes(rec.p),
+      memo: new VersionMemo((n) => this.grow(key, version, n)),
     };
-    const key = versionKey(nid, id, rec.m, rec.ms);
     const bytes = 2 * (key.length + rec.e.length + (rec.p?.length ?? 0)) + VERSION_OVERHEAD;
     if (bytes > this.maxBytes) return version;
     const old = this.map.get(key);
@@ -82,12 +86,26 @@ export class VersionCache {
     this.map.delete(key);
     this.map.set(key, { version, bytes });
     this.bytes += bytes;
+    this.evict();
+    return version;
+  }
+
+  /** Counts what a reader kept in a held version's memo (one evicted already counts no more). */
+  private grow(key: string, version: Version, n: number): void {
+    const held = this.map.get(key);
+    if (held?.version !== version) return;
+    held.bytes += n;
+    this.bytes += n;
+    this.evict();
+  }
+
+  /** Drops the least recently used versions past the bound. */
+  private evict(): void {
     for (const [k, e] of this.map) {
       if (this.bytes <= this.maxBytes) break;
       this.map.delete(k);
       this.bytes -= e.bytes;
     }
-    return version;
   }
 }
 
