@@ -5,16 +5,31 @@ import { indexKey, itemKey, stampOfIndexKey } from '../keys.ts';
 import type { ItemRecord } from '../model.ts';
 import { type PositionSpec, parsePositionSpec } from '../positionSpec.ts';
 import { decodeRecord } from '../record.ts';
-import type { Snapshot, Store, Cursor as StoreCursor } from '../store/store.ts';
+import type {
+  Range,
+  Snapshot,
+  Store,
+  Cursor as StoreCursor,
+  StoreReader,
+  TextCursor,
+} from '../store/store.ts';
 import { type NodeState, recordStamp } from './state.ts';
 
+/** A cursor over index entries: their values are item ids, as text where the store offers it. */
+export type IndexCursor = StoreCursor | TextCursor;
+
+export function indexCursor(reader: StoreReader, range: Range): IndexCursor {
+  return reader.textCursor ? reader.textCursor(range) : reader.cursor(range);
+}
+
 /** Reads up to `n` more entries from an index cursor (fewer only at its end). */
-export async function take(it: StoreCursor, n: number): Promise<Entry[]> {
+export async function take(it: IndexCursor, n: number): Promise<Entry[]> {
   const out: Entry[] = [];
   while (out.length < n) {
     const got = await it.next(n - out.length);
     if (got.length === 0) break;
-    for (const [key, value] of got) out.push({ key, id: value.toString('utf8') });
+    for (const [key, value] of got)
+      out.push({ key, id: typeof value === 'string' ? value : value.toString('utf8') });
   }
   return out;
 }

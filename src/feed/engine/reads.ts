@@ -5,9 +5,18 @@ import { indexKey, indexRange, itemKey, metaKey, seqOfIndexKey, stampOfIndexKey 
 import type { Item, Page, ReadQuery } from '../model.ts';
 import type { PositionSpec } from '../positionSpec.ts';
 import { decodeRecord } from '../record.ts';
-import type { Snapshot, Cursor as StoreCursor } from '../store/store.ts';
+import type { Snapshot } from '../store/store.ts';
 import { PageItem } from '../versionMemo.ts';
-import { cursors, type Entry, idKey, take, toSpec, upperBound } from './cursors.ts';
+import {
+  cursors,
+  type Entry,
+  type IndexCursor,
+  idKey,
+  indexCursor,
+  take,
+  toSpec,
+  upperBound,
+} from './cursors.ts';
 import { ALL, resolveView, X_VIEW } from './filters.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { itemBytes, itemsWithinBudget } from './pageBudget.ts';
@@ -245,7 +254,7 @@ async function scanForward(r: PageRead): Promise<Scan> {
   }
   const scan = emptyScan();
   // Not bounded by `until`: resolving `since` may read past it (an `until` before `since`).
-  const it = snapshot.cursor({ gte: start, lt: range.end });
+  const it = indexCursor(snapshot, { gte: start, lt: range.end });
   try {
     // Usually one read: the cursor's group up to it (or some of the id's group), then the page.
     const lead = await readLead(it, since, max, after);
@@ -265,7 +274,7 @@ async function scanForward(r: PageRead): Promise<Scan> {
 
 /** The first entries of a forward walk: up to and past `since`, and a page's worth. */
 async function readLead(
-  it: StoreCursor,
+  it: IndexCursor,
   since: PositionSpec | undefined,
   max: number,
   after: Buffer | undefined,
@@ -298,7 +307,7 @@ async function readLead(
  * reads as time:T.
  */
 async function skipSince(
-  it: StoreCursor,
+  it: IndexCursor,
   since: PositionSpec | undefined,
   after: Buffer | undefined,
   lead: { got: Entry[]; ended: boolean },
@@ -339,7 +348,7 @@ async function skipSince(
 async function scanBackward(r: PageRead): Promise<Scan> {
   const { snapshot, range, upper, max } = r;
   const scan = emptyScan();
-  const it = snapshot.cursor({ gte: range.start, lt: upper.key, reverse: true });
+  const it = indexCursor(snapshot, { gte: range.start, lt: upper.key, reverse: true });
   try {
     const got = await take(it, max + 1);
     scan.more = got.length > max;

@@ -1,9 +1,9 @@
 import { ClassicLevel } from 'classic-level';
 import { StorageError } from '../errors.ts';
-import type { Cursor, Entry, Op, Range, Snapshot, Store, StoreReader } from './store.ts';
+import type { Cursor, Entry, Op, Range, Snapshot, Store, StoreReader, TextCursor } from './store.ts';
 
 type LevelSnapshot = { close(): Promise<void> };
-type LevelOptions = Range & { snapshot?: LevelSnapshot };
+type LevelOptions = Range & { snapshot?: LevelSnapshot; valueEncoding?: 'utf8' };
 interface LevelIterator<T> {
   nextv(n: number): Promise<T[]>;
   all(): Promise<T[]>;
@@ -80,6 +80,18 @@ class LevelReader implements StoreReader {
     const it = this.db.iterator(levelRange(range, this.snap));
     return {
       next: (n) => it.nextv(n) as Promise<Entry[]>,
+      close: () => it.close(),
+    };
+  }
+
+  textCursor(range: Range): TextCursor {
+    // abstract-level decodes values as asked per iterator; its types know one encoding per database.
+    const it = this.db.iterator({
+      ...levelRange(range, this.snap),
+      valueEncoding: 'utf8',
+    }) as unknown as LevelIterator<[Buffer, string]>;
+    return {
+      next: (n) => it.nextv(n),
       close: () => it.close(),
     };
   }

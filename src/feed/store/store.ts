@@ -42,6 +42,18 @@ export interface StoreReader {
   keys(range: Range): Promise<Buffer[]>;
   values(range: Range): Promise<Buffer[]>;
   cursor(range: Range): Cursor;
+  /**
+   * The same with each value as UTF-8 text, where the store makes text cheaper than a Buffer (a
+   * LevelDB page read makes 50 fewer Buffers: index values are item ids). Optional: `cursor` and
+   * decoding do the same.
+   */
+  textCursor?(range: Range): TextCursor;
+}
+
+/** A cursor whose values are UTF-8 text. */
+export interface TextCursor {
+  next(n: number): Promise<[key: Buffer, value: string][]>;
+  close(): Promise<void>;
 }
 
 /** The store as it was when the snapshot was taken, whatever is written after. */
