@@ -58,11 +58,18 @@ export function socketWriter(xmpp: Component): SocketWriter {
  */
 const CHUNK_CHARS = 32 * 1024;
 
-/**
- * An element's XML as UTF-8, never built as one long string (see CHUNK_CHARS). Children encoded
- * already (items.ts bytesElement: an item's version encoded once) go in as their bytes.
- */
+/** An element's XML as UTF-8 in one buffer (xmlChunks put together). */
 export function xmlBytes(element: Element): Buffer {
+  const chunks = xmlChunks(element);
+  return chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
+}
+
+/**
+ * An element's XML as UTF-8 chunks, never built as one long string (see CHUNK_CHARS). Children
+ * encoded already (items.ts bytesElement: an item's version encoded once) are chunks of their own,
+ * written as they are (a page's items are not copied into one buffer first).
+ */
+export function xmlChunks(element: Element): Buffer[] {
   const chunks: Buffer[] = [];
   let text = '';
   // ltx hands over whole names, attribute values and texts, so no chunk splits a character.
@@ -78,15 +85,14 @@ export function xmlBytes(element: Element): Buffer {
     chunks.push(bytes);
   };
   element.write(writer);
-  if (chunks.length === 0) return Buffer.from(text, 'utf8');
-  if (text !== '') chunks.push(Buffer.from(text, 'utf8'));
-  return Buffer.concat(chunks);
+  if (text !== '' || chunks.length === 0) chunks.push(Buffer.from(text, 'utf8'));
+  return chunks;
 }
 
 const STANZAS = new Set(['iq', 'message', 'presence']);
 
 /**
- * Makes send() write each element as xmlBytes: what @xmpp/component's send() does (a stanza
+ * Makes send() write each element as its xmlChunks: what @xmpp/component's send() does (a stanza
  * without `from` gets the component's JID; refused while the stream closes; 'send' once the
  * socket took it), but not through one string. Every reply goes through it, pages of items too.
  */
@@ -96,9 +102,14 @@ export function sendInChunks(xmpp: Component): void {
       element.attrs.from = xmpp.jid.toString();
     const socket = xmpp.socket;
     if (!socket || xmpp.status === 'closing') throw new Error('Connection is closing');
-    const bytes = xmlBytes(element);
+    const chunks = xmlChunks(element);
     await new Promise<void>((resolve, reject) => {
-      socket.write(bytes, (e) => (e ? reject(e) : resolve()));
+      // Corked, the chunks leave in one writev, after anything written before them.
+      socket.cork();
+      const last = chunks.length - 1;
+      for (let i = 0; i < last; i++) socket.write(chunks[i] as Buffer);
+      socket.write(chunks[last] as Buffer, (e) => (e ? reject(e) : resolve()));
+      socket.uncork();
     });
     xmpp.emit('send', element);
   };
