@@ -28,7 +28,9 @@ export function encodeRecord(rec: ItemRecord): Buffer {
     (publisher ? 2 + publisher.length : 0) +
     (atomId ? 2 + atomId.length : 0) +
     (views ? 4 + views.length : 0);
-  const buf = Buffer.allocUnsafe(head + Buffer.byteLength(rec.e, 'utf8'));
+  // Not from Buffer's shared pool: the version cache keeps a view of the entry, which would keep
+  // the pool's whole 8 KiB slab alive.
+  const buf = Buffer.allocUnsafeSlow(head + Buffer.byteLength(rec.e, 'utf8'));
   buf[0] = VERSION;
   buf[1] =
     (rec.d === 1 ? DELETED : 0) |
@@ -69,6 +71,33 @@ function viewsOf(rec: ItemRecord): Buffer | undefined {
 export function versionOfRecord(buf: Buffer): { m: number; ms: number } | undefined {
   if (buf[0] !== VERSION || buf.length < FIXED) return undefined;
   return { m: buf.readDoubleBE(18), ms: buf.readDoubleBE(26) };
+}
+
+/**
+ * The entry of a record as the UTF-8 bytes it holds (a view of `buf`, no copy), so a reader that
+ * writes bytes never encodes it again; for older formats, encoded from the decoded text.
+ */
+export function entryBytesOf(buf: Buffer, rec: ItemRecord): Buffer {
+  if (buf[0] !== VERSION) return Buffer.from(rec.e, 'utf8');
+  return buf.subarray(entryStart(buf));
+}
+
+/** Where the entry starts in a record of version 2: past its header's optional parts. */
+function entryStart(buf: Buffer): number {
+  if (buf.length < FIXED) throw new Error('truncated item record');
+  const flags = buf[1] as number;
+  let at = FIXED;
+  for (const flag of [HAS_PUBLISHER, HAS_ATOM_ID]) {
+    if (!(flags & flag)) continue;
+    if (at + 2 > buf.length) throw new Error('truncated item record');
+    at += 2 + buf.readUInt16BE(at);
+  }
+  if (flags & HAS_VIEWS) {
+    if (at + 4 > buf.length) throw new Error('truncated item record');
+    at += 4 + buf.readUInt32BE(at);
+  }
+  if (at > buf.length) throw new Error('truncated item record');
+  return at;
 }
 
 /** Decodes a record; throws on bytes that are no record. */

@@ -1,7 +1,7 @@
 import type { Item } from './model.ts';
 
 /**
- * What readers make of one item version (its JSON, its Atom form, its XMPP `<item>` bytes), kept
+ * What readers make of one item version (its JSON, its Atom form; its entry as UTF-8 comes with it), kept
  * with the version for as long as the engine's version cache holds it (engine/versions.ts). An
  * item of a page read carries its version's memo, so a binding finds what an earlier read made
  * by a property lookup: no key to build, no entry to compare. A version never changes once
@@ -10,11 +10,15 @@ import type { Item } from './model.ts';
 export class VersionMemo {
   /** Owned by src/feed/renditions.ts: the JSON and Atom pieces of HTTP pages. */
   rendition: unknown;
-  /** Owned by src/xmpp/items.ts: the `<item>` of replies with their payload, as UTF-8. */
-  xmppItem: Buffer | undefined;
 
-  /** `held`: told the bytes kept here (two a character, one a byte), for the holder's bound. */
-  constructor(private readonly held: (bytes: number) => void = () => undefined) {}
+  /**
+   * `entry`: the version's entry as UTF-8, as its record holds it (written as is: XMPP replies);
+   * `held`: told the bytes kept here (two a character, one a byte), for the holder's bound.
+   */
+  constructor(
+    readonly entry: Buffer,
+    private readonly held: (bytes: number) => void = () => undefined,
+  ) {}
 
   /** Counts what a reader keeps in this memo against the version cache's bound. */
   keep(bytes: number): void {

@@ -8,9 +8,13 @@ import { memoOf } from '../feed/versionMemo.ts';
  * stored as serialized XML, and the fan-out writes text), then handed to ltx as a raw child.
  */
 export function itemXml(item: Pick<Item, 'id' | 'publisher' | 'entry'>, payload: boolean): string {
+  return payload ? `${itemStart(item)}>${item.entry}</item>` : `${itemStart(item)}/>`;
+}
+
+/** `<item` and its attributes, unclosed. */
+function itemStart(item: Pick<Item, 'id' | 'publisher'>): string {
   const publisher = item.publisher === undefined ? '' : ` publisher='${escapeXML(item.publisher)}'`;
-  const id = escapeXML(item.id);
-  return payload ? `<item id='${id}'${publisher}>${item.entry}</item>` : `<item id='${id}'${publisher}/>`;
+  return `<item id='${escapeXML(item.id)}'${publisher}`;
 }
 
 /** An ltx writer; xmlBytes' also takes bytes encoded already (see bytesElement). */
@@ -21,25 +25,24 @@ export function rawElement(text: string): Element {
   return { write: (w: XmlWriter) => w(text), toString: () => text } as unknown as Element;
 }
 
-/** The same, as UTF-8 already: a writer that takes bytes gets them as they are, others the text. */
-export function bytesElement(bytes: Buffer): Element {
-  const text = () => bytes.toString('utf8');
-  return {
-    write: (w: XmlWriter) => (w.bytes ? w.bytes(bytes) : w(text())),
-    toString: text,
-  } as unknown as Element;
-}
-
 /**
- * An item as an ltx child of a reply. An item fresh from a page read has its version's memo: its
- * `<item>` with the payload is encoded once there and written as those bytes by every later read.
+ * An item as an ltx child of a reply. An item fresh from a page read has its version's memo,
+ * which holds its entry as UTF-8 (a view of its record): a writer that takes bytes gets the entry
+ * as those bytes, never encoded again, between its `<item>` tags as text.
  */
 export function itemElement(item: Pick<Item, 'id' | 'publisher' | 'entry'>, payload = true): Element {
   const memo = payload ? memoOf(item) : undefined;
   if (!memo) return rawElement(itemXml(item, payload));
-  if (!memo.xmppItem) {
-    memo.xmppItem = Buffer.from(itemXml(item, true), 'utf8');
-    memo.keep(memo.xmppItem.length);
-  }
-  return bytesElement(memo.xmppItem);
+  const { entry } = memo;
+  const head = `${itemStart(item)}>`;
+  const text = () => `${head}${item.entry}</item>`;
+  return {
+    write: (w: XmlWriter) => {
+      if (!w.bytes) return w(text());
+      w(head);
+      w.bytes(entry);
+      w('</item>');
+    },
+    toString: text,
+  } as unknown as Element;
 }

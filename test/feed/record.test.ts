@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { ItemRecord } from '../../src/feed/model.ts';
-import { decodeRecord, encodeRecord } from '../../src/feed/record.ts';
+import { decodeRecord, encodeRecord, entryBytesOf } from '../../src/feed/record.ts';
 
 const stamp = fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const record: fc.Arbitrary<ItemRecord> = fc
@@ -28,6 +28,23 @@ describe('item records', () => {
       }),
       { numRuns: 2000 },
     );
+  });
+
+  it('hold their entry as UTF-8 where entryBytesOf finds it, views or not', () => {
+    const terms = fc.array(fc.string({ unit: 'grapheme', maxLength: 12 }), { maxLength: 4 });
+    const withViews = fc
+      .tuple(record, fc.option(terms), fc.option(terms))
+      .map(([rec, k, au]): ItemRecord => ({ ...rec, ...(k ? { k } : {}), ...(au ? { au } : {}) }));
+    fc.assert(
+      fc.property(withViews, (rec) => {
+        const buf = encodeRecord(rec);
+        expect(entryBytesOf(buf, rec).equals(Buffer.from(rec.e, 'utf8'))).toBe(true);
+      }),
+      { numRuns: 1000 },
+    );
+    // A record of an earlier format (one JSON object) gives its entry encoded.
+    const old: ItemRecord = { c: 1, cs: 1, m: 1, ms: 1, e: '<é/>' };
+    expect(entryBytesOf(Buffer.from(JSON.stringify(old)), old).toString('utf8')).toBe('<é/>');
   });
 
   it('of the earlier formats are still read', () => {

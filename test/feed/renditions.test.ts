@@ -88,9 +88,9 @@ describe('Renditions', () => {
     const memoed = new Renditions();
     fc.assert(
       fc.property(item, feedUrls, (it, url) => {
-        const memo = new VersionMemo();
+        const memo = new VersionMemo(Buffer.from(it.entry));
         let kept = 0;
-        const counted = new VersionMemo((n) => {
+        const counted = new VersionMemo(Buffer.from(it.entry), (n) => {
           kept += n;
         });
         for (const m of [memo, counted])

@@ -79,6 +79,8 @@ describe('items of a page read', () => {
       expect(memoOf(a1 as Item)).toBeInstanceOf(VersionMemo);
       expect(memoOf(a2 as Item)).toBe(memoOf(a1 as Item));
       expect(memoOf(b1 as Item)).not.toBe(memoOf(a1 as Item));
+      // The memo holds the entry as UTF-8, from the record as committed.
+      expect(memoOf(b1 as Item)?.entry.toString('utf8')).toBe(stored('two'));
       expect(Object.keys(a1 as Item).sort()).toEqual([
         'created',
         'cursor',
@@ -97,6 +99,10 @@ describe('items of a page read', () => {
       expect(again.entry).toBe(stored('again'));
       expect(memoOf(again)).toBeInstanceOf(VersionMemo);
       expect(memoOf(again)).not.toBe(memoOf(a1 as Item));
+      // Read from the store by a fresh engine, the same bytes.
+      const fresh = new VersionCache();
+      const rec = { c: 1, cs: 1, m: 2, ms: 2, e: stored('é'), p: 'p@x' };
+      expect(fresh.decode(1, 'z', encodeRecord(rec)).memo.entry.toString('utf8')).toBe(stored('é'));
     } finally {
       await engine.close();
     }

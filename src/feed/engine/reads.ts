@@ -65,7 +65,7 @@ export class Reads {
     private readonly nodes: NodeRegistry,
   ) {
     // A version just written is the one most likely read next (a reader following the feed).
-    s.versionCommitted = (nid, id, rec) => this.versions.put(nid, id, rec);
+    s.versionCommitted = (nid, id, rec, value) => this.versions.put(nid, id, rec, value);
   }
 
   /**

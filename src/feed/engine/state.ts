@@ -105,7 +105,7 @@ export class EngineState {
   readonly writeGates = new Set<() => Promise<void>>();
   closing = false;
   /** Told of each item version once it is committed (the reads keep it decoded for pages). */
-  versionCommitted: (nid: number, id: string, rec: ItemRecord) => void = () => {};
+  versionCommitted: (nid: number, id: string, rec: ItemRecord, value: Buffer) => void = () => {};
 
   constructor(
     readonly store: Store,

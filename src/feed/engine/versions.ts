@@ -1,5 +1,5 @@
 import type { Item, ItemRecord } from '../model.ts';
-import { decodeRecord, versionOfRecord } from '../record.ts';
+import { decodeRecord, entryBytesOf, versionOfRecord } from '../record.ts';
 import { VersionMemo } from '../versionMemo.ts';
 import { xmlAttributeBytes } from './pageBudget.ts';
 import { itemView } from './state.ts';
@@ -54,7 +54,8 @@ export class VersionCache {
       const held = this.get(nid, id, at.m, at.ms);
       if (held) return held;
     }
-    return this.add(nid, id, decodeRecord(buf));
+    const rec = decodeRecord(buf);
+    return this.add(nid, id, rec, entryBytesOf(buf, rec));
   }
 
   /** Held versions and their bytes (for tests). */
@@ -66,20 +67,21 @@ export class VersionCache {
     return this.bytes;
   }
 
-  /** Keeps a version as it was committed, so that its first read finds it decoded. */
-  put(nid: number, id: string, rec: ItemRecord): void {
-    this.add(nid, id, rec);
+  /** Keeps a version as it was committed (`value`: its record), so that its first read finds it decoded. */
+  put(nid: number, id: string, rec: ItemRecord, value: Buffer): void {
+    this.add(nid, id, rec, entryBytesOf(value, rec));
   }
 
-  private add(nid: number, id: string, rec: ItemRecord): Version {
+  private add(nid: number, id: string, rec: ItemRecord, entry: Buffer): Version {
     const key = versionKey(nid, id, rec.m, rec.ms);
     const version: Version = {
       view: itemView(id, rec),
-      entryBytes: Buffer.byteLength(rec.e, 'utf8'),
+      entryBytes: entry.length,
       publisherBytes: rec.p === undefined ? 0 : xmlAttributeBytes(rec.p),
-      memo: new VersionMemo((n) => this.grow(key, version, n)),
+      memo: new VersionMemo(entry, (n) => this.grow(key, version, n)),
     };
-    const bytes = 2 * (key.length + rec.e.length + (rec.p?.length ?? 0)) + VERSION_OVERHEAD;
+    // The entry's bytes are a view of its record: the record is what is held.
+    const bytes = 2 * (key.length + rec.e.length + (rec.p?.length ?? 0)) + entry.length + VERSION_OVERHEAD;
     if (bytes > this.maxBytes) return version;
     const old = this.map.get(key);
     if (old) this.bytes -= old.bytes;

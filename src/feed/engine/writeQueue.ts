@@ -21,7 +21,8 @@ import {
 /** A computed round: its operations, the writes that change something, and those that do not. */
 interface Round {
   ops: Op[];
-  written: { w: QueuedWrite; change: Change; rec: ItemRecord }[];
+  /** `value`: the record as written. */
+  written: { w: QueuedWrite; change: Change; rec: ItemRecord; value: Buffer }[];
   unchanged: { w: QueuedWrite; change: Change }[];
 }
 
@@ -200,8 +201,8 @@ export class WriteQueue {
         w.reject(e as Error);
         continue;
       }
-      const { change, rec } = computed;
-      if (rec) round.written.push({ w, change, rec });
+      const { change, rec, value } = computed;
+      if (rec && value) round.written.push({ w, change, rec, value });
       else round.unchanged.push({ w, change });
     }
     return round;
@@ -258,7 +259,7 @@ export class WriteQueue {
       return;
     }
     for (const change of missed) this.s.emit(change);
-    for (const { w, rec } of round.written) this.s.versionCommitted(st.nid, w.id, rec);
+    for (const { w, rec, value } of round.written) this.s.versionCommitted(st.nid, w.id, rec, value);
     for (const { change } of round.written) this.s.emit(change);
     this.acknowledge(st, round.written);
     for (const { w, change } of round.unchanged) w.resolve(change);
@@ -277,7 +278,7 @@ export class WriteQueue {
       .add(
         ops,
         () => {
-          for (const { w, rec } of written) this.s.versionCommitted(st.nid, w.id, rec);
+          for (const { w, rec, value } of written) this.s.versionCommitted(st.nid, w.id, rec, value);
           for (const { change } of written) this.s.emit(change);
         },
         this.metaOp(st),
@@ -317,7 +318,7 @@ export class WriteQueue {
     old: ItemRecord | undefined,
     /** Where the write's operations are appended. */
     ops: Op[],
-  ): { change: Change; rec?: ItemRecord } {
+  ): { change: Change; rec?: ItemRecord; value?: Buffer } {
     const { id } = w;
     if (!old && w.missing) throw w.missing();
     // A new version always leaves its old stamp, so that no cursor names it twice: see the note in
@@ -372,6 +373,6 @@ export class WriteQueue {
         },
       },
     };
-    return { change, rec };
+    return { change, rec, value };
   }
 }
