@@ -28,6 +28,10 @@ describe('VersionCache', () => {
       expect(cache.get(nid, id, m, ms)).toBeUndefined();
     // Another version of the item is decoded from its own bytes.
     expect(cache.decode(1, 'x', encodeRecord(rec(6, 8, '<b/>'))).view.entry).toBe('<b/>');
+    // One version of an item is held at a time: the last decoded.
+    expect(cache.get(1, 'x', 6, 8)?.view.entry).toBe('<b/>');
+    expect(cache.get(1, 'x', 5, 7)).toBeUndefined();
+    expect(cache.size).toBe(1);
   });
 
   it('stays within its bound, dropping the least recently used first', () => {

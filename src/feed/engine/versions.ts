@@ -28,9 +28,11 @@ export const VERSION_CACHE_BYTES = 24 * 1024 * 1024;
  * order finds its items from the index alone, without reading their records. Each entry is stored
  * under the version of the record it was decoded from, so the cache can never answer what the
  * store does not hold. Per engine, not per process: two stores may use the same node numbers.
+ * One version of an item is held at a time (the last decoded), under its node and id, so a lookup
+ * builds no key from the stamps: most reads want the newest, and an older one is decoded again.
  */
 export class VersionCache {
-  private readonly map = new Map<string, { version: Version; bytes: number }>();
+  private readonly map = new Map<string, Held>();
   private bytes = 0;
 
   /** `maxBytes`: what the entries may hold, counting two bytes a character and an overhead each. */
@@ -38,9 +40,9 @@ export class VersionCache {
 
   /** The version the modified index names (its key's stamp and sequence), when held. */
   get(nid: number, id: string, stamp: number, seq: number): Version | undefined {
-    const key = versionKey(nid, id, stamp, seq);
+    const key = itemKeyOf(nid, id);
     const hit = this.map.get(key);
-    if (!hit) return undefined;
+    if (hit?.stamp !== stamp || hit.seq !== seq) return undefined;
     // Most recently used last: the Map's order is the eviction order.
     this.map.delete(key);
     this.map.set(key, hit);
@@ -73,7 +75,7 @@ export class VersionCache {
   }
 
   private add(nid: number, id: string, rec: ItemRecord, entry: Buffer): Version {
-    const key = versionKey(nid, id, rec.m, rec.ms);
+    const key = itemKeyOf(nid, id);
     const version: Version = {
       view: itemView(id, rec),
       entryBytes: entry.length,
@@ -86,7 +88,7 @@ export class VersionCache {
     const old = this.map.get(key);
     if (old) this.bytes -= old.bytes;
     this.map.delete(key);
-    this.map.set(key, { version, bytes });
+    this.map.set(key, { version, bytes, stamp: rec.m, seq: rec.ms });
     this.bytes += bytes;
     this.evict();
     return version;
@@ -111,6 +113,15 @@ export class VersionCache {
   }
 }
 
-function versionKey(nid: number, id: string, stamp: number, seq: number): string {
-  return `${nid}:${stamp}:${seq}:${id}`;
+/** A held version, with the modified stamp and sequence that name it. */
+interface Held {
+  version: Version;
+  bytes: number;
+  stamp: number;
+  seq: number;
+}
+
+/** The node and id of an item; digits and a NUL never run into the id, whatever it holds. */
+function itemKeyOf(nid: number, id: string): string {
+  return `${nid}\u0000${id}`;
 }
