@@ -53,14 +53,16 @@ interface Rendition {
  * A bounded LRU of renditions keyed by everything they are made of (the id, both stamps, the
  * deleted flag, the publisher and the entry's length) and checked against the entry itself, so a
  * rendition never serves another version, whatever happens to the node: nothing needs
- * invalidating. (A short key and one comparison cost less than hashing the whole entry.)
+ * invalidating. (A short key and one comparison cost less than hashing the whole entry.) Items
+ * of a page read keep theirs in their version's memo instead (versionMemo.ts): this cache serves
+ * the others (notifications, items asked by id, summaries).
  */
 export class Renditions {
   private readonly cache = new Map<string, Rendition>();
   private bytes = 0;
 
   /** `maxBytes`: about what the cached strings (two bytes a character, keys included) and bytes may hold. */
-  constructor(private readonly maxBytes = 64 * 1024 * 1024) {}
+  constructor(private readonly maxBytes = 24 * 1024 * 1024) {}
 
   /** The ActivityStreams item (src/http/collection.ts) as JSON, for this feed's cursor. */
   json(item: Item): string {
