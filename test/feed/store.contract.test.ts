@@ -2,6 +2,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { indexCursor, take } from '../../src/feed/engine/cursors.ts';
 import { StorageError } from '../../src/feed/errors.ts';
 import { openLevelStore } from '../../src/feed/store/level.ts';
 import { openMemoryStore } from '../../src/feed/store/memory.ts';
@@ -51,7 +52,7 @@ const KEYS = [
   b(0xff, 0xff),
 ];
 
-describe.each(implementations)('$name store', ({ open }) => {
+describe.each(implementations)('$name store', ({ name, open }) => {
   let store: Store;
   let done: () => Promise<void>;
   let closed: boolean;
@@ -130,6 +131,27 @@ describe.each(implementations)('$name store', ({ open }) => {
     const early = store.cursor({});
     expect((await early.next(1)).length).toBe(1);
     await early.close();
+  });
+
+  it('gives index walks their values as text, by its text cursor where it has one, in a snapshot too', async () => {
+    const texts = ['i1', 'é', '😀 x', ''];
+    await store.write(texts.map((t, i) => put(b(0x10, i), Buffer.from(t, 'utf8'))));
+    const snapshot = store.snapshot();
+    await store.write([put(b(0x10, 0), Buffer.from('later'))]);
+    for (const reader of [store, snapshot])
+      for (const reverse of [false, true]) {
+        const cursor = indexCursor(reader, { gte: b(0x10), lt: b(0x11), reverse });
+        const got = [...(await take(cursor, 3)), ...(await take(cursor, 3))];
+        await cursor.close();
+        const want = texts.map((t, i) => [
+          b(0x10, i).toString('hex'),
+          reader === store && i === 0 ? 'later' : t,
+        ]);
+        expect(got.map((e) => [e.key.toString('hex'), e.id])).toEqual(reverse ? want.reverse() : want);
+      }
+    await snapshot.close();
+    // LevelDB (on disk and in memory) skips making a Buffer per value; PostgreSQL decodes them.
+    expect(typeof store.textCursor).toBe(name === 'PostgreSQL' ? 'undefined' : 'function');
   });
 
   it('gets many keys in the order asked', async () => {
