@@ -107,6 +107,13 @@ describe('items of a page read', () => {
       const fresh = new VersionCache();
       const rec = { c: 1, cs: 1, m: 2, ms: 2, e: stored('é'), p: 'p@x' };
       expect(fresh.decode(1, 'z', encodeRecord(rec)).memo.entry.toString('utf8')).toBe(stored('é'));
+      // A record that is a slice of larger memory (a driver's pool) is not kept as a view of it.
+      const pool = Buffer.alloc(64 * 1024);
+      const bytes = encodeRecord({ ...rec, m: 3, ms: 3 });
+      bytes.copy(pool, 1000);
+      const sliced = fresh.decode(1, 'z', pool.subarray(1000, 1000 + bytes.length)).memo.entry;
+      expect(sliced.toString('utf8')).toBe(stored('é'));
+      expect(sliced.buffer.byteLength).toBeLessThan(4096 + sliced.length + 1);
     } finally {
       await engine.close();
     }

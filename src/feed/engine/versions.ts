@@ -61,7 +61,7 @@ export class VersionCache {
       if (held) return held;
     }
     const rec = decodeRecord(buf);
-    return this.add(nid, id, rec, entryBytesOf(buf, rec));
+    return this.add(nid, id, rec, held(entryBytesOf(buf, rec)));
   }
 
   /** Held versions and their bytes (for tests). */
@@ -75,7 +75,7 @@ export class VersionCache {
 
   /** Keeps a version as it was committed (`value`: its record), so that its first read finds it decoded. */
   put(nid: number, id: string, rec: ItemRecord, value: Buffer): void {
-    this.add(nid, id, rec, entryBytesOf(value, rec));
+    this.add(nid, id, rec, held(entryBytesOf(value, rec)));
   }
 
   private add(nid: number, id: string, rec: ItemRecord, entry: Buffer): Version {
@@ -116,6 +116,21 @@ export class VersionCache {
     }
   }
 }
+
+/**
+ * The entry's bytes as the cache may keep them: a view of its own record as is (LevelDB gives each
+ * value its own memory, and records are written so), a copy when the record is a slice of larger
+ * memory (a driver's shared pool): a kept view would keep all of that alive.
+ */
+function held(entry: Buffer): Buffer {
+  if (entry.buffer.byteLength <= entry.length + OWN_RECORD_SLACK) return entry;
+  const own = Buffer.allocUnsafeSlow(entry.length);
+  entry.copy(own);
+  return own;
+}
+
+/** Room a record's own memory has besides its entry: its header, publisher, Atom id and views. */
+const OWN_RECORD_SLACK = 4096;
 
 /** A held version, with the modified stamp and sequence that name it. */
 interface Held {
