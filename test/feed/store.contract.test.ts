@@ -154,6 +154,24 @@ describe.each(implementations)('$name store', ({ name, open }) => {
     expect(typeof store.textCursor).toBe(name === 'PostgreSQL' ? 'undefined' : 'function');
   });
 
+  it('reads one key at once where it can, as it was in a snapshot', async () => {
+    const snapshot = store.snapshot();
+    await store.write([put(b(0x01), b(9)), put(b(0x40))]);
+    for (const [reader, want] of [
+      [store, { one: b(9), new: b(0x40) }],
+      [snapshot, { one: b(0x01), new: undefined }],
+    ] as const) {
+      // Without getSync, getMany answers as getSync would.
+      const read = (key: Buffer) =>
+        reader.getSync ? Promise.resolve(reader.getSync(key)) : reader.getMany([key]).then(([v]) => v);
+      expect(await read(b(0x01))).toEqual(want.one);
+      expect(await read(b(0x40))).toEqual(want.new);
+      expect(await read(b(0x33))).toBeUndefined();
+    }
+    await snapshot.close();
+    expect(typeof store.getSync).toBe(name === 'PostgreSQL' ? 'undefined' : 'function');
+  });
+
   it('gets many keys in the order asked', async () => {
     const got = await store.getMany([b(0xff), b(0x42), b(0x00), b(0xff)]);
     expect(got).toEqual([b(0xff), undefined, b(0x00), b(0xff)]);

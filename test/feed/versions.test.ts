@@ -133,6 +133,12 @@ describe('versions kept as they are committed', () => {
         keysRead += keys.length;
         return getMany(keys);
       };
+      const getSync = snap.getSync?.bind(snap);
+      if (getSync)
+        snap.getSync = (key) => {
+          keysRead += 1;
+          return getSync(key);
+        };
       return snap;
     };
     const engine = await FeedEngine.openStore(store);

@@ -153,6 +153,12 @@ export class Reads {
         : new Array(page.length).fill(undefined);
     const missing: number[] = [];
     for (let i = 0; i < found.length; i++) if (!found[i]) missing.push(i);
+    // Every version held: the node's counters alone, at once where the store can (no round trip
+    // to its threads for one small key every page reads); else with the records.
+    if (missing.length === 0 && snapshot.getSync) {
+      const metaBuf = snapshot.getSync(metaKey(nid));
+      return { found: found as Version[], total: metaBuf ? parse<NodeMeta>(metaBuf).total : 0 };
+    }
     const bufs = await snapshot.getMany([
       ...missing.map((i) => itemKey(nid, (page[i] as Entry).id)),
       metaKey(nid),

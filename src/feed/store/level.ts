@@ -17,6 +17,7 @@ interface LevelIterator<T> {
 export interface Level {
   get(key: Buffer, options: { snapshot?: LevelSnapshot }): Promise<Buffer | undefined>;
   getMany(keys: readonly Buffer[], options: { snapshot?: LevelSnapshot }): Promise<(Buffer | undefined)[]>;
+  getSync(key: Buffer, options: { snapshot?: LevelSnapshot }): Buffer | undefined;
   iterator(options: LevelOptions): LevelIterator<[Buffer, Buffer]>;
   keys(options: LevelOptions): LevelIterator<Buffer>;
   values(options: LevelOptions): LevelIterator<Buffer>;
@@ -57,6 +58,10 @@ class LevelReader implements StoreReader {
 
   get(key: Buffer): Promise<Buffer | undefined> {
     return this.db.get(key, this.snap ? { snapshot: this.snap } : {});
+  }
+
+  getSync(key: Buffer): Buffer | undefined {
+    return this.db.getSync(key, this.snap ? { snapshot: this.snap } : {});
   }
 
   getMany(keys: readonly Buffer[]): Promise<(Buffer | undefined)[]> {

@@ -48,6 +48,12 @@ export interface StoreReader {
    * decoding do the same.
    */
   textCursor?(range: Range): TextCursor;
+  /**
+   * A key's value read at once, blocking the thread for the read: for a small key read by every
+   * page (a node's counters), which the store holds in memory. Where it is offered (LevelDB), it
+   * costs a few µs against a round trip to the store's threads. Optional: `getMany` does the same.
+   */
+  getSync?(key: Buffer): Buffer | undefined;
 }
 
 /** A cursor whose values are UTF-8 text. */
