@@ -197,6 +197,22 @@ async function run(
   await stack.engine.createNode(node);
   const writer = new Writer(node, random);
   writer.start();
+  try {
+    return await followed(node, random, writer, seed, faults);
+  } finally {
+    // A run that failed must not leave its writer publishing into the next test's engine.
+    await writer.stop();
+  }
+}
+
+/** The mirror's part of a run, while `writer` writes. */
+async function followed(
+  node: string,
+  random: () => number,
+  writer: Writer,
+  seed: number,
+  faults: Faults,
+): Promise<{ applies: Map<string, number>; stats: Mirror['follower']['stats'] }> {
   await sleep(200 + Math.floor(random() * 600));
 
   const dir = await tempDir();
@@ -217,10 +233,8 @@ async function run(
 
   for (let round = 0; round < 3; round++) {
     await sleep(300 + Math.floor(random() * 400));
-    if (faults.cutConnection) {
-      // The socket dies under the client, as when a network drops: it reconnects by itself.
-      (client.xmpp as unknown as { socket: { destroy(): void } }).socket.destroy();
-    }
+    // The socket dies under the client, as when a network drops: it reconnects by itself.
+    if (faults.cutConnection) await cutWhenOnline(client);
     if (faults.restartComponent) {
       await writer.pause();
       await stack.stopComponent();
@@ -241,6 +255,21 @@ async function run(
   await client.stop();
   await store.close();
   return { applies, stats };
+}
+
+/**
+ * Cuts the client's socket once it is online again: under load, the reconnect after the previous
+ * cut may still be under way when the next round comes.
+ */
+async function cutWhenOnline(client: FeedClient): Promise<void> {
+  const xmpp = client.xmpp as unknown as { status: string; socket: { destroy(): void } | null };
+  const deadline = Date.now() + 30_000;
+  while (xmpp.status !== 'online' || !xmpp.socket) {
+    if (Date.now() > deadline)
+      throw new Error(`the mirror's client did not come back online (${xmpp.status})`);
+    await sleep(20);
+  }
+  xmpp.socket.destroy();
 }
 
 function expectNoDoubleApply(applies: Map<string, number>): void {
