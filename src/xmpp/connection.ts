@@ -58,15 +58,9 @@ export function socketWriter(xmpp: Component): SocketWriter {
  */
 const CHUNK_CHARS = 32 * 1024;
 
-/** An element's XML as UTF-8 in one buffer (xmlChunks put together). */
-export function xmlBytes(element: Element): Buffer {
-  const chunks = xmlChunks(element);
-  return chunks.length === 1 ? (chunks[0] as Buffer) : Buffer.concat(chunks);
-}
-
 /**
  * An element's XML as UTF-8 chunks, never built as one long string (see CHUNK_CHARS). Children
- * encoded already (items.ts bytesElement: an item's version encoded once) are chunks of their own,
+ * encoded already (items.ts itemElement: an entry as its record's UTF-8) are chunks of their own,
  * written as they are (a page's items are not copied into one buffer first).
  */
 export function xmlChunks(element: Element): Buffer[] {

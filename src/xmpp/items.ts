@@ -17,7 +17,7 @@ function itemStart(item: Pick<Item, 'id' | 'publisher'>): string {
   return `<item id='${escapeXML(item.id)}'${publisher}`;
 }
 
-/** An ltx writer; xmlBytes' also takes bytes encoded already (see bytesElement). */
+/** An ltx writer; xmlChunks' also takes bytes encoded already (see itemElement). */
 export type XmlWriter = ((text: string) => void) & { bytes?: (bytes: Buffer) => void };
 
 /** An already serialized XML fragment as an ltx child (what itemXml makes). */

@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import { type Element, escapeXMLText } from 'ltx';
 import { describe, expect, it } from 'vitest';
 import { PageItem, VersionMemo } from '../../src/feed/versionMemo.ts';
-import { xmlBytes } from '../../src/xmpp/connection.ts';
+import { xmlChunks } from '../../src/xmpp/connection.ts';
 import { itemElement } from '../../src/xmpp/items.ts';
 
 // Any text, astral characters (surrogate pairs) and markup characters included.
@@ -23,6 +23,9 @@ const tree: fc.Arbitrary<Element> = fc.letrec<{ el: Element }>((tie) => ({
 /** An item as a page read gives it, with its version's memo. */
 const pageItem = (item: { id: string; publisher: string | undefined; entry: string }, memo: VersionMemo) =>
   new PageItem({ ...item, created: 1, modified: 1, deleted: false }, '1_0_0', memo);
+
+/** The chunks a reply is written as, put together. */
+const xmlBytes = (element: Element): Buffer => Buffer.concat(xmlChunks(element));
 
 describe('xmlBytes', () => {
   it('is the UTF-8 of the element as ltx serializes it', () => {

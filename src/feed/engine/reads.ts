@@ -153,23 +153,23 @@ export class Reads {
         : new Array(page.length).fill(undefined);
     const missing: number[] = [];
     for (let i = 0; i < found.length; i++) if (!found[i]) missing.push(i);
+    let metaBuf: Buffer | undefined;
     // Every version held: the node's counters alone, at once where the store can (no round trip
     // to its threads for one small key every page reads); else with the records.
-    if (missing.length === 0 && snapshot.getSync) {
-      const metaBuf = snapshot.getSync(metaKey(nid));
-      return { found: found as Version[], total: metaBuf ? parse<NodeMeta>(metaBuf).total : 0 };
+    if (missing.length === 0 && snapshot.getSync) metaBuf = snapshot.getSync(metaKey(nid));
+    else {
+      const bufs = await snapshot.getMany([
+        ...missing.map((i) => itemKey(nid, (page[i] as Entry).id)),
+        metaKey(nid),
+      ]);
+      metaBuf = bufs[missing.length];
+      missing.forEach((at, i) => {
+        const buf = bufs[i];
+        const id = (page[at] as Entry).id;
+        if (!buf) throw new StorageError(`index names item ${JSON.stringify(id)} that has no record`);
+        found[at] = this.versions.decode(nid, id, buf);
+      });
     }
-    const bufs = await snapshot.getMany([
-      ...missing.map((i) => itemKey(nid, (page[i] as Entry).id)),
-      metaKey(nid),
-    ]);
-    const metaBuf = bufs[missing.length];
-    missing.forEach((at, i) => {
-      const buf = bufs[i];
-      const id = (page[at] as Entry).id;
-      if (!buf) throw new StorageError(`index names item ${JSON.stringify(id)} that has no record`);
-      found[at] = this.versions.decode(nid, id, buf);
-    });
     return { found: found as Version[], total: metaBuf ? parse<NodeMeta>(metaBuf).total : 0 };
   }
 

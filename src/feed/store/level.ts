@@ -82,24 +82,19 @@ class LevelReader implements StoreReader {
   }
 
   cursor(range: Range): Cursor {
-    const it = this.db.iterator(levelRange(range, this.snap));
-    return {
-      next: (n) => it.nextv(n) as Promise<Entry[]>,
-      close: () => it.close(),
-    };
+    return stepsOf(this.db.iterator(levelRange(range, this.snap)));
   }
 
   textCursor(range: Range): TextCursor {
     // abstract-level decodes values as asked per iterator; its types know one encoding per database.
-    const it = this.db.iterator({
-      ...levelRange(range, this.snap),
-      valueEncoding: 'utf8',
-    }) as unknown as LevelIterator<[Buffer, string]>;
-    return {
-      next: (n) => it.nextv(n),
-      close: () => it.close(),
-    };
+    const it = this.db.iterator({ ...levelRange(range, this.snap), valueEncoding: 'utf8' });
+    return stepsOf(it as unknown as LevelIterator<[Buffer, string]>);
   }
+}
+
+/** A level iterator as the store's cursor: a step of `n` entries at a time. */
+function stepsOf<T>(it: LevelIterator<T>): { next(n: number): Promise<T[]>; close(): Promise<void> } {
+  return { next: (n) => it.nextv(n), close: () => it.close() };
 }
 
 /** The Store over a level database (abstract-level 3: explicit snapshots, chained batches). */
