@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
 import { closeInstance, entry, instance, until } from './support.ts';
-import { callback, subscription, withHub } from './websubSupport.ts';
+import { callback, pusherAndPeer, subscription, withHub } from './websubSupport.ts';
 
 /**
  * WebSub among several instances: each instance's hub holds the subscriptions in memory, and the
@@ -17,14 +17,8 @@ afterEach(async () => {
 
 describe('WebSub among several instances', () => {
   it('a subscription made or ended through one instance is followed by the hub of the instance pushing the node', async () => {
-    const shared = await SharedMemory.create();
     // a pushes every node (the only pusher); b serves HTTP only.
-    const a = await instance(shared, 'a', { push: true, ttl: 3000 });
-    closers.push(() => closeInstance(a));
-    const b = await instance(shared, 'b');
-    closers.push(() => closeInstance(b));
-    await until(() => a.engine.pushBuckets().length > 0);
-    const [hubA, hubB] = [await withHub(closers, a), await withHub(closers, b)];
+    const { a, b, hubA, hubB } = await pusherAndPeer(closers, await SharedMemory.create(), 3000);
     await b.service.create(OPERATOR, 'n');
     const first = await callback(closers);
     await b.service.hubSubscriptions.put(subscription(first.url));

@@ -3,7 +3,7 @@ import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
 import { closeInstance, entry, instance, until } from './support.ts';
-import { callback, subscription, withHub } from './websubSupport.ts';
+import { callback, pusherAndPeer, subscription } from './websubSupport.ts';
 
 /**
  * A WebSub subscription stored through one instance before a change is committed reaches the
@@ -19,13 +19,7 @@ afterEach(async () => {
 describe('WebSub subscriptions and pushes from another instance, without the wake-up', () => {
   it('the pusher delivers the first change after a subscription made elsewhere, and stops after its end', async () => {
     const shared = await SharedMemory.create();
-    const a = await instance(shared, 'a', { push: true, ttl: 300 });
-    closers.push(() => closeInstance(a));
-    const b = await instance(shared, 'b');
-    closers.push(() => closeInstance(b));
-    await until(() => a.engine.pushBuckets().length > 0);
-    const hubA = await withHub(closers, a);
-    await withHub(closers, b);
+    const { a, b, hubA } = await pusherAndPeer(closers, shared, 300);
     await b.service.create(OPERATOR, 'n');
     await b.engine.publish('n', { id: 'before', entry: entry('before') });
     await until(() => a.pushed.length === 1);

@@ -5,9 +5,10 @@ import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { HubSubscription } from '../../src/feed/service/hubSubscriptions.ts';
+import type { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
 import { Hub } from '../../src/http/websub/hub.ts';
 import { createLog } from '../../src/log.ts';
-import type { Instance } from './support.ts';
+import { closeInstance, type Instance, instance, until } from './support.ts';
 
 export type Closers = (() => Promise<void>)[];
 
@@ -52,3 +53,20 @@ export const subscription = (url: string): HubSubscription => ({
   hub: 'http://feeds.example/hub',
   expires: Date.now() + 3_600_000,
 });
+
+/**
+ * Two instances of one shared store, each with a hub: `a` pushes every node (the only pusher, its
+ * leases lasting `ttl` ms, already holding its buckets), `b` serves HTTP only.
+ */
+export async function pusherAndPeer(
+  closers: Closers,
+  shared: SharedMemory,
+  ttl: number,
+): Promise<{ a: Instance; b: Instance; hubA: Hub; hubB: Hub }> {
+  const a = await instance(shared, 'a', { push: true, ttl });
+  closers.push(() => closeInstance(a));
+  const b = await instance(shared, 'b');
+  closers.push(() => closeInstance(b));
+  await until(() => a.engine.pushBuckets().length > 0);
+  return { a, b, hubA: await withHub(closers, a), hubB: await withHub(closers, b) };
+}
