@@ -165,7 +165,7 @@ export class Subscriptions {
       feedName,
       jid,
       ({ st, feed, key, found }) => {
-        if (!found) throw new NotSubscribed(`${jid} is not subscribed to ${JSON.stringify(feed.requested)}`);
+        if (!found) throw notSubscribed(jid, feed);
         if (subid !== undefined && subid !== found.subid) {
           throw new InvalidSubid(`no subscription ${JSON.stringify(subid)} of ${jid}`);
         }
@@ -190,7 +190,7 @@ export class Subscriptions {
       feedName,
       jid,
       ({ st, feed, key, found }) => {
-        if (!found) throw new NotSubscribed(`${jid} is not subscribed to ${JSON.stringify(feed.requested)}`);
+        if (!found) throw notSubscribed(jid, feed);
         if (!found.pending) return { ops: [], result: found };
         const { pending: _, ...subscription } = found;
         return {
@@ -225,4 +225,9 @@ export class Subscriptions {
   }
 
   // ---- export / import --------------------------------------------------------------------
+}
+
+/** The error for a subscription that is not there. */
+function notSubscribed(jid: string, feed: FeedName): NotSubscribed {
+  return new NotSubscribed(`${jid} is not subscribed to ${JSON.stringify(feed.requested)}`);
 }
