@@ -1,4 +1,4 @@
-// The README's lines for connecting the component to an existing Prosody or ejabberd are the lines
+// docs/xmpp.md's lines for connecting the component to an existing Prosody or ejabberd are the lines
 // the test harness configures its servers with (prosody-dev/*.template), so every integration
 // test runs against them: this keeps the two from drifting apart.
 import { readFile } from 'node:fs/promises';
@@ -7,7 +7,7 @@ import { EJABBERD_TEMPLATE_PATH } from '../prosody-dev/ejabberd.ts';
 import { TEMPLATE_PATH as PROSODY_TEMPLATE_PATH } from '../prosody-dev/harness.ts';
 import { parseServerNames } from '../prosody-dev/servers.ts';
 
-const README = new URL('../README.md', import.meta.url);
+const README = new URL('../docs/xmpp.md', import.meta.url);
 
 /** The first fenced block of `lang` after the heading `heading`. */
 function block(markdown: string, heading: string, lang: string): string[] {
@@ -26,11 +26,11 @@ function asTemplate(line: string): string {
     .replace(/\b5347\b/, '{{COMPONENT_PORT}}');
 }
 
-describe('server configuration in the README', () => {
+describe('server configuration in docs/xmpp.md', () => {
   it('gives the Prosody lines the harness uses', async () => {
     const readme = await readFile(README, 'utf8');
     const template = (await readFile(PROSODY_TEMPLATE_PATH, 'utf8')).split('\n').map((l) => l.trim());
-    const lines = block(readme, '### Connecting to Prosody', 'lua').filter((l) => !l.trim().startsWith('--'));
+    const lines = block(readme, '## Connecting to Prosody', 'lua').filter((l) => !l.trim().startsWith('--'));
     expect(lines.length).toBeGreaterThanOrEqual(5);
     for (const line of lines) {
       // Prosody's template quotes the secret itself: "{{COMPONENT_SECRET}}".
@@ -42,7 +42,7 @@ describe('server configuration in the README', () => {
   it('gives the ejabberd listener the harness uses, line for line', async () => {
     const readme = await readFile(README, 'utf8');
     const template = (await readFile(EJABBERD_TEMPLATE_PATH, 'utf8')).split('\n');
-    const [head, ...listener] = block(readme, '### Connecting to ejabberd', 'yaml');
+    const [head, ...listener] = block(readme, '## Connecting to ejabberd', 'yaml');
     expect(head).toBe('listen:');
     expect(template).toContain('listen:');
     // The listener's lines follow each other in the template, at the same indentation.
