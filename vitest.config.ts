@@ -29,6 +29,8 @@ const serverFiles = SERVER_DIRS.flatMap(
   { dir: 'test/http', file: 'xmpp.test.ts' },
   { dir: 'test/web', file: 'reader.test.ts' },
   { dir: 'test/web', file: 'serve.test.ts' },
+  // The README's tutorial, through `npm run dev` on each server.
+  { dir: 'test/docs', file: 'tutorial.test.ts' },
   // Several `smartfeeds serve` on one PostgreSQL database behind the server (starts its own cluster).
   { dir: 'test/instances', file: 'serve.test.ts' },
 ]);

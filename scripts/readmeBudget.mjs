@@ -3,7 +3,9 @@
 import { readFileSync } from 'node:fs';
 
 const BUDGET = 300;
-const lines = readFileSync(new URL('../README.md', import.meta.url), 'utf8').trimEnd().split('\n').length;
+const lines = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
+  .trimEnd()
+  .split('\n').length;
 if (lines > BUDGET) {
   console.error(`README.md has ${lines} lines, over its budget of ${BUDGET}: move the detail into docs/`);
   process.exit(1);
