@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import type { BotOptions } from './bot/bot.ts';
+import { serveUsage } from './configOptions.ts';
 import {
   hostPort,
   list,
@@ -13,11 +14,10 @@ import {
   schemes,
   tokens,
 } from './configSchemas.ts';
-import { serveUsage } from './configOptions.ts';
 import { ConfigError, checked, readFile, Sources } from './configSources.ts';
 import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
-import { LEVELS, type Level } from './log.ts';
+import { LEVELS, type Level, LOG_FORMATS, type LogFormat } from './log.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
 
 /** Everything `smartfeeds serve` runs with. */
@@ -41,6 +41,8 @@ export interface Config {
   /** Publishing to a missing node creates it, for those who may create nodes. */
   autoCreate: boolean;
   logLevel: Level;
+  /** JSON lines, or readable ones (`auto`: readable when stderr is a terminal). */
+  logFormat: LogFormat;
   limits: Limits;
   /** fsync each write batch (survives power loss, not only a killed process). */
   sync: boolean;
@@ -150,6 +152,7 @@ const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'st
   create: 'admins',
   autoCreate: true,
   logLevel: 'info',
+  logFormat: 'auto',
   limits: DEFAULT_LIMITS,
   sync: false,
   xmpp: true,
@@ -172,6 +175,7 @@ export const SERVE_OPTIONS = {
   'auto-create': { type: 'boolean' },
   'no-auto-create': { type: 'boolean' },
   'log-level': { type: 'string' },
+  'log-format': { type: 'string' },
   'max-payload-bytes': { type: 'string' },
   'page-items': { type: 'string' },
   'default-page-items': { type: 'string' },
@@ -277,6 +281,7 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     ),
     autoCreate: src.read('auto-create', onOff, 'true or false', DEFAULTS.autoCreate),
     logLevel: src.read('log-level', z.enum(LEVELS), 'debug, info, warn or error', DEFAULTS.logLevel),
+    logFormat: src.read('log-format', z.enum(LOG_FORMATS), 'auto, pretty or json', DEFAULTS.logFormat),
     limits: {
       maxPayloadBytes: limit('max-payload-bytes', DEFAULT_LIMITS.maxPayloadBytes),
       maxPageItems: limit('page-items', DEFAULT_LIMITS.maxPageItems),

@@ -27,8 +27,21 @@ export interface OptionGroup {
 
 const env = (flag: string) => `SMARTFEEDS_${flag.toUpperCase().replaceAll('-', '_')}`;
 /** An option whose variable and file key are named after its flag. */
-function opt(flag: string, arg: string | undefined, dflt: string, summary: string, details?: string): OptionDoc {
-  return { flag, ...(arg ? { arg } : {}), env: env(flag), default: dflt, summary, ...(details ? { details } : {}) };
+function opt(
+  flag: string,
+  arg: string | undefined,
+  dflt: string,
+  summary: string,
+  details?: string,
+): OptionDoc {
+  return {
+    flag,
+    ...(arg ? { arg } : {}),
+    env: env(flag),
+    default: dflt,
+    summary,
+    ...(details ? { details } : {}),
+  };
 }
 
 export const OPTION_GROUPS: OptionGroup[] = [
@@ -78,7 +91,12 @@ export const OPTION_GROUPS: OptionGroup[] = [
         '`feeds.example.org` serves `example.org`.',
       ),
       {
-        ...opt('auto-create', undefined, 'on', 'publishing to a missing node creates it (--no-auto-create: off)'),
+        ...opt(
+          'auto-create',
+          undefined,
+          'on',
+          'publishing to a missing node creates it (--no-auto-create: off)',
+        ),
         details:
           'The node is owned by the publisher, who must be allowed to create nodes. The variable takes `1` or `0`; the file a boolean.',
       },
@@ -87,7 +105,13 @@ export const OPTION_GROUPS: OptionGroup[] = [
   {
     title: 'HTTP',
     options: [
-      opt('http', 'HOST:PORT', 'off', 'also serve the feeds over HTTP there', '`[::1]:8080` for IPv6; port 0 picks a free one.'),
+      opt(
+        'http',
+        'HOST:PORT',
+        'off',
+        'also serve the feeds over HTTP there',
+        '`[::1]:8080` for IPv6; port 0 picks a free one.',
+      ),
       {
         ...opt('http-token', 'TOKEN=JID', 'none', 'a bearer token and the bare JID it acts as (repeatable)'),
         env: 'SMARTFEEDS_HTTP_TOKENS',
@@ -130,7 +154,12 @@ export const OPTION_GROUPS: OptionGroup[] = [
         'PostgreSQL instead of --data: postgres://USER:PASSWORD@HOST:PORT/DB',
         'Logged without its password. See [PostgreSQL](operations.md#running-on-postgresql).',
       ),
-      opt('sync', undefined, 'off', 'fsync every write batch: survives power loss, not only a killed process'),
+      opt(
+        'sync',
+        undefined,
+        'off',
+        'fsync every write batch: survives power loss, not only a killed process',
+      ),
     ],
   },
   {
@@ -153,7 +182,13 @@ export const OPTION_GROUPS: OptionGroup[] = [
   {
     title: 'Feed bot',
     options: [
-      opt('bot', 'on|off', 'on', 'the feed bot (chat commands to the service JID)', 'See [the feed bot](bot.md).'),
+      opt(
+        'bot',
+        'on|off',
+        'on',
+        'the feed bot (chat commands to the service JID)',
+        'See [the feed bot](bot.md).',
+      ),
       opt(
         'allow-private-addresses',
         undefined,
@@ -182,7 +217,12 @@ export const OPTION_GROUPS: OptionGroup[] = [
         'For a hub on a LAN only.',
       ),
       opt('websub-lease', 'SECONDS', '864000', 'the lease of a subscription that asks none (10 days)'),
-      opt('websub-queue', 'N', '1000', 'deliveries waiting per subscription; beyond it the oldest are dropped'),
+      opt(
+        'websub-queue',
+        'N',
+        '1000',
+        'deliveries waiting per subscription; beyond it the oldest are dropped',
+      ),
       opt('websub-retry', 'SECONDS', '3600', 'how long one delivery is retried before it is given up'),
     ],
   },
@@ -194,9 +234,14 @@ export const OPTION_GROUPS: OptionGroup[] = [
         undefined,
         'off',
         "FASPs' GETs of shared objects and actors must be signed",
-        'Signed by a sharing FASP\'s actor key (RFC 9421 or cavage), else `401`. See [FASP](fasp.md).',
+        "Signed by a sharing FASP's actor key (RFC 9421 or cavage), else `401`. See [FASP](fasp.md).",
       ),
-      opt('fasp-provider', 'on|off', 'off', 'act as a FASP: turn fediverse content into feeds (needs --http)'),
+      opt(
+        'fasp-provider',
+        'on|off',
+        'off',
+        'act as a FASP: turn fediverse content into feeds (needs --http)',
+      ),
       opt('fasp-provider-name', 'NAME', 'smartfeeds', 'the name it registers with'),
       opt('fasp-provider-url', 'URL', 'the HTTP origin and /fasp-provider', 'its public base URL'),
       opt(
@@ -209,7 +254,16 @@ export const OPTION_GROUPS: OptionGroup[] = [
   },
   {
     title: 'Logging',
-    options: [opt('log-level', 'LEVEL', 'info', 'the least level logged: debug, info, warn or error')],
+    options: [
+      opt('log-level', 'LEVEL', 'info', 'the least level logged: debug, info, warn or error'),
+      opt(
+        'log-format',
+        'FORMAT',
+        'auto',
+        'json (one JSON line per event), pretty (readable lines), or auto: pretty on a terminal',
+        'Fields named like a secret, password or authorization are masked in either format.',
+      ),
+    ],
   },
 ];
 

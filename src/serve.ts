@@ -21,7 +21,7 @@ const EARLY_STANZAS = 1000;
  * configuration with `reread` (src/reload.ts says what it changes).
  */
 export async function serve(config: Config, reread: () => Config = () => config): Promise<number> {
-  const { log, setLevel } = levelledLog(config.logLevel);
+  const { log, setLevel } = levelledLog(config.logLevel, config.logFormat);
   const stopReloading = reloadOnHangup(config, reread, setLevel, log);
   const engine = await openEngine(config);
   // The one service every binding calls: it owns the rules; the engine below it owns the data.
