@@ -117,7 +117,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
 
 /**
  * The engine on the configured store: PostgreSQL (--store postgres://…) shared with the other
- * instances on that database (README "Several instances"), else LevelDB at --data, this process's own.
+ * instances on that database (docs/operations.md "Several instances"), else LevelDB at --data, this process's own.
  */
 async function openEngine(config: Config): Promise<FeedEngine> {
   const options = { limits: config.limits, sync: config.sync };
