@@ -13,6 +13,7 @@ const WITHOUT_SERVER = new Set([
   'account.test.ts',
   'mirrorStore.test.ts',
   'follower.test.ts',
+  'connectionTrouble.test.ts',
 ]);
 const SERVER_DIRS = ['test/xmpp', 'test/client'];
 // Files that time the component's answers under load: they run after all the others, one at a
