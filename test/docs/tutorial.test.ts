@@ -28,6 +28,7 @@ interface Step {
 /** The commands of the `sh` blocks under the tutorial's heading, continuation lines joined. */
 function tutorialSteps(readme: string): Step[] {
   const start = readme.indexOf('\n## A five-minute tutorial\n');
+  if (start < 0) throw new Error('README.md has no "## A five-minute tutorial" section');
   const end = readme.indexOf('\n## ', start + 1);
   const section = readme.slice(start, end);
   const steps: Step[] = [];
