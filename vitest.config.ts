@@ -13,6 +13,7 @@ const WITHOUT_SERVER = new Set([
   'account.test.ts',
   'mirrorStore.test.ts',
   'follower.test.ts',
+  'connectionTrouble.test.ts',
 ]);
 const SERVER_DIRS = ['test/xmpp', 'test/client'];
 // Files that time the component's answers under load: they run after all the others, one at a
@@ -29,6 +30,8 @@ const serverFiles = SERVER_DIRS.flatMap(
   { dir: 'test/http', file: 'xmpp.test.ts' },
   { dir: 'test/web', file: 'reader.test.ts' },
   { dir: 'test/web', file: 'serve.test.ts' },
+  // The README's tutorial, through `npm run dev` on each server.
+  { dir: 'test/docs', file: 'tutorial.test.ts' },
   // Several `smartfeeds serve` on one PostgreSQL database behind the server (starts its own cluster).
   { dir: 'test/instances', file: 'serve.test.ts' },
 ]);

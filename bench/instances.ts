@@ -1,6 +1,6 @@
 /**
  * Publish and notification rates through ejabberd with 1, 2 and 3 `smartfeeds serve` instances on
- * one PostgreSQL database, beside 1 instance on LevelDB, in one run (README "Several instances").
+ * one PostgreSQL database, beside 1 instance on LevelDB, in one run (docs/operations.md "Several instances").
  * Publishers (XMPP clients) publish N items to M nodes, W in flight each; K subscribers subscribed
  * to every node count their notifications. ejabberd routes the component's domain to every
  * instance connected as it. Where the CPU goes is measured per process (smartfeeds instances,

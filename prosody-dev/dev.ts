@@ -20,7 +20,21 @@ import { withoutPassword } from '../src/config.ts';
 import { freePort } from './process.ts';
 import { SERVER_NAMES, type ServerName, startServer } from './servers.ts';
 
+// This script's own options; every other argument goes to each `smartfeeds serve` as it is
+// (`npm run dev -- --allow-private-addresses`), after the options this setup gives it.
+const OWN = new Set(['--server', '--instances']);
+const own: string[] = [];
+const serveArgs: string[] = [];
+const argv = process.argv.slice(2);
+for (let i = 0; i < argv.length; i++) {
+  const arg = argv[i] as string;
+  if (arg === '-h' || arg === '--help' || OWN.has(arg.split('=')[0] as string)) {
+    own.push(arg);
+    if (OWN.has(arg) && i + 1 < argv.length) own.push(argv[++i] as string);
+  } else serveArgs.push(arg);
+}
 const { values } = parseArgs({
+  args: own,
   options: {
     server: { type: 'string', default: 'prosody' },
     instances: { type: 'string', default: '1' },
@@ -30,7 +44,10 @@ const { values } = parseArgs({
 });
 if (values.help) {
   console.log(
-    `usage: npm run dev [-- --server ${SERVER_NAMES.join('|')}] [--store postgres|postgres://…] [--instances N]`,
+    `usage: npm run dev [-- --server ${SERVER_NAMES.join('|')}] [--store postgres|postgres://…] [--instances N] [serve options]
+
+Any other option goes to \`smartfeeds serve\` (see \`node bin/smartfeeds.mjs serve --help\`), e.g.
+  npm run dev -- --allow-private-addresses     the feed bot may fetch feeds on this machine`,
   );
   process.exit(0);
 }
@@ -55,7 +72,8 @@ const serverName = values.server as ServerName;
 const title = serverName === 'ejabberd' ? 'ejabberd' : 'Prosody';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const state = path.join(root, '.dev');
+// `.dev/` in the checkout, unless SMARTFEEDS_DEV_DIR names another (the tutorial's test uses one).
+const state = process.env.SMARTFEEDS_DEV_DIR ?? path.join(root, '.dev');
 await mkdir(state, { recursive: true });
 
 /** The usual port when it is free, else any free one. */
@@ -118,6 +136,7 @@ function startInstance(i: number): ChildProcess {
       '--create',
       'local',
       ...(streams(i) ? [] : ['--no-xmpp']),
+      ...serveArgs,
     ],
     {
       cwd: root,
@@ -143,8 +162,12 @@ const where = storeUrl
   : `Data          ${path.join(state, 'data')}`;
 const httpLines =
   count === 1
-    ? `  HTTP          ${http}/feeds/NODE  (JSON, Atom, JSON-P; long polling with since=...)`
+    ? [
+        `  Web page      ${http}/  (every feed, updated live)`,
+        `  HTTP          ${http}/feeds/NODE  (JSON, Atom, JSON-P; long polling with since=...)`,
+      ].join('\n')
     : [
+        `  Web page      ${http}/  (every feed, updated live)`,
         `  HTTP          ${count} instances on one store, each on its own port (JSON, Atom, JSON-P; long polling with since=...):`,
         ...urls.map(
           (url, i) =>

@@ -4,7 +4,8 @@
 // starts a local Prosody (or ejabberd) from prosody-dev/ and the smartfeeds component, and prints
 // how a client connects. `--store postgres` runs the component on a throwaway PostgreSQL cluster
 // (its data kept in the system's temp directory between runs), `--store postgres://…` on that
-// database; `--instances N` runs N instances on that store (prosody-dev/dev.ts says how).
+// database; `--instances N` runs N instances on that store (prosody-dev/dev.ts says how). Any
+// other option goes to each `smartfeeds serve` (`npm run dev -- --allow-private-addresses`).
 // Plain JavaScript with no dependencies, so that it runs before `npm ci`.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';

@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import type { BotOptions } from './bot/bot.ts';
+import { serveUsage } from './configOptions.ts';
 import {
   hostPort,
   list,
@@ -16,7 +17,7 @@ import {
 import { ConfigError, checked, readFile, Sources } from './configSources.ts';
 import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
-import { LEVELS, type Level } from './log.ts';
+import { LEVELS, type Level, LOG_FORMATS, type LogFormat } from './log.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
 
 /** Everything `smartfeeds serve` runs with. */
@@ -40,12 +41,14 @@ export interface Config {
   /** Publishing to a missing node creates it, for those who may create nodes. */
   autoCreate: boolean;
   logLevel: Level;
+  /** JSON lines, or readable ones (`auto`: readable when stderr is a terminal). */
+  logFormat: LogFormat;
   limits: Limits;
   /** fsync each write batch (survives power loss, not only a killed process). */
   sync: boolean;
   /**
    * Connect the XMPP component (and push): off for an instance that serves HTTP only, beside the
-   * one holding Prosody's single component connection (README "Several instances").
+   * one holding Prosody's single component connection (docs/operations.md "Several instances").
    */
   xmpp: boolean;
   /** How long a push lease lasts without renewal: how long a dead instance's pushes wait for another. */
@@ -149,6 +152,7 @@ const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'st
   create: 'admins',
   autoCreate: true,
   logLevel: 'info',
+  logFormat: 'auto',
   limits: DEFAULT_LIMITS,
   sync: false,
   xmpp: true,
@@ -171,6 +175,7 @@ export const SERVE_OPTIONS = {
   'auto-create': { type: 'boolean' },
   'no-auto-create': { type: 'boolean' },
   'log-level': { type: 'string' },
+  'log-format': { type: 'string' },
   'max-payload-bytes': { type: 'string' },
   'page-items': { type: 'string' },
   'default-page-items': { type: 'string' },
@@ -210,75 +215,8 @@ export const SERVE_OPTIONS = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-export const SERVE_USAGE = `smartfeeds serve [options]
-
-Runs the XMPP pubsub component, and with --http the HTTP binding of the same feeds. Each option
-can also come from an environment variable or from the JSON file given with --config (keys as the
-long option names, "admins" a list); flags win over the environment, which wins over the file.
-
-  --config FILE              JSON configuration file
-  --service xmpp://HOST:PORT XMPP server's component port   SMARTFEEDS_SERVICE  (xmpp://127.0.0.1:5347)
-  --domain DOMAIN            the component's domain           SMARTFEEDS_DOMAIN   (feeds.localhost)
-  --secret SECRET            the component's shared secret    SMARTFEEDS_SECRET   (required)
-  --data DIR                 LevelDB directory                SMARTFEEDS_DATA     (./data)
-  --store URL                PostgreSQL instead of --data: postgres://USER:PASSWORD@HOST:PORT/DB
-                                                              SMARTFEEDS_STORE    (off)
-  --admin JID                an administrator (repeatable)    SMARTFEEDS_ADMINS   (comma-separated)
-  --create WHO               who may create nodes: admins | local | anyone
-                                                              SMARTFEEDS_CREATE   (admins)
-  --local-domain DOMAIN      the server's own users' domain   SMARTFEEDS_LOCAL_DOMAIN (DOMAIN less its first label)
-  --auto-create, --no-auto-create
-                             publishing to a missing node creates it
-                                                              SMARTFEEDS_AUTO_CREATE=1|0 (on)
-  --log-level LEVEL          debug | info | warn | error      SMARTFEEDS_LOG_LEVEL (info)
-  --max-payload-bytes N      largest Atom entry               SMARTFEEDS_MAX_PAYLOAD_BYTES (65536)
-  --page-items N             most items in a page             SMARTFEEDS_PAGE_ITEMS (250)
-  --default-page-items N     items when no max is asked       SMARTFEEDS_DEFAULT_PAGE_ITEMS (50)
-  --page-bytes N             a page's byte budget             SMARTFEEDS_PAGE_BYTES (262144)
-  --sync                     fsync every write                SMARTFEEDS_SYNC=1
-  --no-xmpp                  serve HTTP only, no component (several instances)
-                                                              SMARTFEEDS_XMPP=0 (on)
-  --push-lease SECONDS       a dead instance's pushes move after this
-                                                              SMARTFEEDS_PUSH_LEASE (10)
-  --rate-limit N             requests/s per sender, 0 = off   SMARTFEEDS_RATE_LIMIT (50)
-  --rate-burst N             requests a sender may burst      SMARTFEEDS_RATE_BURST (200)
-  --bot on|off               the feed bot (chat commands)     SMARTFEEDS_BOT (on)
-  --allow-private-addresses  let the bot fetch loopback/private addresses  SMARTFEEDS_ALLOW_PRIVATE_ADDRESSES=1
-  --bot-schemes LIST         schemes fetched: http,https      SMARTFEEDS_BOT_SCHEMES (http,https)
-  --bot-user-subscriptions N subscriptions per chat user      SMARTFEEDS_BOT_USER_SUBSCRIPTIONS (100)
-  --bot-feeds N              feeds followed, service-wide     SMARTFEEDS_BOT_FEEDS (1000)
-  --bot-poll-min SECONDS     shortest poll interval           SMARTFEEDS_BOT_POLL_MIN (300)
-  --bot-poll-max SECONDS     longest poll interval (backoff)  SMARTFEEDS_BOT_POLL_MAX (21600)
-  --bot-fetch-timeout SECONDS  one fetch, start to end        SMARTFEEDS_BOT_FETCH_TIMEOUT (20)
-  --bot-max-bytes N          largest feed document            SMARTFEEDS_BOT_MAX_BYTES (5242880)
-  --bot-queue N              notifications kept per offline user  SMARTFEEDS_BOT_QUEUE (200)
-  --bot-host-connections N   connections to one host at once  SMARTFEEDS_BOT_HOST_CONNECTIONS (2)
-  --http HOST:PORT           also serve the feeds over HTTP   SMARTFEEDS_HTTP     (off)
-  --http-token TOKEN=JID     a bearer token acting as JID     SMARTFEEDS_HTTP_TOKENS (comma-separated)
-                             (repeatable; other users can read a command line: prefer the
-                             environment or the file, key "http-tokens": {"TOKEN": "JID"})
-  --http-max-held N          long polls held at once          SMARTFEEDS_HTTP_MAX_HELD (10000)
-  --http-max-timeout S       longest long poll, in seconds    SMARTFEEDS_HTTP_MAX_TIMEOUT (120)
-  --websub-allow-private     WebSub callbacks may be loopback, private or link-local addresses
-                                                              SMARTFEEDS_WEBSUB_ALLOW_PRIVATE=1 (off)
-  --websub-lease S           lease when a subscriber asks none SMARTFEEDS_WEBSUB_LEASE (864000)
-  --websub-queue N           deliveries waiting per subscriber SMARTFEEDS_WEBSUB_QUEUE (1000)
-  --websub-retry S           how long one delivery is retried  SMARTFEEDS_WEBSUB_RETRY (3600)
-  --public-url URL           the origin clients reach, behind a TLS proxy (https://feeds.example)
-                                                              SMARTFEEDS_PUBLIC_URL (the request's)
-  --fasp-signed-fetch        FASPs' GETs of shared objects and actors must be signed (verified)
-                                                              SMARTFEEDS_FASP_SIGNED_FETCH=1 (off)
-  --metrics HOST:PORT        /metrics, /healthz, /readyz on their own listener
-                                                              SMARTFEEDS_METRICS (on the HTTP binding)
-  --metrics-access WHO       who may scrape: loopback | admin (an --admin's token)
-                                                              SMARTFEEDS_METRICS_ACCESS (loopback)
-  --fasp-provider on|off     act as a FASP: turn fediverse content into feeds (needs --http)
-                                                              SMARTFEEDS_FASP_PROVIDER (off)
-  --fasp-provider-name NAME  the name it registers with       SMARTFEEDS_FASP_PROVIDER_NAME (smartfeeds)
-  --fasp-provider-url URL    its public base URL              SMARTFEEDS_FASP_PROVIDER_URL (HTTP origin/fasp-provider)
-  --fasp-provider-allow-private  fetch announced objects on loopback/private addresses
-                                                              SMARTFEEDS_FASP_PROVIDER_ALLOW_PRIVATE=1
-`;
+/** `serve --help`, by group: made from the options' table (src/configOptions.ts). */
+export const SERVE_USAGE = serveUsage();
 
 /** The parsed flags of `serve` (as node:util parseArgs gives them). */
 export type ServeFlags = Partial<Record<keyof typeof SERVE_OPTIONS, string | boolean | string[] | undefined>>;
@@ -343,6 +281,7 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     ),
     autoCreate: src.read('auto-create', onOff, 'true or false', DEFAULTS.autoCreate),
     logLevel: src.read('log-level', z.enum(LEVELS), 'debug, info, warn or error', DEFAULTS.logLevel),
+    logFormat: src.read('log-format', z.enum(LOG_FORMATS), 'auto, pretty or json', DEFAULTS.logFormat),
     limits: {
       maxPayloadBytes: limit('max-payload-bytes', DEFAULT_LIMITS.maxPayloadBytes),
       maxPageItems: limit('page-items', DEFAULT_LIMITS.maxPageItems),

@@ -1,8 +1,12 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { type DestinationStream, pino } from 'pino';
+import { PinoPretty } from 'pino-pretty';
 
 export type Level = 'debug' | 'info' | 'warn' | 'error';
 export const LEVELS: readonly Level[] = ['debug', 'info', 'warn', 'error'];
+/** JSON lines, or lines for a person at a terminal (pino-pretty); `auto`: pretty on a terminal. */
+export type LogFormat = 'auto' | 'pretty' | 'json';
+export const LOG_FORMATS: readonly LogFormat[] = ['auto', 'pretty', 'json'];
 
 export type Fields = Record<string, unknown>;
 
@@ -31,14 +35,33 @@ function masked(fields: Fields): Fields {
   return out ?? fields;
 }
 
+/** Where the lines go: the sink, else stderr as JSON, or through pino-pretty for a person. */
+function destinationOf(sink: ((line: string) => void) | undefined, format: LogFormat): DestinationStream {
+  if (sink) return { write: (line: string) => sink(line) };
+  const pretty = format === 'pretty' || (format === 'auto' && process.stderr.isTTY === true);
+  if (!pretty) return pino.destination({ dest: 2, sync: true });
+  return PinoPretty({
+    destination: 2,
+    sync: true,
+    colorize: process.stderr.isTTY === true,
+    translateTime: 'SYS:HH:MM:ss.l',
+    ignore: 'pid,hostname',
+    singleLine: true,
+    errorLikeObjectKeys: [],
+  });
+}
+
 /**
- * One JSON line per event, `{"level","time","msg",...fields}`, on stderr (or the given sink).
+ * One JSON line per event, `{"level","time","msg",...fields}`, on stderr (or the given sink); on a
+ * terminal (format `auto`) or with format `pretty`, one readable line with its fields below.
  * Written synchronously: the last lines before an exit are not lost.
  */
-export function createLog(level: Level = 'info', sink?: (line: string) => void): Log {
-  const destination: DestinationStream = sink
-    ? { write: (line: string) => sink(line) }
-    : pino.destination({ dest: 2, sync: true });
+export function createLog(
+  level: Level = 'info',
+  sink?: (line: string) => void,
+  format: LogFormat = 'auto',
+): Log {
+  const destination = destinationOf(sink, format);
   const logger = pino(
     {
       level,

@@ -5,11 +5,14 @@
  * leaves everything as it was.
  */
 import type { Config } from './config.ts';
-import { createLog, type Level, type Log } from './log.ts';
+import { createLog, type Level, type Log, type LogFormat } from './log.ts';
 
 /** A log whose level can change while it runs: pino's own level, so Fastify's lines follow too. */
-export function levelledLog(level: Level): { log: Log; setLevel(level: Level): void } {
-  const log = createLog(level);
+export function levelledLog(
+  level: Level,
+  format: LogFormat = 'auto',
+): { log: Log; setLevel(level: Level): void } {
+  const log = createLog(level, undefined, format);
   return {
     log,
     setLevel: (next) => {

@@ -21,7 +21,7 @@ const EARLY_STANZAS = 1000;
  * configuration with `reread` (src/reload.ts says what it changes).
  */
 export async function serve(config: Config, reread: () => Config = () => config): Promise<number> {
-  const { log, setLevel } = levelledLog(config.logLevel);
+  const { log, setLevel } = levelledLog(config.logLevel, config.logFormat);
   const stopReloading = reloadOnHangup(config, reread, setLevel, log);
   const engine = await openEngine(config);
   // The one service every binding calls: it owns the rules; the engine below it owns the data.
@@ -117,7 +117,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
 
 /**
  * The engine on the configured store: PostgreSQL (--store postgres://…) shared with the other
- * instances on that database (README "Several instances"), else LevelDB at --data, this process's own.
+ * instances on that database (docs/operations.md "Several instances"), else LevelDB at --data, this process's own.
  */
 async function openEngine(config: Config): Promise<FeedEngine> {
   const options = { limits: config.limits, sync: config.sync };

@@ -398,7 +398,30 @@ describe('smartfeeds command', () => {
 
   it('prints help, and refuses unknown commands and options', async () => {
     const help = await ok(['--help']);
-    for (const name of ['publish', 'retract', 'items', 'nodes', 'create', 'export', 'import', 'help']) {
+    // Every command, with examples and where the documentation is.
+    expect(help).toContain('\nExamples:\n  smartfeeds serve ');
+    expect(help).toContain('docs/cli.md');
+    const serveHelp = await ok(['serve', '--help']);
+    for (const group of ['XMPP', 'HTTP', 'Storage', 'Feed bot', 'WebSub', 'FASP', 'Limits', 'Logging'])
+      expect(serveHelp).toContain(`\n${group}:\n  --`);
+    expect(serveHelp).toContain('the web page\nat /');
+    for (const name of [
+      'serve',
+      'publish',
+      'retract',
+      'items',
+      'nodes',
+      'create',
+      'export',
+      'import',
+      'check',
+      'migrate',
+      'mirror',
+      'tail',
+      'backup',
+      'fasp',
+      'help',
+    ]) {
       expect(help).toContain(`  ${name} `);
     }
     for (const option of [

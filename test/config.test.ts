@@ -61,6 +61,11 @@ describe('configuration', () => {
     expect(() => loadConfig(['--secret', 's', '--log-level', 'loud'], {})).toThrow(
       /--log-level must be debug, info, warn or error, not "loud"/,
     );
+    expect(() => loadConfig(['--secret', 's', '--log-format', 'xml'], {})).toThrow(
+      '--log-format must be auto, pretty or json, not "xml"',
+    );
+    expect(loadConfig(['--secret', 's'], {}).logFormat).toBe('auto');
+    expect(loadConfig(['--secret', 's'], { SMARTFEEDS_LOG_FORMAT: 'json' }).logFormat).toBe('json');
     expect(() => loadConfig(['--secret', 's', '--bogus'], {})).toThrow(ConfigError);
     expect(() => loadConfig(['--config', '/no/such/file'], {})).toThrow(/configuration file/);
   });

@@ -31,6 +31,7 @@ function run(cmd: string, args: string[], cwd: string, input?: string): Promise<
 let dir = '';
 let project = '';
 let files: string[] = [];
+let installWarnings = '';
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'smartfeeds-package-'));
@@ -49,6 +50,7 @@ beforeAll(async () => {
     project,
   );
   expect(installed.code, installed.err).toBe(0);
+  installWarnings = installed.err;
 }, 180_000);
 
 afterAll(async () => {
@@ -56,7 +58,7 @@ afterAll(async () => {
 });
 
 describe('the npm package', () => {
-  it('holds the compiled code, the command, the service files and the README, and nothing else', () => {
+  it('holds the compiled code, the command, the service files and the docs, and nothing else', () => {
     for (const file of [
       'bin/smartfeeds.mjs',
       'dist/cli.js',
@@ -66,6 +68,10 @@ describe('the npm package', () => {
       'packaging/smartfeeds.service',
       'packaging/config.example.json',
       'README.md',
+      'LICENSE',
+      'CHANGELOG.md',
+      'docs/protocol.md',
+      'docs/configuration.md',
       'package.json',
     ])
       expect(files).toContain(file);
@@ -76,6 +82,10 @@ describe('the npm package', () => {
         f.endsWith('.mjs') !== (f === 'bin/smartfeeds.mjs'),
     );
     expect(stray).toEqual([]);
+  });
+
+  it('installs on this Node without an engine warning from any dependency', () => {
+    expect(installWarnings).not.toMatch(/EBADENGINE|Unsupported engine/);
   });
 
   it('gives the client library to a plain Node import', async () => {

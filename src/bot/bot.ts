@@ -448,7 +448,7 @@ export class FeedBot {
       this.send(this.presenceTo(bare, 'subscribe'));
     }
     const total = await this.service.total(OPERATOR, rec.node);
-    return `Subscribed to ${rec.title ?? rec.url} (${rec.url}). It holds ${total} entries; new ones will come here. Node: ${rec.node}`;
+    return `Subscribed to ${rec.title ?? rec.url} (${rec.url}). It holds ${total} ${total === 1 ? 'entry' : 'entries'}; new ones will come here. Node: ${rec.node}`;
   }
 
   private async unsubscribe(bare: string, url: string): Promise<string> {

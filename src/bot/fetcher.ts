@@ -48,6 +48,10 @@ export class FetchError extends Error {
   }
 }
 
+/** What the operator sets to let the bot fetch loopback and private addresses (a local test). */
+const ALLOW_HINT =
+  ' (the service allows those with --allow-private-addresses or SMARTFEEDS_ALLOW_PRIVATE_ADDRESSES=1)';
+
 /** Whether an address is a public unicast one (ipaddr.js classifies every reserved range). */
 export function isPublicAddress(address: string): boolean {
   try {
@@ -89,7 +93,7 @@ export class Fetcher {
   ) {
     const guarded = publicLookup(
       limits.allowPrivateAddresses,
-      (hostname) => new FetchError(`${hostname} resolves only to non-public addresses`),
+      (hostname) => new FetchError(`${hostname} resolves only to non-public addresses${ALLOW_HINT}`),
     );
     this.agent = new Agent({ connections: limits.hostConnections, connect: { lookup: guarded } });
   }
@@ -101,7 +105,7 @@ export class Fetcher {
     if (url.username || url.password) throw new FetchError('addresses with credentials are not fetched');
     const host = url.hostname.replace(/^\[|\]$/g, '');
     if (isIP(host) && !this.limits.allowPrivateAddresses && !isPublicAddress(host))
-      throw new FetchError(`${host} is not a public address`);
+      throw new FetchError(`${host} is not a public address${ALLOW_HINT}`);
   }
 
   async fetch(address: string, validators: Validators = {}): Promise<FetchResult> {

@@ -29,10 +29,16 @@ Usage: smartfeeds COMMAND [ARGS] [OPTIONS]
 Commands:
 ${list}
   ${'backup'.padEnd(width)}  copy a running server's database, over HTTP: smartfeeds backup --help
+  ${'fasp'.padEnd(width)}  manage fediverse discovery providers of a running server: smartfeeds fasp --help
   ${'help'.padEnd(width)}  show this text, or a command's options: smartfeeds help COMMAND
 
 Synopsis:
 ${lines}
+
+Examples:
+  smartfeeds serve --secret S --domain feeds.example.org --http 127.0.0.1:8080
+  smartfeeds publish blog --id hello --create < entry.xml
+  smartfeeds items blog --since cursor:1795303314453_0_3904355907 --max 20
 
 Every command takes --data DIR (-d): the database directory (default: $SMARTFEEDS_DATA, else
 ./data), and --help (-h). smartfeeds --version prints the version.
@@ -40,6 +46,9 @@ Every command takes --data DIR (-d): the database directory (default: $SMARTFEED
 Exit codes: 0 done; 1 failed (database in use, storage error, input data rejected);
 2 bad command line (unknown command or option, bad position spec or max, unknown node or id);
 3 check found inconsistencies.
+
+Documentation: docs/ in the source and in the package (docs/cli.md: every command;
+docs/configuration.md: every option of serve).
 `;
 }
 

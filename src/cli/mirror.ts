@@ -140,7 +140,7 @@ command line or an unknown node.`,
         lastLine = Date.now();
         const state = s.caughtUp ? `caught up at ${store.cursor() ?? '(empty feed)'}` : 'behind';
         void ctx.out.line(
-          `mirror: ${s.applied} changes applied, ${state} (pulls ${s.pulls}, gaps ${s.gaps}, reconnects ${client.reconnects})`,
+          `mirror: ${s.applied} ${s.applied === 1 ? 'change' : 'changes'} applied, ${state} (pulls ${s.pulls}, gaps ${s.gaps}, reconnects ${client.reconnects})`,
         );
       });
     } finally {

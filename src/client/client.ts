@@ -1,7 +1,7 @@
 /**
  * The consumer side of Smart Feeds over XMPP: a client that pulls pages of a feed with RSM,
  * subscribes, and hands out pushes with their SHIM headers. It speaks only the wire contract
- * (shared/design/protocol.md), so it works with any service that keeps it.
+ * (docs/protocol.md), so it works with any service that keeps it.
  */
 import { EventEmitter } from 'node:events';
 import { type Client, type ClientOptions, client, xml } from '@xmpp/client';

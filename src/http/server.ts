@@ -260,6 +260,7 @@ export class HttpBinding {
     this.origin = `http://${host}:${address.port}`;
     this.log.info('http listening', {
       url: this.origin,
+      page: `${this.origin}/`,
       tokens: this.credentials.size,
       maxHeld: this.options.maxHeld,
       maxTimeoutSeconds: this.options.maxTimeoutSeconds,

@@ -2,6 +2,7 @@ import type { Component } from '@xmpp/component';
 import type { Element } from 'ltx';
 import { type BackoffOptions, backoffDelay, DEFAULT_BACKOFF } from '../backoff.ts';
 import type { Log } from '../log.ts';
+import { ConnectionTrouble } from './connectionTrouble.ts';
 import type { XmlWriter } from './items.ts';
 
 export { type BackoffOptions, backoffDelay, DEFAULT_BACKOFF } from '../backoff.ts';
@@ -124,16 +125,21 @@ export class Reconnector {
   private attempt = 0;
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
+  /** Each kind of failure is one readable warning; its repeats, and the retries, go to debug. */
+  readonly trouble: ConnectionTrouble;
 
   constructor(
     private readonly xmpp: Component,
     private readonly log: Log,
     private readonly options: BackoffOptions = DEFAULT_BACKOFF,
   ) {
+    this.trouble = new ConnectionTrouble(log, xmpp.options.service ?? '', xmpp.options.domain ?? '');
     xmpp.reconnect.stop();
     xmpp.on('disconnect', () => this.schedule());
+    xmpp.on('error', (e: Error) => this.trouble.report(e));
     xmpp.on('online', () => {
       this.attempt = 0;
+      this.trouble.reset();
     });
   }
 
@@ -142,7 +148,7 @@ export class Reconnector {
     try {
       await this.xmpp.start();
     } catch (e) {
-      this.log.warn('cannot connect to the XMPP server', { error: (e as Error).message });
+      this.trouble.report(e as Error);
       // A refused socket already emitted 'disconnect'; a failed handshake may not have.
       if (this.xmpp.status !== 'disconnect' && this.xmpp.status !== 'offline') return;
       this.schedule();
@@ -152,7 +158,10 @@ export class Reconnector {
   private schedule(): void {
     if (this.stopped || this.timer) return;
     const delay = backoffDelay(this.attempt++, this.options);
-    this.log.info('reconnecting', { in_ms: delay, attempt: this.attempt });
+    // The first retry after a loss is news; the backoff's later ones are not.
+    const fields = { in_ms: delay, attempt: this.attempt };
+    if (this.attempt === 1) this.log.info('reconnecting', fields);
+    else this.log.debug('reconnecting', fields);
     this.timer = setTimeout(() => {
       this.timer = undefined;
       void this.reconnect();
@@ -167,7 +176,7 @@ export class Reconnector {
       await this.xmpp.connect(service);
       await this.xmpp.open({ domain, ...(lang ? { lang } : {}) });
     } catch (e) {
-      this.log.warn('reconnect failed', { error: (e as Error).message });
+      this.trouble.report(e as Error);
       // A stream that never opened (a timeout) is closed, so that the next try starts clean.
       await this.xmpp.disconnect().catch(() => undefined);
       this.schedule();

@@ -234,7 +234,7 @@ export function checkPreconditions(form: ParsedForm, config: NodeConfig): void {
   }
 }
 
-/** The publish-options field naming an item's audience (protocol.md 11; README). */
+/** The publish-options field naming an item's audience (docs/protocol.md 11; docs/filters.md). */
 export const AUDIENCE_FIELD = 'smartfeeds#audience';
 
 export const AUTHORIZATION_FORM = `${NS.pubsub}#subscribe_authorization`;

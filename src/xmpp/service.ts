@@ -64,7 +64,6 @@ export class PubsubComponent {
     this.chat = options.chat;
     this.metrics = options.metrics;
     this.xmpp = component({ service: options.service, domain: options.domain, password: options.secret });
-    this.xmpp.on('error', (e) => log.warn('xmpp error', { error: e.message }));
     this.xmpp.on('online', () => log.info('online', { domain: options.domain, service: options.service }));
     this.xmpp.on('offline', () => log.info('offline'));
     // Purges a stop or crash interrupted finish once their notification can be sent.

@@ -239,7 +239,10 @@ describe('refusals', () => {
   it('loopback and private addresses, unless allowed', async () => {
     const strict = new Fetcher({ ...LIMITS, allowPrivateAddresses: false });
     server.document('/rss2.xml', () => fixture('rss2.xml'));
-    await expect(strict.fetch(server.url('/rss2.xml'))).rejects.toThrow(/not a public address/);
+    // The refusal names what lets the operator allow such addresses.
+    await expect(strict.fetch(server.url('/rss2.xml'))).rejects.toThrow(
+      '127.0.0.1 is not a public address (the service allows those with --allow-private-addresses or SMARTFEEDS_ALLOW_PRIVATE_ADDRESSES=1)',
+    );
     await expect(strict.fetch('http://10.1.2.3/feed')).rejects.toThrow(/not a public address/);
     await expect(strict.fetch('http://[::1]/feed')).rejects.toThrow(/not a public address/);
     // A name that resolves to loopback is refused at connection time, not by its spelling.

@@ -293,7 +293,10 @@ describe('delivery', () => {
     for (const p of ['/a.xml', '/b.xml', '/c.xml', '/d.xml'])
       http.document(p, () => rss(`Feed ${p}`, entries([`${p}-1`])));
     const bob = await connect('bob');
-    expect(await ask(bob, `subscribe ${http.url('/a.xml')}`)).toMatch(/^Subscribed to Feed \/a\.xml/);
+    // One entry: the answer says so in the singular.
+    expect(await ask(bob, `subscribe ${http.url('/a.xml')}`)).toMatch(
+      /^Subscribed to Feed \/a\.xml .*\. It holds 1 entry; new ones will come here\./,
+    );
     expect(await ask(bob, `subscribe ${http.url('/b.xml')}`)).toMatch(/^Subscribed to Feed \/b\.xml/);
     expect(await ask(bob, `subscribe ${http.url('/c.xml')}`)).toBe(
       'You have 2 subscriptions, the most one user may have. Unsubscribe from one first.',

@@ -231,7 +231,7 @@ describe(`restarts on ${SERVER_TITLE}`, () => {
     await stack.stopComponent();
     const away = await alice.iq('get', xml('query', { xmlns: NS.info }));
     expect(away.attrs.from).toBe(SERVICE);
-    // Each server's own answer (README, "Connecting to ejabberd"): Prosody's says to wait,
+    // Each server's own answer (docs/xmpp.md, "Connecting to ejabberd"): Prosody's says to wait,
     // ejabberd's that access is denied.
     expect(errorOf(away).slice(0, 2)).toEqual(
       SERVER === 'ejabberd' ? ['auth', 'forbidden'] : ['wait', 'remote-server-timeout'],

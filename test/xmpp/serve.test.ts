@@ -1,5 +1,6 @@
 import { xml } from '@xmpp/client';
 import { describe, expect, it } from 'vitest';
+import { testServer } from '../../prosody-dev/servers.ts';
 import { spawnServe, untilLogged, useServerAndData } from './serveProcess.ts';
 import { SERVER_TITLE, Stack, sleep } from './stack.ts';
 
@@ -93,7 +94,7 @@ describe(`smartfeeds serve on ${SERVER_TITLE}`, () => {
   it('keeps trying with backoff while the server is away, and connects once it is back', async () => {
     const { server } = env;
     await server.stop();
-    const serve = spawnServe(env);
+    const serve = spawnServe(env, ['--log-level', 'debug']);
     const { child, exited, log } = serve;
     // From its first line on: starting Node and tsx alone can take seconds on a busy machine.
     await untilLogged(serve, '"msg":"starting"', 30_000);
@@ -102,10 +103,78 @@ describe(`smartfeeds serve on ${SERVER_TITLE}`, () => {
     const delays = [...log().matchAll(/"msg":"reconnecting","in_ms":(\d+)/g)].map((m) => Number(m[1]));
     expect(delays.length, log()).toBeGreaterThanOrEqual(2);
     expect(delays.length).toBeLessThan(12);
+    // One readable warning for every retry, saying what to check; the retries are quiet.
+    expect(warnings(log())).toEqual([
+      `cannot reach an XMPP server at xmpp://127.0.0.1:${server.componentPort} (ECONNREFUSED): is one running, with a component port there? (Prosody: component_ports; ejabberd: an ejabberd_service listener); check --service (SMARTFEEDS_SERVICE)`,
+    ]);
     await server.start();
     await untilLogged(serve, '"msg":"online"', 40_000, 100);
     expect(log()).toContain('"msg":"online"');
     child.kill('SIGINT');
     expect(await exited).toBe(0);
   }, 60_000);
+
+  for (const [what, args, extraEnv, warning] of [
+    [
+      'a refused secret',
+      [],
+      { SMARTFEEDS_SECRET: 'not-the-secret' },
+      (port: number) => refused(port, 'feeds.localhost'),
+    ],
+    [
+      'an unknown domain',
+      ['--domain', 'nowhere.localhost'],
+      {},
+      // ejabberd answers an unknown domain as a refused secret: its advice names both.
+      (port: number) =>
+        testServer() === 'ejabberd'
+          ? refused(port, 'nowhere.localhost')
+          : `the XMPP server at xmpp://127.0.0.1:${port} has no component nowhere.localhost: check --domain (SMARTFEEDS_DOMAIN) against the server's configuration (Prosody: Component "nowhere.localhost"; ejabberd: the hosts of the ejabberd_service listener)`,
+    ],
+  ] as const) {
+    it(`says once what to check for ${what}, then retries quietly`, async () => {
+      const serve = spawnServe(env, [...args, '--log-level', 'debug'], extraEnv);
+      try {
+        // Three retries, each refused the same way.
+        while ((serve.log().match(/"msg":"reconnecting"/g)?.length ?? 0) < 3) {
+          expect(serve.closed(), serve.log()).toBe(false);
+          await sleep(50);
+        }
+        expect(warnings(serve.log())).toEqual([warning(env.server.componentPort)]);
+      } finally {
+        serve.child.kill('SIGINT');
+        await serve.exited;
+      }
+    }, 60_000);
+  }
+
+  it('writes readable lines with --log-format pretty, JSON lines with json', async () => {
+    const pretty = spawnServe(env, ['--log-format', 'pretty']);
+    await untilLogged(pretty, 'INFO: online', 20_000);
+    pretty.child.kill('SIGINT');
+    expect(await pretty.exited).toBe(0);
+    expect(pretty.log()).toMatch(/^\[\d\d:\d\d:\d\d\.\d{3}\] INFO: starting \{"service":/);
+    expect(pretty.log()).not.toContain('"level"');
+    // Not a terminal: JSON unless asked otherwise.
+    const json = spawnServe(env, []);
+    await untilLogged(json, '"msg":"online"', 20_000);
+    json.child.kill('SIGINT');
+    expect(await json.exited).toBe(0);
+    for (const line of json.log().trim().split('\n')) expect(() => JSON.parse(line)).not.toThrow();
+  }, 60_000);
 });
+
+/** The advice for a refused handshake. */
+function refused(port: number, domain: string): string {
+  return `the XMPP server at xmpp://127.0.0.1:${port} refused the component ${domain}: check that --secret (SMARTFEEDS_SECRET) is the secret the server has for it (Prosody: component_secret; ejabberd: the ejabberd_service listener's password), and on ejabberd, which refuses an unknown domain the same way, that ${domain} is among that listener's hosts`;
+}
+
+/** The warnings logged, by message. */
+function warnings(log: string): string[] {
+  return log
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line) as { level: string; msg: string })
+    .filter((l) => l.level === 'warn')
+    .map((l) => l.msg);
+}

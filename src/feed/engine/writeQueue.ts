@@ -321,8 +321,8 @@ export class WriteQueue {
   ): { change: Change; rec?: ItemRecord; value?: Buffer } {
     const { id } = w;
     if (!old && w.missing) throw w.missing();
-    // A new version always leaves its old stamp, so that no cursor names it twice: see the note in
-    // the README (same-millisecond updates).
+    // A new version always leaves its old stamp, so that no cursor names it twice (docs/protocol.md
+    // section 2: a new version is stamped at least 1 ms after the previous one).
     const stamp = Math.max(this.s.now(), st.stamp, old ? old.m + 1 : 0);
     const body = typeof w.version === 'function' ? w.version(old, stamp) : w.version;
     if (!body) {

@@ -1,0 +1,299 @@
+// What each option of `serve` is for, grouped by area: `serve --help` and docs/configuration.md
+// (scripts/configDocs.ts) are both made from this table, and test/configDocs.test.ts checks it
+// against the options config.ts parses and the variables it reads.
+
+/** One option of `serve`, as a user meets it. */
+export interface OptionDoc {
+  /** The long flag, without `--`. */
+  flag: string;
+  /** The value it takes, for the synopsis; absent for a switch. */
+  arg?: string;
+  /** The environment variable; absent when the option has none. */
+  env?: string;
+  /** The key in the JSON configuration file, when it is not the flag's name. */
+  key?: string;
+  /** The default, as a user would write it. */
+  default: string;
+  /** One line for `--help`. */
+  summary: string;
+  /** More for the reference page, when one line does not say it all. */
+  details?: string;
+}
+
+export interface OptionGroup {
+  title: string;
+  options: OptionDoc[];
+}
+
+const env = (flag: string) => `SMARTFEEDS_${flag.toUpperCase().replaceAll('-', '_')}`;
+/** An option whose variable and file key are named after its flag. */
+function opt(
+  flag: string,
+  arg: string | undefined,
+  dflt: string,
+  summary: string,
+  details?: string,
+): OptionDoc {
+  return {
+    flag,
+    ...(arg ? { arg } : {}),
+    env: env(flag),
+    default: dflt,
+    summary,
+    ...(details ? { details } : {}),
+  };
+}
+
+export const OPTION_GROUPS: OptionGroup[] = [
+  {
+    title: 'General',
+    options: [opt('config', 'FILE', 'none', 'a JSON configuration file (keys as the long option names)')],
+  },
+  {
+    title: 'XMPP',
+    options: [
+      opt('service', 'xmpp://HOST:PORT', 'xmpp://127.0.0.1:5347', "the XMPP server's component port"),
+      opt('domain', 'DOMAIN', 'feeds.localhost', "the component's domain: the pubsub service JID"),
+      opt('secret', 'SECRET', 'required', "the component's shared secret", 'Never logged.'),
+      {
+        flag: 'no-xmpp',
+        env: 'SMARTFEEDS_XMPP',
+        key: 'xmpp',
+        default: 'the component runs',
+        summary: 'serve HTTP only, without the component (several instances)',
+        details:
+          '`SMARTFEEDS_XMPP=0`, or `"xmpp": false` in the file, does the same. An instance without the component needs no secret. See [several instances](operations.md#several-instances).',
+      },
+      opt('push-lease', 'SECONDS', '10', "a dead instance's pushes move to another after this"),
+    ],
+  },
+  {
+    title: 'Nodes and rights',
+    options: [
+      {
+        ...opt('admin', 'JID', 'none', 'an administrator: every right on every node (repeatable)'),
+        env: 'SMARTFEEDS_ADMINS',
+        key: 'admins',
+        details: 'The variable takes a comma-separated list; the file a list of JIDs.',
+      },
+      opt(
+        'create',
+        'WHO',
+        'admins',
+        'who may create nodes: admins, local or anyone',
+        '`local`: users of the local domain, and administrators.',
+      ),
+      opt(
+        'local-domain',
+        'DOMAIN',
+        'the domain less its first label',
+        "the XMPP server's own users' domain, for --create local",
+        '`feeds.example.org` serves `example.org`.',
+      ),
+      {
+        ...opt(
+          'auto-create',
+          undefined,
+          'on',
+          'publishing to a missing node creates it (--no-auto-create: off)',
+        ),
+        details:
+          'The node is owned by the publisher, who must be allowed to create nodes. The variable takes `1` or `0`; the file a boolean.',
+      },
+    ],
+  },
+  {
+    title: 'HTTP',
+    options: [
+      opt(
+        'http',
+        'HOST:PORT',
+        'off',
+        'also serve the feeds over HTTP there',
+        '`[::1]:8080` for IPv6; port 0 picks a free one.',
+      ),
+      {
+        ...opt('http-token', 'TOKEN=JID', 'none', 'a bearer token and the bare JID it acts as (repeatable)'),
+        env: 'SMARTFEEDS_HTTP_TOKENS',
+        key: 'http-tokens',
+        details:
+          'The variable takes `TOKEN=JID,...`; the file `"http-tokens": {"TOKEN": "JID"}`. Tokens are letters, digits and `-._~+/`, and never logged. Other users of the machine can read a command line: prefer the variable or the file.',
+      },
+      opt('http-max-held', 'N', '10000', 'long polls held at once; more get 503'),
+      opt('http-max-timeout', 'SECONDS', '120', 'the longest long poll a request may ask'),
+      opt(
+        'public-url',
+        'URL',
+        "the request's origin",
+        'the origin clients reach, behind a TLS proxy (https://feeds.example)',
+        'Links, shared object URIs, WebFinger and the `@target-uri` of FASP signatures use it.',
+      ),
+      opt(
+        'metrics',
+        'HOST:PORT',
+        'on the HTTP binding',
+        '/metrics, /healthz and /readyz on a listener of their own',
+        'See [health and metrics](operations.md#health-and-metrics).',
+      ),
+      opt(
+        'metrics-access',
+        'WHO',
+        'loopback',
+        "who may scrape /metrics: loopback, or admin (an --admin's token)",
+      ),
+    ],
+  },
+  {
+    title: 'Storage',
+    options: [
+      opt('data', 'DIR', './data', 'the LevelDB directory'),
+      opt(
+        'store',
+        'URL',
+        'off',
+        'PostgreSQL instead of --data: postgres://USER:PASSWORD@HOST:PORT/DB',
+        'Logged without its password. See [PostgreSQL](operations.md#running-on-postgresql).',
+      ),
+      opt(
+        'sync',
+        undefined,
+        'off',
+        'fsync every write batch: survives power loss, not only a killed process',
+      ),
+    ],
+  },
+  {
+    title: 'Limits',
+    options: [
+      opt('max-payload-bytes', 'N', '65536', 'the largest Atom entry, serialized'),
+      opt('page-items', 'N', '250', 'the most items in a page, whatever was asked'),
+      opt('default-page-items', 'N', '50', 'items in a page when no max is asked'),
+      opt(
+        'page-bytes',
+        'N',
+        '262144',
+        "a page's byte budget",
+        "Keep it well under the XMPP server's stanza limit for the component (512 KiB in Prosody and in the ejabberd lines of [xmpp.md](xmpp.md#connecting-to-ejabberd)).",
+      ),
+      opt('rate-limit', 'N', '50', 'XMPP requests per second per sender (bare JID); 0 turns it off'),
+      opt('rate-burst', 'N', '200', 'requests a sender may make at once beyond 64 unanswered ones'),
+    ],
+  },
+  {
+    title: 'Feed bot',
+    options: [
+      opt(
+        'bot',
+        'on|off',
+        'on',
+        'the feed bot (chat commands to the service JID)',
+        'See [the feed bot](bot.md).',
+      ),
+      opt(
+        'allow-private-addresses',
+        undefined,
+        'off',
+        'let the bot fetch loopback and private addresses (to try it locally)',
+      ),
+      opt('bot-schemes', 'LIST', 'http,https', 'URL schemes the bot fetches'),
+      opt('bot-user-subscriptions', 'N', '100', 'chat subscriptions one user may hold'),
+      opt('bot-feeds', 'N', '1000', 'outside feeds followed, service-wide'),
+      opt('bot-poll-min', 'SECONDS', '300', 'the shortest poll interval'),
+      opt('bot-poll-max', 'SECONDS', '21600', 'the longest poll interval, also the cap of the error backoff'),
+      opt('bot-fetch-timeout', 'SECONDS', '20', 'one fetch, from connection to last byte'),
+      opt('bot-max-bytes', 'N', '5242880', 'the largest feed document, after decompression'),
+      opt('bot-queue', 'N', '200', 'notifications kept for a user who is offline'),
+      opt('bot-host-connections', 'N', '2', 'connections to one host at once'),
+    ],
+  },
+  {
+    title: 'WebSub',
+    options: [
+      opt(
+        'websub-allow-private',
+        undefined,
+        'off',
+        'callbacks may be loopback, private or link-local addresses',
+        'For a hub on a LAN only.',
+      ),
+      opt('websub-lease', 'SECONDS', '864000', 'the lease of a subscription that asks none (10 days)'),
+      opt(
+        'websub-queue',
+        'N',
+        '1000',
+        'deliveries waiting per subscription; beyond it the oldest are dropped',
+      ),
+      opt('websub-retry', 'SECONDS', '3600', 'how long one delivery is retried before it is given up'),
+    ],
+  },
+  {
+    title: 'FASP',
+    options: [
+      opt(
+        'fasp-signed-fetch',
+        undefined,
+        'off',
+        "FASPs' GETs of shared objects and actors must be signed",
+        "Signed by a sharing FASP's actor key (RFC 9421 or cavage), else `401`. See [FASP](fasp.md).",
+      ),
+      opt(
+        'fasp-provider',
+        'on|off',
+        'off',
+        'act as a FASP: turn fediverse content into feeds (needs --http)',
+      ),
+      opt('fasp-provider-name', 'NAME', 'smartfeeds', 'the name it registers with'),
+      opt('fasp-provider-url', 'URL', 'the HTTP origin and /fasp-provider', 'its public base URL'),
+      opt(
+        'fasp-provider-allow-private',
+        undefined,
+        'off',
+        'fetch announced objects on loopback or private addresses (tests only)',
+      ),
+    ],
+  },
+  {
+    title: 'Logging',
+    options: [
+      opt('log-level', 'LEVEL', 'info', 'the least level logged: debug, info, warn or error'),
+      opt(
+        'log-format',
+        'FORMAT',
+        'auto',
+        'json (one JSON line per event), pretty (readable lines), or auto: pretty on a terminal',
+        'Fields named like a secret, password or authorization are masked in either format.',
+      ),
+    ],
+  },
+];
+
+/** Every documented option, flattened. */
+export const OPTION_DOCS: OptionDoc[] = OPTION_GROUPS.flatMap((g) => g.options);
+
+function synopsis(o: OptionDoc): string {
+  if (o.flag === 'auto-create') return '--auto-create, --no-auto-create';
+  return `--${o.flag}${o.arg ? ` ${o.arg}` : ''}`;
+}
+
+/** `serve --help`: the options by group, each with its variable and default. */
+export function serveUsage(): string {
+  const width = 32;
+  const groups = OPTION_GROUPS.map((g) => {
+    const lines = g.options.map((o) => {
+      const head = `  ${synopsis(o).padEnd(width - 2)}`;
+      const first = head.length > width ? `${head}\n${' '.repeat(width)}` : head;
+      const where = [o.env, `(${o.default})`].filter(Boolean).join(' ');
+      return `${first}${o.summary}\n${' '.repeat(width)}${where}`;
+    });
+    return `${g.title}:\n${lines.join('\n')}`;
+  });
+  return `smartfeeds serve [options]
+
+Runs the XMPP pubsub component, and with --http the HTTP binding of the same feeds (the web page
+at /, JSON, Atom, WebSub). Each option can also come from an environment variable or from the
+JSON file given with --config (keys as the long option names, "admins" a list); flags win over
+the environment, which wins over the file. Every option: docs/configuration.md.
+
+${groups.join('\n\n')}
+`;
+}
