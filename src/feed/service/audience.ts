@@ -81,6 +81,19 @@ export async function deliveries(ctx: ServiceContext, node: string): Promise<Del
   };
 }
 
+/**
+ * How an anonymous reader of the node's modified feed sees a change: `shown`, its new version is
+ * public; `tombstone`, the item is gone for anyone (retracted, or given an audience) and anyone
+ * saw it before; undefined, anyone is told nothing (an item that never was public). What a
+ * discovery provider is told follows it (protocol.md 12): nobody reads audience fields but this.
+ */
+export function publicChange(ctx: ServiceContext, change: Change): 'shown' | 'tombstone' | undefined {
+  if (!change.changed) return undefined;
+  if (!change.item.deleted && changeShows(change, '', '')) return 'shown';
+  const feed = { node: change.node, order: 'modified', requested: '' } as const;
+  return deliveryIn(ctx, change, feed, '') === undefined ? undefined : 'tombstone';
+}
+
 /** What a reader of a feed is told of a change (see Delivery). */
 export function deliveryIn(
   ctx: ServiceContext,

@@ -10,7 +10,14 @@ import type { NodeConfig } from '../nodeConfig.ts';
 import type { PolicyStore } from '../policy.ts';
 import { type Actor, jidOf } from './actor.ts';
 import * as affiliations from './affiliations.ts';
-import { type Delivery, type DeliveryFor, deliveries, deliveryIn, readerOf } from './audience.ts';
+import {
+  type Delivery,
+  type DeliveryFor,
+  deliveries,
+  deliveryIn,
+  publicChange,
+  readerOf,
+} from './audience.ts';
 import type { ServiceContext } from './context.ts';
 import { type HubSubscriptions, hubSubscriptions } from './hubSubscriptions.ts';
 import * as items from './items.ts';
@@ -362,6 +369,14 @@ export class FeedService {
    */
   deliveryIn(change: Change, feed: string | FeedName, reader: string): Delivery | undefined {
     return deliveryIn(this.ctx, change, feedOf(feed), reader);
+  }
+
+  /**
+   * How anyone (the anonymous reader) sees a change: `shown`, `tombstone` or undefined (told
+   * nothing). For the paths that tell the public of changes (FASP announcements).
+   */
+  publicChange(change: Change): 'shown' | 'tombstone' | undefined {
+    return publicChange(this.ctx, change);
   }
 
   /** Adds what the change-log follower waits for before recording pushes as done (the XMPP fan-out's flush). */
