@@ -3,6 +3,7 @@ import type { FeedEvent } from '../../feed/events.ts';
 import type { KeyValueStore } from '../../feed/kv.ts';
 import type { Change, ChangeKind, Item } from '../../feed/model.ts';
 import type { NodeConfig } from '../../feed/nodeConfig.ts';
+import type { ReaderItem } from '../../feed/service/visible.ts';
 import type { Log } from '../../log.ts';
 import type { Announcement, KvOp, Outbox } from './outbox.ts';
 import type { Category, EventSubscription, SharingRequests } from './requests.ts';
@@ -37,7 +38,7 @@ export type PublicSight = 'shown' | 'tombstone' | undefined;
 
 /** One item's latest version and how anyone sees it now. */
 export interface SeenItem {
-  item: Item;
+  item: ReaderItem;
   sight: PublicSight;
 }
 

@@ -6,6 +6,7 @@ import { summarize } from '../summary.ts';
 import { changeShows } from '../views.ts';
 import type { Actor } from './actor.ts';
 import type { ServiceContext } from './context.ts';
+import type { ReaderPage, Visible } from './visible.ts';
 
 /**
  * Audiences (protocol.md 11): who reads which view of a node. Owners, the node's publishers and
@@ -42,14 +43,23 @@ export async function readerOf(ctx: ServiceContext, node: string, actor: Actor):
   return everything ? '*' : actor.jid;
 }
 
-/** A page as a feed's view shows it: `view=summary` cuts each live entry. */
-export function presentPage(feed: FeedName, page: Page): Page {
-  if (feed.view !== 'summary') return page;
+/**
+ * The gate's only maker (visible.ts): called on what the engine read or wrote in a reader's view,
+ * never exported. The brand is a type only, so this is the one cast that makes it.
+ */
+const visible = <T>(item: T): Visible<T> => item as Visible<T>;
+
+/** A page as a feed's view shows it to the reader it was read for: `view=summary` cuts each live entry. */
+export function presentPage(feed: FeedName, page: Page): ReaderPage {
   return { ...page, items: page.items.map((i) => presentItem(feed, i)) };
 }
 
-export function presentItem<T extends Omit<Item, 'cursor'>>(feed: Pick<FeedName, 'view'>, item: T): T {
-  return feed.view === 'summary' && !item.deleted ? { ...item, entry: summarize(item.entry) } : item;
+/** An item read or written in a reader's view, as the feed's view shows it. */
+export function presentItem<T extends Omit<Item, 'cursor'>>(
+  feed: Pick<FeedName, 'view'>,
+  item: T,
+): Visible<T> {
+  return visible(feed.view === 'summary' && !item.deleted ? { ...item, entry: summarize(item.entry) } : item);
 }
 
 /** What one subscription is told of a change: its own feed's positions, and the item as it sees it. */
@@ -57,7 +67,7 @@ export interface Delivery {
   /** Subscriptions with equal keys are told the same thing (a binding may build it once). */
   key: string;
   kind: ChangeKind;
-  item: Omit<Item, 'cursor'>;
+  item: Visible<Omit<Item, 'cursor'>>;
   /** LastCursor, PreviousCursor and TotalItems of the subscription's own feed. */
   cursor: string;
   previous: string | undefined;

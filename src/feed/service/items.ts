@@ -1,11 +1,12 @@
 import type { Element } from 'ltx';
 import { BadRequest, NodeExists, NodeNotFound } from '../errors.ts';
 import { type FeedName, parseFeedName } from '../feedName.ts';
-import type { Change, Item, Page, ReadQuery } from '../model.ts';
+import type { Change, ReadQuery } from '../model.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import { type Actor, jidOf } from './actor.ts';
 import { checkAudience, presentItem, presentPage, readerOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';
+import type { ReaderItem, ReaderPage } from './visible.ts';
 
 export const feedOf = (name: string | FeedName): FeedName =>
   typeof name === 'string' ? parseFeedName(name) : name;
@@ -133,7 +134,7 @@ export async function read(
   actor: Actor,
   feedName: string | FeedName,
   query: ReadQuery = {},
-): Promise<Page> {
+): Promise<ReaderPage> {
   const feed = feedOf(feedName);
   await ctx.rights.check(feed.node, actor, 'retrieve');
   return presentPage(feed, await ctx.engine.read(feed, query, await readerOf(ctx, feed.node, actor)));
@@ -145,7 +146,7 @@ export async function getItems(
   actor: Actor,
   feedName: string | FeedName,
   ids: readonly string[],
-): Promise<Item[]> {
+): Promise<ReaderItem[]> {
   const feed = feedOf(feedName);
   await ctx.rights.check(feed.node, actor, 'retrieve');
   const items = await ctx.engine.getItems(feed, ids, await readerOf(ctx, feed.node, actor));

@@ -5,7 +5,7 @@ import { AccessDenied } from '../errors.ts';
 import type { FeedEvent, FeedEventListener, NodeEvent } from '../events.ts';
 import type { FeedName } from '../feedName.ts';
 import type { Claim, KeyValueStore } from '../kv.ts';
-import type { Change, ExportRecord, Item, Limits, Page, ReadQuery, Subscription } from '../model.ts';
+import type { Change, ExportRecord, Limits, ReadQuery, Subscription } from '../model.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import type { PolicyStore } from '../policy.ts';
 import { type Actor, jidOf } from './actor.ts';
@@ -25,6 +25,7 @@ import { feedOf } from './items.ts';
 import * as nodes from './nodes.ts';
 import { Rights } from './rights.ts';
 import * as subscriptions from './subscriptions.ts';
+import type { ReaderItem, ReaderPage } from './visible.ts';
 
 /** A binding's own key-value state (the feed bot's), kept by the service in its store. */
 export type { Claim, KeyValueStore };
@@ -259,11 +260,11 @@ export class FeedService {
     return items.retract(this.ctx, actor, feed, id, options);
   }
 
-  read(actor: Actor, feed: string | FeedName, query: ReadQuery = {}): Promise<Page> {
+  read(actor: Actor, feed: string | FeedName, query: ReadQuery = {}): Promise<ReaderPage> {
     return items.read(this.ctx, actor, feed, query);
   }
 
-  getItems(actor: Actor, feed: string | FeedName, ids: readonly string[]): Promise<Item[]> {
+  getItems(actor: Actor, feed: string | FeedName, ids: readonly string[]): Promise<ReaderItem[]> {
     return items.getItems(this.ctx, actor, feed, ids);
   }
 
