@@ -89,7 +89,7 @@ class Model {
 
   shareable(name: string): boolean {
     const n = this.nodes.get(name);
-    return n !== undefined && n.open && n.discoverable;
+    return n?.open === true && n.discoverable;
   }
 
   /** The announcements one op owes, sorted (one op's own order is the store's). */
