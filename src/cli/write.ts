@@ -37,8 +37,10 @@ function parsePublishLine(text: string): { id?: string; entry: string; publisher
 /** Publishes in flight at once with --jsonl: the engine commits concurrent writes together. */
 const JSONL_WINDOW = 256;
 
-async function publishLines(ctx: Context, feeds: FeedService, node: string): Promise<void> {
+/** `publish --jsonl`: each line its own write, reaching the node in input order. */
+export async function publishLines(ctx: Context, feeds: FeedService, node: string): Promise<void> {
   const { values } = ctx;
+  const writer = feeds.inOrder();
   const autoCreate = values.create === true;
   const base = parseFeedName(node).node;
   let exists = await feeds.hasNode(base);
@@ -70,7 +72,7 @@ async function publishLines(ctx: Context, feeds: FeedService, node: string): Pro
         throw new InputError(n, e);
       }
       const publisher = input.publisher ?? str(values, 'publisher');
-      const write = feeds.publish(OPERATOR, node, {
+      const write = writer.publish(OPERATOR, node, {
         entry: input.entry,
         ...(input.id !== undefined ? { id: input.id } : {}),
         ...(publisher !== undefined ? { publisher } : {}),

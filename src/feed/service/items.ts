@@ -76,6 +76,8 @@ export async function publish(
   feedName: string | FeedName,
   input: PublishInput,
   options: PublishOptions = {},
+  /** Called once the write is in the engine's queue, which keeps the order writes reach it in. */
+  queued: () => void = () => undefined,
 ): Promise<Change> {
   const { node } = feedOf(feedName);
   const created = await autoCreate(ctx, actor, node, input, options);
@@ -98,9 +100,11 @@ export async function publish(
     ...(input.id !== undefined ? { id: input.id } : {}),
     ...(input.audience ? { audience: input.audience } : {}),
   };
-  return ctx.engine.publish(node, publisher === undefined ? item : { ...item, publisher }, {
+  const write = ctx.engine.publish(node, publisher === undefined ? item : { ...item, publisher }, {
     appendOnly: keepsAppendOnly(actor, config),
   });
+  queued();
+  return write;
 }
 
 /**
@@ -113,6 +117,7 @@ export async function retract(
   feedName: string | FeedName,
   id: string,
   options: { notify?: boolean } = {},
+  queued: () => void = () => undefined,
 ): Promise<Change> {
   const { node } = feedOf(feedName);
   const who = jidOf(actor);
@@ -121,11 +126,53 @@ export async function retract(
   const own = item !== undefined && who !== undefined && item.publisher === who;
   const { config } = await ctx.rights.check(node, actor, own ? 'retract-own' : 'retract');
   await ctx.engine.writable();
-  return ctx.engine.retract(node, id, {
+  const write = ctx.engine.retract(node, id, {
     ...(who !== undefined ? { publisher: who } : {}),
     appendOnly: keepsAppendOnly(actor, config),
     ...(options.notify ? { notify: true } : {}),
   });
+  queued();
+  return write;
+}
+
+/** One caller's writes, kept in the order it makes them (FeedService.inOrder). */
+export interface OrderedWriter {
+  publish(
+    actor: Actor,
+    feed: string | FeedName,
+    input: PublishInput,
+    options?: PublishOptions,
+  ): Promise<Change>;
+  retract(actor: Actor, feed: string | FeedName, id: string, options?: { notify?: boolean }): Promise<Change>;
+}
+
+/**
+ * A writer whose writes reach the engine in call order however many are in flight: each one's
+ * checks (rights, auto-create, the fan-out gate: asynchronous steps) start once the write before
+ * it is in the engine's queue or refused, and the engine keeps the queue's order. The writes
+ * still commit together: only the checks take turns.
+ */
+export function orderedWriter(ctx: ServiceContext): OrderedWriter {
+  let turn: Promise<void> = Promise.resolve();
+  const inTurn = (write: (queued: () => void) => Promise<Change>): Promise<Change> => {
+    let release: () => void = () => undefined;
+    const next = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const start = turn;
+    turn = next;
+    return start.then(() => {
+      const done = write(release);
+      done.then(release, release);
+      return done;
+    });
+  };
+  return {
+    publish: (actor, feed, input, options = {}) =>
+      inTurn((queued) => publish(ctx, actor, feed, input, options, queued)),
+    retract: (actor, feed, id, options = {}) =>
+      inTurn((queued) => retract(ctx, actor, feed, id, options, queued)),
+  };
 }
 
 /** A page of a feed (protocol.md 4), for those who may retrieve the node's items. */

@@ -260,6 +260,14 @@ export class FeedService {
     return items.retract(this.ctx, actor, feed, id, options);
   }
 
+  /**
+   * A writer for one caller that pipelines (the CLI's `publish --jsonl`): its publishes and
+   * retracts reach the node in the order it makes them, however many are in flight.
+   */
+  inOrder(): items.OrderedWriter {
+    return items.orderedWriter(this.ctx);
+  }
+
   read(actor: Actor, feed: string | FeedName, query: ReadQuery = {}): Promise<ReaderPage> {
     return items.read(this.ctx, actor, feed, query);
   }
