@@ -1,8 +1,8 @@
 // The writing commands: publish (one entry or JSON lines), retract, create, import.
-import jid from '@xmpp/jid';
 import { readAtomEntry } from '../feed/atom.ts';
 import { FeedError, NodeNotFound, PayloadTooBig } from '../feed/errors.ts';
 import { checkItemId, parseFeedName } from '../feed/feedName.ts';
+import { bareJid } from '../feed/jid.ts';
 import type { Change, ExportRecord } from '../feed/model.ts';
 import { OPERATOR } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
@@ -193,9 +193,10 @@ ${COMMON_DETAILS}`,
     let bare: string | undefined;
     if (owner !== undefined) {
       try {
-        bare = jid(owner).bare().toString();
-      } catch {
-        throw new UsageError(`--owner: not a JID: ${owner}`);
+        // A full JID names its bare one, as XMPP clients give it.
+        bare = bareJid(owner.split('/')[0] as string, '--owner');
+      } catch (e) {
+        throw new UsageError((e as Error).message);
       }
       if (!bare.includes('@')) throw new UsageError(`--owner: not a user's JID: ${owner}`);
     }

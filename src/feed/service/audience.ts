@@ -1,6 +1,6 @@
 import { tombstone } from '../atom.ts';
-import { BadRequest } from '../errors.ts';
 import { type FeedName, filterKey } from '../feedName.ts';
+import { bareJid } from '../jid.ts';
 import type { Change, ChangeKind, Item, Page, Subscription } from '../model.ts';
 import { summarize } from '../summary.ts';
 import { changeShows } from '../views.ts';
@@ -14,14 +14,9 @@ import type { ReaderPage, Visible } from './visible.ts';
  * anyone may and what was published for them (their bare JID).
  */
 
-const BARE_JID = /^(?:[^@/\s]+@)?[^@/\s]+$/;
-
-/** Checks an audience given with a publish: bare JIDs only. */
-export function checkAudience(audience: readonly string[]): void {
-  for (const jid of audience) {
-    if (!BARE_JID.test(jid) || jid.length > 3071)
-      throw new BadRequest(`the audience must be bare JIDs, not ${JSON.stringify(jid)}`);
-  }
+/** An audience given with a publish, each JID checked and canonical (jid.ts), without repeats. */
+export function checkAudience(audience: readonly string[]): string[] {
+  return [...new Set(audience.map((jid) => bareJid(jid, 'the audience')))];
 }
 
 /** Who a bare JID reads as on a node, from its owners and publishers. */

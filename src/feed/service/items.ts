@@ -1,6 +1,7 @@
 import type { Element } from 'ltx';
 import { BadRequest, NodeExists, NodeNotFound } from '../errors.ts';
 import { type FeedName, parseFeedName } from '../feedName.ts';
+import { bareJid } from '../jid.ts';
 import type { Change, ReadQuery } from '../model.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import { type Actor, jidOf } from './actor.ts';
@@ -80,6 +81,10 @@ export async function publish(
   queued: () => void = () => undefined,
 ): Promise<Change> {
   const { node } = feedOf(feedName);
+  // JIDs are checked first: a refused publish makes no node.
+  const audience = input.audience ? checkAudience(input.audience) : undefined;
+  const given = actor.kind === 'operator' ? input.publisher : undefined;
+  const publisher = given !== undefined ? bareJid(given, 'the publisher') : jidOf(actor);
   const created = await autoCreate(ctx, actor, node, input, options);
   const { config } = await ctx.rights.check(node, actor, 'publish');
   // A node just made with them has them; one that was there already must meet them.
@@ -89,16 +94,12 @@ export async function publish(
     throw new BadRequest(
       'an append-only node takes no item with an audience (its archives are for every reader)',
     );
-  if (input.audience) {
-    checkAudience(input.audience);
-    await ctx.engine.enableAudience(node);
-  }
+  if (audience) await ctx.engine.enableAudience(node);
   await ctx.engine.writable();
-  const publisher = actor.kind === 'operator' ? input.publisher : jidOf(actor);
   const item = {
     entry: input.entry,
     ...(input.id !== undefined ? { id: input.id } : {}),
-    ...(input.audience ? { audience: input.audience } : {}),
+    ...(audience ? { audience } : {}),
   };
   const write = ctx.engine.publish(node, publisher === undefined ? item : { ...item, publisher }, {
     appendOnly: keepsAppendOnly(actor, config),
