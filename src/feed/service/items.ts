@@ -101,8 +101,12 @@ export async function publish(
     ...(input.id !== undefined ? { id: input.id } : {}),
     ...(audience ? { audience } : {}),
   };
+  // A publisher who is not the node's (publish_model open or subscribers) replaces only their own
+  // items, hidden from them or not (protocol.md 11); decided with the write, in the engine.
+  const own = actor.kind === 'user' && input.id !== undefined && (await readerOf(ctx, node, actor)) !== '*';
   const write = ctx.engine.publish(node, publisher === undefined ? item : { ...item, publisher }, {
     appendOnly: keepsAppendOnly(actor, config),
+    ...(own ? { onlyOwnBy: actor.jid } : {}),
   });
   queued();
   return write;
