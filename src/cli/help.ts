@@ -29,6 +29,7 @@ Usage: smartfeeds COMMAND [ARGS] [OPTIONS]
 Commands:
 ${list}
   ${'backup'.padEnd(width)}  copy a running server's database, over HTTP: smartfeeds backup --help
+  ${'fasp'.padEnd(width)}  manage FASP providers of a running server, over HTTP: smartfeeds fasp --help
   ${'help'.padEnd(width)}  show this text, or a command's options: smartfeeds help COMMAND
 
 Synopsis:

@@ -222,6 +222,7 @@ function parseExportLine(text: string): ExportRecord {
     ['publisher', 'string', false],
     ['atomId', 'string', false],
   ]);
+  // Every field's type was checked just above (the engine checks their values).
   return r as unknown as ExportRecord;
 }
 

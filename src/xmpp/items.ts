@@ -21,7 +21,10 @@ function itemStart(item: Visible<Pick<Item, 'id' | 'publisher'>>): string {
 /** An ltx writer; xmlChunks' also takes bytes encoded already (see itemElement). */
 export type XmlWriter = ((text: string) => void) & { bytes?: (bytes: Buffer) => void };
 
-/** An already serialized XML fragment as an ltx child (what itemXml makes). */
+/**
+ * An already serialized XML fragment as an ltx child (what itemXml makes). ltx writes a child by
+ * its `write` and `toString` only: the cast gives ltx its own type, no item internals are read.
+ */
 export function rawElement(text: string): Element {
   return { write: (w: XmlWriter) => w(text), toString: () => text } as unknown as Element;
 }
@@ -40,6 +43,7 @@ export function itemElement(
   const { entry } = memo;
   const head = `${itemStart(item)}>`;
   const text = () => `${head}${item.entry}</item>`;
+  // An ltx child as rawElement's (write and toString only), writing the memo's bytes.
   return {
     write: (w: XmlWriter) => {
       if (!w.bytes) return w(text());
