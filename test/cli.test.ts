@@ -413,7 +413,18 @@ describe('smartfeeds command', () => {
 
   it('prints help, and refuses unknown commands and options', async () => {
     const help = await ok(['--help']);
-    for (const name of ['publish', 'retract', 'items', 'nodes', 'create', 'export', 'import', 'help']) {
+    for (const name of [
+      'publish',
+      'retract',
+      'items',
+      'nodes',
+      'create',
+      'export',
+      'import',
+      'fasp',
+      'backup',
+      'help',
+    ]) {
       expect(help).toContain(`  ${name} `);
     }
     for (const option of [
@@ -433,6 +444,9 @@ describe('smartfeeds command', () => {
     expect(itemsHelp).toMatch(/^Usage: smartfeeds items NODE/);
     expect(itemsHelp).toContain('last_cursor');
     expect(await ok(['items', '--help'])).toBe(itemsHelp);
+    // The commands that speak to a running server have their pages under help too.
+    expect(await ok(['help', 'fasp'])).toMatch(/^Usage: smartfeeds fasp /);
+    expect(await ok(['help', 'backup'])).toMatch(/^Usage: smartfeeds backup /);
 
     const none = await run([]);
     expect(none.code).toBe(2);
