@@ -34,7 +34,8 @@ export async function serve(config: Config, reread: () => Config = () => config)
   const metrics = new Metrics();
   const unobserve = metrics.observeEngine(engine);
   // The bot's fetcher and parser load beside the first connection, not before it, and only when on.
-  const botModule = config.bot.enabled ? import('./bot/bot.ts') : undefined;
+  // The bot speaks through the component: without XMPP there is none.
+  const botModule = config.bot.enabled && config.xmpp ? import('./bot/bot.ts') : undefined;
   let bot: FeedBot | undefined;
   const early: Element[] = [];
   // An HTTP-only instance (--no-xmpp) beside the one holding Prosody's single component connection.
@@ -136,7 +137,7 @@ function logStart(config: Config, log: Log): void {
     localDomain: config.localDomain,
     autoCreate: config.autoCreate,
     rateLimit: config.rateLimit,
-    bot: config.bot.enabled,
+    bot: config.bot.enabled && config.xmpp,
     xmpp: config.xmpp,
   });
 }
@@ -167,7 +168,8 @@ function httpBinding(
       ...(http.publicUrl !== undefined ? { publicUrl: http.publicUrl } : {}),
       sharing: { requireSignedFetch: http.faspSignedFetch },
       extend: (app, binding) => {
-        webRoutes(config.domain)(app, binding);
+        // The XMPP address is offered only when the component runs (not with --no-xmpp).
+        webRoutes(config.xmpp ? config.domain : undefined)(app, binding);
         operationsRoutes({ readiness, metrics, ...(operations ? {} : { exposure }) })(app, binding);
         more?.(app, binding);
       },

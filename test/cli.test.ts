@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FeedEngine } from '../src/feed/engine.ts';
+import { MALFORMED } from './support/jids.ts';
 
 // The real command, as a user runs it: `node bin/smartfeeds.mjs ...` from the repository root.
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -95,6 +96,20 @@ describe('smartfeeds command', () => {
       entry('B'),
     );
     expect(JSON.parse(out)).toMatchObject({ id: 'b' });
+  });
+
+  it('refuses a malformed publisher or owner JID (RFC 7622) and writes nothing', async () => {
+    const issue = MALFORMED.slice(0, 5).concat(['alice@localhost:5222', `${'a'.repeat(1024)}@localhost`]);
+    // One after another: each opens the database.
+    for (const jid of issue) {
+      const r = await run(['publish', '--data', data, 'nojid', '--create', '--publisher', jid], entry('N'));
+      expect(r.code, jid).toBe(2);
+      expect(r.stderr, jid).toMatch(/publisher must be a bare JID/);
+    }
+    const owner = await run(['create', '--data', data, 'nojid', '--owner', 'a<b>@localhost']);
+    expect(owner.code).toBe(2);
+    expect(owner.stderr).toMatch(/--owner must be a bare JID/);
+    expect((await run(['items', '--data', data, 'nojid'])).code).toBe(2);
   });
 
   it('publishes JSON lines in order, one write each', async () => {
@@ -441,6 +456,9 @@ describe('smartfeeds command', () => {
     expect(itemsHelp).toMatch(/^Usage: smartfeeds items NODE/);
     expect(itemsHelp).toContain('last_cursor');
     expect(await ok(['items', '--help'])).toBe(itemsHelp);
+    // The commands that speak to a running server have their pages under help too.
+    expect(await ok(['help', 'fasp'])).toMatch(/^Usage: smartfeeds fasp /);
+    expect(await ok(['help', 'backup'])).toMatch(/^Usage: smartfeeds backup /);
 
     const none = await run([]);
     expect(none.code).toBe(2);

@@ -1,8 +1,9 @@
 import jid from '@xmpp/jid';
 import xml from '@xmpp/xml';
 import { type Element, parse as parseXml } from 'ltx';
+import { FeedError } from '../feed/errors.ts';
 import type { Change } from '../feed/model.ts';
-import { OPERATOR } from '../feed/service/actor.ts';
+import { OPERATOR, user } from '../feed/service/actor.ts';
 import type { FeedService, KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
@@ -204,7 +205,7 @@ export class FeedBot {
       });
       for (const item of page.items) {
         if (item.deleted) continue;
-        await this.announce(node, item.entry);
+        await this.announce(node, (bare) => this.entryFor(bare, node, item.id));
         await this.announced.put(node, item.cursor);
         since = item.cursor;
       }
@@ -266,7 +267,12 @@ export class FeedBot {
     const cursor = change.feeds.created.cursor;
     this.inOrder(node, async () => {
       await this.subscribers.current(node);
-      await this.announce(node, change.item.entry);
+      await this.announce(node, async (bare) => {
+        // What this subscriber may see of the change, as the service tells it (protocol.md 11).
+        const reader = await this.service.readerOf(user(bare), node);
+        const told = this.service.deliveryIn(change, `${node}?order=created`, reader);
+        return told?.kind === 'create' ? told.item.entry : undefined;
+      });
       if (cursor) await this.announced.put(node, cursor);
     });
   }
@@ -276,14 +282,38 @@ export class FeedBot {
     return this.service.shared && node.startsWith(FEED_NODE_PREFIX);
   }
 
-  /** One chat message per subscriber of the node; resolves once each is sent or queued. */
-  private async announce(node: string, entry: string): Promise<void> {
+  /**
+   * One chat message per subscriber of the node who may see the entry (`entryFor`, undefined:
+   * not for them); resolves once each is sent or queued.
+   */
+  private async announce(
+    node: string,
+    entryFor: (bare: string) => Promise<string | undefined>,
+  ): Promise<void> {
     const subscribers = this.subscribers.of(node);
     if (!subscribers || subscribers.size === 0) return;
     const feed = this.ingest.feed(node);
-    const { title, link } = titleAndLink(entry);
-    const body = `${feed?.title ?? feed?.url ?? node}: ${title}${link ? `\n${link}` : ''}`;
-    await Promise.all([...subscribers].map((bare) => this.delivery.notify(bare, body)));
+    const send = async (bare: string) => {
+      const entry = await entryFor(bare);
+      if (entry === undefined) return;
+      const { title, link } = titleAndLink(entry);
+      await this.delivery.notify(
+        bare,
+        `${feed?.title ?? feed?.url ?? node}: ${title}${link ? `\n${link}` : ''}`,
+      );
+    };
+    await Promise.all([...subscribers].map(send));
+  }
+
+  /** The item's live entry as a chat subscriber may read it; undefined when they may not. */
+  private async entryFor(bare: string, node: string, id: string): Promise<string | undefined> {
+    try {
+      const [item] = await this.service.getItems(user(bare), `${node}?order=created`, [id]);
+      return item && !item.deleted ? item.entry : undefined;
+    } catch (e) {
+      if (e instanceof FeedError) return undefined;
+      throw e;
+    }
   }
 
   /** The hook the component hands chat messages and presence addressed to it. */

@@ -71,6 +71,7 @@ export function publicLookup(allowPrivate: boolean, refused: (hostname: string) 
       if (err) return callback(err, '', 0);
       const allowed = allowPrivate ? addresses : addresses.filter((a) => isPublicAddress(a.address));
       if (allowed.length === 0) return callback(refused(hostname), '', 0);
+      // node's lookup callback is typed for one address; with `all` it is called with the list.
       if (options.all) return (callback as unknown as (e: null, a: LookupAddress[]) => void)(null, allowed);
       const first = allowed[0] as LookupAddress;
       callback(null, first.address, first.family);

@@ -32,6 +32,11 @@ export async function main(argv: string[]): Promise<number> {
       process.stdout.write(usage());
       return 0;
     }
+    // The commands that speak to a running server over HTTP have their own pages.
+    if (topic === 'fasp' && extra.length === 0)
+      return (await import('../fasp/cli.ts')).faspCommand(['--help']);
+    if (topic === 'backup' && extra.length === 0)
+      return (await import('./backup.ts')).backupCommand(['--help']);
     const command = Object.hasOwn(commands, topic) ? commands[topic] : undefined;
     if (!command || extra.length > 0) {
       return failure(new UsageError(`no command ${JSON.stringify(rest.join(' '))}`), '');

@@ -1,7 +1,8 @@
 // The reading commands: items (a page of a feed), nodes, export.
-import type { Item, ReadQuery } from '../feed/model.ts';
+import type { ReadQuery } from '../feed/model.ts';
 import { parseMax } from '../feed/query.ts';
 import { OPERATOR } from '../feed/service/actor.ts';
+import type { ReaderItem } from '../feed/service/visible.ts';
 import { COMMON_DETAILS, type Command, positionOption, str, withService } from './command.ts';
 import { UsageError } from './failure.ts';
 
@@ -10,7 +11,7 @@ function iso(ms: number): string {
 }
 
 /** One item as `items` prints it. */
-function itemJson(item: Item): Record<string, unknown> {
+function itemJson(item: ReaderItem): Record<string, unknown> {
   const out: Record<string, unknown> = {
     id: item.id,
     cursor: item.cursor,

@@ -1,8 +1,8 @@
 // The writing commands: publish (one entry or JSON lines), retract, create, import.
-import jid from '@xmpp/jid';
 import { readAtomEntry } from '../feed/atom.ts';
 import { FeedError, NodeNotFound, PayloadTooBig } from '../feed/errors.ts';
 import { checkItemId, parseFeedName } from '../feed/feedName.ts';
+import { bareJid } from '../feed/jid.ts';
 import type { Change, ExportRecord } from '../feed/model.ts';
 import { OPERATOR } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
@@ -37,8 +37,10 @@ function parsePublishLine(text: string): { id?: string; entry: string; publisher
 /** Publishes in flight at once with --jsonl: the engine commits concurrent writes together. */
 const JSONL_WINDOW = 256;
 
-async function publishLines(ctx: Context, feeds: FeedService, node: string): Promise<void> {
+/** `publish --jsonl`: each line its own write, reaching the node in input order. */
+export async function publishLines(ctx: Context, feeds: FeedService, node: string): Promise<void> {
   const { values } = ctx;
+  const writer = feeds.inOrder();
   const autoCreate = values.create === true;
   const base = parseFeedName(node).node;
   let exists = await feeds.hasNode(base);
@@ -70,7 +72,7 @@ async function publishLines(ctx: Context, feeds: FeedService, node: string): Pro
         throw new InputError(n, e);
       }
       const publisher = input.publisher ?? str(values, 'publisher');
-      const write = feeds.publish(OPERATOR, node, {
+      const write = writer.publish(OPERATOR, node, {
         entry: input.entry,
         ...(input.id !== undefined ? { id: input.id } : {}),
         ...(publisher !== undefined ? { publisher } : {}),
@@ -191,9 +193,10 @@ ${COMMON_DETAILS}`,
     let bare: string | undefined;
     if (owner !== undefined) {
       try {
-        bare = jid(owner).bare().toString();
-      } catch {
-        throw new UsageError(`--owner: not a JID: ${owner}`);
+        // A full JID names its bare one, as XMPP clients give it.
+        bare = bareJid(owner.split('/')[0] as string, '--owner');
+      } catch (e) {
+        throw new UsageError((e as Error).message);
       }
       if (!bare.includes('@')) throw new UsageError(`--owner: not a user's JID: ${owner}`);
     }
@@ -219,6 +222,7 @@ function parseExportLine(text: string): ExportRecord {
     ['publisher', 'string', false],
     ['atomId', 'string', false],
   ]);
+  // Every field's type was checked just above (the engine checks their values).
   return r as unknown as ExportRecord;
 }
 

@@ -1,5 +1,5 @@
-import { randomBytes } from 'node:crypto';
 import type { KeyValueStore } from '../feed/kv.ts';
+import { newId } from './ids.ts';
 import {
   type Ed25519Pair,
   exportPrivateKey,
@@ -153,7 +153,7 @@ export class ProviderStore {
     if (pending >= MAX_PENDING)
       throw new TooManyPending(`${pending} registrations wait for an administrator already`);
     const provider: Provider = {
-      id: randomBytes(9).toString('base64url'),
+      id: newId(),
       ...registration,
       fingerprint: fingerprint(registration.publicKey),
       status: 'pending',

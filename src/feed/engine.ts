@@ -4,7 +4,7 @@ import type { PushLeaseOptions } from './engine/leases.ts';
 import { type EngineOptions, EngineParts } from './engine/parts.ts';
 import { Pushing } from './engine/pushing.ts';
 import { type ChangeListener, listen, type NodeListener, parse } from './engine/state.ts';
-import type { PublishInput } from './engine/writes.ts';
+import type { PublishGuards, PublishInput } from './engine/writes.ts';
 import type { ChangeEvent, NodeEvent } from './events.ts';
 import type { FeedName } from './feedName.ts';
 import { HubStore } from './hubStore.ts';
@@ -353,11 +353,7 @@ export class FeedEngine {
    * Publishes an Atom entry as a new item or a new version of an existing one. Resolves once the
    * change is durable. appendOnly: an existing id is refused (`item-exists`).
    */
-  publish(
-    node: string,
-    input: PublishInput,
-    options: { autoCreate?: boolean; appendOnly?: boolean } = {},
-  ): Promise<Change> {
+  publish(node: string, input: PublishInput, options: PublishGuards = {}): Promise<Change> {
     return this.p.writes.publish(node, input, options);
   }
 

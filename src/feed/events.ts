@@ -1,6 +1,7 @@
 import type { Affiliation } from './access.ts';
-import type { Change, Item, Subscription } from './model.ts';
+import type { Change, Subscription } from './model.ts';
 import type { NodeConfig } from './nodeConfig.ts';
+import type { ReaderItem } from './service/visible.ts';
 
 /** Why a subscription changed: bindings tell the subscriber of some causes and not of others. */
 export type SubscriptionCause =
@@ -71,7 +72,7 @@ export type NodeEvent =
         /** For `pending`: who may approve it (the owners, or the administrators of an owner-less node). */
         approvers?: string[];
         /** `send_last_published_item = on_sub`: the feed's last item, for a new subscriber. */
-        lastItem?: Item;
+        lastItem?: ReaderItem;
       }
   ) & { deliver?: false };
 

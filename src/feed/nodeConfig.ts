@@ -59,6 +59,7 @@ export function readNodeConfig(stored: unknown): NodeConfig {
   if (typeof stored !== 'object' || stored === null) return out;
   for (const key of Object.keys(out) as (keyof NodeConfig)[]) {
     const value = (stored as Record<string, unknown>)[key];
+    // Same type as the default's, checked on this line: a stored field of the module's own record.
     if (typeof value === typeof out[key]) (out as unknown as Record<string, unknown>)[key] = value;
   }
   return out;

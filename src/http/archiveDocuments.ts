@@ -1,7 +1,7 @@
 import type { FeedName } from '../feed/feedName.ts';
-import type { Item } from '../feed/model.ts';
 import type { Actor } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
+import type { ReaderItem } from '../feed/service/visible.ts';
 import type { ArchiveDocument } from './render/archive.ts';
 
 /**
@@ -26,7 +26,7 @@ export async function readDocument(
   if (n > working) return undefined;
   const start = (n - 1) * size;
   const count = Math.min(size, total - start);
-  const items: Item[] = [];
+  const items: ReaderItem[] = [];
   if (count > 0) {
     // The created order never moves an item, so the item before the document is found by position
     // (remembered below the service at every document's end: one read once the node has been walked).

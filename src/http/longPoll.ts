@@ -1,6 +1,7 @@
 import type { Order } from '../feed/feedName.ts';
 import { ORDERS } from '../feed/feedName.ts';
-import type { Change, Page } from '../feed/model.ts';
+import type { Change } from '../feed/model.ts';
+import type { ReaderPage } from '../feed/service/visible.ts';
 import { problems } from './errors.ts';
 
 /** How a wait ended: the feed changed, time ran out, the client went away, or the server stops. */
@@ -89,7 +90,7 @@ export interface HeldRead {
   order: Order;
   /** Polls of one feed with the same `shared` key share each read. */
   shared: string;
-  read: () => Promise<Page>;
+  read: () => Promise<ReaderPage>;
   /** Throws when the caller may no longer read what it waited for. */
   recheck: () => Promise<void>;
   timeoutMs: number;
@@ -164,7 +165,7 @@ export class LongPolls {
    * leaves (undefined). What it answers is checked by `recheck` as things are then: a node closed
    * to the caller while the request waited gives 403, a deleted one 404.
    */
-  async hold(poll: HeldRead): Promise<Page | undefined> {
+  async hold(poll: HeldRead): Promise<ReaderPage | undefined> {
     const watch = this.watch(poll.node, poll.order);
     const gone = () => watch.end('gone');
     const unhook = poll.onGone(gone);

@@ -3,9 +3,10 @@ import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
 import { parseCursor } from '../feed/cursor.ts';
 import type { FeedName } from '../feed/feedName.ts';
-import type { Item, Page, ReadQuery } from '../feed/model.ts';
+import type { ReadQuery } from '../feed/model.ts';
 import type { NodeConfig } from '../feed/nodeConfig.ts';
 import { formatTime, parsePositionSpec } from '../feed/positionSpec.ts';
+import type { ReaderItem, ReaderPage } from '../feed/service/visible.ts';
 import { errors } from './errors.ts';
 import { parseForm } from './forms.ts';
 import { itemXml, rawElement } from './items.ts';
@@ -150,11 +151,17 @@ function makePlan(binding: Binding, feed: FeedName, filter: QueryFilter, rsm: Rs
   return plan;
 }
 
-const stampIn = (order: FeedName['order'], item: Item) =>
+const stampIn = (order: FeedName['order'], item: ReaderItem) =>
   order === 'created' ? item.created : item.modified;
 
 /** Whether the range holds anything past the page, in the paging direction (one item's read). */
-async function morePast(binding: Binding, req: Request, plan: Plan, page: Page, order: FeedName['order']) {
+async function morePast(
+  binding: Binding,
+  req: Request,
+  plan: Plan,
+  page: ReaderPage,
+  order: FeedName['order'],
+) {
   const edge = plan.backward ? page.items[0] : page.items[page.items.length - 1];
   const query: ReadQuery = { ...plan.query, max: 1 };
   if (plan.backward) {
@@ -170,14 +177,14 @@ async function readArchive(
   req: Request,
   plan: Plan,
   order: FeedName['order'],
-): Promise<{ page: Page; complete: boolean }> {
+): Promise<{ page: ReaderPage; complete: boolean }> {
   const read = await binding.feeds.read(req.actor, plan.feed, plan.query);
   const kept =
     plan.cutBefore === undefined
       ? read.items
       : read.items.filter((i) => stampIn(order, i) >= (plan.cutBefore as number));
   const cut = kept.length < read.items.length;
-  const page: Page = { ...read, items: kept, atStart: read.atStart && !cut };
+  const page: ReaderPage = { ...read, items: kept, atStart: read.atStart && !cut };
   if (cut) return { page, complete: true };
   if (read.truncated) return { page, complete: false };
   if (plan.max > 0 && kept.length < plan.max) return { page, complete: true };
@@ -187,7 +194,7 @@ async function readArchive(
 /** One result message's children (XEP-0442 2): the item as its notification would carry it. */
 function resultBody(
   binding: Binding,
-  item: Item,
+  item: ReaderItem,
   context: { node: string; order: FeedName['order']; config: NodeConfig; queryid: string | undefined },
 ): string {
   const attrs: Record<string, string> = { xmlns: NS_MAM, id: item.cursor };

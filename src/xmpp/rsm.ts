@@ -1,7 +1,7 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import type { Page } from '../feed/model.ts';
 import { parseMax } from '../feed/query.ts';
+import type { ReaderPage } from '../feed/service/visible.ts';
 import { errors } from './errors.ts';
 import { NS } from './namespaces.ts';
 
@@ -45,7 +45,7 @@ export function parseRsm(parent: Element): RsmRequest | undefined {
 }
 
 /** The `<set>` of a reply: first (with index when known), last, count. */
-export function rsmReply(page: Page, prefix = 'cursor:'): Element {
+export function rsmReply(page: ReaderPage, prefix = 'cursor:'): Element {
   const set = xml('set', { xmlns: NS.rsm });
   const first = page.items[0];
   const last = page.items[page.items.length - 1];

@@ -17,6 +17,7 @@ import {
 import type { Change, ExportRecord, Page, ReadQuery } from '../../src/feed/model.ts';
 import { itemElement } from '../../src/xmpp/items.ts';
 import { rsmReply } from '../../src/xmpp/rsm.ts';
+import { seen, seenPage } from '../support/visible.ts';
 import { ATOM, Clock, cursorOf, entry, Harness, ids, stored, T0 } from './support.ts';
 
 const TOMBSTONE_NS = 'http://purl.org/atompub/tombstones/1.0';
@@ -997,8 +998,13 @@ describe('page byte budget', () => {
     const page = await wide.read(name, { max: 250 });
     expect(page.truncated).toBe(true);
     const items = xml('items', { node: name });
-    for (const item of page.items) items.append(itemElement(item));
-    const reply = xml('pubsub', { xmlns: 'http://jabber.org/protocol/pubsub' }, items, rsmReply(page));
+    for (const item of page.items) items.append(itemElement(seen(item)));
+    const reply = xml(
+      'pubsub',
+      { xmlns: 'http://jabber.org/protocol/pubsub' },
+      items,
+      rsmReply(seenPage(page)),
+    );
     expect(Buffer.byteLength(reply.toString(), 'utf8')).toBeLessThanOrEqual(16 * 1024);
   });
 

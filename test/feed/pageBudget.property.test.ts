@@ -11,6 +11,7 @@ import { FeedEngine } from '../../src/feed/engine.ts';
 import type { Page } from '../../src/feed/model.ts';
 import { itemElement } from '../../src/xmpp/items.ts';
 import { rsmReply } from '../../src/xmpp/rsm.ts';
+import * as visible from '../support/visible.ts';
 
 const ATOM = 'http://www.w3.org/2005/Atom';
 const CHARS = ['a', 'b', '&', "'", '"', '<', '>', 'é', '\u{1d11e}', ' ', '\t'];
@@ -20,8 +21,13 @@ const text = (min: number, max: number) =>
 /** The XMPP items reply as the binding builds it. */
 function replyBytes(node: string, page: Page): number {
   const items = xml('items', { node });
-  for (const item of page.items) items.append(itemElement(item));
-  const reply = xml('pubsub', { xmlns: 'http://jabber.org/protocol/pubsub' }, items, rsmReply(page));
+  for (const item of page.items) items.append(itemElement(visible.seen(item)));
+  const reply = xml(
+    'pubsub',
+    { xmlns: 'http://jabber.org/protocol/pubsub' },
+    items,
+    rsmReply(visible.seenPage(page)),
+  );
   return Buffer.byteLength(reply.toString(), 'utf8');
 }
 
@@ -70,7 +76,7 @@ describe('the page byte budget', () => {
                 // Its markup and attributes as the budget counts them: 13 bytes more than the reply
                 // for an item without a publisher.
                 const slack = 512 + xmlAttributeBytes(feed) + 13 * before.items.length;
-                const nextBytes = Buffer.byteLength(itemElement(next).toString(), 'utf8');
+                const nextBytes = Buffer.byteLength(itemElement(visible.seen(next)).toString(), 'utf8');
                 expect(replyBytes(feed, before) + nextBytes).toBeGreaterThan(maxPageBytes - slack);
               }
               if (page.items.length === 0) break;

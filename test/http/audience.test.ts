@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
+import { MALFORMED } from '../support/jids.ts';
 import { ATOM, feedUrl, type HttpStack, startHttp, TOKENS } from './support.ts';
 
 /*
@@ -98,5 +99,20 @@ describe('an audience item over HTTP', () => {
     expect(view.text).toMatch(/view/);
     const jid = await put('x', entry('x', 'news'), 'audience=not%20a%20jid');
     expect(jid.status).toBe(400);
+  });
+
+  it('refuses every malformed audience JID with 400 and writes nothing', async () => {
+    for (const bad of MALFORMED.filter((j) => j !== '' && !j.includes(','))) {
+      const res = await put('bad-jid', entry('x', 'news'), `audience=${encodeURIComponent(bad)}`);
+      expect(res.status, bad).toBe(400);
+      expect(await res.text(), bad).toContain('bare JID');
+    }
+    expect((await get('/feeds/blog/items/bad-jid', auth(TOKENS.admin))).status).toBe(404);
+  });
+
+  it('keeps an audience JID canonical: case and a trailing dot do not hide the item from its reader', async () => {
+    expect((await put('dotted', entry('dotted', 'news'), 'audience=ALICE@localhost.')).status).toBe(201);
+    const page = JSON.parse((await get('/feeds/blog', auth(TOKENS.alice))).text);
+    expect(page.items.map((i: { id: string }) => i.id)).toContain('dotted');
   });
 });

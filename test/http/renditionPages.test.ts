@@ -6,10 +6,11 @@ import type { PageView } from '../../src/http/render/pageView.ts';
 import { renderBytes, renderPage } from '../../src/http/render/representation.ts';
 import { feedUrls, item } from '../feed/itemArbitrary.ts';
 import { atomFeed, collection } from '../feed/renditionsOracle.ts';
+import { seen } from '../support/visible.ts';
 
 const view: fc.Arbitrary<PageView> = fc
   .record({
-    items: fc.array(item, { maxLength: 8 }),
+    items: fc.array(item.map(seen), { maxLength: 8 }),
     extra: fc.nat({ max: 1000 }),
     url: feedUrls,
     node: fc.constantFrom('news', 'a&b "c"'),

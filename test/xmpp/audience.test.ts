@@ -1,6 +1,7 @@
 import { xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MALFORMED } from '../support/jids.ts';
 import {
   errorOf,
   headers,
@@ -175,5 +176,15 @@ describe(`audiences and filtered feeds on ${SERVER_TITLE}`, () => {
     expect(reply.toString()).not.toContain('x body');
     const bad = await admin.iq('set', publishFor('aud2', 'y', entry('y', 'news'), ['bob@localhost/res']));
     expect(errorOf(bad).slice(0, 2)).toEqual(['modify', 'bad-request']);
+  });
+
+  it('refuses every malformed audience JID with modify/bad-request and writes nothing', async () => {
+    await ok(admin, pubsub(xml('create', { node: 'aud3' })));
+    // XML cannot carry NUL; every other malformed JID goes as sent.
+    for (const jid of MALFORMED.filter((j) => j.trim() !== '' && !j.includes('\u0000'))) {
+      const bad = await admin.iq('set', publishFor('aud3', 'z', entry('z', 'news'), [jid]));
+      expect(errorOf(bad).slice(0, 2), jid).toEqual(['modify', 'bad-request']);
+    }
+    expect(itemsOf(await items(admin, 'aud3')).ids).toEqual([]);
   });
 });

@@ -362,6 +362,30 @@ describe('delivery', () => {
     ).toEqual(['Queue: Entry q7\nhttps://example.org/q7', 'Queue: Entry q8\nhttps://example.org/q8']);
   });
 
+  it('tells a chat subscriber only what they may read: never an item with an audience not theirs', async () => {
+    const op = { kind: 'operator' } as const;
+    const item = (id: string) =>
+      `<entry xmlns="http://www.w3.org/2005/Atom"><id>${id}</id><title>Entry ${id}</title><link href="https://example.org/${id}"/></entry>`;
+    await stack.feeds.publish(op, qNode, {
+      id: 'for-bob',
+      entry: item('for-bob'),
+      audience: ['bob@localhost'],
+    });
+    await stack.feeds.publish(op, qNode, {
+      id: 'for-carol',
+      entry: item('for-carol'),
+      audience: ['carol@localhost'],
+    });
+    await stack.feeds.publish(op, qNode, { id: 'after', entry: item('after') });
+    await carol.waitMessages(1, (m) => isChat(m) && /Entry after/.test(m.getChildText('body') ?? ''));
+    const queue = bodies(carol).filter((b) => b.startsWith('Queue:'));
+    expect(queue.slice(-2)).toEqual([
+      'Queue: Entry for-carol\nhttps://example.org/for-carol',
+      'Queue: Entry after\nhttps://example.org/after',
+    ]);
+    expect(queue.join('\n')).not.toContain('for-bob');
+  });
+
   it('a flood of commands is answered with a request to slow down', async () => {
     // After the restart above: a fresh bot, so the test's earlier commands do not count.
     const flooder = await stack.user('bob');

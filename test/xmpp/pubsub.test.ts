@@ -345,5 +345,8 @@ describe(`errors on ${SERVER_TITLE}`, () => {
       const reply = await user.iq(type, payload);
       expect(errorOf(reply), payload.toString().slice(0, 300)).toEqual(expected);
     }
+    // A malformed JID is quoted as it was given.
+    const bad = await alice.iq('set', pubsub(xml('subscribe', { node: 'err', jid: '@@bad' })));
+    expect(bad.getChild('error')?.getChildText('text', NS.stanzas)).toBe('not a JID: "@@bad"');
   });
 });

@@ -162,6 +162,23 @@ describe(`smartfeeds serve on ${SERVER_TITLE}`, () => {
     expect(await json.exited).toBe(0);
     for (const line of json.log().trim().split('\n')) expect(() => JSON.parse(line)).not.toThrow();
   }, 60_000);
+
+  it('offers no XMPP with --no-xmpp: no address in /feeds, no bot in the start-up log', async () => {
+    const serve = spawnServe(env, ['--no-xmpp', '--http', '127.0.0.1:0']);
+    const { child, exited, log } = serve;
+    try {
+      await untilLogged(serve, '"msg":"http listening"', 20_000);
+      expect(log()).toMatch(/"bot":false,"xmpp":false/);
+      const url = /"msg":"http listening","url":"([^"]+)"/.exec(log())?.[1];
+      const list = (await (await fetch(`${url}/feeds`)).json()) as Record<string, unknown>;
+      expect(list).toHaveProperty('hub');
+      expect(list).not.toHaveProperty('xmpp');
+      child.kill('SIGTERM');
+      expect(await exited).toBe(0);
+    } finally {
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
+  });
 });
 
 /** The advice for a refused handshake. */

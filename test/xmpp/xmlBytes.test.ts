@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { PageItem, VersionMemo } from '../../src/feed/versionMemo.ts';
 import { xmlChunks } from '../../src/xmpp/connection.ts';
 import { itemElement } from '../../src/xmpp/items.ts';
+import { seen } from '../support/visible.ts';
 
 // Any text, astral characters (surrogate pairs) and markup characters included.
 const text = fc.string({ unit: 'grapheme', maxLength: 40 });
@@ -42,11 +43,13 @@ describe('xmlBytes', () => {
         const items = xml('items', { node: `n${'x'.repeat(shift)}` });
         for (let i = 0; i < 300; i++)
           items.append(
-            itemElement({
-              id: `i${i}${ch}`,
-              publisher: 'a@b',
-              entry: `<entry>${ch.repeat(i)}${'y'.repeat(900)}</entry>`,
-            }),
+            itemElement(
+              seen({
+                id: `i${i}${ch}`,
+                publisher: 'a@b',
+                entry: `<entry>${ch.repeat(i)}${'y'.repeat(900)}</entry>`,
+              }),
+            ),
           );
         const iq = xml('iq', { type: 'result', id: `r${ch}` }, items);
         const bytes = xmlBytes(iq);
@@ -67,8 +70,8 @@ describe('xmlBytes', () => {
         );
         pairs.forEach(([id, body], i) => {
           const item = { id, publisher: 'a@b', entry: `<entry>${escapeXMLText(body)}</entry>` };
-          plain.append(itemElement(item));
-          memoed.append(itemElement(pageItem(item, memos[i] as VersionMemo)));
+          plain.append(itemElement(seen(item)));
+          memoed.append(itemElement(seen(pageItem(item, memos[i] as VersionMemo))));
         });
         const expected = Buffer.from(plain.toString(), 'utf8');
         expect(xmlBytes(memoed).equals(expected)).toBe(true);
@@ -76,7 +79,7 @@ describe('xmlBytes', () => {
         const again = xml('items', { node: 'n' });
         pairs.forEach(([id, body], i) => {
           const item = { id, publisher: 'a@b', entry: `<entry>${escapeXMLText(body)}</entry>` };
-          again.append(itemElement(pageItem(item, memos[i] as VersionMemo)));
+          again.append(itemElement(seen(pageItem(item, memos[i] as VersionMemo))));
         });
         expect(xmlBytes(again).equals(expected)).toBe(true);
         expect(again.toString()).toBe(plain.toString());
@@ -89,6 +92,6 @@ describe('xmlBytes', () => {
     // The memo's bytes differ from the entry here: neither may show up.
     const memo = new VersionMemo(Buffer.from('<other/>'));
     const item = pageItem({ id: 'x', publisher: undefined, entry: '<entry>e</entry>' }, memo);
-    expect(xmlBytes(itemElement(item, false)).toString('utf8')).toBe("<item id='x'/>");
+    expect(xmlBytes(itemElement(seen(item), false)).toString('utf8')).toBe("<item id='x'/>");
   });
 });

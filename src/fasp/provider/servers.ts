@@ -1,5 +1,5 @@
-import { randomBytes } from 'node:crypto';
 import type { KeyValueStore } from '../../feed/kv.ts';
+import { newId } from '../ids.ts';
 
 /**
  * A fediverse server this service registered with, as a FASP. `registered` until the server's
@@ -33,7 +33,7 @@ export class ServerStore {
   constructor(private readonly kv: KeyValueStore<unknown>) {}
 
   static newServerId(): string {
-    return randomBytes(12).toString('base64url');
+    return newId(12);
   }
 
   async get(serverId: string): Promise<SharingServer | undefined> {

@@ -14,7 +14,6 @@ import {
   tombstoneObject,
   webfinger,
 } from './objects.ts';
-import { hasAudience } from './shareable.ts';
 import type { FaspSharing } from './sharing.ts';
 import { AP_ROOT, acctHost, actorUri } from './uris.ts';
 
@@ -89,7 +88,7 @@ function readObject(deps: ApRouteDeps): RouteHandler {
     checkItemId(id);
     const as = wants(x);
     const [item] = await deps.feeds.getItems(ANONYMOUS, `${node}?order=created`, [id]);
-    if (!item || hasAudience(item)) throw problems.notFound(`no shared item ${JSON.stringify(id)}`);
+    if (!item) throw problems.notFound(`no shared item ${JSON.stringify(id)}`);
     const origin = x.origin();
     if (as === 'atom')
       return {
@@ -120,7 +119,7 @@ function readOutbox(deps: ApRouteDeps): RouteHandler {
     const outbox = `${actorUri(origin, node)}/outbox`;
     const last = page.items.at(-1);
     const next = last && !page.atEnd ? `${outbox}?since=${encodeURIComponent(last.cursor)}` : undefined;
-    const shown = page.items.filter((i) => !i.deleted && !hasAudience(i));
+    const shown = page.items.filter((i) => !i.deleted);
     const id = since === undefined ? `${outbox}?page=true` : `${outbox}?since=${encodeURIComponent(since)}`;
     return json(outboxPage(origin, node, id, shown, next), as);
   };

@@ -10,7 +10,7 @@ import {
   type SharingRequests,
   type WalkPosition,
 } from './requests.ts';
-import { itemShareable, nodeShareable } from './shareable.ts';
+import { nodeShareable } from './shareable.ts';
 
 /** One page read of a node, as the walk needs it (the service's read, as anyone). */
 export interface WalkReader {
@@ -54,7 +54,7 @@ export function walkReader(feeds: Pick<FeedService, 'listNodes' | 'read' | 'sett
         max,
       });
       return {
-        items: page.items.map((i) => ({ id: i.id, cursor: i.cursor, shareable: itemShareable(i) })),
+        items: page.items.map((i) => ({ id: i.id, cursor: i.cursor, shareable: !i.deleted })),
         atEnd: page.atEnd,
       };
     },

@@ -1,12 +1,13 @@
 import { parseCursor } from '../../feed/cursor.ts';
 import type { FeedEvent } from '../../feed/events.ts';
 import type { KeyValueStore } from '../../feed/kv.ts';
-import type { ChangeKind, Item } from '../../feed/model.ts';
+import type { Change, ChangeKind, Item } from '../../feed/model.ts';
 import type { NodeConfig } from '../../feed/nodeConfig.ts';
+import type { ReaderItem } from '../../feed/service/visible.ts';
 import type { Log } from '../../log.ts';
 import type { Announcement, KvOp, Outbox } from './outbox.ts';
 import type { Category, EventSubscription, SharingRequests } from './requests.ts';
-import { hasAudience, itemShareable, nodeShareable } from './shareable.ts';
+import { nodeShareable } from './shareable.ts';
 import type { Trends } from './trends.ts';
 
 /** Events taken into one batch of writes. */
@@ -29,11 +30,29 @@ const actorKey = (node: string) => `${ACTOR}${node}`;
 /** A node's configuration as the intake needs it: undefined when the node is gone. */
 export type ConfigLookup = (node: string) => Promise<NodeConfig | undefined>;
 
+/**
+ * How anyone sees a change, as the service judges it (FeedService.publicChange): `shown` (its
+ * new version is public), `tombstone` (gone, and public before) or undefined (told nothing).
+ */
+export type PublicSight = 'shown' | 'tombstone' | undefined;
+
+/** One item's latest version and how anyone sees it now. */
+export interface SeenItem {
+  item: ReaderItem;
+  sight: PublicSight;
+}
+
 /** A node's changes in modified order after a cursor (every item's latest version), or gone. */
 export type ChangeReader = (
   node: string,
   since: string,
-) => Promise<{ items: Item[]; atEnd: boolean } | undefined>;
+) => Promise<{ items: SeenItem[]; atEnd: boolean } | undefined>;
+
+/** An event taken, with how anyone saw its change when it was emitted. */
+interface Taken {
+  event: FeedEvent;
+  sight: PublicSight;
+}
 
 /** Whether cursor `a` is at or before `b` in one feed (stamp, then offset). */
 function atOrBefore(a: string, b: string): boolean {
@@ -69,7 +88,7 @@ class Round {
  * is announced as `delete`) and writes those facts and the announcements in one batch a round.
  */
 export class Intake {
-  private pending: FeedEvent[] = [];
+  private pending: Taken[] = [];
   private draining: Promise<void> | undefined;
   /** Live events wait for a catch-up; those it covered already are skipped. */
   private ready: Promise<void> = Promise.resolve();
@@ -81,6 +100,8 @@ export class Intake {
     private readonly requests: SharingRequests,
     private readonly outbox: Outbox,
     private readonly configOf: ConfigLookup,
+    /** The service's judgement of a change, made as the event is emitted (the views it names are then current). */
+    private readonly publicChange: (change: Change) => PublicSight,
     private readonly trends: Trends,
     private readonly log: Log,
   ) {}
@@ -97,7 +118,10 @@ export class Intake {
         this.log.warn('fasp sharing intake full: events dropped', { dropped: this.dropped });
       return;
     }
-    this.pending.push(event);
+    this.pending.push({
+      event,
+      sight: event.type === 'item-changed' ? this.publicChange(event.change) : undefined,
+    });
     this.draining ??= this.drain().finally(() => {
       this.draining = undefined;
     });
@@ -129,9 +153,19 @@ export class Intake {
       for (let taken = 0; taken < CATCH_UP_MAX; ) {
         const page = await read(node, since);
         if (!page) break;
-        for (const item of page.items) await this.itemChanged(round, node, item, 'update', item.cursor);
+        // A tombstone is announced here only for what was announced: the latest version alone
+        // does not say whether anyone saw the item before (created and retracted meanwhile).
+        for (const { item, sight } of page.items)
+          await this.itemChanged(
+            round,
+            node,
+            item,
+            'update',
+            item.cursor,
+            sight === 'shown' ? sight : undefined,
+          );
         taken += page.items.length;
-        since = page.items.at(-1)?.cursor ?? since;
+        since = page.items.at(-1)?.item.cursor ?? since;
         if (page.atEnd || page.items.length === 0) break;
       }
       const config = await this.config(round, node);
@@ -161,14 +195,14 @@ export class Intake {
     }
   }
 
-  private async round(events: FeedEvent[]): Promise<void> {
+  private async round(events: Taken[]): Promise<void> {
     const round = new Round();
-    for (const event of events) {
+    for (const { event, sight } of events) {
       if (event.type === 'item-changed') {
         const { node, item, kind, feeds } = event.change;
         const covered = this.caughtUp.get(node);
         if (covered !== undefined && atOrBefore(feeds.modified.cursor, covered)) continue;
-        await this.itemChanged(round, node, item, kind, feeds.modified.cursor);
+        await this.itemChanged(round, node, item, kind, feeds.modified.cursor, sight);
       } else if (event.type === 'node-configured') {
         round.configs.set(event.node, event.config);
         await this.nodeChanged(round, event.node, nodeShareable(event.config));
@@ -214,10 +248,12 @@ export class Intake {
     item: Omit<Item, 'cursor'>,
     kind: ChangeKind,
     cursor: string,
+    sight: PublicSight,
   ): Promise<void> {
     round.cursors.set(node, cursor);
     const config = await this.config(round, node);
-    const shareable = config !== undefined && nodeShareable(config) && itemShareable(item);
+    const nodeShared = config !== undefined && nodeShareable(config);
+    const shareable = nodeShared && sight === 'shown';
     const key = sharedPrefix(node) + item.id;
     const was = await this.wasShared(round, key);
     const announcement = { kind: 'item', node, id: item.id } as const;
@@ -231,12 +267,9 @@ export class Intake {
           this.sharedItem(round, k),
         ))
           round.owe([subscription], { kind: 'item', node: target.node, id: target.id, event: 'trending' });
-    } else if (
-      was ||
-      (kind === 'retract' && config !== undefined && nodeShareable(config) && !hasAudience(item))
-    ) {
-      // A retraction in a shared node is announced even when this intake never recorded the item
-      // (it may have reached the provider by a backfill, before any lifecycle subscription).
+    } else if (was || (nodeShared && sight === 'tombstone')) {
+      // An item anyone saw, now gone (retracted, or given an audience), is announced deleted even
+      // when this intake never recorded it (it may have reached the provider by a backfill).
       round.owe(this.lifecycle('content'), { ...announcement, event: 'delete' });
       if (was) this.setShared(round, key, false);
     }

@@ -1,8 +1,8 @@
 import { type Element, escapeXML, parse } from 'ltx';
 import { ATOM_NS } from '../../feed/atom.ts';
-import type { Item } from '../../feed/model.ts';
 import type { NodeConfig } from '../../feed/nodeConfig.ts';
 import { renditions } from '../../feed/renditions.ts';
+import type { ReaderItem } from '../../feed/service/visible.ts';
 import { THREAD_NS } from './trends.ts';
 import { actorUri, keyId, objectUri, PUBLIC } from './uris.ts';
 
@@ -37,7 +37,7 @@ interface EntryFields {
   url?: string;
 }
 
-function entryFields(item: Item): EntryFields {
+function entryFields(item: ReaderItem): EntryFields {
   return JSON.parse(renditions.json(item)) as EntryFields;
 }
 
@@ -57,7 +57,7 @@ function entryExtras(entry: Element): { published?: string; inReplyTo?: string; 
 }
 
 /** A live item of a shared node as a Note or Article. */
-export function itemObject(origin: string, node: string, item: Item): Record<string, unknown> {
+export function itemObject(origin: string, node: string, item: ReaderItem): Record<string, unknown> {
   const fields = entryFields(item);
   const extras = entryExtras(parse(item.entry));
   const id = objectUri(origin, node, item.id);
@@ -83,7 +83,7 @@ export function itemObject(origin: string, node: string, item: Item): Record<str
 }
 
 /** What a deleted item's object URI answers (with 410). */
-export function tombstoneObject(origin: string, node: string, item: Item): Record<string, unknown> {
+export function tombstoneObject(origin: string, node: string, item: ReaderItem): Record<string, unknown> {
   return {
     '@context': AS_CONTEXT,
     id: objectUri(origin, node, item.id),
@@ -135,7 +135,7 @@ export function outboxPage(
   origin: string,
   node: string,
   pageId: string,
-  items: Item[],
+  items: ReaderItem[],
   next: string | undefined,
 ): Record<string, unknown> {
   const outbox = `${actorUri(origin, node)}/outbox`;

@@ -1,5 +1,5 @@
-import { randomBytes } from 'node:crypto';
 import type { KeyValueStore } from '../../feed/kv.ts';
+import { newId } from '../ids.ts';
 
 /**
  * What a FASP asks of the service under data_sharing v0: event subscriptions and backfill
@@ -108,8 +108,6 @@ export function parseBackfill(body: unknown): Pick<BackfillRequest, 'category' |
 
 const SUBSCRIPTION = 'sub:';
 const BACKFILL = 'bf:';
-
-const newId = () => randomBytes(9).toString('base64url');
 
 /**
  * Subscriptions and backfill requests in the key-value store, with the subscriptions also held in

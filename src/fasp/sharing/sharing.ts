@@ -9,7 +9,7 @@ import type { Log } from '../../log.ts';
 import type { Provider } from '../providers.ts';
 import type { Fasp, SignedCall } from '../routes.ts';
 import { type BackfillSender, Backfills, walkReader } from './backfill.ts';
-import { Intake } from './intake.ts';
+import { type ChangeReader, Intake, type PublicSight } from './intake.ts';
 import {
   type Announcement,
   type Delivery,
@@ -88,6 +88,7 @@ export class FaspSharing {
       this.requests,
       this.outbox,
       (node) => this.configOf(node),
+      (change) => deps.feeds.publicChange(change),
       trends,
       deps.log,
     );
@@ -157,11 +158,29 @@ export class FaspSharing {
     }
   }
 
-  private async changesSince(node: string, since: string) {
+  /** The node's changes after `since`, each with how anyone sees it now (read as anyone). */
+  private async changesSince(node: string, since: string): ReturnType<ChangeReader> {
     try {
-      return await this.deps.feeds.read(OPERATOR, node, { since, max: 250 });
+      const page = await this.deps.feeds.read(OPERATOR, node, { since, max: 250 });
+      const ids = page.items.map((i) => i.id);
+      const seen = new Map((await this.publicItems(node, ids)).map((i) => [i.id, i]));
+      const sight = (id: string): PublicSight => {
+        const item = seen.get(id);
+        return item === undefined ? undefined : item.deleted ? 'tombstone' : 'shown';
+      };
+      return { atEnd: page.atEnd, items: page.items.map((item) => ({ item, sight: sight(item.id) })) };
     } catch (e) {
       if (e instanceof NodeNotFound) return undefined;
+      throw e;
+    }
+  }
+
+  /** Items as anyone reads them; none where anyone may not read the node (nothing is shared there). */
+  private async publicItems(node: string, ids: string[]) {
+    try {
+      return await this.deps.feeds.getItems(ANONYMOUS, node, ids);
+    } catch (e) {
+      if (e instanceof FeedError) return [];
       throw e;
     }
   }

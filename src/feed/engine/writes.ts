@@ -1,9 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import type { Element } from 'ltx';
 import { type AtomEntry, readAtomElementText, readAtomEntry, tombstone } from '../atom.ts';
-import { AppendOnly, InvalidPayload, ItemExists, ItemNotFound, PayloadTooBig } from '../errors.ts';
+import {
+  AccessDenied,
+  AppendOnly,
+  InvalidPayload,
+  ItemExists,
+  ItemNotFound,
+  PayloadTooBig,
+} from '../errors.ts';
 import { checkItemId, parseFeedName } from '../feedName.ts';
-import type { Change } from '../model.ts';
+import type { Change, ItemRecord } from '../model.ts';
 import type { EngineState, RecordBody } from './state.ts';
 import type { WriteQueue } from './writeQueue.ts';
 
@@ -36,8 +43,11 @@ export class Writes {
   publish(
     node: string,
     input: PublishInput,
-    /** appendOnly: an existing id is refused (`item-exists`), decided with the write itself. */
-    options: { autoCreate?: boolean; appendOnly?: boolean } = {},
+    /**
+     * appendOnly: an existing id is refused (`item-exists`); onlyOwnBy: an existing item published
+     * by anyone else is refused (`forbidden`). Both decided with the write itself.
+     */
+    options: PublishGuards = {},
   ): Promise<Change> {
     // Not an async function: the promise of the write itself is returned, one fewer per publish.
     let name: string;
@@ -65,14 +75,14 @@ export class Writes {
     } catch (e) {
       return Promise.reject(e);
     }
-    if (!options.appendOnly)
+    if (!options.appendOnly && options.onlyOwnBy === undefined)
       return this.queue.submit(name, options.autoCreate === true, { id, generated, version: body });
     const fresh = body;
     return this.queue.submit(name, options.autoCreate === true, {
       id,
       generated,
       version: (old) => {
-        if (old) throw new ItemExists(name, id);
+        guard(name, id, old, options);
         return fresh;
       },
     });
@@ -126,7 +136,7 @@ export class Writes {
     { id, generated }: { id: string; generated: true | undefined },
     parsed: Promise<AtomEntry>,
     input: Pick<PublishInput, 'publisher' | 'audience'>,
-    options: { autoCreate?: boolean; appendOnly?: boolean },
+    options: PublishGuards,
   ): Promise<Change> {
     let body: RecordBody | undefined;
     const ready = parsed.then(
@@ -140,13 +150,12 @@ export class Writes {
       },
       (e: Error) => e,
     );
-    const appendOnly = options.appendOnly === true;
     return this.queue.submit(name, options.autoCreate === true, {
       id,
       generated,
       ready,
       version: (old) => {
-        if (old && appendOnly) throw new ItemExists(name, id);
+        guard(name, id, old, options);
         return body;
       },
     });
@@ -188,4 +197,23 @@ export class Writes {
   }
 
   // ---- reads ------------------------------------------------------------------------------
+}
+
+/** What a publish may not overwrite (see publish). */
+export interface PublishGuards {
+  autoCreate?: boolean;
+  appendOnly?: boolean;
+  /** The bare JID of a publisher who may replace only their own items. */
+  onlyOwnBy?: string;
+}
+
+/** Refuses a publish over an item it may not replace: the same words whether the item is hidden or not. */
+function guard(name: string, id: string, old: ItemRecord | undefined, options: PublishGuards): void {
+  if (!old) return;
+  if (options.appendOnly) throw new ItemExists(name, id);
+  if (options.onlyOwnBy !== undefined && old.p !== options.onlyOwnBy)
+    throw new AccessDenied(
+      'forbidden',
+      `item ${JSON.stringify(id)} of node ${JSON.stringify(name)} may be replaced only by its publisher or the node's owners and publishers`,
+    );
 }

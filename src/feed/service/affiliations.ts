@@ -1,4 +1,5 @@
 import { AFFILIATIONS, type Affiliation } from '../access.ts';
+import { bareJid } from '../jid.ts';
 import type { Actor } from './actor.ts';
 import type { ServiceContext } from './context.ts';
 import { revokeUnentitled } from './subscriptions.ts';
@@ -38,6 +39,8 @@ export async function setAffiliations(
   changes: readonly (readonly [jid: string, affiliation: string])[],
 ): Promise<boolean[]> {
   await ctx.rights.check(node, actor, 'manage');
+  // Each JID checked and canonical (jid.ts): a malformed one refuses the whole batch.
+  changes = changes.map(([jid, affiliation]) => [bareJid(jid, 'an affiliation'), affiliation] as const);
   const before = new Map(await ctx.policy.affiliations(node));
   const ok = changes.map(([, a]) => AFFILIATIONS.includes(a as Affiliation));
   const after = new Map(before);

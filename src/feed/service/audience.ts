@@ -1,11 +1,12 @@
 import { tombstone } from '../atom.ts';
-import { BadRequest } from '../errors.ts';
 import { type FeedName, filterKey } from '../feedName.ts';
+import { bareJid } from '../jid.ts';
 import type { Change, ChangeKind, Item, Page, Subscription } from '../model.ts';
 import { summarize } from '../summary.ts';
 import { changeShows } from '../views.ts';
 import type { Actor } from './actor.ts';
 import type { ServiceContext } from './context.ts';
+import type { ReaderPage, Visible } from './visible.ts';
 
 /**
  * Audiences (protocol.md 11): who reads which view of a node. Owners, the node's publishers and
@@ -13,14 +14,9 @@ import type { ServiceContext } from './context.ts';
  * anyone may and what was published for them (their bare JID).
  */
 
-const BARE_JID = /^(?:[^@/\s]+@)?[^@/\s]+$/;
-
-/** Checks an audience given with a publish: bare JIDs only. */
-export function checkAudience(audience: readonly string[]): void {
-  for (const jid of audience) {
-    if (!BARE_JID.test(jid) || jid.length > 3071)
-      throw new BadRequest(`the audience must be bare JIDs, not ${JSON.stringify(jid)}`);
-  }
+/** An audience given with a publish, each JID checked and canonical (jid.ts), without repeats. */
+export function checkAudience(audience: readonly string[]): string[] {
+  return [...new Set(audience.map((jid) => bareJid(jid, 'the audience')))];
 }
 
 /** Who a bare JID reads as on a node, from its owners and publishers. */
@@ -42,14 +38,23 @@ export async function readerOf(ctx: ServiceContext, node: string, actor: Actor):
   return everything ? '*' : actor.jid;
 }
 
-/** A page as a feed's view shows it: `view=summary` cuts each live entry. */
-export function presentPage(feed: FeedName, page: Page): Page {
-  if (feed.view !== 'summary') return page;
+/**
+ * The gate's only maker (visible.ts): called on what the engine read or wrote in a reader's view,
+ * never exported. The brand is a type only, so this is the one cast that makes it.
+ */
+const visible = <T>(item: T): Visible<T> => item as Visible<T>;
+
+/** A page as a feed's view shows it to the reader it was read for: `view=summary` cuts each live entry. */
+export function presentPage(feed: FeedName, page: Page): ReaderPage {
   return { ...page, items: page.items.map((i) => presentItem(feed, i)) };
 }
 
-export function presentItem<T extends Omit<Item, 'cursor'>>(feed: Pick<FeedName, 'view'>, item: T): T {
-  return feed.view === 'summary' && !item.deleted ? { ...item, entry: summarize(item.entry) } : item;
+/** An item read or written in a reader's view, as the feed's view shows it. */
+export function presentItem<T extends Omit<Item, 'cursor'>>(
+  feed: Pick<FeedName, 'view'>,
+  item: T,
+): Visible<T> {
+  return visible(feed.view === 'summary' && !item.deleted ? { ...item, entry: summarize(item.entry) } : item);
 }
 
 /** What one subscription is told of a change: its own feed's positions, and the item as it sees it. */
@@ -57,7 +62,7 @@ export interface Delivery {
   /** Subscriptions with equal keys are told the same thing (a binding may build it once). */
   key: string;
   kind: ChangeKind;
-  item: Omit<Item, 'cursor'>;
+  item: Visible<Omit<Item, 'cursor'>>;
   /** LastCursor, PreviousCursor and TotalItems of the subscription's own feed. */
   cursor: string;
   previous: string | undefined;
@@ -79,6 +84,19 @@ export async function deliveries(ctx: ServiceContext, node: string): Promise<Del
     const feed = { ...sub, requested: '' } as FeedName;
     return deliveryIn(ctx, change, feed, reader);
   };
+}
+
+/**
+ * How an anonymous reader of the node's modified feed sees a change: `shown`, its new version is
+ * public; `tombstone`, the item is gone for anyone (retracted, or given an audience) and anyone
+ * saw it before; undefined, anyone is told nothing (an item that never was public). What a
+ * discovery provider is told follows it (protocol.md 12): nobody reads audience fields but this.
+ */
+export function publicChange(ctx: ServiceContext, change: Change): 'shown' | 'tombstone' | undefined {
+  if (!change.changed) return undefined;
+  if (!change.item.deleted && changeShows(change, '', '')) return 'shown';
+  const feed = { node: change.node, order: 'modified', requested: '' } as const;
+  return deliveryIn(ctx, change, feed, '') === undefined ? undefined : 'tombstone';
 }
 
 /** What a reader of a feed is told of a change (see Delivery). */

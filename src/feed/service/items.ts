@@ -1,11 +1,13 @@
 import type { Element } from 'ltx';
 import { BadRequest, NodeExists, NodeNotFound } from '../errors.ts';
 import { type FeedName, parseFeedName } from '../feedName.ts';
-import type { Change, Item, Page, ReadQuery } from '../model.ts';
+import { bareJid } from '../jid.ts';
+import type { Change, ReadQuery } from '../model.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import { type Actor, jidOf } from './actor.ts';
 import { checkAudience, presentItem, presentPage, readerOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';
+import type { ReaderItem, ReaderPage } from './visible.ts';
 
 export const feedOf = (name: string | FeedName): FeedName =>
   typeof name === 'string' ? parseFeedName(name) : name;
@@ -75,8 +77,14 @@ export async function publish(
   feedName: string | FeedName,
   input: PublishInput,
   options: PublishOptions = {},
+  /** Called once the write is in the engine's queue, which keeps the order writes reach it in. */
+  queued: () => void = () => undefined,
 ): Promise<Change> {
   const { node } = feedOf(feedName);
+  // JIDs are checked first: a refused publish makes no node.
+  const audience = input.audience ? checkAudience(input.audience) : undefined;
+  const given = actor.kind === 'operator' ? input.publisher : undefined;
+  const publisher = given !== undefined ? bareJid(given, 'the publisher') : jidOf(actor);
   const created = await autoCreate(ctx, actor, node, input, options);
   const { config } = await ctx.rights.check(node, actor, 'publish');
   // A node just made with them has them; one that was there already must meet them.
@@ -86,20 +94,22 @@ export async function publish(
     throw new BadRequest(
       'an append-only node takes no item with an audience (its archives are for every reader)',
     );
-  if (input.audience) {
-    checkAudience(input.audience);
-    await ctx.engine.enableAudience(node);
-  }
+  if (audience) await ctx.engine.enableAudience(node);
   await ctx.engine.writable();
-  const publisher = actor.kind === 'operator' ? input.publisher : jidOf(actor);
   const item = {
     entry: input.entry,
     ...(input.id !== undefined ? { id: input.id } : {}),
-    ...(input.audience ? { audience: input.audience } : {}),
+    ...(audience ? { audience } : {}),
   };
-  return ctx.engine.publish(node, publisher === undefined ? item : { ...item, publisher }, {
+  // A publisher who is not the node's (publish_model open or subscribers) replaces only their own
+  // items, hidden from them or not (protocol.md 11); decided with the write, in the engine.
+  const own = actor.kind === 'user' && input.id !== undefined && (await readerOf(ctx, node, actor)) !== '*';
+  const write = ctx.engine.publish(node, publisher === undefined ? item : { ...item, publisher }, {
     appendOnly: keepsAppendOnly(actor, config),
+    ...(own ? { onlyOwnBy: actor.jid } : {}),
   });
+  queued();
+  return write;
 }
 
 /**
@@ -112,6 +122,7 @@ export async function retract(
   feedName: string | FeedName,
   id: string,
   options: { notify?: boolean } = {},
+  queued: () => void = () => undefined,
 ): Promise<Change> {
   const { node } = feedOf(feedName);
   const who = jidOf(actor);
@@ -120,11 +131,53 @@ export async function retract(
   const own = item !== undefined && who !== undefined && item.publisher === who;
   const { config } = await ctx.rights.check(node, actor, own ? 'retract-own' : 'retract');
   await ctx.engine.writable();
-  return ctx.engine.retract(node, id, {
+  const write = ctx.engine.retract(node, id, {
     ...(who !== undefined ? { publisher: who } : {}),
     appendOnly: keepsAppendOnly(actor, config),
     ...(options.notify ? { notify: true } : {}),
   });
+  queued();
+  return write;
+}
+
+/** One caller's writes, kept in the order it makes them (FeedService.inOrder). */
+export interface OrderedWriter {
+  publish(
+    actor: Actor,
+    feed: string | FeedName,
+    input: PublishInput,
+    options?: PublishOptions,
+  ): Promise<Change>;
+  retract(actor: Actor, feed: string | FeedName, id: string, options?: { notify?: boolean }): Promise<Change>;
+}
+
+/**
+ * A writer whose writes reach the engine in call order however many are in flight: each one's
+ * checks (rights, auto-create, the fan-out gate: asynchronous steps) start once the write before
+ * it is in the engine's queue or refused, and the engine keeps the queue's order. The writes
+ * still commit together: only the checks take turns.
+ */
+export function orderedWriter(ctx: ServiceContext): OrderedWriter {
+  let turn: Promise<void> = Promise.resolve();
+  const inTurn = (write: (queued: () => void) => Promise<Change>): Promise<Change> => {
+    let release: () => void = () => undefined;
+    const next = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const start = turn;
+    turn = next;
+    return start.then(() => {
+      const done = write(release);
+      done.then(release, release);
+      return done;
+    });
+  };
+  return {
+    publish: (actor, feed, input, options = {}) =>
+      inTurn((queued) => publish(ctx, actor, feed, input, options, queued)),
+    retract: (actor, feed, id, options = {}) =>
+      inTurn((queued) => retract(ctx, actor, feed, id, options, queued)),
+  };
 }
 
 /** A page of a feed (protocol.md 4), for those who may retrieve the node's items. */
@@ -133,7 +186,7 @@ export async function read(
   actor: Actor,
   feedName: string | FeedName,
   query: ReadQuery = {},
-): Promise<Page> {
+): Promise<ReaderPage> {
   const feed = feedOf(feedName);
   await ctx.rights.check(feed.node, actor, 'retrieve');
   return presentPage(feed, await ctx.engine.read(feed, query, await readerOf(ctx, feed.node, actor)));
@@ -145,7 +198,7 @@ export async function getItems(
   actor: Actor,
   feedName: string | FeedName,
   ids: readonly string[],
-): Promise<Item[]> {
+): Promise<ReaderItem[]> {
   const feed = feedOf(feedName);
   await ctx.rights.check(feed.node, actor, 'retrieve');
   const items = await ctx.engine.getItems(feed, ids, await readerOf(ctx, feed.node, actor));

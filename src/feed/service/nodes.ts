@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { AppendOnly, NodeNotFound } from '../errors.ts';
 import type { NodeEvent } from '../events.ts';
 import { FILTER_KINDS, type FilterKind } from '../feedName.ts';
+import { bareJid } from '../jid.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import { type Actor, jidOf } from './actor.ts';
 import { readerOf } from './audience.ts';
@@ -24,7 +25,8 @@ export async function create(
   ctx.rights.requireCreate(actor);
   const settings = typeof config === 'function' ? config() : config;
   const node = name ?? randomUUID();
-  const owner = actor.kind === 'operator' ? options.owner : jidOf(actor);
+  const given = actor.kind === 'operator' ? options.owner : undefined;
+  const owner = given !== undefined ? bareJid(given, 'the owner') : jidOf(actor);
   if (owner !== undefined) await ctx.policy.createNode(node, owner, settings);
   else {
     await ctx.engine.createNode(node);

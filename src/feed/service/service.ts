@@ -5,12 +5,19 @@ import { AccessDenied } from '../errors.ts';
 import type { FeedEvent, FeedEventListener, NodeEvent } from '../events.ts';
 import type { FeedName } from '../feedName.ts';
 import type { Claim, KeyValueStore } from '../kv.ts';
-import type { Change, ExportRecord, Item, Limits, Page, ReadQuery, Subscription } from '../model.ts';
+import type { Change, ExportRecord, Limits, ReadQuery, Subscription } from '../model.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import type { PolicyStore } from '../policy.ts';
 import { type Actor, jidOf } from './actor.ts';
 import * as affiliations from './affiliations.ts';
-import { type Delivery, type DeliveryFor, deliveries, deliveryIn, readerOf } from './audience.ts';
+import {
+  type Delivery,
+  type DeliveryFor,
+  deliveries,
+  deliveryIn,
+  publicChange,
+  readerOf,
+} from './audience.ts';
 import type { ServiceContext } from './context.ts';
 import { type HubSubscriptions, hubSubscriptions } from './hubSubscriptions.ts';
 import * as items from './items.ts';
@@ -18,6 +25,7 @@ import { feedOf } from './items.ts';
 import * as nodes from './nodes.ts';
 import { Rights } from './rights.ts';
 import * as subscriptions from './subscriptions.ts';
+import type { ReaderItem, ReaderPage } from './visible.ts';
 
 /** A binding's own key-value state (the feed bot's), kept by the service in its store. */
 export type { Claim, KeyValueStore };
@@ -252,11 +260,19 @@ export class FeedService {
     return items.retract(this.ctx, actor, feed, id, options);
   }
 
-  read(actor: Actor, feed: string | FeedName, query: ReadQuery = {}): Promise<Page> {
+  /**
+   * A writer for one caller that pipelines (the CLI's `publish --jsonl`): its publishes and
+   * retracts reach the node in the order it makes them, however many are in flight.
+   */
+  inOrder(): items.OrderedWriter {
+    return items.orderedWriter(this.ctx);
+  }
+
+  read(actor: Actor, feed: string | FeedName, query: ReadQuery = {}): Promise<ReaderPage> {
     return items.read(this.ctx, actor, feed, query);
   }
 
-  getItems(actor: Actor, feed: string | FeedName, ids: readonly string[]): Promise<Item[]> {
+  getItems(actor: Actor, feed: string | FeedName, ids: readonly string[]): Promise<ReaderItem[]> {
     return items.getItems(this.ctx, actor, feed, ids);
   }
 
@@ -362,6 +378,14 @@ export class FeedService {
    */
   deliveryIn(change: Change, feed: string | FeedName, reader: string): Delivery | undefined {
     return deliveryIn(this.ctx, change, feedOf(feed), reader);
+  }
+
+  /**
+   * How anyone (the anonymous reader) sees a change: `shown`, `tombstone` or undefined (told
+   * nothing). For the paths that tell the public of changes (FASP announcements).
+   */
+  publicChange(change: Change): 'shown' | 'tombstone' | undefined {
+    return publicChange(this.ctx, change);
   }
 
   /** Adds what the change-log follower waits for before recording pushes as done (the XMPP fan-out's flush). */

@@ -1,12 +1,13 @@
 import { AccessDenied, InvalidJid, NotSubscribed } from '../errors.ts';
 import type { NodeEvent } from '../events.ts';
 import type { FeedName } from '../feedName.ts';
-import type { Item, Subscription } from '../model.ts';
+import type { Subscription } from '../model.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import type { Actor } from './actor.ts';
 import { presentItem, readerOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';
 import { feedOf } from './items.ts';
+import type { ReaderItem } from './visible.ts';
 
 /** The bare part of a full JID (bindings pass JIDs canonical). */
 export function bareOf(full: string): string {
@@ -83,7 +84,7 @@ async function lastItemRead(
   actor: Actor,
   feed: FeedName,
   config: NodeConfig,
-): Promise<() => Item | undefined> {
+): Promise<() => ReaderItem | undefined> {
   if (config.sendLastPublishedItem !== 'on_sub') return () => undefined;
   const { engine } = ctx;
   const reader = await readerOf(ctx, feed.node, actor);

@@ -1,7 +1,7 @@
 import { canonicalFeedName, checkItemId } from '../../feed/feedName.ts';
-import type { Page } from '../../feed/model.ts';
 import { type Actor, describe } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
+import type { ReaderPage } from '../../feed/service/visible.ts';
 import type { Log } from '../../log.ts';
 import { problems } from '../errors.ts';
 import type { Answer, Exchange, RouteHandler } from '../exchange.ts';
@@ -42,7 +42,7 @@ export function feedUrl(origin: string, query: Pick<FeedQuery, 'feed'>): string 
 }
 
 /** The next page's URL: since the page's last cursor, with the same `until` and `max`. */
-function nextUrl(url: string, query: FeedQuery, page: Page, pageItems: number): string | undefined {
+function nextUrl(url: string, query: FeedQuery, page: ReaderPage, pageItems: number): string | undefined {
   const last = page.items[page.items.length - 1];
   // A page read backwards (until only) ends at its bound: what follows is not its next page.
   const forward = query.since !== undefined || query.until === undefined;
@@ -72,7 +72,7 @@ export function holdRead(
   x: Exchange,
   query: Pick<FeedQuery, 'feed' | 'since' | 'max'> & { timeoutMs: number },
   reader: Actor,
-): Promise<Page | undefined> {
+): Promise<ReaderPage | undefined> {
   const { feed } = query;
   deps.log.debug('long poll held', { feed: feed.requested, held: deps.polls.held });
   return deps.polls.hold({
@@ -114,7 +114,7 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
     ]);
     const cached = key === undefined ? undefined : deps.pages?.get(key);
     if (cached) return cached;
-    let page: Page | undefined = await feeds.read(reader, query.feed, readQuery(query));
+    let page: ReaderPage | undefined = await feeds.read(reader, query.feed, readQuery(query));
     const pageItems = Math.min(query.max ?? feeds.limits.defaultPageItems, feeds.limits.maxPageItems);
     // Only a read towards the feed's end can wait for what comes next.
     const holdable =

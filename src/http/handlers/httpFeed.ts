@@ -1,5 +1,5 @@
 import { canonicalParameters } from '../../feed/feedName.ts';
-import type { Page } from '../../feed/model.ts';
+import type { ReaderPage } from '../../feed/service/visible.ts';
 import type { RouteHandler } from '../exchange.ts';
 import { parseHttpFeedQuery } from '../feedQuery.ts';
 import { nodeUrl } from '../paths.ts';
@@ -18,7 +18,7 @@ export function readHttpFeed(deps: FeedViewDeps): RouteHandler {
     const { eventType } = await feeds.settings(reader, query.feed.node);
     const max = feeds.limits.maxPageItems;
     const read = { ...(query.since !== undefined ? { since: query.since } : {}), max };
-    let page: Page | undefined = await feeds.read(reader, query.feed, read);
+    let page: ReaderPage | undefined = await feeds.read(reader, query.feed, read);
     if (page.items.length === 0 && query.timeoutMs > 0 && x.request.method === 'GET')
       page = await holdRead(deps, x, { ...query, max }, reader);
     if (!page) return undefined;

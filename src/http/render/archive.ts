@@ -1,6 +1,6 @@
 import { escapeXML } from 'ltx';
 import { ATOM_NS, TOMBSTONE_NS } from '../../feed/atom.ts';
-import type { Item } from '../../feed/model.ts';
+import type { ReaderItem } from '../../feed/service/visible.ts';
 import { deletedEntry, entry, FANOUT_NS } from './atom.ts';
 
 export const HISTORY_NS = 'http://purl.org/syndication/history/1.0';
@@ -12,7 +12,7 @@ export interface ArchiveDocument {
   /** The working document's number (so, the number of documents). */
   working: number;
   /** Newest first, as the seed orders every document. */
-  items: Item[];
+  items: ReaderItem[];
   /** Public document numbers are `base + number` (numbered across the name's incarnations). */
   base: number;
 }

@@ -1,7 +1,7 @@
 import { escapeXML } from 'ltx';
 import { ATOM_NS, TOMBSTONE_NS } from '../../feed/atom.ts';
-import type { Item } from '../../feed/model.ts';
 import { FANOUT_NS, renditions } from '../../feed/renditions.ts';
+import type { ReaderItem } from '../../feed/service/visible.ts';
 import type { PageView } from './pageView.ts';
 import { type Part, partsText } from './parts.ts';
 
@@ -42,17 +42,17 @@ export function atomParts(view: PageView): Part[] {
 }
 
 /** One item on its own: an Atom entry document (or a tombstone) with its `fo:id`. */
-export function entryDocument(item: Item, feedUrl: string): string {
+export function entryDocument(item: ReaderItem, feedUrl: string): string {
   const el = item.deleted ? deletedEntry(item) : entry(item, feedUrl);
   return `<?xml version="1.0" encoding="utf-8"?>\n${el}\n`;
 }
 
 /** The entry with what RFC 4287 requires and its `fo:id`, built once per version (src/feed/renditions.ts). */
-export function entry(item: Item, feedUrl: string): string {
+export function entry(item: ReaderItem, feedUrl: string): string {
   return renditions.atomEntry(item, feedUrl);
 }
 
 /** The tombstone of a deleted item as an RFC 6721 `at:deleted-entry`, with its `fo:id`. */
-export function deletedEntry(item: Item): string {
+export function deletedEntry(item: ReaderItem): string {
   return renditions.atomEntry(item, '');
 }

@@ -1,4 +1,4 @@
-import type { Item } from '../../feed/model.ts';
+import type { ReaderItem } from '../../feed/service/visible.ts';
 
 /**
  * The HTTP Feeds view (shared/seeds 001): a feed as a batch of CloudEvents 1.0. The `modified`
@@ -22,7 +22,7 @@ export interface FeedEvent {
 }
 
 /** One item as a CloudEvent of the feed at `source`; a tombstone is a DELETE without data. */
-export function toEvent(item: Item, source: string, type: string): FeedEvent {
+export function toEvent(item: ReaderItem, source: string, type: string): FeedEvent {
   const event: FeedEvent = {
     specversion: '1.0',
     id: item.cursor,
@@ -40,6 +40,6 @@ export function toEvent(item: Item, source: string, type: string): FeedEvent {
 }
 
 /** A batch of items as the JSON array of their events. */
-export function eventBatch(items: readonly Item[], source: string, type: string): string {
+export function eventBatch(items: readonly ReaderItem[], source: string, type: string): string {
   return JSON.stringify(items.map((item) => toEvent(item, source, type)));
 }

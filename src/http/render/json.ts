@@ -1,5 +1,5 @@
-import type { Item } from '../../feed/model.ts';
 import { jsonHead, renditions } from '../../feed/renditions.ts';
+import type { ReaderItem } from '../../feed/service/visible.ts';
 import type { PageView } from './pageView.ts';
 import { type Part, partsText } from './parts.ts';
 
@@ -56,6 +56,6 @@ export function collectionParts(view: PageView): Part[] {
 }
 
 /** One item's ActivityItem as JSON text. */
-export function activityJson(item: Item): string {
+export function activityJson(item: ReaderItem): string {
   return renditions.json(item);
 }

@@ -1,8 +1,8 @@
-import type { Page } from '../../feed/model.ts';
+import type { ReaderPage } from '../../feed/service/visible.ts';
 
 /** A page and the links around it, ready to be written in any representation. */
 export interface PageView {
-  page: Page;
+  page: ReaderPage;
   /** The feed's base URL: the node's URL with its own parameters (`order`), no paging ones. */
   url: string;
   /** The node name, for the Atom title. */

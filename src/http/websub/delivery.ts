@@ -2,6 +2,11 @@ import { createHmac } from 'node:crypto';
 import type { BackoffOptions } from '../../backoff.ts';
 import { backoffDelay } from '../../backoff.ts';
 import type { Change } from '../../feed/model.ts';
+import type { Delivery } from '../../feed/service/audience.ts';
+
+/** A change as one subscription's reader is told it (the hub builds it from the service's Delivery). */
+export type ToldChange = Omit<Change, 'item'> & { item: Delivery['item'] };
+
 import type { HubSubscription } from '../../feed/service/hubSubscriptions.ts';
 import { atomFeed } from '../render/atom.ts';
 import { callCallback } from './callback.ts';
@@ -27,10 +32,10 @@ export type Outcome =
   | { kind: 'given-up'; attempts: number; error: string };
 
 /** Bodies already written for a change, by feed, topic and hub: subscribers of one topic share it. */
-const rendered = new WeakMap<Change, Map<string, string>>();
+const rendered = new WeakMap<ToldChange, Map<string, string>>();
 
 /** The Atom document a subscriber is sent for one change of its feed. */
-export function notificationBody(change: Change, sub: HubSubscription): string {
+export function notificationBody(change: ToldChange, sub: HubSubscription): string {
   let forChange = rendered.get(change);
   if (!forChange) {
     forChange = new Map();
@@ -45,7 +50,7 @@ export function notificationBody(change: Change, sub: HubSubscription): string {
   return body;
 }
 
-function render(change: Change, sub: HubSubscription): string {
+function render(change: ToldChange, sub: HubSubscription): string {
   const position = change.feeds[sub.order];
   return atomFeed({
     page: {
@@ -73,7 +78,7 @@ export function signature(secret: string, body: string): string {
  * `fo:prev_cursor` other than its last cursor and pulls, which is the protocol's recovery.
  */
 export class DeliveryQueue {
-  private readonly pending: Change[] = [];
+  private readonly pending: ToldChange[] = [];
   private running = false;
   private stopped = false;
   private readonly abort = new AbortController();
@@ -84,14 +89,14 @@ export class DeliveryQueue {
   constructor(
     public sub: HubSubscription,
     private readonly options: DeliveryOptions,
-    private readonly report: (change: Change, outcome: Outcome) => void,
+    private readonly report: (change: ToldChange, outcome: Outcome) => void,
   ) {}
 
   get length(): number {
     return this.pending.length;
   }
 
-  push(change: Change): void {
+  push(change: ToldChange): void {
     if (this.stopped) return;
     this.pending.push(change);
     if (this.pending.length > this.options.maxQueue) {
@@ -124,7 +129,7 @@ export class DeliveryQueue {
     }
   }
 
-  private async deliver(change: Change): Promise<Outcome> {
+  private async deliver(change: ToldChange): Promise<Outcome> {
     const sub = this.sub;
     const body = notificationBody(change, sub);
     const headers: Record<string, string> = {

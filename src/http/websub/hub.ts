@@ -10,7 +10,7 @@ import type { Log } from '../../log.ts';
 import type { Metrics } from '../../metrics.ts';
 import { problems } from '../errors.ts';
 import { callCallback } from './callback.ts';
-import { DeliveryQueue, type Outcome } from './delivery.ts';
+import { DeliveryQueue, type Outcome, type ToldChange } from './delivery.ts';
 import type { Intent } from './intent.ts';
 
 export interface HubOptions {
@@ -216,7 +216,7 @@ export class Hub {
     if (this.stopping) return;
     const verdicts = new Map<string | undefined, string | undefined>();
     const readers = new Map<string | undefined, string>();
-    const told = new Map<string, Change>();
+    const told = new Map<string, ToldChange>();
     for (const active of to) {
       const { sub } = active.queue;
       // Ended meanwhile (unsubscribed, expired, its node deleted): nothing to deliver.
@@ -451,7 +451,7 @@ export class Hub {
     if (feed.size === 0) this.byFeed.delete(key);
   }
 
-  private delivered(sub: HubSubscription, change: Change, outcome: Outcome): void {
+  private delivered(sub: HubSubscription, change: ToldChange, outcome: Outcome): void {
     const where = { callback: sub.callback, topic: sub.topic, item: change.item.id };
     this.options.metrics?.websubDelivery(outcome.kind);
     if (outcome.kind === 'delivered') this.log.debug('websub delivered', where);

@@ -1,0 +1,22 @@
+// Malformed JIDs (RFC 7622) that every binding refuses where a bare JID is asked for.
+export const MALFORMED = [
+  '@localhost',
+  'al ice@localhost',
+  'a<b>@localhost',
+  'a:b@localhost',
+  "a'b@localhost",
+  'a"b@localhost',
+  'a&b@localhost',
+  'a@b@localhost',
+  'alice@localhost:5222',
+  'alice@localhost/phone',
+  `${'a'.repeat(1024)}@localhost`,
+  `alice@${'a'.repeat(60)}.${'b'.repeat(60)}.${'c'.repeat(1000)}`,
+  `alice@${'d'.repeat(1024)}`,
+  'alice@',
+  'alice@-bad.example',
+  'alice@exa mple.org',
+  'al\u0000ice@localhost',
+  'al\u{1f600}ice@localhost',
+  '',
+];
