@@ -89,6 +89,15 @@ export class Instances {
     if (this.byNid.get(st.nid) === st) this.byNid.delete(st.nid);
   }
 
+  /**
+   * Whether a round on the node must take its lock before it reads: another instance wrote it
+   * since (heard of, or a failed round left its tails in doubt). Otherwise the round reads first
+   * and locks only for its one conditional statement.
+   */
+  needsLock(st: NodeState): boolean {
+    return this.stale.has(st) || (this.heard.get(st.nid) ?? 0) > st.seq;
+  }
+
   /** A round failed after moving the node's counters and tails: its next round reloads them. */
   spoiled(st: NodeState, before: NodeMeta): void {
     st.total = before.total;
