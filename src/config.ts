@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import type { BotOptions } from './bot/bot.ts';
 import {
+  handoffAddress,
   hostPort,
   list,
   milliseconds,
@@ -50,6 +51,11 @@ export interface Config {
   xmpp: boolean;
   /** How long a push lease lasts without renewal: how long a dead instance's pushes wait for another. */
   pushLeaseMs: number;
+  /**
+   * Where this instance takes the writes other instances hand it (several instances on one
+   * database: a node's writes go to the instance pushing it); port 0: a free one. Undefined: off.
+   */
+  handoff: { host: string; port: number } | undefined;
   /** Requests per second and burst allowed to each sender (bare JID); a rate of 0 is no limit. */
   rateLimit: RateLimitOptions;
   /** The feed bot (src/bot/): on unless turned off. */
@@ -153,6 +159,7 @@ const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'st
   sync: false,
   xmpp: true,
   pushLeaseMs: 10_000,
+  handoff: { host: '127.0.0.1', port: 0 },
   rateLimit: DEFAULT_RATE_LIMIT,
   bot: DEFAULT_BOT,
 };
@@ -178,6 +185,7 @@ export const SERVE_OPTIONS = {
   sync: { type: 'boolean' },
   'no-xmpp': { type: 'boolean' },
   'push-lease': { type: 'string' },
+  handoff: { type: 'string' },
   'rate-limit': { type: 'string' },
   'rate-burst': { type: 'string' },
   bot: { type: 'string' },
@@ -240,6 +248,8 @@ long option names, "admins" a list); flags win over the environment, which wins 
                                                               SMARTFEEDS_XMPP=0 (on)
   --push-lease SECONDS       a dead instance's pushes move after this
                                                               SMARTFEEDS_PUSH_LEASE (10)
+  --handoff HOST:PORT|off    where the other instances hand this one its nodes' writes
+                                                              SMARTFEEDS_HANDOFF (127.0.0.1:0)
   --rate-limit N             requests/s per sender, 0 = off   SMARTFEEDS_RATE_LIMIT (50)
   --rate-burst N             requests a sender may burst      SMARTFEEDS_RATE_BURST (200)
   --bot on|off               the feed bot (chat commands)     SMARTFEEDS_BOT (on)
@@ -352,6 +362,7 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     sync: src.read('sync', onOff, 'true or false', DEFAULTS.sync),
     xmpp,
     pushLeaseMs: src.read('push-lease', milliseconds, 'a number of seconds above 0', DEFAULTS.pushLeaseMs),
+    handoff: src.read('handoff', handoffAddress, 'HOST:PORT (port 0: a free one) or off', DEFAULTS.handoff),
     rateLimit: {
       rate: src.read('rate-limit', nonNegative, 'a number of zero or more', DEFAULTS.rateLimit.rate),
       burst: limit('rate-burst', DEFAULTS.rateLimit.burst),

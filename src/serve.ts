@@ -90,6 +90,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
     await feeds.startDelivering({
       holder: `${hostname()}:${process.pid}`,
       ttl: config.pushLeaseMs,
+      ...(config.handoff ? { handoff: config.handoff } : {}),
       failed: (e) => log.warn('push leases', { error: String(e) }),
     });
   }

@@ -43,6 +43,8 @@ const INSTANCE_MIGRATIONS: readonly string[] = [
      PERFORM pg_notify('smartfeeds', m) FROM unnest(notes) AS m;
      RETURN true;
    END $$`,
+  // Where each instance takes hand-offs (writes to the nodes whose buckets it holds).
+  'ALTER TABLE smartfeeds_leases ADD COLUMN address text',
 ];
 const CHANNEL = 'smartfeeds';
 const ROUND =
@@ -225,13 +227,19 @@ export class SharedPostgresStore implements SharedFeedStore {
     return Number((await this.rows(`SELECT ${NOW_MS}`, []))[0]?.[0]);
   }
 
-  async acquireLease(name: string, holder: string, ttl: number): Promise<number | undefined> {
+  async acquireLease(
+    name: string,
+    holder: string,
+    ttl: number,
+    address?: string,
+  ): Promise<number | undefined> {
     const rows = await this.rows(
-      `INSERT INTO smartfeeds_leases (name, holder, expires) VALUES ($1, $2, ${NOW_MS} + $3)
-       ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires = EXCLUDED.expires
+      `INSERT INTO smartfeeds_leases (name, holder, expires, address) VALUES ($1, $2, ${NOW_MS} + $3, $4)
+       ON CONFLICT (name) DO UPDATE
+       SET holder = EXCLUDED.holder, expires = EXCLUDED.expires, address = EXCLUDED.address
        WHERE smartfeeds_leases.holder = EXCLUDED.holder OR smartfeeds_leases.expires <= ${NOW_MS}
        RETURNING expires`,
-      [name, holder, Math.round(ttl)],
+      [name, holder, Math.round(ttl), address ?? null],
     );
     const expires = rows[0]?.[0];
     return expires === undefined ? undefined : Number(expires);
@@ -243,14 +251,19 @@ export class SharedPostgresStore implements SharedFeedStore {
 
   async leases(prefix: string): Promise<{ now: number; leases: Lease[] }> {
     const rows = await this.rows(
-      `SELECT n.now, l.name, l.holder, l.expires FROM (SELECT ${NOW_MS} AS now) AS n
+      `SELECT n.now, l.name, l.holder, l.expires, l.address FROM (SELECT ${NOW_MS} AS now) AS n
        LEFT JOIN smartfeeds_leases AS l ON starts_with(l.name, $1) AND l.expires > n.now`,
       [prefix],
     );
     const now = Number(rows[0]?.[0]);
     const leases = rows
       .filter((r) => r[1] !== null)
-      .map((r) => ({ name: r[1] as string, holder: r[2] as string, expires: Number(r[3]) }));
+      .map((r) => ({
+        name: r[1] as string,
+        holder: r[2] as string,
+        expires: Number(r[3]),
+        ...(r[4] === null ? {} : { address: r[4] as string }),
+      }));
     return { now, leases };
   }
 

@@ -28,6 +28,8 @@ export interface Lease {
   holder: string;
   /** The store's clock (ms) after which the lease is free. */
   expires: number;
+  /** Where the holder takes requests from the other instances (hand-offs), if it said. */
+  address?: string;
 }
 
 /** A key and the value it must hold (undefined: absent) for a conditional round to write. */
@@ -77,9 +79,10 @@ export interface SharedStore {
   listen(listener: (message: string) => void, reconnected: () => void): Promise<() => Promise<void>>;
   /**
    * Takes or renews the lease `name` for `holder` for `ttl` ms on the store's clock: returns its
-   * new expiry, or undefined when another holder has it and it has not expired.
+   * new expiry, or undefined when another holder has it and it has not expired. `address`: where
+   * the holder takes hand-offs, kept with the lease.
    */
-  acquireLease(name: string, holder: string, ttl: number): Promise<number | undefined>;
+  acquireLease(name: string, holder: string, ttl: number, address?: string): Promise<number | undefined>;
   /** Gives the lease up (if `holder` has it), so that another may take it at once. */
   releaseLease(name: string, holder: string): Promise<void>;
   /** The leases whose name starts with `prefix` and that have not expired, with the store's clock. */

@@ -68,12 +68,12 @@ export class SharedMemory {
     return () => this.listeners.delete(l);
   }
 
-  acquire(name: string, holder: string, ttl: number): number | undefined {
+  acquire(name: string, holder: string, ttl: number, address?: string): number | undefined {
     const now = this.now();
     const lease = this.leaseTable.get(name);
     if (lease && lease.holder !== holder && lease.expires > now) return undefined;
     const expires = now + ttl;
-    this.leaseTable.set(name, { name, holder, expires });
+    this.leaseTable.set(name, { name, holder, expires, ...(address === undefined ? {} : { address }) });
     return expires;
   }
 
@@ -254,9 +254,14 @@ export class SharedMemoryHandle implements SharedFeedStore {
     }
   }
 
-  async acquireLease(name: string, holder: string, ttl: number): Promise<number | undefined> {
+  async acquireLease(
+    name: string,
+    holder: string,
+    ttl: number,
+    address?: string,
+  ): Promise<number | undefined> {
     this.alive();
-    return this.hub.acquire(name, holder, ttl);
+    return this.hub.acquire(name, holder, ttl, address);
   }
 
   async releaseLease(name: string, holder: string): Promise<void> {
