@@ -137,6 +137,27 @@ process.on('exit', () => {
   for (const c of running) c.kill('SIGKILL');
 });
 
+/** Waits until `n` instances hold the 64 buckets' leases, dealt evenly. */
+async function settled(url: string, n: number): Promise<void> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    for (;;) {
+      const { rows } = await c.query(
+        `SELECT holder, count(*)::int AS held FROM smartfeeds_leases
+         WHERE name LIKE 'bucket:%' AND expires > (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+         GROUP BY holder`,
+      );
+      const counts = rows.map((r) => r.held as number);
+      const total = counts.reduce((a, b) => a + b, 0);
+      if (rows.length === n && total === 64 && Math.max(...counts) - Math.min(...counts) <= 1) return;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  } finally {
+    await c.end();
+  }
+}
+
 /** Transactions committed so far in the database at `url`. */
 async function commits(url: string | undefined): Promise<number> {
   if (url === undefined) return 0;
@@ -186,6 +207,12 @@ async function run(
     }
   }
   await new Promise((r) => setTimeout(r, 1500));
+  // Several instances: measured once the buckets are dealt (each holds its share) and each knows
+  // who holds the others' (read at its next renewal, a third of the 10 s lease later).
+  if (url && instances > 1) {
+    await settled(url, instances);
+    await new Promise((r) => setTimeout(r, 4000));
+  }
   const nodes = Array.from({ length: nodeCount }, (_, n) => `bench${n}`);
   for (const node of nodes) {
     await (pubs[0] as Client).iqCaller.request(
