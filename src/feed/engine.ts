@@ -118,7 +118,7 @@ export class FeedEngine {
        * Where this instance takes the writes the others hand it (HOST:PORT, port 0: a free one),
        * or the link itself (tests): writes to a node another instance pushes are handed to it.
        */
-      handoff?: { host: string; port: number } | PeerLink;
+      handoff?: { host: string; port: number; secret?: string } | PeerLink;
     } = {},
   ): Promise<void> {
     const { handoff, ...rest } = options;
@@ -126,7 +126,10 @@ export class FeedEngine {
     const peers =
       handoff === undefined || 'address' in handoff
         ? handoff
-        : await TcpPeerLink.listen(handoff.host, { port: handoff.port });
+        : await TcpPeerLink.listen(handoff.host, {
+            port: handoff.port,
+            ...(handoff.secret === undefined ? {} : { secret: handoff.secret }),
+          });
     await this.pushing.start({ ...rest, ...(peers ? { peers } : {}) });
   }
 

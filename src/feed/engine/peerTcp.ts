@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
 import { hostname } from 'node:os';
 import { type Handed, type HandedReply, type PeerLink, PeerLost, PeerUnreachable } from './handoff.ts';
@@ -5,11 +6,20 @@ import { type Handed, type HandedReply, type PeerLink, PeerLost, PeerUnreachable
 /**
  * The hand-off between instances over TCP: one connection per pair, kept open, carrying one JSON
  * object per line ({n, r}: a request; {n, a}: its answer; {n, refused}: not taken, as the instance
- * is stopping). Answers come in any order, matched by n. A request whose connection could not be
+ * is stopping), after a first line proving the secret the instances share ({hello}: a hash of
+ * it). Answers come in any order, matched by n. A request whose connection could not be
  * made was never delivered; one whose connection broke after it was sent may have been committed.
  */
 
-type Frame = { n: number; r: Handed } | { n: number; a: HandedReply } | { n: number; refused: true };
+type Frame =
+  | { n: number; r: Handed }
+  | { n: number; a: HandedReply }
+  | { n: number; refused: true }
+  | { hello: string };
+
+/** What a connection proves first: a hash of the secret the instances share (never the secret). */
+const helloOf = (secret: string): string =>
+  createHash('sha256').update(`smartfeeds handoff\0${secret}`).digest('hex');
 
 /** Splits a socket's data into lines and calls `each` with every one parsed. */
 function frames(socket: Socket, each: (frame: Frame) => void): void {
@@ -44,14 +54,16 @@ class Peer {
   >();
   readonly socket: Socket;
 
-  constructor(address: string, onGone: () => void) {
+  constructor(address: string, hello: string | undefined, onGone: () => void) {
     const at = address.lastIndexOf(':');
     this.socket = tcpConnect({ host: address.slice(0, at), port: Number(address.slice(at + 1)) });
     this.socket.setNoDelay(true);
     this.socket.once('connect', () => {
       this.connected = true;
     });
+    if (hello !== undefined) this.socket.write(`${JSON.stringify({ hello })}\n`);
     frames(this.socket, (frame) => {
+      if (!('n' in frame)) return;
       const w = this.waiting.get(frame.n);
       if (!w) return;
       this.waiting.delete(frame.n);
@@ -94,17 +106,19 @@ export class TcpPeerLink implements PeerLink {
   private constructor(
     private readonly server: Server,
     readonly address: string,
+    /** Each connection's first line, both ways in: undefined, none asked (tests on loopback). */
+    private readonly hello: string | undefined,
   ) {
     server.on('connection', (socket) => this.accept(socket));
   }
 
   /**
    * Listens on `host` (a free port unless `port`); `advertise` is the host the others connect
-   * to (default: `host`).
+   * to (default: `host`); with `secret`, each connection to it must first prove it.
    */
   static async listen(
     host: string,
-    options: { port?: number; advertise?: string } = {},
+    options: { port?: number; advertise?: string; secret?: string } = {},
   ): Promise<TcpPeerLink> {
     const server = createServer();
     await new Promise<void>((resolve, reject) => {
@@ -115,7 +129,8 @@ export class TcpPeerLink implements PeerLink {
     const port = typeof bound === 'object' && bound ? bound.port : 0;
     // Listening on every address: the others reach this one by its host name.
     const shown = options.advertise ?? (host === '0.0.0.0' || host === '::' ? hostname() : host);
-    return new TcpPeerLink(server, `${shown.includes(':') ? `[${shown}]` : shown}:${port}`);
+    const hello = options.secret === undefined ? undefined : helloOf(options.secret);
+    return new TcpPeerLink(server, `${shown.includes(':') ? `[${shown}]` : shown}:${port}`, hello);
   }
 
   serve(handler: (request: Handed) => Promise<HandedReply>): void {
@@ -127,7 +142,14 @@ export class TcpPeerLink implements PeerLink {
     socket.setNoDelay(true);
     socket.on('error', () => undefined);
     socket.once('close', () => this.sockets.delete(socket));
+    // A connection that does not prove the shared secret first is closed unheard.
+    let proven = this.hello === undefined;
     frames(socket, (frame) => {
+      if (!proven) {
+        if ('hello' in frame && frame.hello === this.hello) proven = true;
+        else socket.destroy();
+        return;
+      }
       if (!('r' in frame)) return;
       const handler = this.handler;
       if (this.closing || !handler) {
@@ -145,7 +167,7 @@ export class TcpPeerLink implements PeerLink {
   request(address: string, request: Handed): Promise<HandedReply> {
     let peer = this.peers.get(address);
     if (!peer) {
-      const made: Peer = new Peer(address.replace(/^\[(.*)\]:/, '$1:'), () => {
+      const made: Peer = new Peer(address.replace(/^\[(.*)\]:/, '$1:'), this.hello, () => {
         if (this.peers.get(address) === made) this.peers.delete(address);
       });
       peer = made;
