@@ -6,7 +6,7 @@ import { type Handed, type HandedReply, type PeerLink, PeerLost, PeerUnreachable
 /**
  * The hand-off between instances over TCP: one connection per pair, kept open, carrying one JSON
  * object per line ({n, r}: a request; {n, a}: its answer; {n, refused}: not taken, as the instance
- * is stopping), after a first line proving the secret the instances share ({hello}: a hash of
+ * is stopping; {bye}: it stops, having answered every request it took), after a first line proving the secret the instances share ({hello}: a hash of
  * it). Answers come in any order, matched by n. A request whose connection could not be
  * made was never delivered; one whose connection broke after it was sent may have been committed.
  */
@@ -15,7 +15,8 @@ type Frame =
   | { n: number; r: Handed }
   | { n: number; a: HandedReply }
   | { n: number; refused: true }
-  | { hello: string };
+  | { hello: string }
+  | { bye: true };
 
 /** What a connection proves first: a hash of the secret the instances share (never the secret). */
 const helloOf = (secret: string): string =>
@@ -48,6 +49,7 @@ function frames(socket: Socket, each: (frame: Frame) => void): void {
 class Peer {
   private next = 1;
   private connected = false;
+  private bye = false;
   private readonly waiting = new Map<
     number,
     { resolve: (a: HandedReply) => void; reject: (e: Error) => void; retry: () => void }
@@ -63,6 +65,8 @@ class Peer {
     });
     if (hello !== undefined) this.socket.write(`${JSON.stringify({ hello })}\n`);
     frames(this.socket, (frame) => {
+      // The other instance stops, having answered all it took: what waits was never taken.
+      if ('bye' in frame) this.bye = true;
       if (!('n' in frame)) return;
       const w = this.waiting.get(frame.n);
       if (!w) return;
@@ -75,7 +79,7 @@ class Peer {
       onGone();
       for (const w of this.waiting.values())
         w.reject(
-          this.connected
+          this.connected && !this.bye
             ? new PeerLost(`the connection to ${address} broke`)
             : new PeerUnreachable(`${address} is unreachable`),
         );
@@ -182,7 +186,7 @@ export class TcpPeerLink implements PeerLink {
     await Promise.allSettled([...this.inFlight]);
     await new Promise<void>((resolve) => {
       this.server.close(() => resolve());
-      for (const s of this.sockets) s.end();
+      for (const s of this.sockets) s.end(`${JSON.stringify({ bye: true })}\n`);
       for (const p of this.peers.values()) p.socket.end();
     });
     this.peers.clear();
