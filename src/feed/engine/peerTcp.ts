@@ -22,12 +22,21 @@ type Frame =
 const helloOf = (secret: string): string =>
   createHash('sha256').update(`smartfeeds handoff\0${secret}`).digest('hex');
 
+/** Longest line taken (an entry is at most a few MiB): a longer one closes the connection. */
+const MAX_LINE = 64 * 1024 * 1024;
+/** How long a stopping instance waits for the others to close their ends before it cuts them. */
+const CLOSE_WAIT_MS = 2000;
+
 /** Splits a socket's data into lines and calls `each` with every one parsed. */
 function frames(socket: Socket, each: (frame: Frame) => void): void {
   let buffered = '';
   socket.setEncoding('utf8');
   socket.on('data', (chunk: string) => {
     buffered += chunk;
+    if (buffered.length > MAX_LINE && buffered.indexOf('\n') < 0) {
+      socket.destroy();
+      return;
+    }
     let end = buffered.indexOf('\n');
     while (end >= 0) {
       const line = buffered.slice(0, end);
@@ -188,6 +197,10 @@ export class TcpPeerLink implements PeerLink {
       this.server.close(() => resolve());
       for (const s of this.sockets) s.end(`${JSON.stringify({ bye: true })}\n`);
       for (const p of this.peers.values()) p.socket.end();
+      // An instance that does not close its end (its host is gone) is not waited for long.
+      setTimeout(() => {
+        for (const s of this.sockets) s.destroy();
+      }, CLOSE_WAIT_MS).unref();
     });
     this.peers.clear();
   }
