@@ -312,25 +312,7 @@ export class WriteQueue {
     const kept = new Set([...round.written, ...round.unchanged].map((r) => r.w));
     const left = batch.filter((w) => kept.has(w));
     if (round.written.length > 0) {
-      const logged = round.written.map(({ change, rec }) => ({ seq: rec.ms, change }));
-      const log = logOps(st.nid, logged);
-      const ops = [...round.ops, this.metaOp(st), ...log];
-      const proof = log[log.length - 2] as Op & { type: 'put' };
-      let wrote: boolean | Error;
-      try {
-        wrote = await instances.store.writeIf({
-          lock: meta,
-          expect: [
-            [meta, metaBuf],
-            [gone, undefined],
-          ],
-          ops,
-          notify: [changedMessage(st.nid, st.seq)],
-          proof: [proof.key, proof.value],
-        });
-      } catch (e) {
-        wrote = storageError(e, 'write');
-      }
+      const wrote = await this.writeConditional(st, round, metaBuf, instances);
       if (wrote !== true) {
         for (const w of batch) st.pending.delete(w.id);
         instances.spoiled(st, before);
@@ -344,6 +326,37 @@ export class WriteQueue {
     }
     for (const { w, change } of round.unchanged) w.resolve(change);
     return undefined;
+  }
+
+  /**
+   * A computed round's one statement: written if the node's counters are still `metaBuf` and it
+   * is not deleted (true), not written otherwise (false), or the error it failed with.
+   */
+  private async writeConditional(
+    st: NodeState,
+    round: Round,
+    metaBuf: Buffer,
+    instances: Instances,
+  ): Promise<boolean | Error> {
+    const logged = round.written.map(({ change, rec }) => ({ seq: rec.ms, change }));
+    const log = logOps(st.nid, logged);
+    // The round's last log entry proves it committed, should the answer be lost.
+    const proof = log[log.length - 2] as Op & { type: 'put' };
+    const meta = metaKey(st.nid);
+    try {
+      return await instances.store.writeIf({
+        lock: meta,
+        expect: [
+          [meta, metaBuf],
+          [deletedKey(st.nid), undefined],
+        ],
+        ops: [...round.ops, this.metaOp(st), ...log],
+        notify: [changedMessage(st.nid, st.seq)],
+        proof: [proof.key, proof.value],
+      });
+    } catch (e) {
+      return storageError(e, 'write');
+    }
   }
 
   private metaOp(st: NodeState): Op {
