@@ -34,6 +34,7 @@ const serverFiles = SERVER_DIRS.flatMap(
   { dir: 'test/docs', file: 'tutorial.test.ts' },
   // Several `smartfeeds serve` on one PostgreSQL database behind the server (starts its own cluster).
   { dir: 'test/instances', file: 'serve.test.ts' },
+  { dir: 'test/instances', file: 'handoffServe.test.ts' },
 ]);
 const serverTests = serverFiles
   .filter(({ file }) => !ALONE.has(file))

@@ -6,15 +6,20 @@
  * instance connected as it. Where the CPU goes is measured per process (smartfeeds instances,
  * PostgreSQL, ejabberd) from /proc, and PostgreSQL's statements by time from pg_stat_statements.
  *
- *   npx tsx bench/instances.ts [--items N] [--nodes M] [--pubs P] [--window W] [--subs K]
- *     [--only level1,pg1,pg2,pg3] [--cpu-prof DIR]
+ *   npx tsx bench/instances.ts [--items N] [--workloads 8,1] [--pubs P] [--window W] [--subs K]
+ *     [--only level1,pg1,pg2,pg3] [--rounds R] [--cpu-prof DIR]
  *
- * Needs root (the harnesses run the servers as their own users). Prints a table.
+ * Each workload is a number of nodes the publishes are spread over (8, and 1: one hot node). The
+ * setups run interleaved, R rounds of every workload and setup, so that the load of whatever
+ * else shares the machine falls on all of them alike; the table gives each one's median, with
+ * the CPU seconds per publish summed over every process (smartfeeds, PostgreSQL, ejabberd) and the
+ * machine's load average around the run. Needs root (the harnesses run the servers as their own
+ * users).
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -31,7 +36,8 @@ const BIN = join(ROOT, 'bin', 'smartfeeds.mjs');
 const { values } = parseArgs({
   options: {
     items: { type: 'string', default: '3000' },
-    nodes: { type: 'string', default: '8' },
+    workloads: { type: 'string', default: '8,1' },
+    rounds: { type: 'string', default: '3' },
     pubs: { type: 'string', default: '4' },
     window: { type: 'string', default: '16' },
     subs: { type: 'string', default: '2' },
@@ -40,7 +46,8 @@ const { values } = parseArgs({
   },
 });
 const ITEMS = Number(values.items);
-const NODES = Number(values.nodes);
+const WORKLOADS = values.workloads.split(',').map(Number);
+const ROUNDS = Number(values.rounds);
 const PUBS = Number(values.pubs);
 const WINDOW = Number(values.window);
 const SUBS = Number(values.subs);
@@ -115,6 +122,9 @@ function serve(xmpp: XmppServer, data: string, profDir: string | undefined): Chi
 
 interface Result {
   setup: string;
+  nodes: number;
+  /** PostgreSQL transactions committed per publish (pg_stat_database), 0 on LevelDB. */
+  commitsPerPublish: number;
   publishPerS: number;
   notifyPerS: number;
   cpu: { smartfeeds: number; postgres: number; ejabberd: number };
@@ -127,13 +137,51 @@ process.on('exit', () => {
   for (const c of running) c.kill('SIGKILL');
 });
 
+/** Waits until `n` instances hold the 64 buckets' leases, dealt evenly. */
+async function settled(url: string, n: number): Promise<void> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    for (;;) {
+      const { rows } = await c.query(
+        `SELECT holder, count(*)::int AS held FROM smartfeeds_leases
+         WHERE name LIKE 'bucket:%' AND expires > (extract(epoch FROM clock_timestamp()) * 1000)::bigint
+         GROUP BY holder`,
+      );
+      const counts = rows.map((r) => r.held as number);
+      const total = counts.reduce((a, b) => a + b, 0);
+      if (rows.length === n && total === 64 && Math.max(...counts) - Math.min(...counts) <= 1) return;
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  } finally {
+    await c.end();
+  }
+}
+
+/** Transactions committed so far in the database at `url`. */
+async function commits(url: string | undefined): Promise<number> {
+  if (url === undefined) return 0;
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const { rows } = await c.query(
+      'SELECT pg_stat_clear_snapshot(), xact_commit FROM pg_stat_database WHERE datname = current_database()',
+    );
+    return Number(rows[0]?.xact_commit ?? 0);
+  } finally {
+    await c.end();
+  }
+}
+
 async function run(
   setup: string,
   xmpp: XmppServer,
   data: string,
   instances: number,
   cluster: RunningPostgres | undefined,
+  nodeCount: number,
 ): Promise<Result> {
+  const url = data.startsWith('postgres') ? data : undefined;
   const children = Array.from({ length: instances }, () =>
     serve(xmpp, data, values['cpu-prof'] ? join(values['cpu-prof'], setup) : undefined),
   );
@@ -159,7 +207,13 @@ async function run(
     }
   }
   await new Promise((r) => setTimeout(r, 1500));
-  const nodes = Array.from({ length: NODES }, (_, n) => `bench${n}`);
+  // Several instances: measured once the buckets are dealt (each holds its share) and each knows
+  // who holds the others' (read at its next renewal, a third of the 10 s lease later).
+  if (url && instances > 1) {
+    await settled(url, instances);
+    await new Promise((r) => setTimeout(r, 4000));
+  }
+  const nodes = Array.from({ length: nodeCount }, (_, n) => `bench${n}`);
   for (const node of nodes) {
     await (pubs[0] as Client).iqCaller.request(
       xml('iq', { type: 'set', to: domain }, pubsub(xml('create', { node }))),
@@ -190,6 +244,7 @@ async function run(
     postgres: cpuSeconds(cluster?.pid),
     ejabberd: cpuSeconds(xmpp.pid),
   };
+  const commitsBefore = await commits(url);
   const started = Date.now();
   let next = 0;
   await Promise.all(
@@ -200,7 +255,7 @@ async function run(
             xml(
               'iq',
               { type: 'set', to: domain },
-              pubsub(xml('publish', { node: nodes[i % NODES] }, xml('item', {}, parse(entry(i))))),
+              pubsub(xml('publish', { node: nodes[i % nodeCount] }, xml('item', {}, parse(entry(i))))),
             ),
             60_000,
           );
@@ -213,6 +268,8 @@ async function run(
   const done = Date.now();
   const result: Result = {
     setup,
+    nodes: nodeCount,
+    commitsPerPublish: 0,
     publishPerS: Math.round((ITEMS * 1000) / (published - started)),
     notifyPerS: Math.round((heard * 1000) / (done - started)),
     cpu: {
@@ -222,6 +279,8 @@ async function run(
     },
     wallS: (done - started) / 1000,
   };
+  // Read after the CPU figures: the statistics query costs PostgreSQL a little.
+  if (url) result.commitsPerPublish = ((await commits(url)) - commitsBefore) / ITEMS;
   for (const c of [...pubs, ...subs]) await c.stop().catch(() => undefined);
   for (const c of children) c.kill('SIGTERM');
   await Promise.all(
@@ -246,6 +305,57 @@ async function topStatements(url: string): Promise<string[]> {
   }
 }
 
+const median = (xs: number[]): number => {
+  const sorted = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2
+    ? (sorted[mid] as number)
+    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
+};
+const cpuPerPublishMs = (r: Result) => ((r.cpu.smartfeeds + r.cpu.postgres + r.cpu.ejabberd) * 1000) / ITEMS;
+
+/** Median figures of each workload and setup, and the goals' ratios. */
+function report(results: Result[]): void {
+  const setups = [...new Set(results.map((r) => r.setup))];
+  for (const nodes of WORKLOADS) {
+    console.log(
+      `\n${ITEMS} publishes of ~0.6 KiB to ${nodes} node(s) by ${PUBS} publishers (${WINDOW} in flight each), ${SUBS} subscribers to every node, through ejabberd; medians of ${ROUNDS} rounds`,
+    );
+    console.log(
+      'setup   publish/s  notif/s  CPU ms/publish (all)  smartfeeds  postgres  ejabberd  PG commits/publish',
+    );
+    const med = new Map<string, { rate: number; cpu: number }>();
+    for (const setup of setups) {
+      const rs = results.filter((r) => r.setup === setup && r.nodes === nodes);
+      if (rs.length === 0) continue;
+      const per = (f: (r: Result) => number) => median(rs.map(f));
+      const m = { rate: per((r) => r.publishPerS), cpu: per(cpuPerPublishMs) };
+      med.set(setup, m);
+      console.log(
+        `${setup.padEnd(7)} ${String(Math.round(m.rate)).padStart(9)} ${String(Math.round(per((r) => r.notifyPerS))).padStart(8)} ${m.cpu.toFixed(2).padStart(21)} ${per(
+          (r) => (r.cpu.smartfeeds * 1000) / ITEMS,
+        )
+          .toFixed(2)
+          .padStart(11)} ${per((r) => (r.cpu.postgres * 1000) / ITEMS)
+          .toFixed(2)
+          .padStart(9)} ${per((r) => (r.cpu.ejabberd * 1000) / ITEMS)
+          .toFixed(2)
+          .padStart(9)} ${per((r) => r.commitsPerPublish)
+          .toFixed(2)
+          .padStart(19)}`,
+      );
+    }
+    const ratio = (a: string, b: string, f: 'rate' | 'cpu') => {
+      const x = med.get(a);
+      const y = med.get(b);
+      return x && y ? (x[f] / y[f]).toFixed(2) : '-';
+    };
+    console.log(
+      `ratios: CPU/publish pg3/pg1 ${ratio('pg3', 'pg1', 'cpu')} (goal <= 1.3), pg2/pg1 ${ratio('pg2', 'pg1', 'cpu')}; publish/s pg3/pg1 ${ratio('pg3', 'pg1', 'rate')} (goal >= 1); CPU/publish pg1/level1 ${ratio('pg1', 'level1', 'cpu')} (goal <= 1.5)`,
+    );
+  }
+}
+
 async function main(): Promise<void> {
   spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--stale'], { stdio: 'inherit' });
   const names = [
@@ -259,38 +369,40 @@ async function main(): Promise<void> {
   });
   const results: Result[] = [];
   const statements: string[] = [];
+  const loadBefore = loadavg();
   try {
-    for (const setup of values.only.split(',')) {
-      if (setup === 'level1') {
-        const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-bench-'));
-        results.push(await run(setup, xmpp, dir, 1, undefined));
-        await rm(dir, { recursive: true, force: true });
-      } else {
-        const n = Number(setup.replace('pg', ''));
-        const url = await cluster.createDatabase();
-        const admin = new pg.Client({ connectionString: url });
-        await admin.connect();
-        await admin.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
-        await admin.query('SELECT pg_stat_statements_reset()');
-        await admin.end();
-        results.push(await run(setup, xmpp, url, n, cluster));
-        statements.push(`${setup}:`, ...(await topStatements(url)));
-      }
-      console.error(JSON.stringify(results.at(-1)));
-    }
+    for (let round = 1; round <= ROUNDS; round++)
+      for (const nodes of WORKLOADS)
+        for (const setup of values.only.split(',')) {
+          if (setup === 'level1') {
+            const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-bench-'));
+            results.push(await run(setup, xmpp, dir, 1, undefined, nodes));
+            await rm(dir, { recursive: true, force: true });
+          } else {
+            const n = Number(setup.replace('pg', ''));
+            const url = await cluster.createDatabase();
+            const admin = new pg.Client({ connectionString: url });
+            await admin.connect();
+            await admin.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+            await admin.query('SELECT pg_stat_statements_reset()');
+            await admin.end();
+            results.push(await run(setup, xmpp, url, n, cluster, nodes));
+            if (round === ROUNDS)
+              statements.push(`${setup}, ${nodes} node(s):`, ...(await topStatements(url)));
+            await cluster.dropDatabase(new URL(url).pathname.slice(1));
+          }
+          console.error(JSON.stringify({ round, ...results.at(-1) }));
+        }
   } finally {
     await xmpp.stop();
     await cluster.destroy();
   }
+  const fmt = (l: number[]) => l.map((x) => x.toFixed(2)).join(' ');
   console.log(
-    `${ITEMS} publishes of ~0.6 KiB to ${NODES} nodes by ${PUBS} publishers (${WINDOW} in flight each), ${SUBS} subscribers to every node, through ejabberd`,
+    `load average (1, 5, 15 min): before ${fmt(loadBefore)}, after ${fmt(loadavg())}; ${cpus().length} cores`,
   );
-  console.log('setup   publish/s  notifications/s  CPU s: smartfeeds  postgres  ejabberd   wall s');
-  for (const r of results)
-    console.log(
-      `${r.setup.padEnd(7)} ${String(r.publishPerS).padStart(9)} ${String(r.notifyPerS).padStart(16)} ${r.cpu.smartfeeds.toFixed(1).padStart(19)} ${r.cpu.postgres.toFixed(1).padStart(9)} ${r.cpu.ejabberd.toFixed(1).padStart(9)} ${r.wallS.toFixed(1).padStart(8)}`,
-    );
-  console.log('\nPostgreSQL statements by total time:');
+  report(results);
+  console.log('\nPostgreSQL statements by total time (last round):');
   for (const line of statements) console.log(`  ${line}`);
 }
 

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { BotOptions } from './bot/bot.ts';
 import { serveUsage } from './configOptions.ts';
 import {
+  handoffAddress,
   hostPort,
   list,
   milliseconds,
@@ -53,6 +54,11 @@ export interface Config {
   xmpp: boolean;
   /** How long a push lease lasts without renewal: how long a dead instance's pushes wait for another. */
   pushLeaseMs: number;
+  /**
+   * Where this instance takes the writes other instances hand it (several instances on one
+   * database: a node's writes go to the instance pushing it); port 0: a free one. Undefined: off.
+   */
+  handoff: { host: string; port: number } | undefined;
   /** Requests per second and burst allowed to each sender (bare JID); a rate of 0 is no limit. */
   rateLimit: RateLimitOptions;
   /** The feed bot (src/bot/): on unless turned off. */
@@ -157,6 +163,7 @@ const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'st
   sync: false,
   xmpp: true,
   pushLeaseMs: 10_000,
+  handoff: { host: '127.0.0.1', port: 0 },
   rateLimit: DEFAULT_RATE_LIMIT,
   bot: DEFAULT_BOT,
 };
@@ -183,6 +190,7 @@ export const SERVE_OPTIONS = {
   sync: { type: 'boolean' },
   'no-xmpp': { type: 'boolean' },
   'push-lease': { type: 'string' },
+  handoff: { type: 'string' },
   'rate-limit': { type: 'string' },
   'rate-burst': { type: 'string' },
   bot: { type: 'string' },
@@ -291,6 +299,7 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     sync: src.read('sync', onOff, 'true or false', DEFAULTS.sync),
     xmpp,
     pushLeaseMs: src.read('push-lease', milliseconds, 'a number of seconds above 0', DEFAULTS.pushLeaseMs),
+    handoff: src.read('handoff', handoffAddress, 'HOST:PORT (port 0: a free one) or off', DEFAULTS.handoff),
     rateLimit: {
       rate: src.read('rate-limit', nonNegative, 'a number of zero or more', DEFAULTS.rateLimit.rate),
       burst: limit('rate-burst', DEFAULTS.rateLimit.burst),

@@ -65,6 +65,13 @@ export const OPTION_GROUPS: OptionGroup[] = [
           '`SMARTFEEDS_XMPP=0`, or `"xmpp": false` in the file, does the same. An instance without the component needs no secret. See [several instances](operations.md#several-instances).',
       },
       opt('push-lease', 'SECONDS', '10', "a dead instance's pushes move to another after this"),
+      opt(
+        'handoff',
+        'HOST:PORT|off',
+        '127.0.0.1:0',
+        'where the other instances hand this one the writes of the nodes it holds (port 0: a free one)',
+        "Only with several instances on PostgreSQL. The address is kept with the instance's lease; the link proves the component secret. `off`: this instance commits every write it takes itself. See [several instances](operations.md#several-instances).",
+      ),
     ],
   },
   {

@@ -39,6 +39,8 @@ export const hostPort = z
     return { host: (m[1] ?? m[2]) as string, port: Number(m[3]) };
   })
   .refine((hp) => hp.port <= 65535, 'must look like HOST:PORT, with a port up to 65535');
+/** HOST:PORT, or off. */
+export const handoffAddress = z.union([z.literal('off').transform(() => undefined), hostPort]);
 // RFC 6750 token68 characters, less the = padding that would make TOKEN=JID ambiguous.
 const TOKEN = /^[A-Za-z0-9\-._~+/]+$/;
 const BARE_JID = /^[^@/\s]+@[^@/\s]+$/;

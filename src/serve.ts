@@ -91,6 +91,8 @@ export async function serve(config: Config, reread: () => Config = () => config)
     await feeds.startDelivering({
       holder: `${hostname()}:${process.pid}`,
       ttl: config.pushLeaseMs,
+      // The component's secret, which every pushing instance has, admits the others' hand-offs.
+      ...(config.handoff ? { handoff: { ...config.handoff, secret: config.secret } } : {}),
       failed: (e) => log.warn('push leases', { error: String(e) }),
     });
   }

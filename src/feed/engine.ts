@@ -1,7 +1,9 @@
 import type { Element } from 'ltx';
 import { enableAudience } from './engine/audience.ts';
+import type { PeerLink } from './engine/handoff.ts';
 import type { PushLeaseOptions } from './engine/leases.ts';
 import { type EngineOptions, EngineParts } from './engine/parts.ts';
+import { TcpPeerLink } from './engine/peerTcp.ts';
 import { Pushing } from './engine/pushing.ts';
 import { type ChangeListener, listen, type NodeListener, parse } from './engine/state.ts';
 import type { PublishGuards, PublishInput } from './engine/writes.ts';
@@ -41,6 +43,7 @@ export class FeedEngine {
       ? new Pushing(
           p.instances,
           p.nodes,
+          p.writes,
           () => this.hubStore,
           () => this.hubs(),
         )
@@ -109,9 +112,25 @@ export class FeedEngine {
    * listeners. Without a shared store every committed change is this instance's to push.
    */
   async startPushing(
-    options: Partial<PushLeaseOptions> & { failed?: (error: unknown) => void } = {},
+    options: Partial<PushLeaseOptions> & {
+      failed?: (error: unknown) => void;
+      /**
+       * Where this instance takes the writes the others hand it (HOST:PORT, port 0: a free one),
+       * or the link itself (tests): writes to a node another instance pushes are handed to it.
+       */
+      handoff?: { host: string; port: number; secret?: string } | PeerLink;
+    } = {},
   ): Promise<void> {
-    await this.pushing?.start(options);
+    const { handoff, ...rest } = options;
+    if (!this.pushing) return;
+    const peers =
+      handoff === undefined || 'address' in handoff
+        ? handoff
+        : await TcpPeerLink.listen(handoff.host, {
+            port: handoff.port,
+            ...(handoff.secret === undefined ? {} : { secret: handoff.secret }),
+          });
+    await this.pushing.start({ ...rest, ...(peers ? { peers } : {}) });
   }
 
   /** Stops pushing (another instance takes this one's share once its leases are given up). */
@@ -354,7 +373,7 @@ export class FeedEngine {
    * change is durable. appendOnly: an existing id is refused (`item-exists`).
    */
   publish(node: string, input: PublishInput, options: PublishGuards = {}): Promise<Change> {
-    return this.p.writes.publish(node, input, options);
+    return this.p.writes.publishRouted(node, input, options);
   }
 
   /** Checks an entry as publish would (an Atom entry, within the payload limits) without writing. */
@@ -368,7 +387,7 @@ export class FeedEngine {
     id: string,
     options: { publisher?: string; quiet?: boolean; appendOnly?: boolean; notify?: boolean } = {},
   ): Promise<Change> {
-    return this.p.writes.retract(node, id, options);
+    return this.p.writes.retractRouted(node, id, options);
   }
 
   // ---- reads (engine/reads.ts, engine/positions.ts) ----------------------------------------

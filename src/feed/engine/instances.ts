@@ -10,12 +10,15 @@ import {
   eventLogOps,
   headKey,
   hubsMessage,
+  type Logged,
   nextEventPosition,
   parseWakeUp,
   readLog,
   touchedMessage,
 } from './changeLog.ts';
+import { X_VIEW } from './filters.ts';
 import { type NodeMeta, type NodeState, parse, serialize } from './state.ts';
+import type { NodeViews } from './viewState.ts';
 
 /** Key tags whose writes change what instances cache of a node: subscriptions, configuration, affiliations. */
 const CACHED_TAGS = new Set([0x73, 0x63, 0x61]); // s c a
@@ -87,6 +90,15 @@ export class Instances {
 
   dropped(st: NodeState): void {
     if (this.byNid.get(st.nid) === st) this.byNid.delete(st.nid);
+  }
+
+  /**
+   * Whether a round on the node must take its lock before it reads: another instance wrote it
+   * since (heard of, or a failed round left its tails in doubt). Otherwise the round reads first
+   * and locks only for its one conditional statement.
+   */
+  needsLock(st: NodeState): boolean {
+    return this.stale.has(st) || (this.heard.get(st.nid) ?? 0) > st.seq;
   }
 
   /** A round failed after moving the node's counters and tails: its next round reloads them. */
@@ -217,10 +229,14 @@ export class Instances {
     for (const l of this.wakeListeners) l(w.nid, w.seq);
   }
 
-  /** Another instance wrote to a loaded node: it catches up in its write order, from a snapshot. */
+  /**
+   * Another instance wrote to a loaded node: it catches up in its write order, from the log in one
+   * read when it can (catchUpFromLog), else from a snapshot.
+   */
   private catchUpLater(st: NodeState, seq: number): void {
     void serialize(st, async () => {
       if (st.deleted || st.seq >= seq) return;
+      if (!this.stale.has(st) && (await this.catchUpFromLog(st, seq))) return;
       const snapshot = this.store.snapshot();
       try {
         const [metaBuf, gone] = await snapshot.getMany([metaKey(st.nid), deletedKey(st.nid)]);
@@ -232,6 +248,29 @@ export class Instances {
         await snapshot.close();
       }
     }).catch(() => undefined);
+  }
+
+  /**
+   * Catches a node up to `seq` from its log alone (one read): when every change after the node's
+   * sequence is there and they move its own index only (no filtered or audience index, which the
+   * log does not describe), its tails, counters and own index follow from them. False: nothing
+   * done, the caller reads more.
+   */
+  private async catchUpFromLog(st: NodeState, seq: number): Promise<boolean> {
+    const from = st.seq;
+    const logged = await readLog(this.store, st.nid, from, seq);
+    if (logged.length !== seq - from || logged.some((l, i) => l.seq !== from + 1 + i)) return false;
+    if (st.deleted || st.seq !== from || !ownIndexOnly(st.views, logged)) return false;
+    for (const l of logged) {
+      applyToTails(st, l.change);
+      applyToOwnIndex(st.views, l);
+    }
+    const last = (logged[logged.length - 1] as Logged).change;
+    st.total = last.total;
+    st.stamp = Math.max(st.stamp, last.item.modified);
+    st.seq = seq;
+    for (const l of logged) this.host?.emit(l.change);
+    return true;
   }
 
   /** Wake-ups may have been lost: every cache is dropped and every loaded node catches up. */
@@ -253,6 +292,30 @@ function applyToTails(st: NodeState, change: Change): void {
   if (change.kind !== 'create') modifiedTail.remove(modifiedTail.stamp, id);
   modifiedTail.append(modified, id);
   if (change.kind === 'create') st.tails.created.append(created, id);
+}
+
+/** Whether a node has no index but its own and these changes make none (see catchUpFromLog). */
+function ownIndexOnly(views: NodeViews, logged: readonly Logged[]): boolean {
+  if (views.audience || views.indexes.size !== 1 || !views.indexes.has(X_VIEW)) return false;
+  const own = (positions: Record<string, unknown> | undefined) =>
+    Object.keys(positions ?? {}).every((v) => v === X_VIEW);
+  return logged.every(
+    ({ change }) => change.readers === undefined && own(change.views?.modified) && own(change.views?.created),
+  );
+}
+
+/**
+ * Moves the node's own index's last groups as a logged change moved them: the item's entry
+ * leaves the modified order's last group (an item is once in an index) and goes in at its new
+ * stamp; a new item goes in the created order too.
+ */
+function applyToOwnIndex(views: NodeViews, { seq, change }: Logged): void {
+  const own = views.indexes.get(X_VIEW);
+  if (!own) return;
+  const { id, created, modified } = change.item;
+  own.tails.modified.group = own.tails.modified.group.filter((e) => e.id !== id);
+  own.tails.modified.add(modified, seq, id);
+  if (change.kind === 'create') own.tails.created.add(created, seq, id);
 }
 
 /** The wake-up messages a batch of the group committer sends: caches and WebSub subscriptions it changes, nodes it deletes. */

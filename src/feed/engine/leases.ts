@@ -17,6 +17,8 @@ export interface PushLeaseOptions {
   holder: string;
   /** How long a lease lasts on the store's clock without renewal (ms): a dead instance's share waits this long. */
   ttl: number;
+  /** Where this instance takes hand-offs (kept with its membership lease), if it does. */
+  address?: string;
 }
 
 /** Log entries handed on per step: each step then waits for them to leave and records the position. */
@@ -48,6 +50,8 @@ export class PushLeases {
   private timer: NodeJS.Timeout | undefined;
   private ticking: Promise<void> = Promise.resolve();
   private stopped = false;
+  /** Per bucket, the address of the other instance holding it, as read at the last renewal. */
+  private others = new Map<number, string>();
 
   constructor(
     private readonly store: SharedFeedStore,
@@ -90,6 +94,15 @@ export class PushLeases {
     return [...this.held.keys()].filter((b) => this.valid(b)).sort((a, b) => a - b);
   }
 
+  /**
+   * The address of the other instance that held node `nid`'s bucket at the last renewal (a
+   * third of the lease time ago at most); undefined when it is this one's, or nobody's known.
+   */
+  ownerAddress(nid: number): string | undefined {
+    const b = bucketOf(nid);
+    return this.valid(b) ? undefined : this.others.get(b);
+  }
+
   private valid(b: number): boolean {
     const until = this.held.get(b);
     return until !== undefined && until > Date.now();
@@ -126,9 +139,9 @@ export class PushLeases {
   /** Renews membership, then takes, keeps or gives up buckets so each live member has its share. */
   private async tick(): Promise<void> {
     if (this.stopped) return;
-    const { holder, ttl } = this.options;
+    const { holder, ttl, address } = this.options;
     const started = Date.now();
-    await this.store.acquireLease(memberLease(holder), holder, ttl);
+    await this.store.acquireLease(memberLease(holder), holder, ttl, address);
     const { leases } = await this.store.leases('member:');
     const members = [...new Set([holder, ...leases.map((l) => l.holder)])].sort();
     for (let b = 0; b < BUCKETS; b++) {
@@ -145,6 +158,19 @@ export class PushLeases {
     }
     // Wake-ups may be lost: each held bucket is read again now and then.
     for (const b of this.held.keys()) this.queue(() => this.scan(b));
+    if (address !== undefined) await this.readOwners(leases);
+  }
+
+  /** Who holds the buckets this instance does not, and where they take hand-offs. */
+  private async readOwners(members: readonly { holder: string; address?: string }[]): Promise<void> {
+    const addresses = new Map(members.map((m) => [m.holder, m.address]));
+    const others = new Map<number, string>();
+    for (const lease of (await this.store.leases('bucket:')).leases) {
+      const at = addresses.get(lease.holder);
+      if (lease.holder !== this.options.holder && at !== undefined)
+        others.set(Number(lease.name.slice('bucket:'.length)), at);
+    }
+    this.others = others;
   }
 
   private queue(step: () => Promise<void>): void {

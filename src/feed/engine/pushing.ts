@@ -2,10 +2,12 @@ import { randomUUID } from 'node:crypto';
 import { type NodeEvent, nodeOfEvent } from '../events.ts';
 import type { HubStore } from '../hubStore.ts';
 import type { LogEntry } from './changeLog.ts';
+import { Handoff, type PeerLink } from './handoff.ts';
 import type { Instances } from './instances.ts';
 import { liveMembers, type PushLeaseOptions, PushLeases } from './leases.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { type ChangeListener, listen } from './state.ts';
+import type { Writes } from './writes.ts';
 
 /**
  * This instance's part in pushing among several instances on one shared store: its push leases,
@@ -27,23 +29,42 @@ export class Pushing {
   constructor(
     private readonly instances: Instances,
     private readonly nodes: NodeRegistry,
+    private readonly writes: Writes,
     /** The hub store if a binding opened it (no hub reads versions otherwise). */
     private readonly hubStore: () => HubStore | undefined,
     /** The hub store, opened if needed. */
     private readonly hubs: () => HubStore,
   ) {}
 
-  /** Takes this instance's share of the nodes by leases (see FeedEngine.startPushing). */
-  async start(options: Partial<PushLeaseOptions> & { failed?: (error: unknown) => void }): Promise<void> {
+  /**
+   * Takes this instance's share of the nodes by leases (see FeedEngine.startPushing). With
+   * `peers`, writes to the nodes of another instance's buckets are handed to it, and it takes
+   * those of the others for its own.
+   */
+  async start(
+    options: Partial<PushLeaseOptions> & { failed?: (error: unknown) => void; peers?: PeerLink },
+  ): Promise<void> {
     if (this.leases) return;
+    const { peers } = options;
     const leases = new PushLeases(
       this.instances.store,
-      { holder: options.holder ?? randomUUID(), ttl: options.ttl ?? 10_000 },
+      {
+        holder: options.holder ?? randomUUID(),
+        ttl: options.ttl ?? 10_000,
+        ...(peers ? { address: peers.address } : {}),
+      },
       (entries, nid) => this.push(entries, nid),
       options.failed,
     );
     this.leases = leases;
     this.instances.wakeListeners.add((nid) => leases.woke(nid));
+    if (peers)
+      this.writes.handoff = new Handoff(
+        peers,
+        this.nodes.ready,
+        (nid) => leases.ownerAddress(nid),
+        (request) => this.writes.handed(request),
+      );
     await leases.start();
   }
 
@@ -51,12 +72,21 @@ export class Pushing {
   async stop(): Promise<void> {
     const leases = this.leases;
     this.leases = undefined;
+    await this.stopHandoff();
     await leases?.stop();
   }
 
   /** Stops pushing as the engine closes, keeping this instance's name among the pushers. */
   async close(): Promise<void> {
+    await this.stopHandoff();
     await this.leases?.stop();
+  }
+
+  /** Writes are made here again; the others' hand-offs are refused from now on. */
+  private async stopHandoff(): Promise<void> {
+    const handoff = this.writes.handoff;
+    this.writes.handoff = undefined;
+    await handoff?.close();
   }
 
   /** See FeedEngine.pushers. */

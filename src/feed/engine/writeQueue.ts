@@ -1,5 +1,5 @@
 import { FeedError, NodeExists, NodeNotFound, StorageError } from '../errors.ts';
-import { indexKey, itemKey, metaKey } from '../keys.ts';
+import { deletedKey, indexKey, itemKey, metaKey } from '../keys.ts';
 import type { Change, ItemRecord } from '../model.ts';
 import { decodeRecord, encodeRecord } from '../record.ts';
 import type { Op, StoreReader } from '../store/store.ts';
@@ -14,6 +14,7 @@ import {
   json,
   type NodeMeta,
   type NodeState,
+  parse,
   type QueuedWrite,
   serialize,
 } from './state.ts';
@@ -215,9 +216,15 @@ export class WriteQueue {
    */
   private async pumpLocked(
     st: NodeState,
-    batch: readonly QueuedWrite[],
+    queued: readonly QueuedWrite[],
     instances: Instances,
   ): Promise<void> {
+    let batch = queued;
+    if (!instances.needsLock(st)) {
+      const left = await this.pumpConditional(st, batch, instances);
+      if (left === undefined) return;
+      batch = left;
+    }
     const before: NodeMeta = { total: st.total, stamp: st.stamp, seq: st.seq };
     let missed: Change[] = [];
     let round: Round;
@@ -263,6 +270,93 @@ export class WriteQueue {
     for (const { change } of round.written) this.s.emit(change);
     this.acknowledge(st, round.written);
     for (const { w, change } of round.unchanged) w.resolve(change);
+  }
+
+  /**
+   * A round on a shared store in two round trips, when this instance wrote the node last (as its
+   * owner does): the clock, the counters and the previous versions in one read without a lock,
+   * then one statement that locks the node, checks that its counters are still those read,
+   * writes and commits. Returns the writes still to make (under the lock, by pumpLocked) when
+   * another instance wrote meanwhile; undefined once every write is answered.
+   */
+  private async pumpConditional(
+    st: NodeState,
+    batch: readonly QueuedWrite[],
+    instances: Instances,
+  ): Promise<readonly QueuedWrite[] | undefined> {
+    const ids = [...new Set(batch.filter((w) => !w.generated).map((w) => w.id))];
+    const meta = metaKey(st.nid);
+    const gone = deletedKey(st.nid);
+    let read: { now: number; values: (Buffer | undefined)[] };
+    try {
+      read = await instances.store.readNow([meta, gone, ...ids.map((id) => itemKey(st.nid, id))]);
+    } catch (e) {
+      for (const w of batch) w.reject(storageError(e, 'read'));
+      return undefined;
+    }
+    const [metaBuf, goneBuf, ...values] = read.values;
+    if (!metaBuf || goneBuf || parse<NodeMeta>(metaBuf).seq !== st.seq) return batch;
+    const before: NodeMeta = { total: st.total, stamp: st.stamp, seq: st.seq };
+    const known = new Map<string, ItemRecord>();
+    values.forEach((buf, i) => {
+      if (buf) known.set(ids[i] as string, decodeRecord(buf));
+    });
+    instances.roundNow = read.now;
+    let round: Round;
+    try {
+      round = this.computeRound(st, batch, known);
+    } finally {
+      instances.roundNow = undefined;
+    }
+    // Writes refused here were refused on a state the node had: they are not tried again.
+    const kept = new Set([...round.written, ...round.unchanged].map((r) => r.w));
+    const left = batch.filter((w) => kept.has(w));
+    if (round.written.length > 0) {
+      const wrote = await this.writeConditional(st, round, metaBuf, instances);
+      if (wrote !== true) {
+        for (const w of batch) st.pending.delete(w.id);
+        instances.spoiled(st, before);
+        if (wrote === false) return left;
+        for (const w of left) w.reject(wrote);
+        return undefined;
+      }
+      for (const { w, rec, value } of round.written) this.s.versionCommitted(st.nid, w.id, rec, value);
+      for (const { change } of round.written) this.s.emit(change);
+      this.acknowledge(st, round.written);
+    }
+    for (const { w, change } of round.unchanged) w.resolve(change);
+    return undefined;
+  }
+
+  /**
+   * A computed round's one statement: written if the node's counters are still `metaBuf` and it
+   * is not deleted (true), not written otherwise (false), or the error it failed with.
+   */
+  private async writeConditional(
+    st: NodeState,
+    round: Round,
+    metaBuf: Buffer,
+    instances: Instances,
+  ): Promise<boolean | Error> {
+    const logged = round.written.map(({ change, rec }) => ({ seq: rec.ms, change }));
+    const log = logOps(st.nid, logged);
+    // The round's last log entry proves it committed, should the answer be lost.
+    const proof = log[log.length - 2] as Op & { type: 'put' };
+    const meta = metaKey(st.nid);
+    try {
+      return await instances.store.writeIf({
+        lock: meta,
+        expect: [
+          [meta, metaBuf],
+          [deletedKey(st.nid), undefined],
+        ],
+        ops: [...round.ops, this.metaOp(st), ...log],
+        notify: [changedMessage(st.nid, st.seq)],
+        proof: [proof.key, proof.value],
+      });
+    } catch (e) {
+      return storageError(e, 'write');
+    }
   }
 
   private metaOp(st: NodeState): Op {

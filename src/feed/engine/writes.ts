@@ -11,6 +11,7 @@ import {
 } from '../errors.ts';
 import { checkItemId, parseFeedName } from '../feedName.ts';
 import type { Change, ItemRecord } from '../model.ts';
+import type { Handed, Handoff } from './handoff.ts';
 import type { EngineState, RecordBody } from './state.ts';
 import type { WriteQueue } from './writeQueue.ts';
 
@@ -25,16 +26,76 @@ export interface PublishInput {
   audience?: readonly string[];
 }
 
+export interface RetractOptions {
+  publisher?: string;
+  quiet?: boolean;
+  appendOnly?: boolean;
+  notify?: boolean;
+}
+
 /** Publishes and retractions: checks their input and hands them to the write queue. */
 export class Writes {
   /** Publishes called in the current turn of the event loop (see busy). */
   private publishesThisTurn = 0;
   private lastName: [string, string] | undefined;
 
+  /** Set on a shared store while this instance holds buckets: writes go to their node's holder. */
+  handoff: Handoff | undefined;
+
   constructor(
     private readonly s: EngineState,
     private readonly queue: WriteQueue,
   ) {}
+
+  /** A publish as FeedEngine makes it: handed to the node's holder when another instance holds it. */
+  publishRouted(node: string, input: PublishInput, options: PublishGuards = {}): Promise<Change> {
+    const { handoff } = this;
+    if (!handoff) return this.publish(node, input, options);
+    let name: string;
+    try {
+      name = this.baseName(node);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    // The id is fixed here, so that a write committed here after a failed hand-off keeps it.
+    const generated = input.id === undefined ? true : undefined;
+    const id = input.id ?? randomUUID();
+    const fixed = { ...input, id };
+    return handoff.route(
+      name,
+      () => ({
+        op: 'publish',
+        node: name,
+        input: { ...fixed, entry: typeof input.entry === 'string' ? input.entry : input.entry.toString() },
+        ...(generated ? { generated } : {}),
+        options,
+      }),
+      () => this.publish(name, fixed, options, generated),
+    );
+  }
+
+  /** A retraction as FeedEngine makes it (see publishRouted). */
+  retractRouted(node: string, id: string, options: RetractOptions = {}): Promise<Change> {
+    const { handoff } = this;
+    if (!handoff) return this.retract(node, id, options);
+    let name: string;
+    try {
+      name = this.baseName(node);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    return handoff.route(
+      name,
+      () => ({ op: 'retract', node: name, id, options }),
+      () => this.retract(name, id, options),
+    );
+  }
+
+  /** A write another instance handed here: committed here, whoever holds its node now. */
+  handed(request: Handed): Promise<Change> {
+    if (request.op === 'retract') return this.retract(request.node, request.id, request.options);
+    return this.publish(request.node, request.input, request.options, request.generated);
+  }
 
   /**
    * Publishes an Atom entry as a new item or a new version of an existing one.
@@ -48,13 +109,15 @@ export class Writes {
      * by anyone else is refused (`forbidden`). Both decided with the write itself.
      */
     options: PublishGuards = {},
+    /** The id was generated (by publishRouted): a new item, no previous version to read. */
+    givenGenerated?: true,
   ): Promise<Change> {
     // Not an async function: the promise of the write itself is returned, one fewer per publish.
     let name: string;
     let id: string;
     let body: RecordBody;
     // A generated id is new: its write reads no previous version.
-    const generated = input.id === undefined ? true : undefined;
+    const generated = givenGenerated ?? (input.id === undefined ? true : undefined);
     try {
       name = this.baseName(node);
       id = input.id ?? randomUUID();
@@ -175,7 +238,7 @@ export class Writes {
      * appendOnly: the node's items are never retracted (`append-only`); notify: the change
      * carries `notify` (subscribers are told whatever the node's settings).
      */
-    options: { publisher?: string; quiet?: boolean; appendOnly?: boolean; notify?: boolean } = {},
+    options: RetractOptions = {},
   ): Promise<Change> {
     const name = parseFeedName(node).node;
     checkItemId(id);

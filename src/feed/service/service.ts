@@ -402,9 +402,7 @@ export class FeedService {
    * Joins the instances that push changes (on a store shared by several instances: this one
    * takes its share of the nodes by leases); on a store of its own, every change is pushed here.
    */
-  startDelivering(
-    options: { holder?: string; ttl?: number; failed?: (error: unknown) => void } = {},
-  ): Promise<void> {
+  startDelivering(options: Parameters<FeedEngine['startPushing']>[0] = {}): Promise<void> {
     return this.engine.startPushing(options);
   }
 

@@ -12,7 +12,7 @@ import {
   WRITE,
 } from './postgres.ts';
 import { migrate } from './postgresSchema.ts';
-import type { Lease, LockedReader, LockedWrite, SharedFeedStore } from './shared.ts';
+import type { ConditionalWrite, Lease, LockedReader, LockedWrite, SharedFeedStore } from './shared.ts';
 import type { Cursor, Entry, Op, Range, Snapshot } from './store.ts';
 
 /**
@@ -25,13 +25,40 @@ import type { Cursor, Entry, Op, Range, Snapshot } from './store.ts';
 
 const INSTANCE_MIGRATIONS: readonly string[] = [
   'CREATE TABLE smartfeeds_leases (name text PRIMARY KEY, holder text NOT NULL, expires bigint NOT NULL)',
+  // A round in one statement (writeIf): the node's lock, the check that nobody wrote since the
+  // round read, the write, the wake-ups and (called alone, outside BEGIN) the commit. Each of its
+  // statements takes a fresh snapshot (READ COMMITTED), so the check sees the lock's last holder.
+  `CREATE FUNCTION smartfeeds_round(lock_id bigint, expect_keys bytea[], expect_values bytea[],
+     dels bytea[], put_keys bytea[], put_values bytea[], notes text[]) RETURNS boolean
+   LANGUAGE plpgsql AS $$
+   BEGIN
+     PERFORM pg_advisory_xact_lock(lock_id);
+     IF EXISTS (SELECT 1 FROM unnest(expect_keys, expect_values) AS e(k, v)
+                LEFT JOIN kv ON kv.key = e.k WHERE kv.value IS DISTINCT FROM e.v) THEN
+       RETURN false;
+     END IF;
+     DELETE FROM kv WHERE key = ANY(dels);
+     INSERT INTO kv (key, value) SELECT * FROM unnest(put_keys, put_values)
+       ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
+     PERFORM pg_notify('smartfeeds', m) FROM unnest(notes) AS m;
+     RETURN true;
+   END $$`,
+  // Where each instance takes hand-offs (writes to the nodes whose buckets it holds).
+  'ALTER TABLE smartfeeds_leases ADD COLUMN address text',
 ];
 const CHANNEL = 'smartfeeds';
+const ROUND =
+  'SELECT smartfeeds_round($1::bigint, $2::bytea[], $3::bytea[], $4::bytea[], $5::bytea[], $6::bytea[], $7::text[])';
 const NOW_MS = '(extract(epoch FROM clock_timestamp()) * 1000)::bigint';
 const FIRST_DELAY_MS = 50;
 const MAX_DELAY_MS = 2000;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The server process of a connection (node-postgres keeps it from the handshake, untyped). */
+function backendPid(client: object): number | undefined {
+  return 'processID' in client && typeof client.processID === 'number' ? client.processID : undefined;
+}
 
 /** The advisory lock of a key: 64 bits of its SHA-1 (two keys that collide only wait on each other). */
 function lockId(key: Buffer): bigint {
@@ -70,6 +97,66 @@ export class SharedPostgresStore implements SharedFeedStore {
   async close(): Promise<void> {
     this.stopped = true;
     await this.pg.close();
+  }
+
+  async readNow(keys: readonly Buffer[]): Promise<{ now: number; values: (Buffer | undefined)[] }> {
+    const rows = await this.rows(
+      `SELECT n.now, kv.key, kv.value FROM (SELECT ${NOW_MS} AS now) AS n
+       LEFT JOIN kv ON kv.key = ANY($1::bytea[])`,
+      [keys],
+    );
+    const found = new Map<string, Buffer>();
+    for (const [, k, v] of rows) if (k !== null) found.set((k as Buffer).toString('latin1'), v as Buffer);
+    return { now: Number(rows[0]?.[0]), values: keys.map((k) => found.get(k.toString('latin1'))) };
+  }
+
+  async writeIf(write: ConditionalWrite): Promise<boolean> {
+    const { puts, dels } = collapse(write.ops);
+    const held = await this.pg.hold();
+    const pid = backendPid(held.client);
+    try {
+      const { rows } = await held.client.query(
+        query(ROUND, [
+          lockId(write.lock).toString(),
+          write.expect.map(([key]) => key),
+          write.expect.map(([, value]) => value ?? null),
+          dels,
+          puts[0],
+          puts[1],
+          [...write.notify],
+        ]),
+      );
+      held.release();
+      return rows[0]?.[0] === true;
+    } catch (e) {
+      const lost = held.lost !== undefined || isConnectionLoss(e);
+      held.release(lost);
+      if (!lost) throw this.pg.failure(e);
+      return this.outcome(write, pid);
+    }
+  }
+
+  /**
+   * A conditional round whose answer was lost: once the backend that ran it is gone (ended here
+   * if PostgreSQL has not noticed yet), its proof tells, read under the node's lock.
+   */
+  private async outcome(write: ConditionalWrite, pid: number | undefined): Promise<boolean> {
+    const deadline = Date.now() + 15_000;
+    for (; pid !== undefined; ) {
+      const rows = await this.rows(
+        'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1::int',
+        [pid],
+      );
+      if (rows.length === 0) break;
+      if (Date.now() > deadline)
+        throw new StorageError('PostgreSQL went away while a write committed: its outcome is unknown');
+      await sleep(50);
+    }
+    const [key, value] = write.proof;
+    return this.locked([write.lock], async (tx) => {
+      const found = await tx.get(key);
+      return { ops: [], result: found !== undefined && value !== undefined && found.equals(value) };
+    });
   }
 
   async locked<T>(locks: readonly Buffer[], work: (tx: LockedReader) => Promise<LockedWrite<T>>): Promise<T> {
@@ -140,13 +227,19 @@ export class SharedPostgresStore implements SharedFeedStore {
     return Number((await this.rows(`SELECT ${NOW_MS}`, []))[0]?.[0]);
   }
 
-  async acquireLease(name: string, holder: string, ttl: number): Promise<number | undefined> {
+  async acquireLease(
+    name: string,
+    holder: string,
+    ttl: number,
+    address?: string,
+  ): Promise<number | undefined> {
     const rows = await this.rows(
-      `INSERT INTO smartfeeds_leases (name, holder, expires) VALUES ($1, $2, ${NOW_MS} + $3)
-       ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires = EXCLUDED.expires
+      `INSERT INTO smartfeeds_leases (name, holder, expires, address) VALUES ($1, $2, ${NOW_MS} + $3, $4)
+       ON CONFLICT (name) DO UPDATE
+       SET holder = EXCLUDED.holder, expires = EXCLUDED.expires, address = EXCLUDED.address
        WHERE smartfeeds_leases.holder = EXCLUDED.holder OR smartfeeds_leases.expires <= ${NOW_MS}
        RETURNING expires`,
-      [name, holder, Math.round(ttl)],
+      [name, holder, Math.round(ttl), address ?? null],
     );
     const expires = rows[0]?.[0];
     return expires === undefined ? undefined : Number(expires);
@@ -158,14 +251,19 @@ export class SharedPostgresStore implements SharedFeedStore {
 
   async leases(prefix: string): Promise<{ now: number; leases: Lease[] }> {
     const rows = await this.rows(
-      `SELECT n.now, l.name, l.holder, l.expires FROM (SELECT ${NOW_MS} AS now) AS n
+      `SELECT n.now, l.name, l.holder, l.expires, l.address FROM (SELECT ${NOW_MS} AS now) AS n
        LEFT JOIN smartfeeds_leases AS l ON starts_with(l.name, $1) AND l.expires > n.now`,
       [prefix],
     );
     const now = Number(rows[0]?.[0]);
     const leases = rows
       .filter((r) => r[1] !== null)
-      .map((r) => ({ name: r[1] as string, holder: r[2] as string, expires: Number(r[3]) }));
+      .map((r) => ({
+        name: r[1] as string,
+        holder: r[2] as string,
+        expires: Number(r[3]),
+        ...(r[4] === null ? {} : { address: r[4] as string }),
+      }));
     return { now, leases };
   }
 

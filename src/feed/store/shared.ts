@@ -28,9 +28,40 @@ export interface Lease {
   holder: string;
   /** The store's clock (ms) after which the lease is free. */
   expires: number;
+  /** Where the holder takes requests from the other instances (hand-offs), if it said. */
+  address?: string;
+}
+
+/** A key and the value it must hold (undefined: absent) for a conditional round to write. */
+export type Expect = readonly [key: Buffer, value: Buffer | undefined];
+
+/** A round written in one round trip (see SharedStore.writeIf). */
+export interface ConditionalWrite {
+  /** Taken for the statement's time, as `locked` takes it. */
+  lock: Buffer;
+  /** Every one must hold under the lock, else nothing is written. */
+  expect: readonly Expect[];
+  ops: readonly Op[];
+  notify: readonly string[];
+  /**
+   * A key `ops` puts and the value it puts, unique to this write: when the answer is lost, the
+   * outcome is read from it under the lock once the store answers again.
+   */
+  proof: Expect;
 }
 
 export interface SharedStore {
+  /**
+   * The store's clock and these keys' values, read together without a lock: what a round reads
+   * before its one conditional statement (writeIf), in one round trip.
+   */
+  readNow(keys: readonly Buffer[]): Promise<{ now: number; values: (Buffer | undefined)[] }>;
+  /**
+   * A round in one round trip: under the lock, when every `expect` holds, writes `ops`, sends
+   * `notify` if it commits, and commits: true. When one does not hold: nothing written, false.
+   * Rejects, writing nothing, when it fails; a lost answer is decided by `proof`.
+   */
+  writeIf(write: ConditionalWrite): Promise<boolean>;
   /**
    * Runs `work` inside one transaction holding the locks named by these keys (taken in byte order,
    * so that two transactions never wait on each other crosswise), reading through `tx`; writes its
@@ -48,9 +79,10 @@ export interface SharedStore {
   listen(listener: (message: string) => void, reconnected: () => void): Promise<() => Promise<void>>;
   /**
    * Takes or renews the lease `name` for `holder` for `ttl` ms on the store's clock: returns its
-   * new expiry, or undefined when another holder has it and it has not expired.
+   * new expiry, or undefined when another holder has it and it has not expired. `address`: where
+   * the holder takes hand-offs, kept with the lease.
    */
-  acquireLease(name: string, holder: string, ttl: number): Promise<number | undefined>;
+  acquireLease(name: string, holder: string, ttl: number, address?: string): Promise<number | undefined>;
   /** Gives the lease up (if `holder` has it), so that another may take it at once. */
   releaseLease(name: string, holder: string): Promise<void>;
   /** The leases whose name starts with `prefix` and that have not expired, with the store's clock. */
@@ -64,6 +96,9 @@ export type SharedFeedStore = Store & SharedStore;
 export function isShared(store: Store): store is SharedFeedStore {
   const s = store as Partial<SharedStore>;
   return (
-    typeof s.locked === 'function' && typeof s.acquireLease === 'function' && typeof s.listen === 'function'
+    typeof s.locked === 'function' &&
+    typeof s.writeIf === 'function' &&
+    typeof s.acquireLease === 'function' &&
+    typeof s.listen === 'function'
   );
 }

@@ -1,6 +1,6 @@
 import type { LevelStore } from './level.ts';
 import { openMemoryStore } from './memory.ts';
-import type { Lease, LockedReader, LockedWrite, SharedFeedStore } from './shared.ts';
+import type { ConditionalWrite, Lease, LockedReader, LockedWrite, SharedFeedStore } from './shared.ts';
 import type { Cursor, Entry, Op, Range, Snapshot } from './store.ts';
 
 /**
@@ -68,12 +68,12 @@ export class SharedMemory {
     return () => this.listeners.delete(l);
   }
 
-  acquire(name: string, holder: string, ttl: number): number | undefined {
+  acquire(name: string, holder: string, ttl: number, address?: string): number | undefined {
     const now = this.now();
     const lease = this.leaseTable.get(name);
     if (lease && lease.holder !== holder && lease.expires > now) return undefined;
     const expires = now + ttl;
-    this.leaseTable.set(name, { name, holder, expires });
+    this.leaseTable.set(name, { name, holder, expires, ...(address === undefined ? {} : { address }) });
     return expires;
   }
 
@@ -212,6 +212,20 @@ export class SharedMemoryHandle implements SharedFeedStore {
     }
   }
 
+  async readNow(keys: readonly Buffer[]): Promise<{ now: number; values: (Buffer | undefined)[] }> {
+    this.alive();
+    const now = this.hub.now();
+    return { now, values: await this.live.getMany(keys) };
+  }
+
+  async writeIf(write: ConditionalWrite): Promise<boolean> {
+    return this.locked([write.lock], async (tx) => {
+      const values = await tx.getMany(write.expect.map(([key]) => key));
+      const holds = write.expect.every(([, value], i) => sameValue(values[i], value));
+      return holds ? { ops: write.ops, notify: write.notify, result: true } : { ops: [], result: false };
+    });
+  }
+
   async clock(): Promise<number> {
     this.alive();
     return this.hub.now();
@@ -240,9 +254,14 @@ export class SharedMemoryHandle implements SharedFeedStore {
     }
   }
 
-  async acquireLease(name: string, holder: string, ttl: number): Promise<number | undefined> {
+  async acquireLease(
+    name: string,
+    holder: string,
+    ttl: number,
+    address?: string,
+  ): Promise<number | undefined> {
     this.alive();
-    return this.hub.acquire(name, holder, ttl);
+    return this.hub.acquire(name, holder, ttl, address);
   }
 
   async releaseLease(name: string, holder: string): Promise<void> {
@@ -254,4 +273,8 @@ export class SharedMemoryHandle implements SharedFeedStore {
     this.alive();
     return this.hub.live(prefix);
   }
+}
+
+function sameValue(a: Buffer | undefined, b: Buffer | undefined): boolean {
+  return a === undefined || b === undefined ? a === b : a.equals(b);
 }

@@ -1,0 +1,191 @@
+import fc from 'fast-check';
+import { afterEach, describe, expect, it } from 'vitest';
+import { readLog } from '../../src/feed/engine/changeLog.ts';
+import { FeedEngine } from '../../src/feed/engine.ts';
+import type { Change } from '../../src/feed/model.ts';
+import { SharedMemory, type SharedMemoryHandle } from '../../src/feed/store/sharedMemory.ts';
+import { type MemoryLink, MemoryPeers } from './peers.ts';
+import { entry, until } from './support.ts';
+
+/**
+ * Writes handed to the instance holding their node's bucket, on one shared in-memory store:
+ * instances die mid-hand-off and buckets move, and no acknowledged write is lost, each sender's
+ * writes keep their order, the node has one order, and every live instance reads the same.
+ */
+
+const TTL = 300;
+
+interface Peer {
+  name: string;
+  handle: SharedMemoryHandle;
+  engine: FeedEngine;
+  link: MemoryLink;
+  dead: boolean;
+}
+
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of closers.splice(0)) await c();
+});
+
+async function peers(count: number): Promise<Peer[]> {
+  const hub = await SharedMemory.create();
+  const network = new MemoryPeers();
+  const all: Peer[] = [];
+  for (let i = 0; i < count; i++) {
+    const handle = hub.connect();
+    const engine = await FeedEngine.openStore(handle);
+    const link = network.link(`i${i}`);
+    await engine.startPushing({ holder: `i${i}`, ttl: TTL, handoff: link });
+    all.push({ name: `i${i}`, handle, engine, link, dead: false });
+  }
+  closers.push(async () => {
+    for (const one of all) {
+      one.handle.heal();
+      await one.engine.close().catch(() => undefined);
+    }
+  });
+  // Every member has its share of the buckets, and knows who holds the others'.
+  await until(
+    () =>
+      all.every((one) => one.engine.pushBuckets().length > 0) &&
+      all.reduce((n, one) => n + one.engine.pushBuckets().length, 0) === 64,
+  );
+  await new Promise((r) => setTimeout(r, TTL));
+  return all;
+}
+
+function kill(one: Peer): void {
+  one.dead = true;
+  one.link.kill();
+  one.handle.sever();
+}
+
+/** The node's changes in commit order, whichever instance committed them. */
+async function logged(one: Peer, node: string): Promise<Change[]> {
+  const nid = await one.engine.nodeNumber(node);
+  return (await readLog(one.handle, nid, 0, Number.MAX_SAFE_INTEGER)).map((l) => l.change);
+}
+
+interface Sent {
+  sender: number;
+  index: number;
+  id: string;
+  result: Promise<Change>;
+}
+
+async function checkRun(all: Peer[], sent: Sent[]): Promise<void> {
+  const live = all.filter((one) => !one.dead);
+  const reader = live[0] as Peer;
+  const outcomes = await Promise.allSettled(sent.map((s) => s.result));
+  const log = await logged(reader, 'hot');
+  const at = new Map(log.map((c, i) => [c.feeds.modified.cursor, i]));
+  const acked: { s: Sent; change: Change }[] = [];
+  outcomes.forEach((o, i) => {
+    const s = sent[i] as Sent;
+    if (o.status === 'fulfilled') acked.push({ s, change: o.value });
+    // A write that got no answer says so, to be sent again: never another error.
+    else expect((o.reason as { code?: string }).code).toBe('storage');
+  });
+  // No acknowledged write is lost: each is in the log, with its cursor.
+  for (const { s, change } of acked) {
+    expect(change.item.id).toBe(s.id);
+    expect(at.has(change.feeds.modified.cursor)).toBe(true);
+  }
+  // Each sender's acknowledged writes are in the log in the order it sent them.
+  for (let sender = 0; sender < all.length; sender++) {
+    const mine = acked.filter((a) => a.s.sender === sender).sort((a, b) => a.s.index - b.s.index);
+    const places = mine.map((a) => at.get(a.change.feeds.modified.cursor) as number);
+    expect(places).toEqual([...places].sort((a, b) => a - b));
+  }
+  // One order: an unbroken chain of previous cursors.
+  let previous: string | undefined;
+  for (const c of log) {
+    expect(c.feeds.modified.previous).toBe(previous);
+    previous = c.feeds.modified.cursor;
+  }
+  // Every live instance reads the same feed.
+  await until(async () => {
+    const pages = await Promise.all(live.map((one) => one.engine.read('hot', { max: 250, last: true })));
+    const views = pages.map((p) => p.items.map((i) => i.cursor).join());
+    return views.every((v) => v === views[0]);
+  });
+}
+
+describe('writes handed to the holder of their node', () => {
+  it('a write through any instance is committed by the holder of its bucket, in one order', async () => {
+    const all = await peers(3);
+    await (all[0] as Peer).engine.createNode('hot');
+    const first = await Promise.all(all.map((one) => one.engine.publish('hot', { entry: entry('load') })));
+    expect(first).toHaveLength(3);
+    const sent: Sent[] = [];
+    for (let k = 0; k < 30; k++)
+      for (const [sender, one] of all.entries())
+        sent.push({
+          sender,
+          index: k,
+          id: `s${sender}-${k}`,
+          result: one.engine.publish('hot', { id: `s${sender}-${k}`, entry: entry(`${k}`) }),
+        });
+    await checkRun(all, sent);
+    expect((await Promise.allSettled(sent.map((s) => s.result))).every((o) => o.status === 'fulfilled')).toBe(
+      true,
+    );
+    // The holder took the others' writes; nobody else took any.
+    const holders = await Promise.all(all.map((one) => one.engine.owns('hot')));
+    const holder = all[holders.indexOf(true)] as Peer;
+    expect(holders.filter(Boolean)).toHaveLength(1);
+    expect(holder.link.served).toBeGreaterThanOrEqual(58);
+    for (const one of all) if (one !== holder) expect(one.link.served).toBe(0);
+  });
+
+  it('instances die mid-hand-off and buckets move: no acknowledged write lost or reordered (property)', async () => {
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(
+          fc.record({
+            sender: fc.integer({ min: 0, max: 2 }),
+            count: fc.integer({ min: 1, max: 12 }),
+            // After how many turns of the burst something happens: an instance dies, or leaves
+            // the pushers (its buckets move to the others), or nothing.
+            after: fc.integer({ min: 0, max: 4 }),
+            event: fc.constantFrom('none', 'none', 'kill', 'move'),
+            victim: fc.integer({ min: 0, max: 2 }),
+          }),
+          { minLength: 1, maxLength: 6 },
+        ),
+        async (steps) => {
+          const all = await peers(3);
+          await (all[0] as Peer).engine.createNode('hot');
+          await Promise.all(all.map((one) => one.engine.publish('hot', { entry: entry('load') })));
+          const sent: Sent[] = [];
+          let index = 0;
+          for (const step of steps) {
+            const sender = all[step.sender] as Peer;
+            const burst: Sent[] = [];
+            if (!sender.dead)
+              for (let k = 0; k < step.count; k++) {
+                const id = `s${step.sender}-${index}`;
+                burst.push({
+                  sender: step.sender,
+                  index: index++,
+                  id,
+                  result: sender.engine.publish('hot', { id, entry: entry(id) }),
+                });
+              }
+            sent.push(...burst);
+            for (let t = 0; t < step.after; t++) await new Promise((r) => setImmediate(r));
+            const victim = all[step.victim] as Peer;
+            const alive = all.filter((one) => !one.dead);
+            if (step.event === 'kill' && !victim.dead && alive.length > 1) kill(victim);
+            if (step.event === 'move' && !victim.dead) await victim.engine.stopPushing();
+            await Promise.allSettled(burst.map((s) => s.result));
+          }
+          await checkRun(all, sent);
+          for (const c of closers.splice(0)) await c();
+        },
+      ),
+      { numRuns: 12 },
+    );
+  });
+});

@@ -1,0 +1,80 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { freePort } from '../../prosody-dev/process.ts';
+import { type Handed, PeerLost, PeerUnreachable } from '../../src/feed/engine/handoff.ts';
+import { TcpPeerLink } from '../../src/feed/engine/peerTcp.ts';
+
+/** The hand-off's TCP link between instances: answers matched to requests, the shared secret, failures told apart. */
+
+const links: TcpPeerLink[] = [];
+afterEach(async () => {
+  for (const l of links.splice(0)) await l.close();
+});
+
+async function link(secret: string): Promise<TcpPeerLink> {
+  const l = await TcpPeerLink.listen('127.0.0.1', { secret });
+  links.push(l);
+  return l;
+}
+
+const retract = (id: string): Handed => ({ op: 'retract', node: 'n', id, options: {} });
+
+describe('the hand-off link over TCP', () => {
+  it('answers each request, in any order, to the instance that sent it', async () => {
+    const [a, b] = [await link('s'), await link('s')];
+    const asked: string[] = [];
+    a.serve(async (r) => {
+      const id = r.op === 'retract' ? r.id : r.input.id;
+      asked.push(id);
+      // The first is answered last.
+      if (id === 'x0') await new Promise((resolve) => setTimeout(resolve, 50));
+      return id === 'bad'
+        ? { error: { code: 'item-not-found', message: 'no bad' } }
+        : { change: { node: 'n', item: { id } } as never };
+    });
+    const replies = await Promise.all(['x0', 'x1', 'bad'].map((id) => b.request(a.address, retract(id))));
+    expect(asked).toEqual(['x0', 'x1', 'bad']);
+    expect(replies).toEqual([
+      { change: { node: 'n', item: { id: 'x0' } } },
+      { change: { node: 'n', item: { id: 'x1' } } },
+      { error: { code: 'item-not-found', message: 'no bad' } },
+    ]);
+  });
+
+  it('closes a connection that does not prove the shared secret, unheard', async () => {
+    const [a, stranger] = [await link('s'), await link('other')];
+    let heard = 0;
+    a.serve(async () => {
+      heard += 1;
+      return { error: { code: 'storage', message: 'unexpected' } };
+    });
+    await expect(stranger.request(a.address, retract('x'))).rejects.toBeInstanceOf(PeerLost);
+    expect(heard).toBe(0);
+  });
+
+  it('says a request was never delivered when nobody listens there', async () => {
+    const b = await link('s');
+    const port = await freePort();
+    await expect(b.request(`127.0.0.1:${port}`, retract('x'))).rejects.toBeInstanceOf(PeerUnreachable);
+  });
+
+  it('a stopping instance refuses new requests (never delivered) and answers those it took', async () => {
+    const [a, b] = [await link('s'), await link('s')];
+    let release = () => {};
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    a.serve(async (r) => {
+      await held;
+      return { change: { node: 'n', item: { id: r.op } } as never };
+    });
+    const taken = b.request(a.address, retract('x'));
+    await new Promise((r) => setTimeout(r, 50));
+    const closing = a.close();
+    links.splice(links.indexOf(a), 1);
+    const refused = b.request(a.address, retract('y'));
+    release();
+    await expect(taken).resolves.toEqual({ change: { node: 'n', item: { id: 'retract' } } });
+    await expect(refused).rejects.toBeInstanceOf(PeerUnreachable);
+    await closing;
+  });
+});

@@ -1,0 +1,178 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { createDatabase, withClient } from '../../prosody-dev/postgres.ts';
+import { FeedEngine } from '../../src/feed/engine.ts';
+import { openSharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
+import type { ConditionalWrite, SharedFeedStore } from '../../src/feed/store/shared.ts';
+import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
+import { postgresAdminUrl } from '../feed/support.ts';
+import { entry, until } from './support.ts';
+
+/**
+ * A round in one statement (SharedStore.writeIf) on both shared stores: written whole with its
+ * wake-ups when what it read still holds, not at all otherwise; a lost answer decided by its proof.
+ */
+
+const b = (s: string) => Buffer.from(s);
+const closers: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const c of closers.splice(0)) await c();
+});
+
+type Opened = { store: SharedFeedStore; heard: string[] };
+
+async function opened(store: SharedFeedStore): Promise<Opened> {
+  const heard: string[] = [];
+  const unlisten = await store.listen(
+    (m) => heard.push(m),
+    () => undefined,
+  );
+  closers.push(async () => {
+    await unlisten();
+    await store.close();
+  });
+  return { store, heard };
+}
+
+const stores: [string, () => Promise<Opened>][] = [
+  ['shared memory', async () => opened((await SharedMemory.create()).connect())],
+  [
+    'PostgreSQL',
+    async () => opened(await openSharedPostgresStore(await createDatabase(postgresAdminUrl()), { max: 4 })),
+  ],
+];
+
+function round(over: Partial<ConditionalWrite> = {}): ConditionalWrite {
+  return {
+    lock: b('m1'),
+    expect: [
+      [b('m1'), b('v1')],
+      [b('gone'), undefined],
+    ],
+    ops: [
+      { type: 'put', key: b('m1'), value: b('v2') },
+      { type: 'put', key: b('item'), value: b('x') },
+      { type: 'del', key: b('old') },
+    ],
+    notify: ['c 1 2'],
+    proof: [b('item'), b('x')],
+    ...over,
+  };
+}
+
+describe.each(stores)('one statement a round on %s', (_name, open) => {
+  it('writes whole, with its wake-ups, when every expectation holds', async () => {
+    const { store, heard } = await open();
+    await store.write([
+      { type: 'put', key: b('m1'), value: b('v1') },
+      { type: 'put', key: b('old'), value: b('o') },
+    ]);
+    const read = await store.readNow([b('m1'), b('gone'), b('old')]);
+    expect(read.values).toEqual([b('v1'), undefined, b('o')]);
+    expect(Math.abs(read.now - Date.now())).toBeLessThan(60_000);
+    expect(await store.writeIf(round())).toBe(true);
+    expect(await store.getMany([b('m1'), b('item'), b('old')])).toEqual([b('v2'), b('x'), undefined]);
+    await until(() => heard.includes('c 1 2'));
+  });
+
+  it('writes nothing and wakes nobody when a value changed or a key that must be absent is there', async () => {
+    const { store, heard } = await open();
+    await store.write([{ type: 'put', key: b('m1'), value: b('other') }]);
+    expect(await store.writeIf(round())).toBe(false);
+    await store.write([
+      { type: 'put', key: b('m1'), value: b('v1') },
+      { type: 'put', key: b('gone'), value: b('1') },
+    ]);
+    expect(await store.writeIf(round({ notify: ['c 1 3'] }))).toBe(false);
+    expect(await store.get(b('item'))).toBeUndefined();
+    // A later wake-up arrives; the refused rounds' never do.
+    await store.write([{ type: 'del', key: b('gone') }]);
+    expect(await store.writeIf(round({ notify: ['c 1 4'] }))).toBe(true);
+    await until(() => heard.includes('c 1 4'));
+    expect(heard.filter((m) => m.startsWith('c 1'))).toEqual(['c 1 4']);
+  });
+
+  it('waits for the lock a locked transaction holds, and then sees what it wrote', async () => {
+    const { store } = await open();
+    await store.write([{ type: 'put', key: b('m1'), value: b('v1') }]);
+    let release = () => {};
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const locked = store.locked([b('m1')], async () => {
+      await held;
+      return { ops: [{ type: 'put', key: b('m1'), value: b('moved') }], result: undefined };
+    });
+    const conditional = store.writeIf(round());
+    release();
+    await locked;
+    expect(await conditional).toBe(false);
+    expect(await store.get(b('m1'))).toEqual(b('moved'));
+  });
+});
+
+describe('one statement a round on PostgreSQL, answer lost', () => {
+  it('a round whose connection is cut while it waits for the lock is decided not written', async () => {
+    const url = await createDatabase(postgresAdminUrl());
+    const { store } = await opened(await openSharedPostgresStore(url, { max: 4 }));
+    await store.write([{ type: 'put', key: b('m1'), value: b('v1') }]);
+    let release = () => {};
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const locked = store.locked([b('m1')], async () => {
+      await held;
+      return { ops: [], result: undefined };
+    });
+    const conditional = store.writeIf(round());
+    // The round's backend, waiting on the lock, is ended as a lost connection would end it.
+    await until(async () => {
+      const ended = await withClient(url, (c) =>
+        c.query(
+          `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+           WHERE query LIKE 'SELECT smartfeeds_round%' AND pid <> pg_backend_pid()`,
+        ),
+      );
+      return (ended.rowCount ?? 0) > 0;
+    });
+    release();
+    await locked;
+    expect(await conditional).toBe(false);
+    expect(await store.get(b('item'))).toBeUndefined();
+  });
+});
+
+describe('an engine alone on a shared store', () => {
+  it('writes each round in one conditional statement, never under a held lock', async () => {
+    const store = (await SharedMemory.create()).connect();
+    // Locked transactions the engine asks for itself (the memory store's writeIf takes one too).
+    const calls = { locked: 0, writeIf: 0 };
+    let inside = 0;
+    const locked = store.locked.bind(store);
+    const writeIf = store.writeIf.bind(store);
+    store.locked = (locks, work) => {
+      if (inside === 0) calls.locked += 1;
+      return locked(locks, work);
+    };
+    store.writeIf = async (write) => {
+      calls.writeIf += 1;
+      inside += 1;
+      try {
+        return await writeIf(write);
+      } finally {
+        inside -= 1;
+      }
+    };
+    const engine = await FeedEngine.openStore(store);
+    closers.push(() => engine.close());
+    await engine.createNode('n');
+    const before = calls.locked;
+    const changes = await Promise.all(
+      Array.from({ length: 20 }, (_, i) => engine.publish('n', { id: `i${i % 7}`, entry: entry(`${i}`) })),
+    );
+    expect(calls.locked).toBe(before);
+    expect(calls.writeIf).toBeGreaterThan(0);
+    expect(changes.map((c) => c.feeds.modified.previous).slice(1)).toEqual(
+      changes.map((c) => c.feeds.modified.cursor).slice(0, -1),
+    );
+  });
+});
