@@ -320,7 +320,8 @@ describe('smartfeeds command', () => {
   });
 
   it.each([
-    [['--since', 'nope'], /--since: bad position spec/],
+    [['--since', 'id:'], /--since: bad position spec/],
+    [['--since', 'nope'], /no item "nope"/],
     [['--until', 'cursor:12'], /--until: bad position spec/],
     [['--since', 'time:2026-13-01T00:00:00Z'], /--since: bad position spec/],
     [['--since', 'id:zz'], /no item "zz"/],

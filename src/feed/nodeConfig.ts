@@ -32,6 +32,11 @@ export interface NodeConfig {
    * shared with connected discovery providers (FASP data_sharing). Off unless turned on.
    */
   discoverable: boolean;
+  /**
+   * Standard node_config fields that change nothing here (XEP-0060 registers them; clients such
+   * as Libervia send them when they create nodes), by field name: kept as given and reported back.
+   */
+  inertFields: Record<string, string[]>;
 }
 
 export const DEFAULT_NODE_CONFIG: Readonly<NodeConfig> = {
@@ -49,6 +54,7 @@ export const DEFAULT_NODE_CONFIG: Readonly<NodeConfig> = {
   appendOnly: false,
   archiveSize: 100,
   discoverable: false,
+  inertFields: {},
 };
 
 export const MAX_ARCHIVE_SIZE = 250;
@@ -59,8 +65,19 @@ export function readNodeConfig(stored: unknown): NodeConfig {
   if (typeof stored !== 'object' || stored === null) return out;
   for (const key of Object.keys(out) as (keyof NodeConfig)[]) {
     const value = (stored as Record<string, unknown>)[key];
+    if (key === 'inertFields') out.inertFields = readInertFields(value);
     // Same type as the default's, checked on this line: a stored field of the module's own record.
-    if (typeof value === typeof out[key]) (out as unknown as Record<string, unknown>)[key] = value;
+    else if (typeof value === typeof out[key]) (out as unknown as Record<string, unknown>)[key] = value;
+  }
+  return out;
+}
+
+function readInertFields(stored: unknown): Record<string, string[]> {
+  const out: Record<string, string[]> = {};
+  if (typeof stored !== 'object' || stored === null || Array.isArray(stored)) return out;
+  for (const [name, values] of Object.entries(stored)) {
+    if (!name.startsWith('pubsub#')) continue;
+    if (Array.isArray(values) && values.every((v) => typeof v === 'string')) out[name] = values;
   }
   return out;
 }

@@ -41,31 +41,37 @@ function parseTime(value: string): PositionSpec {
   return { type: 'time', floor, fraction };
 }
 
-/** Parses `cursor:T_O_C`, `id:X`, `time:ISO` or a bare `T_O_C`. */
+function idSpec(id: string): PositionSpec {
+  try {
+    checkItemId(id);
+  } catch (e) {
+    throw new InvalidPosition((e as Error).message);
+  }
+  return { type: 'id', id };
+}
+
+/**
+ * Parses `cursor:T_O_C`, `id:X`, `time:ISO`, a bare `T_O_C`, or else a bare item id: the way
+ * XEP-0059 clients of pubsub services page (`<after>it2</after>`). Only the three prefixes are
+ * spec types; any other value, colons and all, is an id.
+ */
 export function parsePositionSpec(text: string): PositionSpec {
   const bare = parseCursor(text);
   if (bare) return { type: 'cursor', cursor: bare };
   const colon = text.indexOf(':');
-  if (colon < 0) throw new InvalidPosition(`not a position spec: ${JSON.stringify(text)}`);
-  const type = text.slice(0, colon);
   const value = text.slice(colon + 1);
-  switch (type) {
+  switch (colon < 0 ? '' : text.slice(0, colon)) {
     case 'cursor': {
       const cursor = parseCursor(value);
       if (!cursor) throw new InvalidPosition(`not a T_O_C cursor: ${JSON.stringify(value)}`);
       return { type: 'cursor', cursor };
     }
     case 'id':
-      try {
-        checkItemId(value);
-      } catch (e) {
-        throw new InvalidPosition((e as Error).message);
-      }
-      return { type: 'id', id: value };
+      return idSpec(value);
     case 'time':
       return parseTime(value);
     default:
-      throw new InvalidPosition(`unknown position spec type ${JSON.stringify(type)}`);
+      return idSpec(text);
   }
 }
 

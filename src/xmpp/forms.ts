@@ -4,6 +4,7 @@ import { ACCESS_MODELS, PUBLISH_MODELS } from '../feed/access.ts';
 import { NotAcceptable, PreconditionNotMet } from '../feed/errors.ts';
 import { MAX_ARCHIVE_SIZE, type NodeConfig } from '../feed/nodeConfig.ts';
 import { errors } from './errors.ts';
+import { INERT_FIELDS, inertValues, readInertField } from './inertFields.ts';
 import { NS } from './namespaces.ts';
 
 export interface FormField {
@@ -120,6 +121,12 @@ const CONFIG_FIELDS: Record<string, ConfigField> = {
     fixed: 'max',
   },
   'pubsub#persist_items': { type: 'boolean', label: 'Persist items', fixed: 'true' },
+  'pubsub#node_type': {
+    type: 'list-single',
+    label: 'The node is a leaf node',
+    options: ['leaf'],
+    fixed: 'leaf',
+  },
   'smartfeeds#append_only': {
     key: 'appendOnly',
     type: 'boolean',
@@ -145,6 +152,14 @@ const CONFIG_FIELDS: Record<string, ConfigField> = {
 
 export const NODE_CONFIG_FORM = `${NS.pubsub}#node_config`;
 
+/** The field of that name, honoured or inert; undefined for any other name (prototype keys too). */
+function lookup(name: string): { field: ConfigField } | { inert: (typeof INERT_FIELDS)[string] } | undefined {
+  if (Object.hasOwn(CONFIG_FIELDS, name)) return { field: CONFIG_FIELDS[name] as ConfigField };
+  if (Object.hasOwn(INERT_FIELDS, name))
+    return { inert: INERT_FIELDS[name] as (typeof INERT_FIELDS)[string] };
+  return undefined;
+}
+
 function fieldValue(field: ConfigField, config: NodeConfig): string {
   if (field.fixed !== undefined) return field.fixed;
   const v = config[field.key as keyof NodeConfig];
@@ -163,6 +178,12 @@ export function configForm(
     const el = xml('field', { var: name, type: field.type, label: field.label });
     for (const o of field.options ?? []) el.append(xml('option', {}, xml('value', {}, o)));
     el.append(xml('value', {}, fieldValue(field, config)));
+    form.append(el);
+  }
+  for (const [name, field] of Object.entries(INERT_FIELDS)) {
+    const el = xml('field', { var: name, type: field.type, label: field.label });
+    for (const o of field.options ?? []) el.append(xml('option', {}, xml('value', {}, o)));
+    for (const v of inertValues(name, config.inertFields)) el.append(xml('value', {}, v));
     form.append(el);
   }
   return form;
@@ -184,16 +205,28 @@ function parseInteger(name: string, value: string, [min, max]: [number, number])
 }
 
 /**
- * The settings a submitted node_config form changes (only the fields it holds). A field this
- * service does not know, or a value it cannot take, is `not-acceptable`, naming it.
+ * The settings a submitted node_config form changes (only the fields it holds). Inert fields are
+ * kept over `inert` (the node's stored ones). A field this service does not know, or a value it
+ * cannot take, is `not-acceptable`, naming it.
  */
-export function parseConfigForm(form: ParsedForm): Partial<NodeConfig> {
+export function parseConfigForm(form: ParsedForm, inert: Record<string, string[]> = {}): Partial<NodeConfig> {
   if (form.formType !== undefined && form.formType !== NODE_CONFIG_FORM)
     throw new NotAcceptable(`FORM_TYPE must be ${NODE_CONFIG_FORM}`);
   const change: Record<string, unknown> = {};
+  const inertFields: Record<string, string[]> = { ...inert };
+  let inertChanged = false;
   for (const [name, values] of form.fields) {
-    const field = CONFIG_FIELDS[name];
-    if (!field) throw new NotAcceptable(`unknown configuration field ${name}`);
+    const found = lookup(name);
+    if (!found) throw new NotAcceptable(`unknown configuration field ${name}`);
+    if ('inert' in found) {
+      const read = readInertField(name, found.inert, values);
+      // A form sent back as shown changes nothing: only values that differ are stored.
+      if (read.join('\n') === inertValues(name, inert).join('\n')) continue;
+      inertFields[name] = read;
+      inertChanged = true;
+      continue;
+    }
+    const { field } = found;
     if (values.length !== 1) throw new NotAcceptable(`${name} takes exactly one value`);
     const value = values[0] as string;
     if (field.fixed !== undefined) {
@@ -212,6 +245,7 @@ export function parseConfigForm(form: ParsedForm): Partial<NodeConfig> {
           ? parseInteger(name, value, field.integer)
           : value;
   }
+  if (inertChanged) change.inertFields = inertFields;
   return change as Partial<NodeConfig>;
 }
 
@@ -221,9 +255,19 @@ export function parseConfigForm(form: ParsedForm): Partial<NodeConfig> {
  */
 export function checkPreconditions(form: ParsedForm, config: NodeConfig): void {
   for (const [name, values] of form.fields) {
-    const field = CONFIG_FIELDS[name];
-    if (!field) throw new PreconditionNotMet(`unknown publish option ${name}`);
+    const found = lookup(name);
+    if (!found) throw new PreconditionNotMet(`unknown publish option ${name}`);
     const want = values.join(' ');
+    if ('inert' in found) {
+      const have = inertValues(name, config.inertFields);
+      const wanted = found.inert.type === 'boolean' ? values.map(asBooleanText) : values;
+      if (wanted.join(' ') !== have.join(' '))
+        throw new PreconditionNotMet(
+          `${name} is ${JSON.stringify(have.join(' '))}, not ${JSON.stringify(want)}`,
+        );
+      continue;
+    }
+    const field = found.field;
     const have = fieldValue(field, config);
     const same =
       field.type === 'boolean'
@@ -233,6 +277,8 @@ export function checkPreconditions(form: ParsedForm, config: NodeConfig): void {
       throw new PreconditionNotMet(`${name} is ${JSON.stringify(have)}, not ${JSON.stringify(want)}`);
   }
 }
+
+const asBooleanText = (v: string) => (v === '1' ? 'true' : v === '0' ? 'false' : v);
 
 /** The publish-options field naming an item's audience (docs/protocol.md 11; docs/filters.md). */
 export const AUDIENCE_FIELD = 'smartfeeds#audience';

@@ -2,7 +2,7 @@ import jid from '@xmpp/jid';
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
 import { parseCursor } from '../feed/cursor.ts';
-import type { FeedName } from '../feed/feedName.ts';
+import { canonicalFeedName, type FeedName } from '../feed/feedName.ts';
 import type { ReadQuery } from '../feed/model.ts';
 import type { NodeConfig } from '../feed/nodeConfig.ts';
 import { formatTime, parsePositionSpec } from '../feed/positionSpec.ts';
@@ -12,6 +12,7 @@ import { parseForm } from './forms.ts';
 import { itemXml, rawElement } from './items.ts';
 import { NS } from './namespaces.ts';
 import type { EventMessage } from './notifications.ts';
+import { orderedFeed } from './orderBy.ts';
 import { type Binding, type Handler, type Request, requireNode } from './request.ts';
 import { parseRsm, type RsmRequest, rsmReply } from './rsm.ts';
 
@@ -120,9 +121,11 @@ interface Plan {
 
 /** The feed the query reads: `with` is the publisher filtered feed (protocol.md 11). */
 function feedToRead(feed: FeedName, publisher: string | undefined): string {
-  if (publisher === undefined) return feed.requested;
+  // An <order> may have changed the order the name asked for: the name then says it.
+  const name = feed.requested.includes('?') ? feed.requested : canonicalFeedName(feed);
+  if (publisher === undefined) return name;
   const param = new URLSearchParams({ publisher }).toString();
-  return `${feed.requested}${feed.requested.includes('?') ? '&' : '?'}${param}`;
+  return `${name}${name.includes('?') ? '&' : '?'}${param}`;
 }
 
 /**
@@ -234,7 +237,8 @@ async function sendInOrder(binding: Binding, messages: EventMessage[]): Promise<
 
 /** `<iq type='set'><query xmlns='urn:xmpp:mam:2' node=…>`: the results as messages, then `<fin>`. */
 export const mamQuery: Handler = async (binding, req) => {
-  const feed = requireNode(req.verb);
+  // XEP-0413: an <order> in the query picks the order, as beside <items>.
+  const feed = orderedFeed(req.verb, requireNode(req.verb));
   const filter = parseQueryForm(req.verb);
   const plan = makePlan(binding, feed, filter, parseRsm(req.verb));
   // The node's notification settings shape the results; reading them checks the retrieve right.

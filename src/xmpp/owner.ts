@@ -25,13 +25,13 @@ export const getConfigure: Handler = async ({ feeds }, req) => {
 export const setConfigure: Handler = async ({ feeds }, req) => {
   const feed = requireNode(req.verb);
   // The right first: a stranger learns nothing from how its form would have been read.
-  await feeds.configuration(req.actor, feed.node);
+  const current = await feeds.configuration(req.actor, feed.node);
   const form = parseForm(req.verb);
   if (!form) throw errors.badRequest('a configuration request needs a data form');
   if (form.type === 'cancel') return undefined;
   if (form.type !== 'submit')
     throw errors.badRequest('a configuration form must be of type submit or cancel');
-  await feeds.configure(req.actor, feed.node, parseConfigForm(form));
+  await feeds.configure(req.actor, feed.node, parseConfigForm(form, current.inertFields));
   return undefined;
 };
 

@@ -1,6 +1,6 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { type FeedName, parseFeedName } from '../feed/feedName.ts';
+import { parseFeedName } from '../feed/feedName.ts';
 import type { ReadQuery } from '../feed/model.ts';
 import { errors } from './errors.ts';
 import {
@@ -13,6 +13,7 @@ import {
 } from './forms.ts';
 import { itemElement } from './items.ts';
 import { NS } from './namespaces.ts';
+import { orderedFeed } from './orderBy.ts';
 import { type Handler, parseJid, requireNode } from './request.ts';
 import { parseRsm, rsmReply } from './rsm.ts';
 
@@ -26,19 +27,6 @@ function positiveCount(text: string | undefined, what: string): number | undefin
     throw errors.badRequest(`${what} must be a whole number, not ${JSON.stringify(text)}`);
   // However many digits: a larger count is served as the page limit.
   return Math.min(Number(text), Number.MAX_SAFE_INTEGER);
-}
-
-/** XEP-0413: `<order by='creation'|'modification'/>` picks the feed, as `?order=` does. */
-function orderedFeed(pubsubEl: Element, feed: FeedName): FeedName {
-  const order = pubsubEl.getChild('order', NS.orderBy);
-  if (!order) return feed;
-  const by = order.attrs.by;
-  const wanted = by === 'creation' ? 'created' : by === 'modification' ? 'modified' : undefined;
-  if (!wanted)
-    throw errors.badRequest(`order by must be creation or modification, not ${JSON.stringify(by)}`);
-  if (feed.requested.includes('?') && feed.order !== wanted)
-    throw errors.badRequest(`the node name asks for ${feed.order} order, <order> for ${wanted}`);
-  return { ...feed, order: wanted };
 }
 
 export const items: Handler = async ({ feeds }, req) => {

@@ -69,21 +69,18 @@ export const IQ_CHILDREN: readonly [IqType, string, string][] = [
   ).values(),
 ];
 
-/** Elements that may stand beside the one verb inside `<pubsub>`. */
-const MODIFIERS = new Set(['set', 'options', 'publish-options', 'configure', 'order']);
+/** Pubsub elements that may stand beside the one verb inside `<pubsub>`. */
+const MODIFIERS = new Set(['options', 'publish-options', 'configure']);
 
-function isModifier(el: Element): boolean {
-  if (el.name === 'set') return el.getNS() === NS.rsm;
-  if (el.name === 'order') return el.getNS() === NS.orderBy;
-  return el.getNS() === NS.pubsub;
-}
-
-/** The one verb of a `<pubsub>` request, beside its modifiers. */
+/**
+ * The one verb of a `<pubsub>` request, beside its modifiers. Only children in the pubsub
+ * namespace are requests: others are extensions (RSM's `<set>`, XEP-0413's `<order>`), read by
+ * the verbs that know them and ignored by the rest, as XEP-0060 says unknown extensions should be.
+ */
 function verbOf(pubsub: Element): Element {
-  const children = pubsub.getChildElements();
+  const own = pubsub.getChildElements().filter((c) => c.getNS() === NS.pubsub);
   // Alone, <options/> is a request of its own (XEP-0060 6.3), not a modifier of one.
-  const verbs =
-    children.length === 1 ? children : children.filter((c) => !(MODIFIERS.has(c.name) && isModifier(c)));
+  const verbs = own.length === 1 ? own : own.filter((c) => !MODIFIERS.has(c.name));
   if (verbs.length !== 1)
     throw errors.badRequest(`<pubsub> must hold exactly one request, not ${verbs.length}`);
   return verbs[0] as Element;
@@ -101,7 +98,6 @@ const OWNER_ONLY = new Set(['configure', 'delete', 'purge']);
 
 function pubsubVerb(type: IqType, element: Element): { handler: Handler; verb: Element } {
   const verb = verbOf(element);
-  if (verb.getNS() !== NS.pubsub) throw errors.badRequest(`unknown request <${verb.name}>`);
   const handler = TABLE.get(`${type} ${NS.pubsub} ${verb.name}`);
   if (handler) return { handler, verb };
   const feature = UNSUPPORTED[verb.name];

@@ -639,6 +639,9 @@ describe('reads', () => {
     expect(await read({ since: c('i08') })).toMatchObject({ atStart: false, atEnd: true });
     // Bare cursors work the same.
     expect(ids(await read({ since: CURSOR.get('i08') as string }))).toEqual(['i09', 'i10', 'i11']);
+    // So do bare item ids, as XEP-0059 clients of pubsub services send them.
+    expect(ids(await read({ since: 'i08' }))).toEqual(['i09', 'i10', 'i11']);
+    expect(ids(await read({ until: 'i03' }))).toEqual(['i00', 'i01', 'i02']);
     // After the last item: nothing, but the total.
     expect(await read({ since: c('i11') })).toMatchObject({ items: [], total: 12 });
   });
@@ -687,9 +690,14 @@ describe('reads', () => {
   });
 
   it('refuses malformed position specs', async () => {
-    for (const spec of ['', 'cursor:', 'cursor:1_2', 'bogus:1', 'time:yesterday', '1_2']) {
+    for (const spec of ['', 'cursor:', 'cursor:1_2', 'id:', 'time:yesterday']) {
       await rejects(read({ since: spec }), InvalidPosition);
       await rejects(read({ until: spec }), InvalidPosition);
+    }
+    // Any other value is an item id (protocol.md 3): these name none.
+    for (const spec of ['bogus:1', '1_2', '"\'><x/>']) {
+      await rejects(read({ since: spec }), ItemNotFound);
+      await rejects(read({ until: spec }), ItemNotFound);
     }
   });
 

@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { InvalidPosition } from '../../src/feed/errors.ts';
 import { formatTime, parsePositionSpec } from '../../src/feed/positionSpec.ts';
@@ -46,12 +47,16 @@ describe('cursor specs', () => {
     'cursor: 1_0_0',
     'cursor:1_0_0 ',
     'cursor:1.0_0_0',
+  ])('rejects %j', (text) => expectInvalid(text));
+
+  it.each([
     'Cursor:1_0_0',
     '1_2',
     '1_0_4294967296',
     '-1_0_0',
     '99999999999999999_0_0',
-  ])('rejects %j', (text) => expectInvalid(text));
+  ])('reads the bare %j, not a T_O_C cursor, as an item id', (text) =>
+    expect(parsePositionSpec(text)).toEqual({ type: 'id', id: text }));
 });
 
 describe('id specs', () => {
@@ -184,12 +189,12 @@ describe('time specs', () => {
   ])('rejects %j', (text) => expectInvalid(text));
 });
 
-describe('malformed specs', () => {
+describe('bare item ids', () => {
+  // XEP-0059 clients of pubsub services page by item id: <after>it2</after>.
   it.each([
-    '',
     ':',
     'x',
-    'abc',
+    'it2',
     'last',
     'unknown:1',
     'ID:abc',
@@ -197,5 +202,25 @@ describe('malformed specs', () => {
     'item:abc',
     ':1_0_0',
     'since:1_0_0',
-  ])('rejects %j', (text) => expectInvalid(text));
+    'urn:uuid:1234',
+    `"'><x/>&amp;<!--`,
+  ])('reads %j as an item id', (text) => {
+    expect(parsePositionSpec(text)).toEqual({ type: 'id', id: text });
+  });
+
+  it('holds for any value that is neither a prefixed spec nor a T_O_C cursor', () => {
+    fc.assert(
+      fc.property(fc.string({ minLength: 1, maxLength: 40, unit: 'grapheme' }), (text) => {
+        fc.pre(!/^(cursor|id|time):/.test(text) && !/^\d+_\d+_\d+$/.test(text));
+        expect(parsePositionSpec(text)).toEqual({ type: 'id', id: text });
+      }),
+    );
+  });
+
+  it.each([
+    ['empty', ''],
+    ['1025 characters', 'x'.repeat(1025)],
+    ['NUL', 'a\u0000b'],
+    ['U+FFFF', 'a\uffff'],
+  ])('rejects a bare id that is %s', (_, text) => expectInvalid(text));
 });

@@ -54,6 +54,13 @@ describe('the node configuration form', () => {
       [{ 'pubsub#notify_delete': 'yes' }],
       [{ 'pubsub#title': ['a', 'b'] }],
       [{ 'pubsub#collection': 'x' }],
+      [{ 'pubsub#unknown': 'x' }],
+      [{ constructor: 'x' }],
+      [JSON.parse('{"__proto__":"x"}')],
+      [{ 'pubsub#node_type': 'collection' }],
+      [{ 'pubsub#purge_offline': 'sometimes' }],
+      [{ 'pubsub#itemreply': 'everyone' }],
+      [{ 'pubsub#type': ['a', 'b'] }],
       [{}, 'http://jabber.org/protocol/pubsub#publish-options'],
     ] as [Record<string, string | string[]>, string?][])
       expect(() => parse(fields, formType), JSON.stringify(fields)).toThrow(NotAcceptable);
@@ -75,6 +82,65 @@ describe('the node configuration form', () => {
     expect(values['pubsub#access_model']).toEqual(['whitelist']);
     const back = parseConfigForm(parseForm(form) as NonNullable<ReturnType<typeof parseForm>>);
     expect({ ...DEFAULT_NODE_CONFIG, ...back }).toEqual(config);
+  });
+
+  it('stores every other registered node_config field (and send_item_subscribe) as given', () => {
+    // What Libervia sends when it creates a microblog's comments node (XEP-0277).
+    expect(
+      parse({
+        'pubsub#access_model': 'open',
+        'pubsub#persist_items': '1',
+        'pubsub#deliver_payloads': '1',
+        'pubsub#send_item_subscribe': '1',
+        'pubsub#publish_model': 'open',
+      }),
+    ).toEqual({
+      accessModel: 'open',
+      deliverPayloads: true,
+      publishModel: 'open',
+      inertFields: { 'pubsub#send_item_subscribe': ['true'] },
+    });
+    const stored = { 'pubsub#type': ['urn:xmpp:microblog:0'] };
+    const change = parseConfigForm(
+      parseForm(
+        submitted({
+          'pubsub#contact': ['a@example.org', 'b@example.org'],
+          'pubsub#item_expire': '60',
+          'pubsub#node_type': 'leaf',
+          'pubsub#language': 'fr',
+          'pubsub#deliver_notifications': '0',
+        }),
+      ) as NonNullable<ReturnType<typeof parseForm>>,
+      stored,
+    );
+    // Earlier stored fields stay; a field sent as it is shown is not stored.
+    expect(change).toEqual({
+      inertFields: {
+        'pubsub#type': ['urn:xmpp:microblog:0'],
+        'pubsub#contact': ['a@example.org', 'b@example.org'],
+        'pubsub#item_expire': ['60'],
+        'pubsub#language': ['fr'],
+        'pubsub#deliver_notifications': ['false'],
+      },
+    });
+    const shown = configForm({ ...DEFAULT_NODE_CONFIG, ...change }, 'form');
+    const values = Object.fromEntries(
+      shown.getChildren('field').map((f) => [f.attrs.var, f.getChildren('value').map((v) => v.getText())]),
+    );
+    expect(values['pubsub#contact']).toEqual(['a@example.org', 'b@example.org']);
+    expect(values['pubsub#item_expire']).toEqual(['60']);
+    expect(values['pubsub#tempsub']).toEqual(['false']);
+    expect(values['pubsub#node_type']).toEqual(['leaf']);
+  });
+
+  it('reads stored inert fields back, leaving out what is not a list of strings', () => {
+    expect(
+      readNodeConfig({
+        inertFields: { 'pubsub#type': ['t'], 'pubsub#language': 'fr', other: ['x'], 'pubsub#contact': [1] },
+      }).inertFields,
+    ).toEqual({ 'pubsub#type': ['t'] });
+    expect(readNodeConfig({ inertFields: ['x'] }).inertFields).toEqual({});
+    expect(readNodeConfig(JSON.parse('{"inertFields":{"__proto__":["x"]}}')).inertFields).toEqual({});
   });
 
   it('reads a stored configuration over the defaults, ignoring what is not a setting', () => {
@@ -103,6 +169,10 @@ describe('publish-options', () => {
         DEFAULT_NODE_CONFIG,
       ),
     ).not.toThrow();
+    // Inert fields compare with what the form shows.
+    expect(() =>
+      checkPreconditions(form({ 'pubsub#tempsub': '0', 'pubsub#node_type': 'leaf' }), DEFAULT_NODE_CONFIG),
+    ).not.toThrow();
   });
   it('are not met by another value or an unknown field', () => {
     const unmet: Record<string, string>[] = [
@@ -110,6 +180,8 @@ describe('publish-options', () => {
       { 'pubsub#persist_items': 'false' },
       { 'pubsub#max_items': '1' },
       { 'pubsub#unknown': 'x' },
+      { 'pubsub#tempsub': 'true' },
+      { 'pubsub#type': 'urn:xmpp:microblog:0' },
     ];
     for (const fields of unmet)
       expect(() => checkPreconditions(form(fields), DEFAULT_NODE_CONFIG), JSON.stringify(fields)).toThrow(

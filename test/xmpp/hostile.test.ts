@@ -161,7 +161,7 @@ const positionSpec: fc.Arbitrary<[string, SpecClass]> = fc.oneof(
     ['time:2026-11-21T10:00:00+01:00', 'ok'],
     ['time:1970-01-01T00:00:00Z', 'ok'],
     ['time:2999-12-31T23:59:59.999999Z', 'ok'],
-    [' ', 'bad'],
+    [' ', { id: ' ' }],
     ['cursor:', 'bad'],
     ['cursor:1_2', 'bad'],
     ['cursor:a_b_c', 'bad'],
@@ -170,10 +170,10 @@ const positionSpec: fc.Arbitrary<[string, SpecClass]> = fc.oneof(
     ['cursor:9007199254740992_0_0', 'bad'],
     ['cursor:-1_0_0', 'bad'],
     ['cursor:1_0_123 ', 'bad'],
-    [' cursor:1_0_123', 'bad'],
-    ['CURSOR:1_0_1', 'bad'],
-    ['1_0', 'bad'],
-    ['_0_0', 'bad'],
+    [' cursor:1_0_123', { id: ' cursor:1_0_123' }],
+    ['CURSOR:1_0_1', { id: 'CURSOR:1_0_1' }],
+    ['1_0', { id: '1_0' }],
+    ['_0_0', { id: '_0_0' }],
     ['time:', 'bad'],
     ['time:garbage', 'bad'],
     ['time:2026-02-30T00:00:00Z', 'bad'],
@@ -183,9 +183,13 @@ const positionSpec: fc.Arbitrary<[string, SpecClass]> = fc.oneof(
     ['time:2026-11-21', 'bad'],
     ['id:', 'bad'],
     [`id:${'i'.repeat(1025)}`, 'bad'],
-    ['foo:bar', 'bad'],
-    ['garbage', 'bad'],
-    [':', 'bad'],
+    // Any other value is an item id (contract section 3), quotes and markup included.
+    ['foo:bar', { id: 'foo:bar' }],
+    ['garbage', { id: 'garbage' }],
+    [':', { id: ':' }],
+    ['a', { id: 'a' }],
+    [`"'><item id='a'/>&amp;`, { id: `"'><item id='a'/>&amp;` }],
+    [`${'i'.repeat(1025)}`, 'bad'],
     ['id:a', { id: 'a' }],
     ['id:b', { id: 'b' }],
     ['id:zzz', { id: 'zzz' }],
@@ -200,12 +204,15 @@ const positionSpec: fc.Arbitrary<[string, SpecClass]> = fc.oneof(
 function classifySpec(text: string): SpecClass {
   if (/^(cursor:)?\d+_\d+_\d+$/.test(text)) return 'any'; // a cursor, if its numbers are in range
   if (text.startsWith('time:')) return 'any';
+  if (text.startsWith('cursor:')) return 'bad';
   if (text.startsWith('id:')) {
     const id = text.slice(3);
     const n = codePoints(id);
     return n >= 1 && n <= 1024 ? { id } : 'bad';
   }
-  return 'bad';
+  // Any other value is an item id, as XEP-0059 clients of pubsub services send it.
+  const n = codePoints(text);
+  return n >= 1 && n <= 1024 ? { id: text } : 'bad';
 }
 
 function specOutcomes(world: World, node: string | undefined, spec: SpecClass): Outcome[] {
