@@ -86,6 +86,8 @@ export interface HttpConfig {
   maxHeld: number;
   /** The longest `timeout` a request may ask, in seconds. */
   maxTimeoutSeconds: number;
+  /** Server-Sent Event streams open at once; more are refused with 503. */
+  maxStreams: number;
   /** The WebSub hub: private callbacks allowed, default lease, queue bound, retry time. */
   websub: { allowPrivate: boolean; leaseSeconds: number; maxQueue: number; retryForMs: number };
   /** The origin clients reach the service at, behind a TLS proxy (`--public-url`). */
@@ -106,7 +108,7 @@ export interface FaspProviderConfig {
   allowPrivateAddresses: boolean;
 }
 
-export const HTTP_DEFAULTS = { maxHeld: 10_000, maxTimeoutSeconds: 120 };
+export const HTTP_DEFAULTS = { maxHeld: 10_000, maxTimeoutSeconds: 120, maxStreams: 10_000 };
 export const WEBSUB_DEFAULTS = { leaseSeconds: 864_000, maxQueue: 1_000, retrySeconds: 3_600 };
 
 export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
@@ -208,6 +210,7 @@ export const SERVE_OPTIONS = {
   'http-token': { type: 'string', multiple: true },
   'http-max-held': { type: 'string' },
   'http-max-timeout': { type: 'string' },
+  'http-max-streams': { type: 'string' },
   'websub-allow-private': { type: 'boolean' },
   'websub-lease': { type: 'string' },
   'websub-queue': { type: 'string' },
@@ -366,6 +369,7 @@ function httpConfig(src: Sources): HttpConfig | undefined {
     tokens: found === undefined ? new Map() : checked(found, tokens, 'TOKEN=JID pairs', true),
     maxHeld: src.read('http-max-held', positive, 'a positive whole number', HTTP_DEFAULTS.maxHeld),
     maxTimeoutSeconds: seconds('http-max-timeout', HTTP_DEFAULTS.maxTimeoutSeconds),
+    maxStreams: src.read('http-max-streams', positive, 'a positive whole number', HTTP_DEFAULTS.maxStreams),
     websub: {
       allowPrivate: src.read('websub-allow-private', onOff, 'true or false', false),
       leaseSeconds: src.read(

@@ -127,6 +127,7 @@ export const OPTION_GROUPS: OptionGroup[] = [
           'The variable takes `TOKEN=JID,...`; the file `"http-tokens": {"TOKEN": "JID"}`. Tokens are letters, digits and `-._~+/`, and never logged. Other users of the machine can read a command line: prefer the variable or the file.',
       },
       opt('http-max-held', 'N', '10000', 'long polls held at once; more get 503'),
+      opt('http-max-streams', 'N', '10000', 'Server-Sent Event streams open at once; more get 503'),
       opt('http-max-timeout', 'SECONDS', '120', 'the longest long poll a request may ask'),
       opt(
         'public-url',

@@ -18,6 +18,8 @@ export interface ObservedComponent {
 /** What the metrics read from the HTTP binding. */
 export interface ObservedHttp {
   polls: { readonly held: number };
+  /** Server-Sent Event streams. */
+  streams: { readonly open: number; readonly eventsSent: number; readonly slowClosed: number };
   hub: { pending(): number };
   /** FASP data_sharing's durable queue of announcements. */
   sharing: {
@@ -234,6 +236,7 @@ export class Metrics {
         this.set(http.polls.held);
       },
     });
+    this.observeStreams(http.streams);
     new Gauge({
       name: 'smartfeeds_websub_deliveries_pending',
       help: 'WebSub deliveries waiting in subscribers’ queues',
@@ -243,6 +246,37 @@ export class Metrics {
       },
     });
     this.observeOutbox(http.sharing.outbox);
+  }
+
+  /** Event streams open, events sent, and streams closed for reading too slowly. */
+  private observeStreams(streams: ObservedHttp['streams']): void {
+    const registers = [this.registry];
+    new Gauge({
+      name: 'smartfeeds_http_streams_open',
+      help: 'Server-Sent Event streams open now',
+      registers,
+      collect() {
+        this.set(streams.open);
+      },
+    });
+    const counters: [string, string, () => number][] = [
+      ['http_stream_events_sent', 'Events written to Server-Sent Event streams', () => streams.eventsSent],
+      [
+        'http_streams_slow_closed',
+        'Event streams closed because their client read too slowly',
+        () => streams.slowClosed,
+      ],
+    ];
+    for (const [name, help, read] of counters)
+      new Counter({
+        name: `smartfeeds_${name}_total`,
+        help,
+        registers,
+        collect() {
+          this.reset();
+          this.inc(read());
+        },
+      });
   }
 
   /** FASP announcements waiting, sent, dropped past the queue's bound, and failed batches. */

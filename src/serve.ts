@@ -166,6 +166,7 @@ function httpBinding(
       tokens: http.tokens,
       maxHeld: http.maxHeld,
       maxTimeoutSeconds: http.maxTimeoutSeconds,
+      streams: { maxStreams: http.maxStreams },
       websub: { ...http.websub, metrics },
       ...(http.publicUrl !== undefined ? { publicUrl: http.publicUrl } : {}),
       sharing: { requireSignedFetch: http.faspSignedFetch },

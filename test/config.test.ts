@@ -184,7 +184,13 @@ describe('http options', () => {
   it('leaves HTTP off unless --http is given, and reads HOST:PORT and the limits', () => {
     expect(loadConfig(['--secret', 's'], {}).http).toBeUndefined();
     const c = loadConfig(['--secret', 's', '--http', '127.0.0.1:8080'], {});
-    expect(c.http).toMatchObject({ host: '127.0.0.1', port: 8080, maxHeld: 10_000, maxTimeoutSeconds: 120 });
+    expect(c.http).toMatchObject({
+      host: '127.0.0.1',
+      port: 8080,
+      maxHeld: 10_000,
+      maxTimeoutSeconds: 120,
+      maxStreams: 10_000,
+    });
     expect(c.http?.tokens.size).toBe(0);
     expect(loadConfig(['--secret', 's'], { SMARTFEEDS_HTTP: '[::1]:0' }).http).toMatchObject({
       host: '::1',
@@ -192,9 +198,17 @@ describe('http options', () => {
     });
     const limited = loadConfig(
       ['--secret', 's', '--http', 'localhost:1', '--http-max-held', '5', '--http-max-timeout', '2.5'],
-      {},
+      { SMARTFEEDS_HTTP_MAX_STREAMS: '7' },
     );
-    expect(limited.http).toMatchObject({ host: 'localhost', maxHeld: 5, maxTimeoutSeconds: 2.5 });
+    expect(limited.http).toMatchObject({
+      host: 'localhost',
+      maxHeld: 5,
+      maxTimeoutSeconds: 2.5,
+      maxStreams: 7,
+    });
+    expect(() =>
+      loadConfig(['--secret', 's', '--http', 'localhost:1', '--http-max-streams', '0'], {}),
+    ).toThrow(/http-max-streams/);
     for (const bad of ['8080', 'host:', 'host:99999', 'a b:1', 'http://x:1']) {
       expect(() => loadConfig(['--secret', 's', '--http', bad], {}), bad).toThrow(/HOST:PORT/);
     }

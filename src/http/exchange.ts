@@ -1,3 +1,4 @@
+import type { ServerResponse } from 'node:http';
 import type { Readable } from 'node:stream';
 import type { FastifyRequest } from 'fastify';
 import type { Actor } from '../feed/service/actor.ts';
@@ -15,6 +16,11 @@ export interface Answer {
   etag?: string;
   /** A body streamed instead of `body` (a backup): sent as read, without an ETag. */
   stream?: Readable;
+  /**
+   * An answer that keeps the connection (a Server-Sent Event stream): the binding writes the
+   * status and headers, then hands the response over until it ends.
+   */
+  takeover?: (res: ServerResponse) => Promise<void>;
 }
 
 /** One request as a handler sees it; the binding fills in what needs its own state. */
@@ -26,8 +32,11 @@ export interface Exchange {
   search: string;
   /** The origin the request addressed, for the links in its answer; a bad Host is a 400. */
   origin(): string;
-  /** Who the request acts as (anonymous without credentials); a bad credential is a 401. */
-  caller(): Actor;
+  /**
+   * Who the request acts as (anonymous without credentials); a bad credential is a 401. A token
+   * from the query (`access_token`, RFC 6750 2.3) stands for the `Authorization` header.
+   */
+  caller(queryToken?: string): Actor;
   /** Calls `gone` when the client leaves (at once if it has left); returns the unhook. */
   onGone(gone: () => void): () => void;
 }

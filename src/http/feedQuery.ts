@@ -13,13 +13,24 @@ export interface FeedQuery {
   /** Seconds to hold an empty answer (already capped). */
   timeout: number;
   callback?: string;
+  /** A bearer token given in the query (RFC 6750 2.3), for streams only. */
+  accessToken?: string;
 }
 
 /** A feed's own parameters: its order, its filter and its view (protocol.md 11). */
 export const FEED_PARAMETERS = ['order', 'category', 'publisher', 'view'] as const;
 
 /** The seed's parameters, the feed's own, and jQuery's JSON-P cache buster `_`. */
-const PARAMETERS = new Set(['since', 'until', 'max', 'timeout', 'callback', ...FEED_PARAMETERS, '_']);
+const PARAMETERS = new Set([
+  'since',
+  'until',
+  'max',
+  'timeout',
+  'callback',
+  'access_token',
+  ...FEED_PARAMETERS,
+  '_',
+]);
 
 export const DEFAULT_TIMEOUT_SECONDS = 55;
 
@@ -82,6 +93,8 @@ export function parseFeedQuery(node: string, search: string, maxTimeoutSeconds: 
       );
     query.callback = callback;
   }
+  const token = params.get('access_token');
+  if (token !== null) query.accessToken = token;
   return query;
 }
 

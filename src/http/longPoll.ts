@@ -107,7 +107,11 @@ export class LongPolls {
   private count = 0;
   private closing = false;
 
-  constructor(private readonly maxHeld: number) {}
+  /** `what` names the held requests in the 503 past the bound. */
+  constructor(
+    private readonly maxHeld: number,
+    private readonly what = 'long polls are held',
+  ) {}
 
   get held(): number {
     return this.count;
@@ -120,8 +124,7 @@ export class LongPolls {
   /** Joins a feed's watchers; refused with 503 when the bound is reached or the server stops. */
   watch(node: string, order: Order): Watch {
     if (this.closing) throw problems.busy('the server is shutting down');
-    if (this.count >= this.maxHeld)
-      throw problems.busy(`${this.maxHeld} long polls are held already; retry later`);
+    if (this.count >= this.maxHeld) throw problems.busy(`${this.maxHeld} ${this.what} already; retry later`);
     const key = LongPolls.key(node, order);
     let feed = this.byFeed.get(key);
     if (!feed) {

@@ -14,6 +14,7 @@ import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import { Credentials } from './credentials.ts';
 import { problemBody, problems, toProblem } from './errors.ts';
+import { EventStreams, STREAM_DEFAULTS, type StreamOptions } from './eventStreams.ts';
 import type { Exchange, Route } from './exchange.ts';
 import { LongPolls } from './longPoll.ts';
 import { PAGE_CACHE_DEFAULTS, PageCache, type PageCacheOptions } from './pageCache.ts';
@@ -28,6 +29,8 @@ export interface HttpOptions {
   tokens: ReadonlyMap<string, string>;
   maxHeld: number;
   maxTimeoutSeconds: number;
+  /** Server-Sent Event streams: their bound, and timings over `STREAM_DEFAULTS`. */
+  streams?: Partial<StreamOptions>;
   /** The WebSub hub's settings over its defaults (`HUB_DEFAULTS`). */
   websub?: Partial<HubOptions>;
   /** Bounds of the cache of rendered feed pages (`PAGE_CACHE_DEFAULTS`); false runs without one. */
@@ -60,6 +63,7 @@ const METHODS = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'] as const;
 export class HttpBinding {
   readonly app: FastifyInstance;
   readonly polls: LongPolls;
+  readonly streams: EventStreams;
   readonly hub: Hub;
   readonly fasp: Fasp;
   readonly sharing: FaspSharing;
@@ -77,6 +81,7 @@ export class HttpBinding {
     readonly log: Log,
   ) {
     this.polls = new LongPolls(options.maxHeld);
+    this.streams = new EventStreams({ ...STREAM_DEFAULTS, maxStreams: options.maxHeld, ...options.streams });
     this.credentials = new Credentials(options.tokens);
     this.pages =
       options.pageCache === false
@@ -127,6 +132,7 @@ export class HttpBinding {
       routes({
         feeds,
         polls: this.polls,
+        streams: this.streams,
         hub: this.hub,
         maxTimeoutSeconds: options.maxTimeoutSeconds,
         log,
@@ -138,8 +144,13 @@ export class HttpBinding {
 
   /** Long polls wake at a change of their feed; those held on a deleted node read again (and get 404). */
   private wakePolls(event: FeedEvent): void {
-    if (event.type === 'item-changed') this.polls.onChange(event.change);
-    else if (event.type === 'node-deleted') this.polls.onDelete(event.node);
+    if (event.type === 'item-changed') {
+      this.polls.onChange(event.change);
+      this.streams.onChange(event.change);
+    } else if (event.type === 'node-deleted') {
+      this.polls.onDelete(event.node);
+      this.streams.onDelete(event.node);
+    }
   }
 
   /** Mounts the routes table, and a 405 naming the allowed methods for every other method. */
@@ -196,7 +207,10 @@ export class HttpBinding {
       params,
       search: q < 0 ? '' : request.url.slice(q + 1),
       origin: () => this.originOf(request),
-      caller: () => this.credentials.actor(request.headers.authorization),
+      caller: (queryToken) =>
+        this.credentials.actor(
+          queryToken === undefined ? request.headers.authorization : `Bearer ${queryToken}`,
+        ),
       onGone: (gone) => {
         reply.raw.on('close', gone);
         // A client that left before the listener was on: its 'close' has been emitted already.
@@ -216,6 +230,18 @@ export class HttpBinding {
     for (const [name, value] of Object.entries(answer.headers ?? {})) reply.header(name, value);
     reply.header('cache-control', answer.cache ?? 'no-cache');
     if (answer.stream) return reply.type(answer.type).send(answer.stream);
+    if (answer.takeover) {
+      reply.hijack();
+      const res = reply.raw;
+      res.writeHead(answer.status, {
+        ...answer.headers,
+        'content-type': answer.type,
+        'cache-control': answer.cache ?? 'no-store',
+        'x-content-type-options': 'nosniff',
+      });
+      await answer.takeover(res);
+      return reply;
+    }
     const readable = x.request.method === 'GET' || x.request.method === 'HEAD';
     if (readable && answer.status === 200) {
       const etag = answer.etag ?? etagOf(answer.body);
@@ -272,6 +298,7 @@ export class HttpBinding {
   async stop(): Promise<void> {
     this.stopping = true;
     this.polls.releaseAll();
+    this.streams.releaseAll();
     await this.app.close();
     await this.sharing.stop();
     await this.hub.stop();

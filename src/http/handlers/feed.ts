@@ -4,6 +4,7 @@ import type { FeedService } from '../../feed/service/service.ts';
 import type { ReaderPage } from '../../feed/service/visible.ts';
 import type { Log } from '../../log.ts';
 import { problems } from '../errors.ts';
+import type { EventStreams } from '../eventStreams.ts';
 import type { Answer, Exchange, RouteHandler } from '../exchange.ts';
 import { FEED_PARAMETERS, type FeedQuery, parseFeedQuery } from '../feedQuery.ts';
 import type { LongPolls } from '../longPoll.ts';
@@ -14,11 +15,14 @@ import { entryDocument } from '../render/atom.ts';
 import { activityJson } from '../render/json.ts';
 import type { PageView } from '../render/pageView.ts';
 import { MEDIA_TYPES, renderPageOnce } from '../render/representation.ts';
+import { callerOf, streamFeed, wantsStream } from './feedStream.ts';
 
 /** What the Smart Feeds pull views need. */
 export interface FeedViewDeps {
   feeds: Pick<FeedService, 'read' | 'getItems' | 'settings' | 'limits'>;
   polls: LongPolls;
+  /** Server-Sent Event streams of feeds (protocol.md 14). */
+  streams: EventStreams;
   maxTimeoutSeconds: number;
   log: Log;
   /** Whole page answers by the feed's generation; none when the binding runs without. */
@@ -97,8 +101,10 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
     const query = parseFeedQuery(x.params.node ?? '', x.search, deps.maxTimeoutSeconds);
     // Every check a request can fail comes before it may be held.
     const origin = x.origin();
-    const reader = x.caller();
+    const stream = wantsStream(x);
+    const reader = callerOf(x, query, stream);
     await feeds.settings(reader, query.feed.node);
+    if (stream) return streamFeed(deps, x, query, reader);
     const representation = negotiate(x.request.headers.accept, query.callback !== undefined);
     // Read before the engine read: an answer read across a write is stored under a past generation.
     const key = deps.pages?.key(query.feed.node, deps.pages.generation(query.feed.node), [

@@ -1,0 +1,89 @@
+import Negotiator from 'negotiator';
+import { canonicalFeedName } from '../../feed/feedName.ts';
+import { parsePositionSpec } from '../../feed/positionSpec.ts';
+import { type Actor, describe } from '../../feed/service/actor.ts';
+import type { FeedService } from '../../feed/service/service.ts';
+import { problems } from '../errors.ts';
+import type { EventStreams } from '../eventStreams.ts';
+import type { Answer, Exchange } from '../exchange.ts';
+import type { FeedQuery } from '../feedQuery.ts';
+import { MEDIA_TYPES } from '../render/representation.ts';
+
+export const EVENT_STREAM = 'text/event-stream';
+
+/** Whether a GET asks for the feed as a stream: `text/event-stream` is what its `Accept` prefers. */
+export function wantsStream(x: Exchange): boolean {
+  if (x.request.method !== 'GET') return false;
+  const accept = x.request.headers.accept;
+  if (accept === undefined || !accept.includes(EVENT_STREAM)) return false;
+  const [best] = new Negotiator({ headers: { accept } }).mediaTypes([
+    MEDIA_TYPES.json,
+    MEDIA_TYPES.atom,
+    EVENT_STREAM,
+  ]);
+  return best === EVENT_STREAM;
+}
+
+/**
+ * Who a request acts as: its `Authorization` header, or on a stream its `access_token` query
+ * parameter (RFC 6750 2.3: `EventSource` cannot set headers). Never both; never the query token
+ * elsewhere, where a header can be sent and the token need not reach logs and histories.
+ */
+export function callerOf(x: Exchange, query: Pick<FeedQuery, 'accessToken'>, stream: boolean): Actor {
+  if (query.accessToken === undefined) return x.caller();
+  if (!stream)
+    throw problems.badRequest('access_token is accepted only on a stream (Accept: text/event-stream)');
+  if (x.request.headers.authorization !== undefined)
+    throw problems.badRequest('give the token in the Authorization header or in access_token, not both');
+  return x.caller(query.accessToken);
+}
+
+/** Where a stream starts: `Last-Event-ID` (a cursor this feed gave as an event id) wins over `since`. */
+function startOf(x: Exchange, query: FeedQuery): string | undefined {
+  const header = x.request.headers['last-event-id'];
+  const last = typeof header === 'string' ? header.trim() : '';
+  if (last === '') return query.since;
+  if (!/^\d+_\d+_\d+$/.test(last))
+    throw problems.badRequest(`Last-Event-ID must be an event id of this feed, not ${JSON.stringify(last)}`);
+  parsePositionSpec(last);
+  return `cursor:${last}`;
+}
+
+/** What a stream needs of the binding. */
+export interface StreamDeps {
+  feeds: Pick<FeedService, 'read' | 'limits'>;
+  streams: EventStreams;
+}
+
+/**
+ * `GET /feeds/{node}` with `Accept: text/event-stream`: the feed from `since` (or `Last-Event-ID`)
+ * on, in pages, then each change as it commits (protocol.md 14). Checked like a pull before
+ * anything is sent; the items come from the same service reads as the pull's.
+ */
+export function streamFeed(deps: StreamDeps, x: Exchange, query: FeedQuery, reader: Actor): Answer {
+  for (const name of ['until', 'callback'] as const)
+    if (query[name] !== undefined) throw problems.badRequest(`a stream takes no ${name}`);
+  const since = startOf(x, query);
+  const { feed } = query;
+  const max = query.max ?? deps.feeds.limits.defaultPageItems;
+  if (max === 0) throw problems.badRequest('a stream takes a max of at least 1');
+  const watch = deps.streams.join(feed);
+  const plan = {
+    node: feed.node,
+    order: feed.order,
+    // Shared among streams of one reader of one feed (filter and view included) only.
+    shared: `${describe(reader)}\n${canonicalFeedName(feed)}\n${max}`,
+    since,
+    read: (from: string | undefined) =>
+      deps.feeds.read(reader, feed, { ...(from !== undefined ? { since: from } : {}), max }),
+  };
+  return {
+    status: 200,
+    type: `${EVENT_STREAM}; charset=utf-8`,
+    body: '',
+    cache: reader.kind === 'anonymous' ? 'no-store' : 'private, no-store',
+    // A stream's end is its connection's: the next one starts from its last event id.
+    headers: { vary: 'Accept, Authorization', 'x-accel-buffering': 'no', connection: 'close' },
+    takeover: (res) => deps.streams.run(watch, plan, res),
+  };
+}
