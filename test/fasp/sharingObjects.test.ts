@@ -183,7 +183,9 @@ describe('shared nodes and items as ActivityPub resources', () => {
     expect(since.json.orderedItems.map((a: { object: { id: string } }) => a.object.id)).toEqual([
       `${s.origin}/ap/nodes/blog/items/later`,
     ]);
-    expect((await get(`${outbox}?since=nonsense`, { accept: AS })).status).toBe(400);
+    // A bare value that is no cursor is an item id (docs/protocol.md 3): unknown here; a malformed spec is refused.
+    expect((await get(`${outbox}?since=nonsense`, { accept: AS })).status).toBe(404);
+    expect((await get(`${outbox}?since=time:nonsense`, { accept: AS })).status).toBe(400);
   });
 
   it('resolves acct:NODE@HOST with WebFinger, for shared nodes only', async () => {

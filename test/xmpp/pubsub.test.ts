@@ -226,8 +226,9 @@ describe(`errors on ${SERVER_TITLE}`, () => {
       [
         alice,
         'get',
+        // A bare value that is no cursor is an item id (docs/protocol.md 3): this one is unknown.
         pubsub(xml('items', { node: 'err' }), rsm({ after: 'garbage' })),
-        ['modify', 'bad-request', undefined],
+        ['cancel', 'item-not-found', undefined],
       ],
       [
         alice,
