@@ -99,7 +99,7 @@ export class EventStreams {
   /**
    * Sends what follows the plan's position, in pages, then each change as it commits, until the
    * client leaves, the server stops, the stream falls too far behind or a read fails (the node
-   * deleted or closed to the reader: an `error` event with its problem, then the end).
+   * deleted or closed to the reader: a `problem` event with its problem, then the end).
    */
   async run(watch: Watch, plan: StreamPlan, res: ServerResponse): Promise<void> {
     const gone = () => watch.end('gone');
@@ -130,7 +130,7 @@ export class EventStreams {
         if (!(await this.waitForChange(watch, res))) return;
       }
     } catch (e) {
-      if (!res.destroyed) res.write(`event: error\ndata: ${problemBody(toProblem(e))}\n\n`);
+      if (!res.destroyed) res.write(`event: problem\ndata: ${problemBody(toProblem(e))}\n\n`);
     } finally {
       res.off('close', gone);
       watch.leave();

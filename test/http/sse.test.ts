@@ -109,7 +109,7 @@ describe('a feed as Server-Sent Events', () => {
     await st.until(count(1));
     await s.feeds.delete(OPERATOR, 'sse-gone');
     await st.ended;
-    expect(st.events[1]?.event).toBe('error');
+    expect(st.events[1]?.event).toBe('problem');
     expect((JSON.parse(st.events[1]?.data as string) as Problem).status).toBe(404);
   });
 });

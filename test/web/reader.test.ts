@@ -128,8 +128,8 @@ describe(`the reader page, beside ${SERVER_TITLE}`, () => {
     await page.evaluate(() => {
       (window as unknown as { sameDocument: boolean }).sameDocument = true;
     });
-    // The page is holding a long poll by now: the item wakes it.
-    while (http.binding.polls.held < 1) await new Promise((r) => setTimeout(r, 20));
+    // The page follows the feed with an event stream by now: the item wakes it.
+    while (http.binding.streams.open < 1) await new Promise((r) => setTimeout(r, 20));
     await publish('reader-blog', 'third', 'Third post, live');
     await page.waitForSelector('#items li[data-id="third"]');
     expect((await shownItems())[0]).toEqual({ id: 'third', title: 'Third post, live', deleted: false });

@@ -1,12 +1,10 @@
-// The smartfeeds reader: lists the feeds the visitor may read, loads one with the JSON pull API
-// (GET /feeds/{node}, following `next`), then follows it live by long polling `since` its last
-// cursor. Entry content is shown as text (parsed in an inert document), never as HTML.
+// The smartfeeds reader: lists the feeds the visitor may read, opens one at its newest page with
+// the JSON pull API (GET /feeds/{node}?until=…), loads older pages on demand, and follows it live
+// with Server-Sent Events (long polling `since` its last cursor where EventSource is missing). Entry content is shown as text (parsed in an inert document), never as HTML.
 
 const TOKEN_KEY = 'smartfeeds-token';
 const PAGE = 250;
 const HOLD_SECONDS = 55;
-/** Items kept on the page; older ones leave the list as new ones come. */
-const MAX_SHOWN = 2000;
 
 const $ = (id) => document.getElementById(id);
 const state = {
@@ -115,6 +113,7 @@ function textOf(html) {
 }
 
 function safeLink(url) {
+  if (typeof url !== 'string' || url === '') return undefined;
   try {
     const parsed = new URL(url, location.href);
     return parsed.protocol === 'http:' || parsed.protocol === 'https:' ? parsed.href : undefined;
@@ -148,7 +147,7 @@ function renderItem(item, previous) {
     meta.append(', ', timeElement(item.deleted ? 'deleted' : 'updated', item.updated));
   const by = item.author?.displayName || item.publisher;
   if (by) meta.append(`, by ${by}`);
-  meta.append(`. Item ${item.id}.`);
+  meta.append('.');
   li.querySelector('.item-text').textContent = item.deleted ? '' : textOf(item.content || item.summary);
   const link = item.deleted ? undefined : safeLink(item.url);
   if (link) {
@@ -161,7 +160,7 @@ function renderItem(item, previous) {
   return li;
 }
 
-/** Shows items in feed order: each goes to the top, replacing its earlier version. */
+/** Shows new items in feed order: each goes to the top, replacing its earlier version. */
 function showItems(feed, items) {
   const list = $('items');
   for (const item of items) {
@@ -171,11 +170,19 @@ function showItems(feed, items) {
     feed.shown.set(item.id, li);
     list.prepend(li);
   }
-  while (list.children.length > MAX_SHOWN) {
-    const last = list.lastElementChild;
-    feed.shown.delete(last.dataset.id);
-    last.remove();
+}
+
+/** Shows a page of older items below those shown (an item shown already keeps its newer place). */
+function showOlder(feed, items) {
+  const older = document.createDocumentFragment();
+  for (const item of [...items].reverse()) {
+    if (feed.shown.has(item.id)) continue;
+    const li = renderItem(item, undefined);
+    feed.shown.set(item.id, li);
+    older.append(li);
   }
+  // One insertion: the list is laid out once per page, however long it is.
+  $('items').append(older);
 }
 
 function announce(feed, items) {
@@ -235,9 +242,34 @@ function showSubscribe(node, order) {
   $('subscribe-list').replaceChildren(...rows.flat());
 }
 
+/** Shows or hides what only a feed that exists has: its order, items and subscribe addresses. */
+function showFeedControls(shown) {
+  for (const id of ['order', 'subscribe', 'items', 'older']) $(id).hidden = !shown;
+}
+
+/** The feed's URL with the visitor's token in the query (a stream cannot send headers). */
+function streamUrl(feed) {
+  const params = { max: PAGE };
+  if (feed.last) params.since = `cursor:${feed.last}`;
+  if (state.token) params.access_token = state.token;
+  return withParams(feedUrl(feed.node, feed.order), params);
+}
+
+/** A bound after every item: `until` it reads a feed's last page. */
+const END = 'time:9999-12-31T23:59:59.999Z';
+
 async function openFeed(node, order, focus) {
-  state.feed?.abort.abort();
-  const feed = { node, order, shown: new Map(), abort: new AbortController(), total: 0, last: undefined };
+  stopFollowing();
+  const feed = {
+    node,
+    order,
+    shown: new Map(),
+    abort: new AbortController(),
+    total: 0,
+    last: undefined,
+    oldest: undefined,
+    atStart: false,
+  };
   state.feed = feed;
   markCurrent();
   $('feed-title').textContent = `Feed ${node}`;
@@ -246,27 +278,107 @@ async function openFeed(node, order, focus) {
   for (const radio of document.querySelectorAll('input[name="order"]')) radio.checked = radio.value === order;
   $('items').replaceChildren();
   showError('');
+  showFeedControls(true);
+  $('older').hidden = true;
   showSubscribe(node, order);
   if (focus) $('feed-title').focus();
   $('feed-status').textContent = 'Loading…';
   try {
-    let url = withParams(feedUrl(node, order), { max: PAGE, timeout: 0 });
-    while (url) {
-      const page = await getJson(url, feed.abort.signal);
-      if (feed !== state.feed) return;
-      showItems(feed, page.items);
-      feed.total = page.totalItems;
-      if (page.last_cursor) feed.last = page.last_cursor;
-      url = page.next;
-    }
-    $('feed-status').textContent = `${feed.total} items in the feed. Following live.`;
+    // The newest page first: a feed of any length opens at once.
+    const page = await getJson(
+      withParams(feedUrl(node, order), { until: END, max: PAGE }),
+      feed.abort.signal,
+    );
+    if (feed !== state.feed) return;
+    showItems(feed, page.items);
+    feed.total = page.totalItems;
+    feed.last = page.last_cursor;
+    feed.oldest = page.items[0]?.cursor;
+    feed.atStart = page.items.length < PAGE;
+    $('older').hidden = feed.atStart;
+    $('feed-status').textContent =
+      feed.total === 0
+        ? 'This feed has no items yet. Following live.'
+        : `${feed.total} items in the feed. Following live.`;
   } catch (error) {
     if (feed.abort.signal.aborted) return;
     $('feed-status').textContent = '';
-    showError(explain(error));
+    if (error.status === 404) {
+      showFeedControls(false);
+      $('feed-title').textContent = `No feed ${node}`;
+      showError(`There is no feed named “${node}” on this server. Pick one from the list.`);
+    } else showError(explain(error));
     return;
   }
-  follow(feed);
+  if (typeof EventSource === 'function') stream(feed);
+  else follow(feed);
+}
+
+/** Loads the page before the oldest item shown. */
+async function loadOlder() {
+  const feed = state.feed;
+  if (!feed || feed.atStart || !feed.oldest || feed.loadingOlder) return;
+  feed.loadingOlder = true;
+  $('older').disabled = true;
+  try {
+    const url = withParams(feedUrl(feed.node, feed.order), { until: `cursor:${feed.oldest}`, max: PAGE });
+    const page = await getJson(url, feed.abort.signal);
+    if (feed !== state.feed) return;
+    showOlder(feed, page.items);
+    if (page.items[0]) feed.oldest = page.items[0].cursor;
+    feed.atStart = page.items.length < PAGE || page.atStart === true;
+    $('older').hidden = feed.atStart;
+    $('feed-status').textContent = feed.atStart
+      ? `${feed.total} items in the feed; the oldest is shown. Following live.`
+      : `${feed.shown.size} of ${feed.total} items shown. Following live.`;
+  } catch (error) {
+    if (!feed.abort.signal.aborted) showError(explain(error));
+  } finally {
+    feed.loadingOlder = false;
+    $('older').disabled = false;
+  }
+}
+
+function stopFollowing() {
+  state.feed?.abort.abort();
+  state.feed?.events?.close();
+}
+
+/** Follows the feed with Server-Sent Events; the browser resumes from the last event id itself. */
+function stream(feed) {
+  const events = new EventSource(streamUrl(feed));
+  feed.events = events;
+  const take = (message) => {
+    if (feed !== state.feed) return;
+    const item = JSON.parse(message.data);
+    feed.last = message.lastEventId;
+    // A new item (first version) adds one to the total; updates and tombstones replace one.
+    if (item.published === item.updated && !item.deleted) feed.total += 1;
+    showError('');
+    showItems(feed, [item]);
+    announce(feed, [item]);
+  };
+  events.addEventListener('item', take);
+  events.addEventListener('tombstone', take);
+  events.addEventListener('problem', (message) => {
+    const problem = JSON.parse(message.data);
+    events.close();
+    showError(explain(new HttpError(problem.status, problem.detail)));
+  });
+  events.addEventListener('overflow', () => {
+    // Closed for reading too slowly: the browser reconnects from its last event id.
+    showError('Catching up…');
+  });
+  events.addEventListener('open', () => showError(''));
+  events.addEventListener('error', () => {
+    if (feed !== state.feed) return;
+    if (events.readyState === EventSource.CLOSED) {
+      // Refused (a status other than 200): long polls say why, and follow if they can.
+      follow(feed);
+      return;
+    }
+    showError('Lost the connection to the server; reconnecting.');
+  });
 }
 
 /** Long polls `since` the last cursor, again and again, until another feed is opened. */
@@ -326,6 +438,12 @@ function start() {
     route(false);
   });
   $('nodes-more').addEventListener('click', () => nodesNext && loadNodes(nodesNext, true));
+  $('older').addEventListener('click', () => loadOlder());
+  // The keyboard: "o" loads older items (outside text fields).
+  document.addEventListener('keydown', (event) => {
+    const field = event.target instanceof HTMLInputElement || event.target instanceof HTMLTextAreaElement;
+    if (event.key === 'o' && !field && !event.ctrlKey && !event.metaKey && !event.altKey) loadOlder();
+  });
   $('order').addEventListener('change', (event) => {
     if (!state.feed) return;
     const params = { feed: state.feed.node };
