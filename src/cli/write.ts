@@ -222,7 +222,8 @@ function parseExportLine(text: string): ExportRecord {
     ['publisher', 'string', false],
     ['atomId', 'string', false],
   ]);
-  // Every field's type was checked just above (the engine checks their values).
+  // Every scalar field's type was checked just above; the engine checks their values, and the
+  // shape of `audience` and `views`.
   return r as unknown as ExportRecord;
 }
 

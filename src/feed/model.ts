@@ -137,6 +137,14 @@ export interface ExportRecord {
   publisher?: string;
   atomId?: string;
   entry: string;
+  /** Who may read this version besides owners and its publisher (absent: everyone). */
+  audience?: string[];
+  /**
+   * Every filtered and readers' view the item has an entry in, as [filter, audience] pairs
+   * (audience `*` owners, '' anyone, `@JID` one reader): a view's history cannot be told from the
+   * item's current version, since membership never ends (protocol.md 11).
+   */
+  views?: [filter: string, audience: string][];
 }
 
 export interface Limits {

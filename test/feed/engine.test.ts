@@ -1252,6 +1252,7 @@ describe('export / import', () => {
       publisher: 'a@x',
       atomId: 'urn:a',
       entry: stored('a', 'urn:a'),
+      views: [['publisher=a@x', '*']],
     });
     expect(records.find((r) => r.id === 'e')).toMatchObject({ deleted: true, atomId: 'urn:e' });
 
@@ -1312,6 +1313,38 @@ describe('export / import', () => {
     const junk = [{ ...records[0], entry: `${records[0]?.entry}<x/>` }] as ExportRecord[];
     await rejects(copy.importNode('x4', junk), InvalidPayload);
     expect((await copy.read('x4')).total).toBe(0);
+  });
+
+  it('refuses audiences and views that are not what an export writes', async () => {
+    await build();
+    const [first, second] = (await collect('m')) as [ExportRecord, ExportRecord];
+    const copy = await h.open(await h.dir());
+    const refused = async (node: string, lines: unknown[], why: RegExp) => {
+      const e = await copy.importNode(node, lines as ExportRecord[]).catch((x: unknown) => x);
+      expect(e).toBeInstanceOf(BadRequest);
+      expect((e as Error).message).toMatch(why);
+      expect((await copy.read(node)).total).toBe(0);
+    };
+    // An audience alone would make a private item public: its views must come with it.
+    const { views: _, ...bare } = first;
+    await refused('v1', [{ ...bare, audience: ['r@x'] }], /needs its "views"/);
+    await refused('v2', [{ ...first, audience: ['not a jid@'], views: [['', '']] }], /audience member/);
+    await refused('v2b', [{ ...first, audience: ['R@X'], views: [['', '']] }], /written "r@x"/);
+    await refused('v3', [{ ...first, audience: 'r@x', views: [['', '']] }], /list of JIDs/);
+    await refused('v4', [{ ...first, views: 'everyone' }], /list of \[filter, audience\]/);
+    for (const pair of [
+      ['', '*'],
+      ['', '@'],
+      ['', '@a/b'],
+      ['colour=red', ''],
+      ['category=', '*'],
+      [''],
+      7,
+    ]) {
+      await refused('v5', [{ ...first, views: [pair] }], /views|view/);
+    }
+    // Some lines naming public views and some not cannot come from one node.
+    await refused('v6', [{ ...first, views: [['', '']] }, second], /disagree/);
   });
 });
 

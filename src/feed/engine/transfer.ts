@@ -1,12 +1,23 @@
 import { readAtomEntry, readTombstone } from '../atom.ts';
 import { BadRequest, NodeExists, NodeNotEmpty, NodeNotFound, StorageError } from '../errors.ts';
 import { checkItemId, checkNodeName } from '../feedName.ts';
-import { deletedKey, indexKey, indexRange, itemKey, metaKey } from '../keys.ts';
+import { bareJid } from '../jid.ts';
+import { audienceFlagKey, deletedKey, indexKey, indexRange, itemKey, keyUnder, metaKey } from '../keys.ts';
 import type { ExportRecord, ItemRecord } from '../model.ts';
 import { decodeRecord, encodeRecord } from '../record.ts';
 import type { Op } from '../store/store.ts';
 import { changedMessage } from './changeLog.ts';
-import { countOps, importViews } from './filters.ts';
+import {
+  ALL,
+  countOps,
+  importViews,
+  indexPrefix,
+  membershipOf,
+  PUBLIC,
+  splitView,
+  viewName,
+  X_VIEW,
+} from './filters.ts';
 import type { Instances } from './instances.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { type EngineState, json, type NodeMeta, parse, serialize } from './state.ts';
@@ -49,6 +60,14 @@ export class Transfer {
           };
           if (rec.p !== undefined) out.publisher = rec.p;
           if (rec.a !== undefined) out.atomId = rec.a;
+          if (rec.au !== undefined) out.audience = [...rec.au];
+          const views = [...membershipOf(st.views, rec)].sort();
+          if (views.length > 0) {
+            out.views = views.map((name) => {
+              const { filter, audience } = splitView(name);
+              return [filter, audience];
+            });
+          }
           yield out;
         }
         lower = { gt: chunk[chunk.length - 1]?.[0] as Buffer };
@@ -83,6 +102,8 @@ export class Transfer {
       let stamp: number = st.stamp;
       let seq: number = st.seq;
       let lastModified = -1;
+      /** Whether the node keeps public and readers' views (a node that has had an audience). */
+      let publicViews: boolean | undefined;
       const counts = new Map<string, number>();
       const meta = (): Op => ({
         type: 'put',
@@ -122,7 +143,14 @@ export class Transfer {
           if (r.publisher !== undefined) rec.p = r.publisher;
           if (r.atomId !== undefined) rec.a = r.atomId;
           if (parsed?.categories) rec.k = [...new Set(parsed.categories)];
-          importViews(st.nid, r.id, rec, counts, ops);
+          if (r.audience !== undefined) rec.au = audienceOf(r.audience, bad);
+          const keepsPublic = this.memberships(st.nid, r, rec, counts, ops, bad);
+          if (publicViews === undefined && keepsPublic) {
+            ops.push({ type: 'put', key: audienceFlagKey(st.nid), value: json({ audience: 1 }) });
+          }
+          if (publicViews !== undefined && publicViews !== keepsPublic)
+            throw bad('the lines disagree on whether the node keeps public views (some name them, some not)');
+          publicViews = keepsPublic;
           const id = Buffer.from(r.id, 'utf8');
           ops.push({ type: 'put', key: itemKey(st.nid, r.id), value: encodeRecord(rec) });
           ops.push({ type: 'put', key: indexKey(st.nid, 'modified', m, r.modifiedSeq), value: id });
@@ -142,6 +170,40 @@ export class Transfer {
       }
       return total;
     });
+  }
+
+  /**
+   * An imported item's entries in the filtered and readers' views: those its line names (an export
+   * names them all), or, for a line without them, the owners' filtered views its version matches.
+   * Answers whether the line names public views, which only a node that keeps them has.
+   */
+  private memberships(
+    nid: number,
+    r: ExportRecord,
+    rec: ItemRecord,
+    counts: Map<string, number>,
+    ops: Op[],
+    bad: (why: string) => BadRequest,
+  ): boolean {
+    if (r.views === undefined) {
+      if (rec.au !== undefined) throw bad('an item with an audience needs its "views" (export it again)');
+      importViews(nid, r.id, rec, counts, ops);
+      return false;
+    }
+    if (!Array.isArray(r.views)) throw bad('"views" must be a list of [filter, audience] pairs');
+    const names = new Set<string>();
+    for (const pair of r.views) names.add(viewOfPair(pair, bad));
+    if (names.size === 0) return false;
+    rec.v = [...names].sort();
+    const keepsPublic = rec.v.some((name) => splitView(name).audience !== ALL);
+    if (keepsPublic) rec.r = 1;
+    const id = Buffer.from(r.id, 'utf8');
+    for (const name of rec.v) {
+      ops.push({ type: 'put', key: keyUnder(indexPrefix(nid, 'modified', name), rec.m, rec.ms), value: id });
+      ops.push({ type: 'put', key: keyUnder(indexPrefix(nid, 'created', name), rec.c, rec.cs), value: id });
+      counts.set(name, (counts.get(name) ?? 0) + 1);
+    }
+    return keepsPublic;
   }
 
   /**
@@ -174,4 +236,46 @@ export class Transfer {
     });
     return next;
   }
+}
+
+/** An imported audience: a list of bare JIDs in their canonical form, as the engine keeps them. */
+function audienceOf(value: unknown, bad: (why: string) => BadRequest): string[] {
+  if (!Array.isArray(value) || !value.every((j) => typeof j === 'string'))
+    throw bad('"audience" must be a list of JIDs');
+  for (const j of value) {
+    let canonical: string;
+    try {
+      canonical = bareJid(j, 'an audience member');
+    } catch (e) {
+      throw bad(e instanceof Error ? e.message : String(e));
+    }
+    if (canonical !== j) throw bad(`an audience member must be written ${JSON.stringify(canonical)}`);
+  }
+  return [...new Set<string>(value)].sort();
+}
+
+/** Text a view name may hold after `publisher=` or `@`: a JID as the engine stored it. */
+const NAME_PART = /^[^\p{Cc}/]+$/u;
+
+/** One [filter, audience] pair of an imported line's "views", as the engine names that view. */
+function viewOfPair(pair: unknown, bad: (why: string) => BadRequest): string {
+  const refuse = () => bad(`not a [filter, audience] view: ${JSON.stringify(pair)}`);
+  if (!Array.isArray(pair) || pair.length !== 2) throw refuse();
+  const [filter, audience] = pair;
+  if (typeof filter !== 'string' || typeof audience !== 'string') throw refuse();
+  const eq = filter.indexOf('=');
+  const kind = filter.slice(0, eq);
+  const value = filter.slice(eq + 1);
+  const filterOk =
+    filter === '' ||
+    (kind === 'category' && value !== '' && !/\p{Cc}/u.test(value)) ||
+    (kind === 'publisher' && NAME_PART.test(value));
+  const audienceOk =
+    audience === ALL ||
+    audience === PUBLIC ||
+    (audience.startsWith('@') && NAME_PART.test(audience.slice(1)));
+  if (!filterOk || !audienceOk) throw refuse();
+  const name = viewName(filter, audience);
+  if (name === X_VIEW) throw bad('"views" never names ["", "*"]: every item is in that view');
+  return name;
 }
