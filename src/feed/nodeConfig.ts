@@ -11,6 +11,8 @@ export interface NodeConfig {
   publishModel: PublishModel;
   /** The message type of notifications. */
   notificationType: 'headline' | 'normal';
+  /** Subscribers are sent item notifications over XMPP (else they learn of changes by pulling). */
+  deliverNotifications: boolean;
   /** Notifications carry the item's payload (else only its id). */
   deliverPayloads: boolean;
   notifyRetract: boolean;
@@ -45,6 +47,7 @@ export const DEFAULT_NODE_CONFIG: Readonly<NodeConfig> = {
   accessModel: 'open',
   publishModel: 'publishers',
   notificationType: 'headline',
+  deliverNotifications: true,
   deliverPayloads: true,
   notifyRetract: true,
   notifyDelete: true,

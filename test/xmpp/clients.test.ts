@@ -71,6 +71,15 @@ describe(`<pubsub> children as generic clients send them, on ${SERVER_TITLE}`, (
   const ordered = (ns: string, by: string, ...more: Element[]) =>
     pubsub(xml('items', { node: 'bar', max_items: '10' }), xml('order', { xmlns: ns, by }), ...more);
 
+  it('advertises both versions of XEP-0413 in disco#info', async () => {
+    const reply = await ok(alice.iq('get', xml('query', { xmlns: NS.info })));
+    const features = reply
+      .getChild('query', NS.info)
+      ?.getChildren('feature')
+      .map((f) => f.attrs.var);
+    expect(features).toEqual(expect.arrayContaining([ORDER_BY_0, ORDER_BY_1]));
+  });
+
   it('reads XEP-0413 version 0 and version 1 <order> beside <items>', async () => {
     for (const ns of [ORDER_BY_0, ORDER_BY_1]) {
       expect(itemsOf(await ok(alice.iq('get', ordered(ns, 'creation')))).ids).toEqual(['x', 'y', 'z']);
@@ -217,5 +226,49 @@ describe(`a XEP-0277 microblog's comments node, on ${SERVER_TITLE}`, () => {
       expect(errorOf(await set(bad)), JSON.stringify(bad)).toEqual(['modify', 'not-acceptable', undefined]);
     // Items still never expire: the comment is there.
     expect(itemsOf(await ok(bob.iq('get', pubsub(xml('items', { node: COMMENTS }))))).ids).toEqual(['c1']);
+  });
+});
+
+describe(`pubsub#deliver_notifications, on ${SERVER_TITLE}`, () => {
+  const notifiedOf = (node: string) => (m: Element) =>
+    m.getChild('event', NS.event)?.getChild('items')?.attrs.node === node;
+  const subscribe = (node: string) =>
+    ok(bob.iq('set', pubsub(xml('subscribe', { node, jid: bob.jid.split('/')[0] as string }))));
+
+  it('sends no item notifications while it is off, and sends them again once it is on', async () => {
+    await ok(
+      alice.iq(
+        'set',
+        pubsub(
+          xml('create', { node: 'quiet' }),
+          xml('configure', {}, configForm({ 'pubsub#deliver_notifications': '0' })),
+        ),
+      ),
+    );
+    expect((await configOf(alice, 'quiet'))['pubsub#deliver_notifications']).toEqual(['false']);
+    await ok(alice.iq('set', pubsub(xml('create', { node: 'loud' }))));
+    await subscribe('quiet');
+    await subscribe('loud');
+    await ok(alice.iq('set', publishIq('quiet', 'q1')));
+    await ok(alice.iq('set', publishIq('loud', 'l1')));
+    // Notifications leave in commit order on one stream: once loud's has come, quiet's would have.
+    await bob.waitMessages(1, notifiedOf('loud'));
+    expect(bob.messages.filter(notifiedOf('quiet'))).toEqual([]);
+    // The item is there for a pull.
+    expect(itemsOf(await ok(bob.iq('get', pubsub(xml('items', { node: 'quiet' }))))).ids).toEqual(['q1']);
+
+    await ok(
+      alice.iq(
+        'set',
+        xml(
+          'pubsub',
+          { xmlns: NS.owner },
+          xml('configure', { node: 'quiet' }, configForm({ 'pubsub#deliver_notifications': 'true' })),
+        ),
+      ),
+    );
+    await ok(alice.iq('set', publishIq('quiet', 'q2')));
+    const [told] = await bob.waitMessages(1, notifiedOf('quiet'));
+    expect(told?.getChild('event', NS.event)?.getChild('items')?.getChild('item')?.attrs.id).toBe('q2');
   });
 });

@@ -30,6 +30,7 @@ describe('the node configuration form', () => {
         'pubsub#title': 'T',
         'pubsub#access_model': 'authorize',
         'pubsub#deliver_payloads': '0',
+        'pubsub#deliver_notifications': 'false',
         'pubsub#notify_config': '1',
         'pubsub#notify_retract': 'false',
         'pubsub#max_items': 'max',
@@ -39,6 +40,7 @@ describe('the node configuration form', () => {
       title: 'T',
       accessModel: 'authorize',
       deliverPayloads: false,
+      deliverNotifications: false,
       notifyConfig: true,
       notifyRetract: false,
     });
@@ -108,7 +110,6 @@ describe('the node configuration form', () => {
           'pubsub#item_expire': '60',
           'pubsub#node_type': 'leaf',
           'pubsub#language': 'fr',
-          'pubsub#deliver_notifications': '0',
         }),
       ) as NonNullable<ReturnType<typeof parseForm>>,
       stored,
@@ -120,7 +121,6 @@ describe('the node configuration form', () => {
         'pubsub#contact': ['a@example.org', 'b@example.org'],
         'pubsub#item_expire': ['60'],
         'pubsub#language': ['fr'],
-        'pubsub#deliver_notifications': ['false'],
       },
     });
     const shown = configForm({ ...DEFAULT_NODE_CONFIG, ...change }, 'form');
