@@ -72,6 +72,13 @@ export function readNodeConfig(stored: unknown): NodeConfig {
     // Same type as the default's, checked on this line: a stored field of the module's own record.
     else if (typeof value === typeof out[key]) (out as unknown as Record<string, unknown>)[key] = value;
   }
+  // Stored among the inert fields before it was honoured: the owner's choice still holds.
+  const older = out.inertFields['pubsub#deliver_notifications'];
+  if (older !== undefined) {
+    delete out.inertFields['pubsub#deliver_notifications'];
+    if (typeof (stored as Record<string, unknown>).deliverNotifications !== 'boolean')
+      out.deliverNotifications = older[0] !== 'false';
+  }
   return out;
 }
 

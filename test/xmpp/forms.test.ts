@@ -143,6 +143,22 @@ describe('the node configuration form', () => {
     expect(readNodeConfig(JSON.parse('{"inertFields":{"__proto__":["x"]}}')).inertFields).toEqual({});
   });
 
+  it('takes pubsub#deliver_notifications stored as an inert field as the setting it now is', () => {
+    const older = readNodeConfig({
+      inertFields: { 'pubsub#deliver_notifications': ['false'], 'pubsub#type': ['t'] },
+    });
+    expect(older.deliverNotifications).toBe(false);
+    expect(older.inertFields).toEqual({ 'pubsub#type': ['t'] });
+    // The setting itself wins over a leftover inert value.
+    const both = readNodeConfig({
+      deliverNotifications: true,
+      inertFields: { 'pubsub#deliver_notifications': ['false'] },
+    });
+    expect(both.deliverNotifications).toBe(true);
+    expect(both.inertFields).toEqual({});
+    expect(readNodeConfig({}).deliverNotifications).toBe(true);
+  });
+
   it('reads a stored configuration over the defaults, ignoring what is not a setting', () => {
     expect(readNodeConfig(undefined)).toEqual(DEFAULT_NODE_CONFIG);
     expect(readNodeConfig({ title: 'x', accessModel: 3, bogus: true })).toEqual({
