@@ -135,7 +135,8 @@ describe('Libervia 0.9 against the component and against Prosody mod_pubsub', ()
 
   it('talks to nothing but the loopback server', async () => {
     const pid = libervia.pid as number;
-    const { stdout } = await promisify(execFile)('ss', ['-tnpH']);
+    // Its TCP and UDP sockets now (the machine may have many: a large buffer).
+    const { stdout } = await promisify(execFile)('ss', ['-tuanpH'], { maxBuffer: 256 * 1024 * 1024 });
     const mine = stdout.split('\n').filter((line) => line.includes(`pid=${pid},`));
     expect(mine.length).toBeGreaterThan(0);
     for (const line of mine) expect(line).toMatch(/\s127\.0\.0\.1:\d+\s+127\.0\.0\.1:\d+\s/);

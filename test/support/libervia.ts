@@ -3,7 +3,8 @@
 // - The backend and the CLI talk over Libervia's `pb` bridge on a unix socket in that HOME (no D-Bus).
 // - `hosts_dict` sends `localhost` to 127.0.0.1 and the c2s port: no DNS look-up.
 // - A stub `miniupnpc` module on PYTHONPATH answers "no gateway": no UPnP probe on the network.
-// - The backend is stopped by its pid (twistd's pid file), SIGTERM then SIGKILL.
+// - The backend is stopped by its pid (twistd's pid file), SIGTERM then SIGKILL; it also gets
+//   SIGKILL when the process that started it dies (setpriv --pdeathsig).
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { openSync } from 'node:fs';
 import { chown, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -81,10 +82,13 @@ export async function startLibervia(opts: { c2sPort: number }): Promise<Libervia
     'PATH=/usr/bin:/bin',
     'LANG=C.UTF-8',
   ];
-  const command = (file: string, args: string[]): [string, string[]] =>
-    ids
-      ? ['runuser', ['-u', 'nobody', '--', '/usr/bin/env', '-i', ...env, file, ...args]]
-      : ['/usr/bin/env', ['-i', ...env, file, ...args]];
+  // setpriv: as nobody (when we are root), and killed with this process should it die without
+  // running its exit hooks (a SIGKILLed test worker).
+  const user = ids ? [`--reuid=${ids.uid}`, `--regid=${ids.gid}`, '--clear-groups'] : [];
+  const command = (file: string, args: string[]): [string, string[]] => [
+    'setpriv',
+    [...user, '--pdeathsig', 'KILL', '--', '/usr/bin/env', '-i', ...env, file, ...args],
+  ];
 
   const consoleLog = join(home, 'backend.stdout.log');
   const out = openSync(consoleLog, 'a');
