@@ -41,6 +41,9 @@ const serverTests = serverFiles
   .map(({ dir, file }) => `${dir}/${file}`);
 const aloneTests = serverFiles.filter(({ file }) => ALONE.has(file)).map(({ dir, file }) => `${dir}/${file}`);
 const harnessTest = (server: string) => `test/${server}-harness.test.ts`;
+// Files that compare the component with Prosody's own mod_pubsub (pubsub.localhost in the Prosody
+// harness): they run in the prosody project only.
+const PROSODY_ONLY = ['test/libervia/libervia.test.ts'];
 
 // The store contract, engine and service suites run once per store (SMARTFEEDS_TEST_STORES, default
 // both): LevelDB (and memory) in the unit project, PostgreSQL in `store-postgres`, whose global
@@ -73,6 +76,7 @@ export default defineConfig({
             ...serverTests,
             ...aloneTests,
             'test/*-harness.test.ts',
+            ...PROSODY_ONLY,
             ...POSTGRES_ONLY,
             ...(stores.includes('level') ? [] : STORE_SUITES),
           ],
@@ -96,7 +100,7 @@ export default defineConfig({
           extends: true,
           test: {
             name: server,
-            include: [...serverTests, harnessTest(server)],
+            include: [...serverTests, harnessTest(server), ...(server === 'prosody' ? PROSODY_ONLY : [])],
             env: { SMARTFEEDS_TEST_SERVER: server },
           },
         },

@@ -11,6 +11,8 @@ export interface NodeConfig {
   publishModel: PublishModel;
   /** The message type of notifications. */
   notificationType: 'headline' | 'normal';
+  /** Subscribers are sent item notifications over XMPP (else they learn of changes by pulling). */
+  deliverNotifications: boolean;
   /** Notifications carry the item's payload (else only its id). */
   deliverPayloads: boolean;
   notifyRetract: boolean;
@@ -45,6 +47,7 @@ export const DEFAULT_NODE_CONFIG: Readonly<NodeConfig> = {
   accessModel: 'open',
   publishModel: 'publishers',
   notificationType: 'headline',
+  deliverNotifications: true,
   deliverPayloads: true,
   notifyRetract: true,
   notifyDelete: true,
@@ -68,6 +71,13 @@ export function readNodeConfig(stored: unknown): NodeConfig {
     if (key === 'inertFields') out.inertFields = readInertFields(value);
     // Same type as the default's, checked on this line: a stored field of the module's own record.
     else if (typeof value === typeof out[key]) (out as unknown as Record<string, unknown>)[key] = value;
+  }
+  // Stored among the inert fields before it was honoured: the owner's choice still holds.
+  const older = out.inertFields['pubsub#deliver_notifications'];
+  if (older !== undefined) {
+    delete out.inertFields['pubsub#deliver_notifications'];
+    if (typeof (stored as Record<string, unknown>).deliverNotifications !== 'boolean')
+      out.deliverNotifications = older[0] !== 'false';
   }
   return out;
 }

@@ -6,6 +6,7 @@ import type { NodeRange } from '../feed/service/nodes.ts';
 import { configForm, type FormField, resultForm } from './forms.ts';
 import { MAM_FEATURES } from './mam.ts';
 import { NS } from './namespaces.ts';
+import { ORDER_BY_NAMESPACES } from './orderBy.ts';
 import type { Binding, Handler, Request } from './request.ts';
 import { parseRsm, type RsmRequest, rsmReply } from './rsm.ts';
 import { SHIM_HEADERS } from './shim.ts';
@@ -56,7 +57,8 @@ function serviceFeatures(binding: Binding): string[] {
     ...pubsub.map((f) => `${NS.pubsub}#${f}`),
     NS.rsm,
     NS.shim,
-    NS.orderBy,
+    // Both versions of XEP-0413 are read (orderBy.ts); Libervia 0.9 looks for version 0.
+    ...ORDER_BY_NAMESPACES,
     ...MAM_FEATURES,
   ];
 }

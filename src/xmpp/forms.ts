@@ -89,6 +89,11 @@ const CONFIG_FIELDS: Record<string, ConfigField> = {
     label: 'Message type of notifications',
     options: ['headline', 'normal'],
   },
+  'pubsub#deliver_notifications': {
+    key: 'deliverNotifications',
+    type: 'boolean',
+    label: 'Deliver item notifications to subscribers',
+  },
   'pubsub#deliver_payloads': {
     key: 'deliverPayloads',
     type: 'boolean',

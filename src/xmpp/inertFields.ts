@@ -31,11 +31,6 @@ export const INERT_FIELDS: Readonly<Record<string, InertField>> = {
     label: 'The URL of an XSL transformation to a data form (not applied)',
     shown: [],
   },
-  'pubsub#deliver_notifications': {
-    type: 'boolean',
-    label: 'Deliver event notifications (subscribers are always notified)',
-    shown: ['true'],
-  },
   'pubsub#item_expire': {
     type: 'text-single',
     label: 'Seconds after which items are purged (Smart Feeds never expire items)',

@@ -11,5 +11,4 @@ export const NS = {
   stanzas: 'urn:ietf:params:xml:ns:xmpp-stanzas',
   atom: 'http://www.w3.org/2005/Atom',
   smartFeed: 'urn:smartfeeds:feed',
-  orderBy: 'urn:xmpp:order-by:1',
 } as const;

@@ -183,6 +183,8 @@ export class Notifier {
 
   private async deliver(change: Change): Promise<void> {
     const { config, subscriptions: subs, deliver } = await this.audience(change.node);
+    // pubsub#deliver_notifications off: subscribers pull (protocol.md 7), as after a dropped message.
+    if (!config.deliverNotifications) return;
     // XEP-0060 7.2.2.1: a retract with notify='true' is told even when notify_retract is off.
     if (change.kind === 'retract' && !config.notifyRetract && !change.notify) return;
     const bodies = new Map<string, string>();

@@ -1,63 +1,25 @@
 // Append-only nodes against a real XMPP server, with real users, and the HTTP binding of the same
 // engine: the option in the node configuration form, and the refusals it brings either way.
 import { xml } from '@xmpp/client';
-import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Problem } from '../http/support.ts';
 import { type HttpStack, entry as httpEntry, startHttp, TOKENS } from '../http/support.ts';
-import {
-  entry,
-  errorOf,
-  itemsOf,
-  NS,
-  publishIq,
-  pubsub,
-  rsm,
-  SERVER_TITLE,
-  Stack,
-  type User,
-} from './stack.ts';
+import { configForm, configOf, configure, fileStack, owner } from './setup.ts';
+import { entry, errorOf, itemsOf, publishIq, pubsub, rsm, SERVER_TITLE } from './stack.ts';
 
-const DATA_FORMS = 'jabber:x:data';
-
-let stack: Stack;
+const {
+  stack,
+  users: { alice },
+} = fileStack({ policy: { create: 'local' } }, ['alice'], 60_000);
 let http: HttpStack;
-let alice: User;
 
 beforeAll(async () => {
-  stack = await Stack.start({ policy: { create: 'local' } });
   http = await startHttp({ engine: stack.engine });
-  alice = await stack.user('alice');
-}, 60_000);
+});
 
 afterAll(async () => {
   await http?.stop();
-  await stack?.stop();
 });
-
-const owner = (...children: Element[]) => xml('pubsub', { xmlns: NS.owner }, ...children);
-
-function configForm(fields: Record<string, string>): Element {
-  return xml(
-    'x',
-    { xmlns: DATA_FORMS, type: 'submit' },
-    xml('field', { var: 'FORM_TYPE', type: 'hidden' }, xml('value', {}, `${NS.pubsub}#node_config`)),
-    ...Object.entries(fields).map(([name, value]) => xml('field', { var: name }, xml('value', {}, value))),
-  );
-}
-
-const configure = (user: User, node: string, fields: Record<string, string>) =>
-  user.iq('set', owner(xml('configure', { node }, configForm(fields))));
-
-async function fieldsOf(user: User, node: string): Promise<Record<string, string[]>> {
-  const reply = await user.iq('get', owner(xml('configure', { node })));
-  expect(reply.attrs.type, reply.toString()).toBe('result');
-  const x = reply.getChild('pubsub', NS.owner)?.getChild('configure')?.getChild('x', DATA_FORMS);
-  const out: Record<string, string[]> = {};
-  for (const f of x?.getChildren('field') ?? [])
-    out[f.attrs.var as string] = f.getChildren('value').map((v) => v.getText());
-  return out;
-}
 
 const retractIq = (node: string, id: string) => pubsub(xml('retract', { node }, xml('item', { id })));
 
@@ -65,7 +27,7 @@ describe(`append-only nodes on ${SERVER_TITLE}`, () => {
   it('shows the options in the configuration form, append-only off by default', async () => {
     const created = await alice.iq('set', pubsub(xml('create', { node: 'plain' })));
     expect(created.attrs.type, created.toString()).toBe('result');
-    const fields = await fieldsOf(alice, 'plain');
+    const fields = await configOf(alice, 'plain');
     expect(fields['smartfeeds#append_only']).toEqual(['false']);
     expect(fields['smartfeeds#event_type']).toEqual(['org.smartfeeds.entry']);
     expect(fields['smartfeeds#archive_size']).toEqual(['100']);
@@ -84,7 +46,7 @@ describe(`append-only nodes on ${SERVER_TITLE}`, () => {
       ),
     );
     expect(created.attrs.type, created.toString()).toBe('result');
-    expect((await fieldsOf(alice, 'log'))['smartfeeds#append_only']).toEqual(['true']);
+    expect((await configOf(alice, 'log'))['smartfeeds#append_only']).toEqual(['true']);
     expect((await alice.iq('set', publishIq('log', 'one'))).attrs.type).toBe('result');
     const again = await alice.iq('set', publishIq('log', 'one', entry('one', 'changed')));
     expect(errorOf(again)).toEqual(['cancel', 'conflict', undefined]);
@@ -122,7 +84,7 @@ describe(`append-only nodes on ${SERVER_TITLE}`, () => {
     }
     const type = await configure(alice, 'empty', { 'smartfeeds#event_type': 'org.example.log' });
     expect(type.attrs.type).toBe('result');
-    expect((await fieldsOf(alice, 'empty'))['smartfeeds#event_type']).toEqual(['org.example.log']);
+    expect((await configOf(alice, 'empty'))['smartfeeds#event_type']).toEqual(['org.example.log']);
   });
 
   it('refuses the same over HTTP: 409 for PUT, POST of a known Atom id, and DELETE', async () => {

@@ -1,18 +1,8 @@
 import { xml } from '@xmpp/client';
 import type { Element } from 'ltx';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  entry,
-  errorOf,
-  itemsOf,
-  NS,
-  publishIq,
-  pubsub,
-  rsm,
-  SERVER_TITLE,
-  Stack,
-  type User,
-} from './stack.ts';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { configForm, configOf, configure, fileStack, ok } from './setup.ts';
+import { entry, errorOf, itemsOf, NS, publishIq, pubsub, rsm, SERVER_TITLE } from './stack.ts';
 
 // Requests as generic pubsub clients send them (the stanzas below are Libervia 0.9's, byte for
 // byte where it matters): XEP-0413 version 0 beside <items> and in MAM, RSM by item id, and the
@@ -21,55 +11,29 @@ import {
 const ORDER_BY_0 = 'urn:xmpp:order-by:0';
 const ORDER_BY_1 = 'urn:xmpp:order-by:1';
 const MAM = 'urn:xmpp:mam:2';
-const DATA_FORMS = 'jabber:x:data';
-const NODE_CONFIG = 'http://jabber.org/protocol/pubsub#node_config';
 const COMMENTS = 'urn:xmpp:microblog:0:comments/post2';
 
-let stack: Stack;
-let alice: User;
-let bob: User;
-
-const ok = async (reply: Promise<Element>) => {
-  const r = await reply;
-  expect(r.attrs.type, r.toString()).toBe('result');
-  return r;
-};
-
-function configForm(fields: Record<string, string | string[]>, type = 'submit'): Element {
-  return xml(
-    'x',
-    { xmlns: DATA_FORMS, type },
-    xml('field', { var: 'FORM_TYPE', type: 'hidden' }, xml('value', {}, NODE_CONFIG)),
-    ...Object.entries(fields).map(([name, v]) =>
-      xml('field', { var: name }, ...(Array.isArray(v) ? v : [v]).map((x) => xml('value', {}, x))),
-    ),
-  );
-}
-
-async function configOf(user: User, node: string): Promise<Record<string, string[]>> {
-  const reply = await ok(user.iq('get', xml('pubsub', { xmlns: NS.owner }, xml('configure', { node }))));
-  const form = reply.getChild('pubsub', NS.owner)?.getChild('configure')?.getChild('x', DATA_FORMS);
-  const out: Record<string, string[]> = {};
-  for (const f of form?.getChildren('field') ?? [])
-    out[f.attrs.var as string] = f.getChildren('value').map((v) => v.getText());
-  return out;
-}
+const {
+  users: { alice, bob },
+} = fileStack({ policy: { create: 'local', autoCreate: true } }, ['alice', 'bob']);
 
 beforeAll(async () => {
-  stack = await Stack.start({ policy: { create: 'local', autoCreate: true } });
-  alice = await stack.user('alice');
-  bob = await stack.user('bob');
   // bar: created x, y, z; then x updated, so modification order is y, z, x.
   for (const id of ['x', 'y', 'z', 'x']) await ok(alice.iq('set', publishIq('bar', id)));
-}, 120_000);
-
-afterAll(async () => {
-  await stack?.stop();
 });
 
 describe(`<pubsub> children as generic clients send them, on ${SERVER_TITLE}`, () => {
   const ordered = (ns: string, by: string, ...more: Element[]) =>
     pubsub(xml('items', { node: 'bar', max_items: '10' }), xml('order', { xmlns: ns, by }), ...more);
+
+  it('advertises both versions of XEP-0413 in disco#info', async () => {
+    const reply = await ok(alice.iq('get', xml('query', { xmlns: NS.info })));
+    const features = reply
+      .getChild('query', NS.info)
+      ?.getChildren('feature')
+      .map((f) => f.attrs.var);
+    expect(features).toEqual(expect.arrayContaining([ORDER_BY_0, ORDER_BY_1]));
+  });
 
   it('reads XEP-0413 version 0 and version 1 <order> beside <items>', async () => {
     for (const ns of [ORDER_BY_0, ORDER_BY_1]) {
@@ -184,11 +148,7 @@ describe(`a XEP-0277 microblog's comments node, on ${SERVER_TITLE}`, () => {
   });
 
   it('stores and shows the other standard fields, and still refuses what it cannot take', async () => {
-    const set = (fields: Record<string, string | string[]>) =>
-      alice.iq(
-        'set',
-        xml('pubsub', { xmlns: NS.owner }, xml('configure', { node: COMMENTS }, configForm(fields))),
-      );
+    const set = (fields: Record<string, string | string[]>) => configure(alice, COMMENTS, fields);
     await ok(
       set({
         'pubsub#type': 'http://www.w3.org/2005/Atom',
@@ -217,5 +177,40 @@ describe(`a XEP-0277 microblog's comments node, on ${SERVER_TITLE}`, () => {
       expect(errorOf(await set(bad)), JSON.stringify(bad)).toEqual(['modify', 'not-acceptable', undefined]);
     // Items still never expire: the comment is there.
     expect(itemsOf(await ok(bob.iq('get', pubsub(xml('items', { node: COMMENTS }))))).ids).toEqual(['c1']);
+  });
+});
+
+describe(`pubsub#deliver_notifications, on ${SERVER_TITLE}`, () => {
+  const notifiedOf = (node: string) => (m: Element) =>
+    m.getChild('event', NS.event)?.getChild('items')?.attrs.node === node;
+  const subscribe = (node: string) =>
+    ok(bob.iq('set', pubsub(xml('subscribe', { node, jid: bob.jid.split('/')[0] as string }))));
+
+  it('sends no item notifications while it is off, and sends them again once it is on', async () => {
+    await ok(
+      alice.iq(
+        'set',
+        pubsub(
+          xml('create', { node: 'quiet' }),
+          xml('configure', {}, configForm({ 'pubsub#deliver_notifications': '0' })),
+        ),
+      ),
+    );
+    expect((await configOf(alice, 'quiet'))['pubsub#deliver_notifications']).toEqual(['false']);
+    await ok(alice.iq('set', pubsub(xml('create', { node: 'loud' }))));
+    await subscribe('quiet');
+    await subscribe('loud');
+    await ok(alice.iq('set', publishIq('quiet', 'q1')));
+    await ok(alice.iq('set', publishIq('loud', 'l1')));
+    // Notifications leave in commit order on one stream: once loud's has come, quiet's would have.
+    await bob.waitMessages(1, notifiedOf('loud'));
+    expect(bob.messages.filter(notifiedOf('quiet'))).toEqual([]);
+    // The item is there for a pull.
+    expect(itemsOf(await ok(bob.iq('get', pubsub(xml('items', { node: 'quiet' }))))).ids).toEqual(['q1']);
+
+    await ok(configure(alice, 'quiet', { 'pubsub#deliver_notifications': 'true' }));
+    await ok(alice.iq('set', publishIq('quiet', 'q2')));
+    const [told] = await bob.waitMessages(1, notifiedOf('quiet'));
+    expect(told?.getChild('event', NS.event)?.getChild('items')?.getChild('item')?.attrs.id).toBe('q2');
   });
 });

@@ -30,6 +30,7 @@ describe('the node configuration form', () => {
         'pubsub#title': 'T',
         'pubsub#access_model': 'authorize',
         'pubsub#deliver_payloads': '0',
+        'pubsub#deliver_notifications': 'false',
         'pubsub#notify_config': '1',
         'pubsub#notify_retract': 'false',
         'pubsub#max_items': 'max',
@@ -39,6 +40,7 @@ describe('the node configuration form', () => {
       title: 'T',
       accessModel: 'authorize',
       deliverPayloads: false,
+      deliverNotifications: false,
       notifyConfig: true,
       notifyRetract: false,
     });
@@ -108,7 +110,6 @@ describe('the node configuration form', () => {
           'pubsub#item_expire': '60',
           'pubsub#node_type': 'leaf',
           'pubsub#language': 'fr',
-          'pubsub#deliver_notifications': '0',
         }),
       ) as NonNullable<ReturnType<typeof parseForm>>,
       stored,
@@ -120,7 +121,6 @@ describe('the node configuration form', () => {
         'pubsub#contact': ['a@example.org', 'b@example.org'],
         'pubsub#item_expire': ['60'],
         'pubsub#language': ['fr'],
-        'pubsub#deliver_notifications': ['false'],
       },
     });
     const shown = configForm({ ...DEFAULT_NODE_CONFIG, ...change }, 'form');
@@ -141,6 +141,22 @@ describe('the node configuration form', () => {
     ).toEqual({ 'pubsub#type': ['t'] });
     expect(readNodeConfig({ inertFields: ['x'] }).inertFields).toEqual({});
     expect(readNodeConfig(JSON.parse('{"inertFields":{"__proto__":["x"]}}')).inertFields).toEqual({});
+  });
+
+  it('takes pubsub#deliver_notifications stored as an inert field as the setting it now is', () => {
+    const older = readNodeConfig({
+      inertFields: { 'pubsub#deliver_notifications': ['false'], 'pubsub#type': ['t'] },
+    });
+    expect(older.deliverNotifications).toBe(false);
+    expect(older.inertFields).toEqual({ 'pubsub#type': ['t'] });
+    // The setting itself wins over a leftover inert value.
+    const both = readNodeConfig({
+      deliverNotifications: true,
+      inertFields: { 'pubsub#deliver_notifications': ['false'] },
+    });
+    expect(both.deliverNotifications).toBe(true);
+    expect(both.inertFields).toEqual({});
+    expect(readNodeConfig({}).deliverNotifications).toBe(true);
   });
 
   it('reads a stored configuration over the defaults, ignoring what is not a setting', () => {

@@ -1,5 +1,6 @@
 import { xml } from '@xmpp/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { fileStack } from './setup.ts';
 import {
   entry,
   errorOf,
@@ -13,21 +14,9 @@ import {
   type User,
 } from './stack.ts';
 
-let stack: Stack;
-let admin: User;
-let alice: User;
-let _bob: User;
-
-beforeAll(async () => {
-  stack = await Stack.start({ limits: { maxPayloadBytes: 4096 } });
-  admin = await stack.user('admin');
-  alice = await stack.user('alice');
-  _bob = await stack.user('bob');
-});
-
-afterAll(async () => {
-  await stack?.stop();
-});
+const {
+  users: { admin, alice },
+} = fileStack({ limits: { maxPayloadBytes: 4096 } }, ['admin', 'alice', 'bob']);
 
 async function publish(node: string, id?: string, payload?: ReturnType<typeof entry>): Promise<string> {
   const reply = await admin.iq('set', publishIq(node, id, payload));
