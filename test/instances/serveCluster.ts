@@ -21,7 +21,8 @@ export interface Instance {
   xmpp: boolean;
 }
 
-export const entry = (title: string) => `<entry xmlns='http://www.w3.org/2005/Atom'><title>${title}</title></entry>`;
+export const entry = (title: string) =>
+  `<entry xmlns='http://www.w3.org/2005/Atom'><title>${title}</title></entry>`;
 
 /** Posts an entry to `node` through the instance at `origin`; its id and cursor. */
 export async function post(
