@@ -118,4 +118,34 @@ describe('catching up from the log', () => {
       { numRuns: 25, endOnFailure: true },
     );
   });
+
+  it('wake-ups heard while a catch-up reads are caught up with in one more read, in order', async () => {
+    const set = await instances(2);
+    closers.push(set.close);
+    const [a, b] = set.all as [(typeof set.all)[number], (typeof set.all)[number]];
+    await a.engine.createNode('n');
+    await a.engine.read('n');
+    await b.engine.read('n');
+    // The follower's reads wait until released: its first catch-up is held while the rest come.
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    const entries = b.handle.entries.bind(b.handle);
+    b.handle.entries = async (range) => {
+      await gate;
+      return entries(range);
+    };
+    const written: string[] = [];
+    for (let i = 0; i < 10; i++) {
+      const change = await a.engine.publish('n', { id: `i${i}`, entry: entry(`${i}`) });
+      written.push(change.feeds.modified.cursor);
+      // The wake-up of each write reaches the follower (delivered on the next turn) before the next.
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    release();
+    await until(() => b.seen.length === 10);
+    expect(b.seen.map((c) => c.feeds.modified.cursor)).toEqual(written);
+    expect(b.engine.catchUps()).toEqual({ fromLog: 2, reread: 0 });
+  });
 });

@@ -238,7 +238,10 @@ export class Instances {
   private catchUpLater(st: NodeState, seq: number): void {
     void serialize(st, async () => {
       if (st.deleted || st.seq >= seq) return;
-      if (!this.stale.has(st) && (await this.catchUpFromLog(st, seq))) {
+      // Wake-ups heard while earlier catch-ups ran are caught up with in the same read: every
+      // sequence number heard is committed, so the log has it.
+      const to = Math.max(seq, this.heard.get(st.nid) ?? 0);
+      if (!this.stale.has(st) && (await this.catchUpFromLog(st, to))) {
         this.caughtUp.fromLog += 1;
         return;
       }
