@@ -326,7 +326,9 @@ function describedByLog(views: NodeViews, logged: readonly Logged[]): boolean {
 /**
  * Moves the last groups of the indexes a logged change names as its write moved them: the item's
  * entry leaves each index's modified order's last group (an item is once in an index) and goes in
- * at its new stamp; a new item goes in the created order too, and counts in its filtered indexes.
+ * at its new stamp; a new item goes in the created order too. Each index's count is the one the
+ * change gives. All of it holds if the node's state was read after some of these changes (a node
+ * loaded while another instance wrote): the item's newest change, applied last, decides.
  */
 function applyToIndexes(views: NodeViews, { seq, change }: Logged): void {
   const { id, created, modified } = change.item;
@@ -339,16 +341,19 @@ function applyToIndexes(views: NodeViews, { seq, change }: Logged): void {
     }
     return found;
   };
-  for (const name of Object.keys(change.views?.modified ?? {})) {
-    const tail = index(name).tails.modified;
+  for (const [name, at] of Object.entries(change.views?.modified ?? {})) {
+    const state = index(name);
+    const tail = state.tails.modified;
     tail.group = tail.group.filter((e) => e.id !== id);
     tail.add(modified, seq, id);
+    // The node's own index counts nothing of its own (its count is the node's total).
+    if (name !== X_VIEW) state.n = at.total;
   }
   if (change.kind !== 'create') return;
   for (const name of Object.keys(change.views?.created ?? {})) {
-    const state = index(name);
-    state.tails.created.add(created, seq, id);
-    if (name !== X_VIEW) state.n += 1;
+    const tail = index(name).tails.created;
+    tail.group = tail.group.filter((e) => e.id !== id);
+    tail.add(created, seq, id);
   }
 }
 
