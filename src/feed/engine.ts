@@ -148,6 +148,15 @@ export class FeedEngine {
     return this.pushing?.pushers();
   }
 
+  /**
+   * On a shared store, how this instance's loaded nodes caught up with the others' writes so far:
+   * from the change log alone, or by reading their state again (tests, metrics).
+   */
+  catchUps(): { fromLog: number; reread: number } | undefined {
+    const counts = this.p.instances?.caughtUp;
+    return counts ? { ...counts } : undefined;
+  }
+
   /** The buckets of nodes this instance pushes (tests, metrics); empty when not pushing. */
   pushBuckets(): number[] {
     return this.pushing?.buckets() ?? [];

@@ -1,18 +1,16 @@
 import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type RunningPostgres, startPostgres } from '../../prosody-dev/postgres.ts';
-import { freePort } from '../../prosody-dev/process.ts';
 import { saslLogin } from '../../src/client/client.ts';
-import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
 import { bucketOf } from '../../src/feed/engine/changeLog.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { nodeKey } from '../../src/feed/keys.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { openSharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
-import { type ServeProcess, spawnServe, untilLogged, useServerAndData } from '../xmpp/serveProcess.ts';
+import { useServerAndData } from '../xmpp/serveProcess.ts';
 import { SERVER, sleep } from '../xmpp/stack.ts';
+import { entry, mirror as mirrorOf, post as postTo, ServeCluster, until } from './serveCluster.ts';
 
 /**
  * Three `smartfeeds serve` processes on one PostgreSQL database behind the XMPP server: on
@@ -23,24 +21,13 @@ import { SERVER, sleep } from '../xmpp/stack.ts';
 
 const ctx = useServerAndData('smartfeeds-instances-');
 const NODE = 'shared';
-const TOKEN = 'tok';
-let pg: RunningPostgres;
-let url: string;
-const procs: { proc: ServeProcess; origin: string; xmpp: boolean }[] = [];
+const cluster = new ServeCluster(ctx);
+const procs = cluster.instances;
+let url = '';
 let sub: Client;
 const heard: { id: string; previous?: string; last: string }[] = [];
-
-const entry = (title: string) => `<entry xmlns='http://www.w3.org/2005/Atom'><title>${title}</title></entry>`;
-
-async function post(origin: string, title: string): Promise<{ id: string; cursor: string }> {
-  const res = await fetch(`${origin}/feeds/${NODE}`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/atom+xml', authorization: `Bearer ${TOKEN}` },
-    body: entry(title),
-  });
-  if (res.status !== 201) throw new Error(`POST answered ${res.status}: ${await res.text()}`);
-  return (await res.json()) as { id: string; cursor: string };
-}
+const post = (origin: string, title: string) => postTo(origin, NODE, title);
+const mirror = (origin: string) => mirrorOf(origin, NODE);
 
 /** Subscribes the test's XMPP subscriber to `node` through the component (the domain the instances share). */
 function subscribeSub(node: string) {
@@ -58,49 +45,9 @@ function subscribeSub(node: string) {
   );
 }
 
-/** The whole feed through one instance, followed page by page from its start: a mirror of it. */
-async function mirror(origin: string): Promise<string[]> {
-  const out: string[] = [];
-  let since = '';
-  for (;;) {
-    const res = await fetch(`${origin}/feeds/${NODE}?max=250&timeout=0${since}`, {
-      headers: { accept: 'application/json' },
-    });
-    const page = (await res.json()) as { items: { id: string; cursor: string }[] };
-    for (const i of page.items) out.push(`${i.id}@${i.cursor}`);
-    const last = page.items.at(-1);
-    if (!last) return out;
-    since = `&since=cursor:${last.cursor}`;
-  }
-}
-
-function start(i: number, port: number, withXmpp: boolean): ServeProcess {
-  const args = ['--store', url, '--http', `127.0.0.1:${port}`, '--http-token', `${TOKEN}=admin@localhost`];
-  args.push('--admin', 'admin@localhost', '--bot', 'off', '--push-lease', '1.5');
-  if (!withXmpp) args.push('--no-xmpp');
-  return spawnServe(ctx, args, { SMARTFEEDS_LOG_LEVEL: 'info', INSTANCE: String(i) });
-}
-
-async function until(done: () => boolean | Promise<boolean>, ms: number): Promise<void> {
-  const end = Date.now() + ms;
-  while (!(await done())) {
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await sleep(50);
-  }
-}
-
 beforeAll(async () => {
-  pg = await startPostgres();
-  url = await pg.createDatabase();
-  for (let i = 0; i < 3; i++) {
-    const port = await freePort();
-    // ejabberd routes the component's domain to every instance connected as it; Prosody to one.
-    const withXmpp = SERVER === 'ejabberd' || i === 0;
-    const proc = start(i, port, withXmpp);
-    procs.push({ proc, origin: `http://127.0.0.1:${port}`, xmpp: withXmpp });
-    expect(await untilLogged(proc, 'http listening', 60_000)).toBe(true);
-    if (withXmpp) expect(await untilLogged(proc, '"online"', 60_000)).toBe(true);
-  }
+  await cluster.start();
+  url = cluster.url;
   await ctx.server.register('sub', 'sub-pw');
   sub = client({
     service: `xmpp://127.0.0.1:${ctx.server.c2sPort}`,
@@ -128,11 +75,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await sub?.stop().catch(() => undefined);
-  for (const { proc } of procs) {
-    if (!proc.closed()) proc.child.kill('SIGTERM');
-    await proc.exited;
-  }
-  await pg?.destroy();
+  await cluster.stop();
 });
 
 /** The pid of the instance holding the lease of the node's bucket (holders are HOST:PID). */
@@ -147,19 +90,6 @@ async function pushingPid(): Promise<number | undefined> {
   } finally {
     await store.close();
   }
-}
-
-async function problems(): Promise<Problem[]> {
-  const store = await openSharedPostgresStore(url);
-  const found: Problem[] = [];
-  try {
-    await new DatabaseCheck(store).check(async (p) => {
-      found.push(p);
-    });
-  } finally {
-    await store.close();
-  }
-  return found;
 }
 
 describe(`three instances on one PostgreSQL database behind ${SERVER}`, () => {
@@ -177,7 +107,7 @@ describe(`three instances on one PostgreSQL database behind ${SERVER}`, () => {
     await until(() => heard.some((h) => h.last === last), 30_000);
     // One instance at a time pushes the node: each notification follows the one before it.
     for (let k = 1; k < heard.length; k++) expect(heard[k]?.previous).toBe(heard[k - 1]?.last);
-    expect(await problems()).toEqual([]);
+    expect(await cluster.problems()).toEqual([]);
   });
 
   it('a long poll held on one instance is answered by a write through another', async () => {
@@ -260,6 +190,6 @@ describe(`three instances on one PostgreSQL database behind ${SERVER}`, () => {
     const items = new Set(heard.map((h) => h.id));
     for (const a of acked) expect(items.has(a.id)).toBe(true);
     if (SERVER === 'ejabberd') expect(await pushingPid()).not.toBe(pusher);
-    expect(await problems()).toEqual([]);
+    expect(await cluster.problems()).toEqual([]);
   });
 });

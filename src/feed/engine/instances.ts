@@ -16,9 +16,9 @@ import {
   readLog,
   touchedMessage,
 } from './changeLog.ts';
-import { X_VIEW } from './filters.ts';
+import { ALL, splitView, X_VIEW } from './filters.ts';
 import { type NodeMeta, type NodeState, parse, serialize } from './state.ts';
-import type { NodeViews } from './viewState.ts';
+import { type IndexState, IndexTail, type NodeViews } from './viewState.ts';
 
 /** Key tags whose writes change what instances cache of a node: subscriptions, configuration, affiliations. */
 const CACHED_TAGS = new Set([0x73, 0x63, 0x61]); // s c a
@@ -56,6 +56,8 @@ export class Instances {
   private readonly stale = new WeakSet<NodeState>();
   /** The highest sequence number heard of per node, for nodes loaded after the wake-up came. */
   private readonly heard = new Map<number, number>();
+  /** How loaded nodes caught up with what others wrote: from the log alone, or by reading their state again. */
+  readonly caughtUp = { fromLog: 0, reread: 0 };
   /** Who else hears the wake-ups (the push leases). */
   readonly wakeListeners = new Set<(nid: number, seq: number) => void>();
   private unlisten: (() => Promise<void>) | undefined;
@@ -236,7 +238,14 @@ export class Instances {
   private catchUpLater(st: NodeState, seq: number): void {
     void serialize(st, async () => {
       if (st.deleted || st.seq >= seq) return;
-      if (!this.stale.has(st) && (await this.catchUpFromLog(st, seq))) return;
+      // Wake-ups heard while earlier catch-ups ran are caught up with in the same read: every
+      // sequence number heard is committed, so the log has it.
+      const to = Math.max(seq, this.heard.get(st.nid) ?? 0);
+      if (!this.stale.has(st) && (await this.catchUpFromLog(st, to))) {
+        this.caughtUp.fromLog += 1;
+        return;
+      }
+      this.caughtUp.reread += 1;
       const snapshot = this.store.snapshot();
       try {
         const [metaBuf, gone] = await snapshot.getMany([metaKey(st.nid), deletedKey(st.nid)]);
@@ -260,10 +269,10 @@ export class Instances {
     const from = st.seq;
     const logged = await readLog(this.store, st.nid, from, seq);
     if (logged.length !== seq - from || logged.some((l, i) => l.seq !== from + 1 + i)) return false;
-    if (st.deleted || st.seq !== from || !ownIndexOnly(st.views, logged)) return false;
+    if (st.deleted || st.seq !== from || !describedByLog(st.views, logged)) return false;
     for (const l of logged) {
       applyToTails(st, l.change);
-      applyToOwnIndex(st.views, l);
+      applyToIndexes(st.views, l);
     }
     const last = (logged[logged.length - 1] as Logged).change;
     st.total = last.total;
@@ -294,28 +303,58 @@ function applyToTails(st: NodeState, change: Change): void {
   if (change.kind === 'create') st.tails.created.append(created, id);
 }
 
-/** Whether a node has no index but its own and these changes make none (see catchUpFromLog). */
-function ownIndexOnly(views: NodeViews, logged: readonly Logged[]): boolean {
-  if (views.audience || views.indexes.size !== 1 || !views.indexes.has(X_VIEW)) return false;
-  const own = (positions: Record<string, unknown> | undefined) =>
-    Object.keys(positions ?? {}).every((v) => v === X_VIEW);
+/**
+ * Whether the log tells how these changes moved the node's indexes (see catchUpFromLog): the
+ * node keeps no audience indexes and the changes give none (an item then never leaves an index,
+ * so a change's positions name every index it is in), and no update joins an index in created
+ * order (its created entry's sequence number is not in the change). Otherwise the indexes are read.
+ */
+function describedByLog(views: NodeViews, logged: readonly Logged[]): boolean {
+  if (views.audience) return false;
+  const plain = (positions: Record<string, unknown> | undefined) =>
+    Object.keys(positions ?? {}).every((v) => splitView(v).audience === ALL);
   return logged.every(
-    ({ change }) => change.readers === undefined && own(change.views?.modified) && own(change.views?.created),
+    ({ change }) =>
+      change.readers === undefined &&
+      change.views !== undefined &&
+      plain(change.views.modified) &&
+      plain(change.views.created) &&
+      (change.kind === 'create' || Object.keys(change.views.created).length === 0),
   );
 }
 
 /**
- * Moves the node's own index's last groups as a logged change moved them: the item's entry
- * leaves the modified order's last group (an item is once in an index) and goes in at its new
- * stamp; a new item goes in the created order too.
+ * Moves the last groups of the indexes a logged change names as its write moved them: the item's
+ * entry leaves each index's modified order's last group (an item is once in an index) and goes in
+ * at its new stamp; a new item goes in the created order too. Each index's count is the one the
+ * change gives. All of it holds if the node's state was read after some of these changes (a node
+ * loaded while another instance wrote): the item's newest change, applied last, decides.
  */
-function applyToOwnIndex(views: NodeViews, { seq, change }: Logged): void {
-  const own = views.indexes.get(X_VIEW);
-  if (!own) return;
+function applyToIndexes(views: NodeViews, { seq, change }: Logged): void {
   const { id, created, modified } = change.item;
-  own.tails.modified.group = own.tails.modified.group.filter((e) => e.id !== id);
-  own.tails.modified.add(modified, seq, id);
-  if (change.kind === 'create') own.tails.created.add(created, seq, id);
+  const index = (name: string): IndexState => {
+    let found = views.indexes.get(name);
+    if (!found) {
+      // Not known here: it was empty when this node's state was read.
+      found = { n: 0, tails: { modified: new IndexTail(), created: new IndexTail() } };
+      views.indexes.set(name, found);
+    }
+    return found;
+  };
+  for (const [name, at] of Object.entries(change.views?.modified ?? {})) {
+    const state = index(name);
+    const tail = state.tails.modified;
+    tail.group = tail.group.filter((e) => e.id !== id);
+    tail.add(modified, seq, id);
+    // The node's own index counts nothing of its own (its count is the node's total).
+    if (name !== X_VIEW) state.n = at.total;
+  }
+  if (change.kind !== 'create') return;
+  for (const name of Object.keys(change.views?.created ?? {})) {
+    const tail = index(name).tails.created;
+    tail.group = tail.group.filter((e) => e.id !== id);
+    tail.add(created, seq, id);
+  }
 }
 
 /** The wake-up messages a batch of the group committer sends: caches and WebSub subscriptions it changes, nodes it deletes. */

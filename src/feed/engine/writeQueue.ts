@@ -209,6 +209,22 @@ export class WriteQueue {
     return round;
   }
 
+  /** Computes a shared store's round with its stamps taken from the store's clock `now`. */
+  private computeAt(
+    now: number,
+    st: NodeState,
+    batch: readonly QueuedWrite[],
+    known: ReadonlyMap<string, ItemRecord>,
+    instances: Instances,
+  ): Round {
+    instances.roundNow = now;
+    try {
+      return this.computeRound(st, batch, known);
+    } finally {
+      instances.roundNow = undefined;
+    }
+  }
+
   /**
    * A round on a store shared with other instances: one transaction that locks the node's
    * counters, catches up with what another instance wrote, stamps on the store's clock, and
@@ -245,13 +261,7 @@ export class WriteQueue {
         caught.values.forEach((buf, i) => {
           if (buf) known.set(ids[i] as string, decodeRecord(buf));
         });
-        instances.roundNow = tx.now;
-        let computed: Round;
-        try {
-          computed = this.computeRound(st, batch, known);
-        } finally {
-          instances.roundNow = undefined;
-        }
+        const computed = this.computeAt(tx.now, st, batch, known, instances);
         if (computed.written.length === 0) return { ops: [], result: computed };
         const logged = computed.written.map(({ change, rec }) => ({ seq: rec.ms, change }));
         const ops = [...computed.ops, this.metaOp(st), ...logOps(st.nid, logged)];
@@ -301,13 +311,7 @@ export class WriteQueue {
     values.forEach((buf, i) => {
       if (buf) known.set(ids[i] as string, decodeRecord(buf));
     });
-    instances.roundNow = read.now;
-    let round: Round;
-    try {
-      round = this.computeRound(st, batch, known);
-    } finally {
-      instances.roundNow = undefined;
-    }
+    const round = this.computeAt(read.now, st, batch, known, instances);
     // Writes refused here were refused on a state the node had: they are not tried again.
     const kept = new Set([...round.written, ...round.unchanged].map((r) => r.w));
     const left = batch.filter((w) => kept.has(w));
