@@ -131,7 +131,10 @@ class Clients {
         });
         req.on('error', () => {
           this.waiting -= 1;
-          if (!this.closing) this.failed += 1;
+          // Refused or reset (a full listen backlog): counted, and asked again.
+          if (this.closing) return;
+          this.failed += 1;
+          setTimeout(next, 100);
         });
         if (first) {
           first = false;
