@@ -3,6 +3,7 @@
  *
  *   npx tsx bench/sse.ts [--streams N (10000)] [--filtered N (1000)] [--readers N (1000)]
  *                        [--long-polls N (10000)] [--writes N (5)] [--processes N (4)]
+ *                        [--cpu-prof DIR (the server's CPU profile, for bench/profileTop.ts)]
  *
  * A real `smartfeeds serve --no-xmpp` (the build, on LevelDB in a temporary directory) serves one
  * feed. Client processes (bench/sseClients.ts) open N streams on it, more on a filtered feed
@@ -38,12 +39,13 @@ const { values } = parseArgs({
     'long-polls': { type: 'string', default: '10000' },
     writes: { type: 'string', default: '5' },
     processes: { type: 'string', default: '4' },
+    'cpu-prof': { type: 'string' },
     help: { type: 'boolean', short: 'h' },
   },
 });
 if (values.help) {
   console.log(
-    'usage: npx tsx bench/sse.ts [--streams N] [--filtered N] [--readers N] [--long-polls N] [--writes N] [--processes N]',
+    'usage: npx tsx bench/sse.ts [--streams N] [--filtered N] [--readers N] [--long-polls N] [--writes N] [--processes N] [--cpu-prof DIR]',
   );
   process.exit(0);
 }
@@ -67,6 +69,7 @@ function serve(dir: string, port: number, inspectPort: number): ChildProcess {
     process.execPath,
     [
       `--inspect=127.0.0.1:${inspectPort}`,
+      ...(values['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${values['cpu-prof']}`] : []),
       join(ROOT, 'bin', 'smartfeeds.mjs'),
       'serve',
       '--no-xmpp',
@@ -143,6 +146,8 @@ interface Leg {
   groups: ClientGroup[];
   gauge: string;
   inspectPort: number;
+  /** Sends write `w` with `title`; resolves once the server acknowledged it. */
+  write: (w: number, title: string) => Promise<unknown>;
 }
 
 /** Waits until the server's gauge reaches `n` (the clients are all open or held). */
@@ -199,7 +204,7 @@ async function runLeg(origin: string, leg: Leg, first: number, loads: number[]):
       await waitFor(origin, leg.gauge, total, 'polls held again');
     loads.push(loadavg()[0] as number);
     const sent = performance.timeOrigin + performance.now();
-    await put(origin, `w${w}`, entry(`bench ${w} ${sent.toFixed(3)}`, 'hot'));
+    await leg.write(w, `bench ${w} ${sent.toFixed(3)}`);
     const deadline = performance.now() + 30_000;
     for (;;) {
       await sleep(250);
@@ -235,65 +240,124 @@ async function runLeg(origin: string, leg: Leg, first: number, loads: number[]):
   for (const r of rows) console.log(r);
 }
 
+function streamGroups(): ClientGroup[] {
+  const half = Math.floor(Number(values.readers) / 2);
+  const readers = (n: number, byQuery: boolean): ClientGroup[] =>
+    Array.from({ length: READERS }, (_, r) => ({
+      name: byQuery ? 'reader (access_token)' : 'reader (bearer)',
+      kind: 'stream' as const,
+      path: byQuery ? `/feeds/${NODE}?access_token=reader-${r}` : `/feeds/${NODE}`,
+      ...(byQuery ? {} : { headers: { authorization: `Bearer reader-${r}` } }),
+      count: Math.floor(n / READERS) + (r < n % READERS ? 1 : 0),
+    })).filter((g) => g.count > 0);
+  return [
+    { name: 'anonymous', kind: 'stream' as const, path: `/feeds/${NODE}`, count: Number(values.streams) },
+    {
+      name: 'category=hot',
+      kind: 'stream' as const,
+      path: `/feeds/${NODE}?category=hot`,
+      count: Number(values.filtered),
+    },
+    ...readers(half, false),
+    ...readers(Number(values.readers) - half, true),
+  ].filter((g) => g.count > 0);
+}
+
+async function started(origin: string): Promise<void> {
+  for (let i = 0; ; i++) {
+    try {
+      if ((await fetch(`${origin}/healthz`)).ok) return;
+    } catch {
+      if (i > 300) throw new Error(`${origin} did not start`);
+    }
+    await sleep(100);
+  }
+}
+
+/** Both legs against one server: streams, then (once they are closed) long polls. */
+async function legs(
+  target: string,
+  origin: string,
+  inspectPort: number,
+  write: Leg['write'],
+  loads: number[],
+): Promise<void> {
+  console.log(`\n## ${target}`);
+  const common = { inspectPort, write };
+  await runLeg(
+    origin,
+    { name: 'streams', groups: streamGroups(), gauge: 'smartfeeds_http_streams_open', ...common },
+    0,
+    loads,
+  );
+  await waitFor(origin, 'smartfeeds_http_streams_open', 0, 'streams closed').catch(() => undefined);
+  if (Number(values['long-polls']) === 0) return;
+  const polls: ClientGroup[] = [
+    { name: 'anonymous', kind: 'poll', path: `/feeds/${NODE}`, count: Number(values['long-polls']) },
+  ];
+  await runLeg(
+    origin,
+    { name: 'long polls', groups: polls, gauge: 'smartfeeds_http_long_polls_held', ...common },
+    100,
+    loads,
+  );
+}
+
 async function main(): Promise<void> {
   spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--stale'], { stdio: 'inherit' });
+  console.log(`nproc ${spawnSync('nproc').stdout.toString().trim()}, Node ${process.version}`);
   const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-bench-sse-'));
-  const port = await freePort();
-  const origin = `http://127.0.0.1:${port}`;
-  const inspectPort = await freePort();
-  const server = serve(dir, port, inspectPort);
   const loads: number[] = [];
+  const children: ChildProcess[] = [];
   try {
-    for (let i = 0; ; i++) {
-      try {
-        if ((await fetch(`${origin}/healthz`)).ok) break;
-      } catch {
-        if (i > 300) throw new Error('the server did not start');
-      }
-      await sleep(100);
-    }
+    const port = await freePort();
+    const origin = `http://127.0.0.1:${port}`;
+    const inspectPort = await freePort();
+    children.push(serve(dir, port, inspectPort));
+    await started(origin);
     await prefill(origin);
-    const half = Math.floor(Number(values.readers) / 2);
-    const readers = (n: number, byQuery: boolean): ClientGroup[] =>
-      Array.from({ length: READERS }, (_, r) => ({
-        name: byQuery ? 'reader (access_token)' : 'reader (bearer)',
-        kind: 'stream' as const,
-        path: byQuery ? `/feeds/${NODE}?access_token=reader-${r}` : `/feeds/${NODE}`,
-        ...(byQuery ? {} : { headers: { authorization: `Bearer reader-${r}` } }),
-        count: Math.floor(n / READERS) + (r < n % READERS ? 1 : 0),
-      })).filter((g) => g.count > 0);
-    const streams: ClientGroup[] = [
-      { name: 'anonymous', kind: 'stream' as const, path: `/feeds/${NODE}`, count: Number(values.streams) },
-      {
-        name: 'category=hot',
-        kind: 'stream' as const,
-        path: `/feeds/${NODE}?category=hot`,
-        count: Number(values.filtered),
-      },
-      ...readers(half, false),
-      ...readers(Number(values.readers) - half, true),
-    ].filter((g) => g.count > 0);
-    console.log(`nproc ${spawnSync('nproc').stdout.toString().trim()}, Node ${process.version}`);
-    await runLeg(
+    await legs(
+      'smartfeeds serve',
       origin,
-      { name: 'streams', groups: streams, gauge: 'smartfeeds_http_streams_open', inspectPort },
-      0,
+      inspectPort,
+      (w, title) => put(origin, `w${w}`, entry(title, 'hot')),
       loads,
     );
-    await waitFor(origin, 'smartfeeds_http_streams_open', 0, 'streams closed').catch(() => undefined);
-    const polls: ClientGroup[] = [
-      { name: 'anonymous', kind: 'poll', path: `/feeds/${NODE}`, count: Number(values['long-polls']) },
-    ];
-    await runLeg(
-      origin,
-      { name: 'long polls', groups: polls, gauge: 'smartfeeds_http_long_polls_held', inspectPort },
-      100,
+    const loadsSmartfeeds = loads.splice(0);
+    // The same clients against a bare node:http server writing the same kind of bytes.
+    const bport = await freePort();
+    const borigin = `http://127.0.0.1:${bport}`;
+    const binspect = await freePort();
+    children.push(
+      spawn(
+        process.execPath,
+        [
+          `--inspect=127.0.0.1:${binspect}`,
+          ...process.execArgv,
+          join(ROOT, 'bench', 'sseBaseline.ts'),
+          String(bport),
+        ],
+        {
+          stdio: ['ignore', 'ignore', 'inherit'],
+        },
+      ),
+    );
+    await started(borigin);
+    await legs(
+      'node:http baseline (same clients, same machine, same run)',
+      borigin,
+      binspect,
+      (_w, title) => fetch(`${borigin}/write`, { method: 'POST', body: title }),
       loads,
     );
-    console.log(`\nload average (1 min) at the writes: ${loads.map((l) => l.toFixed(2)).join(', ')}`);
+    console.log(
+      `\nload average (1 min) at the writes: smartfeeds ${loadsSmartfeeds.map((l) => l.toFixed(2)).join(', ')}; baseline ${loads.map((l) => l.toFixed(2)).join(', ')}`,
+    );
   } finally {
-    server.kill('SIGTERM');
-    await new Promise((resolve) => server.once('exit', resolve));
+    for (const child of children) {
+      child.kill('SIGTERM');
+      if (child.exitCode === null) await new Promise((resolve) => child.once('exit', resolve));
+    }
     await rm(dir, { recursive: true, force: true });
   }
 }
