@@ -8,12 +8,14 @@
  * A real `smartfeeds serve --no-xmpp` (the build, on LevelDB in a temporary directory) serves one
  * feed. Client processes (bench/sseClients.ts) open N streams on it, more on a filtered feed
  * (`category=hot`) and on readers' views (100 readers with tokens, half by `Authorization`, half
- * by `access_token`). Then each write, a minute apart from none but the last, is timed from the
- * moment it was sent to the moment each client received it, as the client saw it; and the
- * server's memory (RSS and heap used, from /metrics) before and with the streams open gives the
- * memory per stream. The streams are then closed and the same is done with long polls on the feed.
- * The two legs run one after the other: together they would pass the 20,000 open files a process
- * may have here.
+ * by `access_token`). Then each write, one second after the last reached every client, is timed
+ * from the moment it was sent to the moment each client received it, as the client saw it; the
+ * server's memory (RSS and heap used, from /metrics, after a collection forced through the
+ * inspector) before and with the streams open gives the memory per stream. The streams are then
+ * closed and the same is done with long polls on the feed. The two legs run one after the other:
+ * together they would pass the 20,000 open files a process may have here (a limit even root may
+ * not raise in this container). Then the same clients run against bench/sseBaseline.ts, a bare
+ * node:http server doing the least for them, in the same run.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
