@@ -154,11 +154,11 @@ interface Leg {
 
 /** Waits until the server's gauge reaches `n` (the clients are all open or held). */
 async function waitFor(origin: string, gauge: string, n: number, what: string): Promise<void> {
-  const deadline = performance.now() + 120_000;
+  const deadline = performance.now() + 300_000;
   for (;;) {
     const m = await metrics(origin);
     if ((m[gauge] ?? 0) >= n) return;
-    if (performance.now() > deadline) throw new Error(`${what}: ${m[gauge]} of ${n} after 120 s`);
+    if (performance.now() > deadline) throw new Error(`${what}: ${m[gauge]} of ${n} after 300 s`);
     await sleep(200);
   }
 }
