@@ -20,6 +20,7 @@ import { ATOM } from './support.ts';
  * the model's public view (pull views in both orders, a filtered view, items by id, totals, the
  * changes it is told), and a discovery provider is told exactly the model's shareable set, op by
  * op in commit order, with `delete` where an item left it; a backfill walks the same set.
+ * Server-Sent Event streams, over a real HTTP server: test/http/sseView.property.test.ts.
  */
 
 const NODES = ['a', 'b'] as const;

@@ -5,7 +5,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import puppeteer, { type Browser, type Page } from 'puppeteer-core';
+import type { Page } from 'puppeteer-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
@@ -13,18 +13,16 @@ import { FeedService } from '../../src/feed/service/service.ts';
 import type { Collection } from '../../src/http/render/json.ts';
 import { webRoutes } from '../../src/http/web/routes.ts';
 import { entry, fill, type HttpStack, startHttp, TOKENS } from '../http/support.ts';
+import { launchBrowser, type TestBrowser } from './browser.ts';
 
-const CHROMIUM = '/usr/bin/chromium';
 const BIG = 20_000;
 
 let dir: string;
 let engine: FeedEngine;
 let feeds: FeedService;
 let http: HttpStack;
-let browser: Browser;
+let chromium: TestBrowser;
 let page: Page;
-let profile: string;
-const problems: string[] = [];
 /** The feed requests the page made, by URL. */
 const requests: string[] = [];
 
@@ -48,33 +46,15 @@ beforeAll(async () => {
   await feeds.create(OPERATOR, 'news', { accessModel: 'open' }, { owner: 'admin@localhost' });
   await engine.publish('news', { id: 'n1', entry: entry('News one') });
   await startServer();
-  profile = await mkdtemp(join(tmpdir(), 'smartfeeds-chromium-'));
-  browser = await puppeteer.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    userDataDir: profile,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
-  page = await browser.newPage();
-  await page.setViewport({ width: 1280, height: 900 });
-  page.on('pageerror', (e) => problems.push(String(e)));
+  chromium = await launchBrowser();
+  page = chromium.page;
   page.on('request', (r) => {
     if (new URL(r.url()).pathname.startsWith('/feeds/')) requests.push(r.url());
   });
 }, 240_000);
 
 afterAll(async () => {
-  await browser?.close();
-  if (profile) await rm(profile, { recursive: true, force: true });
+  await chromium?.close();
   await http?.stop();
   feeds?.close();
   await engine?.close();
@@ -86,8 +66,12 @@ const shownIds = () => page.$$eval('#items > li', (lis) => lis.map((li) => (li a
 describe('a long feed in the reader page', () => {
   it(`opens a ${BIG}-item feed at its newest page with one read, and follows it`, async () => {
     requests.length = 0;
+    const opening = performance.now();
     await page.goto(`${http.origin}/#feed=big`);
     await page.waitForFunction(() => document.querySelectorAll('#items > li').length === 250);
+    console.log(
+      `the newest page of ${BIG} items shown ${(performance.now() - opening).toFixed(0)} ms after navigating`,
+    );
     while (http.binding.streams.open < 1) await new Promise((r) => setTimeout(r, 20));
     const ids = await shownIds();
     expect(ids[0]).toBe(`item-${BIG}`);
@@ -107,10 +91,13 @@ describe('a long feed in the reader page', () => {
   });
 
   it('shows a new item without a reload', async () => {
+    const published = performance.now();
     await engine.publish('big', { id: 'fresh', entry: entry('Fresh news') });
     await page.waitForFunction(
       () => document.querySelector('#items > li')?.getAttribute('data-id') === 'fresh',
+      { polling: 'mutation' },
     );
+    console.log(`a new item shown ${(performance.now() - published).toFixed(0)} ms after its publish began`);
     expect(await page.$eval('#feed-status', (p) => p.textContent)).toContain('Fresh news');
   });
 
@@ -124,12 +111,82 @@ describe('a long feed in the reader page', () => {
     expect(new Set(ids).size).toBe(751);
   }, 240_000);
 
+  it('keeps at most 1,000 items however deep it pages', async () => {
+    const times: number[] = [];
+    for (let k = 0; k < 6; k++) {
+      const bottom = (await shownIds()).at(-1);
+      const started = performance.now();
+      await page.keyboard.press('o');
+      await page.waitForFunction(
+        (b) => document.querySelector('#items > li:last-child')?.getAttribute('data-id') !== b,
+        {},
+        bottom,
+      );
+      times.push(performance.now() - started);
+    }
+    console.log(
+      `each older page (751 to 1,000 items shown): ${times.map((t) => t.toFixed(0)).join(', ')} ms`,
+    );
+    const numbers = (await shownIds()).map((id) => Number(id?.slice('item-'.length)));
+    // The 1,000 items before those dropped, with none missing: 18750 down to 17751.
+    expect(numbers).toEqual(Array.from({ length: 1000 }, (_, i) => BIG - 1250 - i));
+    expect(await page.$eval('#newer', (b) => (b as HTMLElement).hidden)).toBe(false);
+  }, 240_000);
+
+  it('reaches the oldest item, pages back, and keeps what comes meanwhile above', async () => {
+    await page.click('#oldest');
+    await page.waitForFunction(
+      () => document.querySelector('#items > li:last-child')?.getAttribute('data-id') === 'item-00001',
+    );
+    expect(await shownIds()).toEqual(
+      Array.from({ length: 250 }, (_, i) => `item-${String(250 - i).padStart(5, '0')}`),
+    );
+    for (const id of ['older', 'oldest'])
+      expect(await page.$eval(`#${id}`, (b) => (b as HTMLElement).hidden), id).toBe(true);
+    expect(await page.$eval('#feed-status', (p) => p.textContent)).toContain('the oldest are shown');
+    // The oldest item is in view.
+    expect(
+      await page.$eval('#items > li:last-child', (li) => {
+        const r = li.getBoundingClientRect();
+        return r.top < innerHeight && r.bottom > 0;
+      }),
+    ).toBe(true);
+    await page.screenshot({ path: '/tmp/reader-oldest-1280.png' });
+    await page.setViewport({ width: 390, height: 844 });
+    await page.screenshot({ path: '/tmp/reader-oldest-390.png' });
+    await page.setViewport({ width: 1280, height: 900 });
+    await page.keyboard.press('n');
+    await page.waitForFunction(
+      () => document.querySelector('#items > li')?.getAttribute('data-id') === 'item-00500',
+    );
+    expect(await shownIds()).toHaveLength(500);
+    await page.evaluate(() => document.getElementById('feed-title')?.scrollIntoView());
+    await page.screenshot({ path: '/tmp/reader-middle-1280.png' });
+    // A change away from the feed's end is not shown among old items: it waits above the window.
+    await engine.publish('big', { id: 'while-away', entry: entry('While away') });
+    await page.waitForFunction(() =>
+      document.getElementById('feed-status')?.textContent?.includes('1 newer changes above'),
+    );
+    expect(await shownIds()).not.toContain('while-away');
+    await page.click('#newest');
+    await page.waitForFunction(
+      () => document.querySelector('#items > li')?.getAttribute('data-id') === 'while-away',
+    );
+    expect(await shownIds()).toHaveLength(250);
+    expect(await page.$eval('#newer', (b) => (b as HTMLElement).hidden)).toBe(true);
+    // Back at the end, changes show on top again.
+    await engine.publish('big', { id: 'back-live', entry: entry('Back live') });
+    await page.waitForFunction(
+      () => document.querySelector('#items > li')?.getAttribute('data-id') === 'back-live',
+    );
+  }, 240_000);
+
   it('shows an unknown feed as such, without the feed controls', async () => {
     await page.goto(`${http.origin}/#feed=nowhere`);
     await page.waitForFunction(
       () => document.getElementById('feed-title')?.textContent === 'No feed nowhere',
     );
-    for (const id of ['order', 'subscribe', 'items', 'older'])
+    for (const id of ['order', 'subscribe', 'items', 'paging', 'older'])
       expect(await page.$eval(`#${id}`, (e) => (e as HTMLElement).hidden), id).toBe(true);
     expect(await page.$eval('#feed-error', (p) => p.textContent)).toContain(
       'There is no feed named “nowhere”',
@@ -197,6 +254,6 @@ describe("the browser's EventSource", () => {
     await page.evaluate((token) => sessionStorage.setItem('smartfeeds-token', token), TOKENS.alice);
     await page.reload();
     await page.waitForSelector('#items li[data-id="secret"]');
-    expect(problems).toEqual([]);
+    expect(chromium.pageErrors).toEqual([]);
   });
 });

@@ -1,26 +1,22 @@
 // The reader page in a real browser (Debian's headless Chromium, driven by puppeteer-core; no
 // browser is ever downloaded), over the HTTP binding beside the XMPP component of a real server.
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { xml } from '@xmpp/client';
-import puppeteer, { type Browser, type Page } from 'puppeteer-core';
+import type { Page } from 'puppeteer-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { webRoutes } from '../../src/http/web/routes.ts';
 import { type HttpStack, startHttp } from '../http/support.ts';
 import { publishIq, pubsub, SERVER_TITLE, SERVICE, Stack, type User } from '../xmpp/stack.ts';
+import { launchBrowser, type TestBrowser } from './browser.ts';
 
-const CHROMIUM = '/usr/bin/chromium';
 const ATOM = 'http://www.w3.org/2005/Atom';
 
 let stack: Stack;
 let http: HttpStack;
 let admin: User;
-let browser: Browser;
+let chromium: TestBrowser;
 let page: Page;
-let profile: string;
 /** What the page logged as errors (a refused script or style would show here). */
-const problems: string[] = [];
+let problems: string[];
 
 function atomEntry(id: string, title: string, html: string) {
   return xml(
@@ -63,36 +59,12 @@ beforeAll(async () => {
   );
   await publish('reader-blog', 'second', 'Second post');
   await publish('reader-news', 'n1', 'News one');
-  profile = await mkdtemp(join(tmpdir(), 'smartfeeds-chromium-'));
-  browser = await puppeteer.launch({
-    executablePath: CHROMIUM,
-    headless: true,
-    userDataDir: profile,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
-  page = await browser.newPage();
-  await page.setViewport({ width: 1100, height: 900 });
-  page.on('console', (m) => {
-    if (m.type() === 'error') problems.push(m.text());
-  });
-  page.on('pageerror', (e) => problems.push(String(e)));
-  page.on('response', (r) => {
-    if (r.status() >= 400) problems.push(`${r.status()} ${r.url()}`);
-  });
+  chromium = await launchBrowser({ width: 1100, height: 900 });
+  ({ page, problems } = chromium);
 });
 
 afterAll(async () => {
-  await browser?.close();
-  if (profile) await rm(profile, { recursive: true, force: true });
+  await chromium?.close();
   await http?.stop();
   await stack?.stop();
 });

@@ -131,6 +131,7 @@ function timeElement(label, iso) {
   return span;
 }
 
+// biome-ignore lint/correctness/noUnusedVariables: feedWindow.js calls it
 function renderItem(item, previous) {
   const li = $('item-template').content.firstElementChild.cloneNode(true);
   li.dataset.id = item.id;
@@ -158,31 +159,6 @@ function renderItem(item, previous) {
     a.textContent = `Read “${title}” where it was published`;
   }
   return li;
-}
-
-/** Shows new items in feed order: each goes to the top, replacing its earlier version. */
-function showItems(feed, items) {
-  const list = $('items');
-  for (const item of items) {
-    const previous = feed.shown.get(item.id);
-    const li = renderItem(item, previous);
-    previous?.remove();
-    feed.shown.set(item.id, li);
-    list.prepend(li);
-  }
-}
-
-/** Shows a page of older items below those shown (an item shown already keeps its newer place). */
-function showOlder(feed, items) {
-  const older = document.createDocumentFragment();
-  for (const item of [...items].reverse()) {
-    if (feed.shown.has(item.id)) continue;
-    const li = renderItem(item, undefined);
-    feed.shown.set(item.id, li);
-    older.append(li);
-  }
-  // One insertion: the list is laid out once per page, however long it is.
-  $('items').append(older);
 }
 
 function announce(feed, items) {
@@ -244,7 +220,7 @@ function showSubscribe(node, order) {
 
 /** Shows or hides what only a feed that exists has: its order, items and subscribe addresses. */
 function showFeedControls(shown) {
-  for (const id of ['order', 'subscribe', 'items', 'older']) $(id).hidden = !shown;
+  for (const id of ['order', 'subscribe', 'items', 'paging', 'older', 'feed-start']) $(id).hidden = !shown;
 }
 
 /** The feed's URL with the visitor's token in the query (a stream cannot send headers). */
@@ -267,8 +243,11 @@ async function openFeed(node, order, focus) {
     abort: new AbortController(),
     total: 0,
     last: undefined,
-    oldest: undefined,
     atStart: false,
+    atEnd: true,
+    unseen: 0,
+    moving: false,
+    pending: [],
   };
   state.feed = feed;
   markCurrent();
@@ -279,7 +258,7 @@ async function openFeed(node, order, focus) {
   $('items').replaceChildren();
   showError('');
   showFeedControls(true);
-  $('older').hidden = true;
+  for (const id of ['paging', 'older', 'feed-start']) $(id).hidden = true;
   showSubscribe(node, order);
   if (focus) $('feed-title').focus();
   $('feed-status').textContent = 'Loading…';
@@ -290,12 +269,10 @@ async function openFeed(node, order, focus) {
       feed.abort.signal,
     );
     if (feed !== state.feed) return;
-    showItems(feed, page.items);
+    showWindow(feed, page.items, page.items.length < PAGE, true);
     feed.total = page.totalItems;
     feed.last = page.last_cursor;
-    feed.oldest = page.items[0]?.cursor;
-    feed.atStart = page.items.length < PAGE;
-    $('older').hidden = feed.atStart;
+    showPaging(feed);
     $('feed-status').textContent =
       feed.total === 0
         ? 'This feed has no items yet. Following live.'
@@ -314,31 +291,6 @@ async function openFeed(node, order, focus) {
   else follow(feed);
 }
 
-/** Loads the page before the oldest item shown. */
-async function loadOlder() {
-  const feed = state.feed;
-  if (!feed || feed.atStart || !feed.oldest || feed.loadingOlder) return;
-  feed.loadingOlder = true;
-  $('older').disabled = true;
-  try {
-    const url = withParams(feedUrl(feed.node, feed.order), { until: `cursor:${feed.oldest}`, max: PAGE });
-    const page = await getJson(url, feed.abort.signal);
-    if (feed !== state.feed) return;
-    showOlder(feed, page.items);
-    if (page.items[0]) feed.oldest = page.items[0].cursor;
-    feed.atStart = page.items.length < PAGE || page.atStart === true;
-    $('older').hidden = feed.atStart;
-    $('feed-status').textContent = feed.atStart
-      ? `${feed.total} items in the feed; the oldest is shown. Following live.`
-      : `${feed.shown.size} of ${feed.total} items shown. Following live.`;
-  } catch (error) {
-    if (!feed.abort.signal.aborted) showError(explain(error));
-  } finally {
-    feed.loadingOlder = false;
-    $('older').disabled = false;
-  }
-}
-
 function stopFollowing() {
   state.feed?.abort.abort();
   state.feed?.events?.close();
@@ -355,8 +307,8 @@ function stream(feed) {
     // A new item (first version) adds one to the total; updates and tombstones replace one.
     if (item.published === item.updated && !item.deleted) feed.total += 1;
     showError('');
-    showItems(feed, [item]);
-    announce(feed, [item]);
+    showLive(feed, [item]);
+    if (feed.atEnd && !feed.moving) announce(feed, [item]);
   };
   events.addEventListener('item', take);
   events.addEventListener('tombstone', take);
@@ -394,8 +346,8 @@ async function follow(feed) {
       showError('');
       feed.total = page.totalItems;
       if (page.items.length > 0) {
-        showItems(feed, page.items);
-        announce(feed, page.items);
+        showLive(feed, page.items);
+        if (feed.atEnd && !feed.moving) announce(feed, page.items);
       }
       if (page.last_cursor) feed.last = page.last_cursor;
     } catch (error) {
@@ -438,11 +390,14 @@ function start() {
     route(false);
   });
   $('nodes-more').addEventListener('click', () => nodesNext && loadNodes(nodesNext, true));
-  $('older').addEventListener('click', () => loadOlder());
-  // The keyboard: "o" loads older items (outside text fields).
+  for (const move of ['older', 'newer', 'oldest', 'newest'])
+    $(move).addEventListener('click', () => moveWindow(move));
+  // The keyboard (outside text fields): o older, n newer, O the oldest, N the newest.
+  const keys = { o: 'older', n: 'newer', O: 'oldest', N: 'newest' };
   document.addEventListener('keydown', (event) => {
     const field = event.target instanceof HTMLInputElement || event.target instanceof HTMLTextAreaElement;
-    if (event.key === 'o' && !field && !event.ctrlKey && !event.metaKey && !event.altKey) loadOlder();
+    const move = keys[event.key];
+    if (move && !field && !event.ctrlKey && !event.metaKey && !event.altKey) moveWindow(move);
   });
   $('order').addEventListener('change', (event) => {
     if (!state.feed) return;

@@ -30,6 +30,7 @@ export const CONTENT_SECURITY_POLICY =
 const FILES: [path: string, file: string, type: string][] = [
   ['/', 'index.html', 'text/html; charset=utf-8'],
   ['/web/reader.js', 'reader.js', 'text/javascript; charset=utf-8'],
+  ['/web/feedWindow.js', 'feedWindow.js', 'text/javascript; charset=utf-8'],
   ['/web/reader.css', 'reader.css', 'text/css; charset=utf-8'],
 ];
 
