@@ -16,6 +16,7 @@ import { activityJson } from '../render/json.ts';
 import type { PageView } from '../render/pageView.ts';
 import { MEDIA_TYPES, renderPageOnce } from '../render/representation.ts';
 import { callerOf, streamFeed, wantsStream } from './feedStream.ts';
+import { type GripDeps, gripHoldHeaders, gripRequest, gripStream } from './gripFeed.ts';
 
 /** What the Smart Feeds pull views need. */
 export interface FeedViewDeps {
@@ -27,6 +28,8 @@ export interface FeedViewDeps {
   log: Log;
   /** Whole page answers by the feed's generation; none when the binding runs without. */
   pages?: PageCache;
+  /** GRIP behind Pushpin (`--grip`): holds left to the proxy, changes published to it. */
+  grip?: GripDeps;
 }
 
 /** Long enough for the item set of a full `created` page to be reused, short enough for its payloads. */
@@ -98,12 +101,16 @@ export function holdRead(
 export function readFeed(deps: FeedViewDeps): RouteHandler {
   const { feeds } = deps;
   return async (x) => {
-    const query = parseFeedQuery(x.params.node ?? '', x.search, deps.maxTimeoutSeconds);
+    const through = await gripRequest(deps.grip, x);
+    const query = parseFeedQuery(x.params.node ?? '', through.search, deps.maxTimeoutSeconds);
     // Every check a request can fail comes before it may be held.
     const origin = x.origin();
-    const stream = wantsStream(x);
+    const stream = through.recovery || wantsStream(x);
     const reader = callerOf(x, query, stream);
     await feeds.settings(reader, query.feed.node);
+    // Pushpin holds anonymous views only: its recovery requests carry no credentials.
+    const grip = reader.kind === 'anonymous' ? through.grip : undefined;
+    if (stream && grip) return gripStream({ feeds, grip }, x, query, reader, feedUrl(origin, query));
     if (stream) return streamFeed(deps, x, query, reader);
     const representation = negotiate(x.request.headers.accept, query.callback !== undefined);
     // Read before the engine read: an answer read across a write is stored under a past generation.
@@ -129,7 +136,8 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
       pageItems > 0 &&
       query.timeout > 0 &&
       x.request.method === 'GET';
-    if (holdable) page = await holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, reader);
+    if (holdable && !grip)
+      page = await holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, reader);
     if (!page) return undefined;
     const url = feedUrl(origin, query);
     const hub = `${origin}${HUB_PATH}`;
@@ -151,7 +159,15 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
     const cache = reader.kind !== 'anonymous' ? 'private, no-cache' : cacheable ? CACHEABLE_PAGE : 'no-cache';
     // WebSub discovery: every feed is a topic of this server's hub.
     const link = `<${hub}>; rel="hub", <${url}>; rel="self"`;
-    const answer = { status: 200, type, body, etag, cache, headers: { vary: 'Accept, Authorization', link } };
+    const held = holdable && grip ? gripHoldHeaders(grip, query) : {};
+    const answer = {
+      status: 200,
+      type,
+      body,
+      etag,
+      cache,
+      headers: { vary: 'Accept, Authorization', link, ...held },
+    };
     // Only a page with items: an empty one may be held or not by parameters the key leaves out.
     if (key !== undefined && !holdable && page.items.length > 0) deps.pages?.set(key, answer);
     return answer;
