@@ -19,8 +19,8 @@ const START_TIMEOUT_MS = 30_000;
 const STOP_GRACE_MS = 10_000;
 
 export interface PushpinOptions {
-  /** The origin Pushpin forwards every request to (`127.0.0.1:PORT`); changeable by `route()`. */
-  origin: string;
+  /** The origins Pushpin forwards every request to (`127.0.0.1:PORT`, several balanced). */
+  origin: string | string[];
   /** The key Pushpin signs `Grip-Sig` with. Default: random hex. */
   sigKey?: string;
 }
@@ -65,8 +65,8 @@ function internalSections(): Map<string, Map<string, string>> {
 }
 
 function routesText(origins: string[]): string {
-  // One route for every host; several targets are balanced by Pushpin.
-  return `* ${origins.join(',')}\n`;
+  // One route for every host; several targets (space-separated) are balanced by Pushpin.
+  return `* ${origins.join(' ')}\n`;
 }
 
 async function configText(dir: string, sigKey: string, ports: Record<string, number>): Promise<string> {
@@ -161,7 +161,7 @@ export async function startPushpin(opts: PushpinOptions): Promise<RunningPushpin
   const conf = path.join(dir, 'pushpin.conf');
   const routes = path.join(dir, 'routes');
   await writeFile(conf, await configText(dir, sigKey, ports));
-  await writeFile(routes, routesText([opts.origin]));
+  await writeFile(routes, routesText(typeof opts.origin === 'string' ? [opts.origin] : opts.origin));
   const consoleFile = path.join(dir, 'console.log');
   await chownAll(ids, [dir, path.join(dir, 'run'), path.join(dir, 'log'), conf, routes]);
   let child: ChildProcess | undefined;
