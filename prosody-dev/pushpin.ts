@@ -23,6 +23,8 @@ export interface PushpinOptions {
   origin: string | string[];
   /** The key Pushpin signs `Grip-Sig` with. Default: random hex. */
   sigKey?: string;
+  /** Start without waiting for a request to reach the origin (one not up yet: see `reachesOrigin`). */
+  originLater?: boolean;
 }
 
 export interface RunningPushpin {
@@ -33,6 +35,8 @@ export interface RunningPushpin {
   sigKey: string;
   dir: string;
   readonly pid: number | undefined;
+  /** Waits until a request through Pushpin reaches the origin (Pushpin's proxy takes requests). */
+  reachesOrigin(): Promise<void>;
   /** Points the route at other origins (`host:port`, several to balance); Pushpin reloads it. */
   route(origins: string[]): Promise<void>;
   stop(): Promise<void>;
@@ -187,7 +191,12 @@ export async function startPushpin(opts: PushpinOptions): Promise<RunningPushpin
       if (Date.now() > deadline) throw new Error('Pushpin did not start in time');
       await sleep(100);
     }
-    // The ports listen before the proxy takes requests: wait until one reaches the origin.
+    if (!opts.originLater) await untilOrigin();
+  };
+
+  // The ports listen before the proxy takes requests: wait until one reaches the origin.
+  const untilOrigin = async () => {
+    const deadline = Date.now() + START_TIMEOUT_MS;
     while (!(await reachesOrigin(`http://127.0.0.1:${ports.http}/`))) {
       if (Date.now() > deadline) throw new Error('Pushpin did not reach its origin in time');
       await sleep(100);
@@ -215,6 +224,7 @@ export async function startPushpin(opts: PushpinOptions): Promise<RunningPushpin
     get pid() {
       return child?.pid;
     },
+    reachesOrigin: untilOrigin,
     async route(origins) {
       await writeFile(routes, routesText(origins));
     },
