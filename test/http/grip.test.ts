@@ -159,6 +159,35 @@ describe('streams through Pushpin', () => {
     expect(sts.every((st) => st.events.length === 4)).toBe(true);
   });
 
+  it('gives a filtered feed a channel of its own, with its own cursors', async () => {
+    const tagged = (id: string, term: string) =>
+      fetch(`${feedUrl(`http://127.0.0.1:${port}`, 'topics')}/items/${id}`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${TOKENS.admin}`, 'content-type': 'application/atom+xml' },
+        body: entry(id, `<category term='${term}'/>`),
+      });
+    await tagged('t1', 'red');
+    const sts = await Promise.all(
+      Array.from({ length: 5 }, () => openStream(feedUrl(pushpin.url, 'topics', 'category=red'))),
+    );
+    open.push(...sts);
+    await Promise.all(sts.map((st) => st.until((e) => e.length >= 1)));
+    for (const [id, term] of [
+      ['t2', 'blue'],
+      ['t3', 'red'],
+      ['t4', 'blue'],
+      ['t5', 'red'],
+    ] as const) {
+      expect((await tagged(id, term)).status).toBeLessThan(300);
+      await binding.grip?.publisher?.flush();
+    }
+    const res = await fetch(feedUrl(`http://127.0.0.1:${port}`, 'topics', 'category=red&max=50'));
+    const want = ((await res.json()) as Collection).items.map((i) => [i.cursor, JSON.stringify(i)]);
+    expect(want.map(([, json]) => JSON.parse(json as string).id)).toEqual(['t1', 't3', 't5']);
+    await Promise.all(sts.map((st) => st.until((e) => e.length >= 3)));
+    for (const st of sts) expect(st.events.map((e) => [e.id, e.data])).toEqual(want);
+  });
+
   it('never brings an item with an audience to an anonymous client', async () => {
     await feeds.create(OPERATOR, 'private', { accessModel: 'open' }, { owner: 'admin@localhost' });
     await put('private', 'p1');

@@ -103,5 +103,10 @@ describe('smartfeeds serve behind Pushpin', () => {
     expect(want).toHaveLength(3);
     await Promise.all(sts.map((st) => st.until((e) => e.length >= 3)));
     for (const st of sts) expect(st.events.map((e) => [e.id, e.data])).toEqual(want);
+    // Each write was published to the node's two order channels; none failed.
+    const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    expect(metrics).toMatch(/^smartfeeds_grip_published_total 4$/m);
+    expect(metrics).toMatch(/^smartfeeds_grip_publish_failed_total 0$/m);
+    expect(metrics).toMatch(/^smartfeeds_http_streams_open 0$/m);
   });
 });
