@@ -1,6 +1,7 @@
 import type { FeedEvent } from '../feed/events.ts';
 import { type FeedName, ORDERS } from '../feed/feedName.ts';
 import type { Change } from '../feed/model.ts';
+import { ANONYMOUS } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import { channelOf } from './grip.ts';
@@ -9,10 +10,11 @@ import { activityJson } from './render/json.ts';
 /** One item of Pushpin's publish API. */
 interface PublishItem {
   channel: string;
-  id: string;
+  id?: string;
   'prev-id'?: string;
   formats: {
-    'http-stream': { content: string };
+    /** An event for the held streams, or their end (the node is gone or closed to anyone). */
+    'http-stream': { content: string } | { action: 'close' };
     /** A held long poll is told to ask again: it then reads its page as any pull does. */
     'http-response': { action: 'hint' };
   };
@@ -30,13 +32,16 @@ const VIEW_IDLE_MS = 10 * 60_000;
  * events it is told to deliver, in commit order): for each order, to the channel of the node's
  * whole feed, and to the channel of each filtered or summarised view a hold named lately. What is
  * published is what an anonymous reader is told of the change (`deliveryIn` with reader ''), so
- * an item with an audience never reaches a channel anyone can hold. A publish that fails is
+ * an item with an audience never reaches a channel anyone can hold, and nothing is published of a
+ * node closed to anyone (its held streams are ended). A publish that fails is
  * logged and dropped: writes never wait for Pushpin, and the next publish's `prev-id` shows
  * Pushpin the gap, which it fills from the feed's recovery link.
  */
 export class GripPublisher {
   private readonly queue: PublishItem[] = [];
   private sending: Promise<void> | undefined;
+  /** Changes are checked against the node's access one after another, in commit order. */
+  private checking: Promise<void> = Promise.resolve();
   /** Filtered views held lately, by channel, with when they were last named. */
   private readonly views = new Map<string, { feed: FeedName; seen: number }>();
   private readonly unlisten: () => void;
@@ -45,7 +50,7 @@ export class GripPublisher {
   dropped = 0;
 
   constructor(
-    private readonly feeds: Pick<FeedService, 'onEvent' | 'deliveryIn'>,
+    private readonly feeds: Pick<FeedService, 'onEvent' | 'deliveryIn' | 'settings'>,
     private readonly publishUrl: string,
     private readonly log: Log,
   ) {
@@ -59,20 +64,60 @@ export class GripPublisher {
   }
 
   private onEvent(event: FeedEvent): void {
+    if (event.type === 'node-deleted' && event.deliver !== false) {
+      const node = event.node;
+      this.checking = this.checking.then(() => this.close(node));
+      return;
+    }
+    if (event.type === 'node-configured' && event.deliver !== false) {
+      const node = event.node;
+      this.checking = this.checking.then(async () => {
+        if (!(await this.readable(node))) this.close(node);
+      });
+      return;
+    }
     if (event.type !== 'item-changed' || event.deliver === false) return;
     const { change } = event;
     // A purge's tombstones are not pushed one by one: the next publish shows the gap.
     if (!change.changed || change.quiet) return;
-    for (const feed of this.feedsOf(change)) this.enqueue(change, feed);
+    this.checking = this.checking.then(() => this.publish(change));
+  }
+
+  /**
+   * Publishes a change to the node's channels while anyone may read the node; once it is closed
+   * to anyone, its held streams are ended instead (their clients reconnect and are refused) and
+   * its held long polls asked again.
+   */
+  private async publish(change: Change): Promise<void> {
+    if (!(await this.readable(change.node))) return this.close(change.node);
+    for (const feed of this.feedsOf(change.node)) this.enqueue(change, feed);
     this.kick();
   }
 
-  private feedsOf(change: Change): FeedName[] {
-    const out: FeedName[] = ORDERS.map((order) => ({ node: change.node, order, requested: change.node }));
+  /** Whether anyone (the anonymous reader) may read the node now. */
+  private readable(node: string): Promise<boolean> {
+    return this.feeds.settings(ANONYMOUS, node).then(
+      () => true,
+      () => false,
+    );
+  }
+
+  private close(node: string): void {
+    for (const feed of this.feedsOf(node)) {
+      this.queue.push({
+        channel: channelOf(feed),
+        formats: { 'http-stream': { action: 'close' }, 'http-response': { action: 'hint' } },
+      });
+    }
+    this.kick();
+  }
+
+  private feedsOf(node: string): FeedName[] {
+    const out: FeedName[] = ORDERS.map((order) => ({ node, order, requested: node }));
     const now = Date.now();
     for (const [channel, view] of this.views) {
       if (now - view.seen > VIEW_IDLE_MS) this.views.delete(channel);
-      else if (view.feed.node === change.node) out.push(view.feed);
+      else if (view.feed.node === node) out.push(view.feed);
     }
     return out;
   }
@@ -130,6 +175,7 @@ export class GripPublisher {
 
   /** Waits for what is queued to be sent (or to fail). */
   async flush(): Promise<void> {
+    await this.checking;
     while (this.sending) await this.sending;
   }
 

@@ -203,6 +203,29 @@ describe('streams through Pushpin', () => {
   });
 });
 
+describe('a node closed to anyone', () => {
+  it('ends its streams held by Pushpin, publishes nothing more of it, and refuses the reconnection', async () => {
+    await feeds.create(OPERATOR, 'closing', { accessModel: 'open' }, { owner: 'admin@localhost' });
+    await put('closing', 'c1');
+    const sts = await Promise.all(
+      Array.from({ length: 3 }, () => openStream(feedUrl(pushpin.url, 'closing'))),
+    );
+    open.push(...sts);
+    await Promise.all(sts.map((st) => st.until((e) => e.length >= 1)));
+    await feeds.configure(OPERATOR, 'closing', { accessModel: 'whitelist' });
+    await binding.grip?.publisher?.flush();
+    await Promise.all(sts.map((st) => st.ended));
+    await put('closing', 'c2');
+    // Each ends as a direct stream does: its problem, then the end; c2 never reaches it.
+    for (const st of sts) {
+      expect(st.events.map((e) => e.event)).toEqual(['item', 'problem']);
+      expect(JSON.parse(st.events[1]?.data ?? '{}')).toMatchObject({ status: 403 });
+    }
+    const again = await fetch(feedUrl(pushpin.url, 'closing'), { headers: { accept: 'text/event-stream' } });
+    expect(again.status).toBe(403);
+  });
+});
+
 describe('long polls through Pushpin', () => {
   it('are held by Pushpin and answered with the next item', async () => {
     await put('poll', 'l1');

@@ -3,7 +3,7 @@ import { type Actor, describe } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import type { ReaderPage } from '../../feed/service/visible.ts';
 import type { Log } from '../../log.ts';
-import { problems } from '../errors.ts';
+import { problems, toProblem } from '../errors.ts';
 import type { EventStreams } from '../eventStreams.ts';
 import type { Answer, Exchange, RouteHandler } from '../exchange.ts';
 import { FEED_PARAMETERS, type FeedQuery, parseFeedQuery } from '../feedQuery.ts';
@@ -16,7 +16,7 @@ import { activityJson } from '../render/json.ts';
 import type { PageView } from '../render/pageView.ts';
 import { MEDIA_TYPES, renderPageOnce } from '../render/representation.ts';
 import { callerOf, streamFeed, wantsStream } from './feedStream.ts';
-import { type GripDeps, gripHoldHeaders, gripRequest, gripStream } from './gripFeed.ts';
+import { type GripDeps, gripHoldHeaders, gripRequest, gripStream, gripStreamEnd } from './gripFeed.ts';
 
 /** What the Smart Feeds pull views need. */
 export interface FeedViewDeps {
@@ -107,7 +107,11 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
     const origin = x.origin();
     const stream = through.recovery || wantsStream(x);
     const reader = callerOf(x, query, stream);
-    await feeds.settings(reader, query.feed.node);
+    if (through.recovery) {
+      // Pushpin ends a held stream whose recovery answer holds no more: the node gone or closed.
+      const refused = await feeds.settings(reader, query.feed.node).then(() => undefined, toProblem);
+      if (refused) return gripStreamEnd(refused);
+    } else await feeds.settings(reader, query.feed.node);
     // Pushpin holds anonymous views only: its recovery requests carry no credentials.
     const grip = reader.kind === 'anonymous' ? through.grip : undefined;
     if (stream && grip) return gripStream({ feeds, grip }, x, query, reader, feedUrl(origin, query));

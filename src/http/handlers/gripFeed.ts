@@ -1,6 +1,6 @@
 import type { Actor } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
-import { problems } from '../errors.ts';
+import { type HttpProblem, problemBody, problems } from '../errors.ts';
 import { pageEvents } from '../eventStreams.ts';
 import type { Answer, Exchange } from '../exchange.ts';
 import type { FeedQuery } from '../feedQuery.ts';
@@ -110,5 +110,18 @@ export function gripHoldHeaders(
     'grip-hold': 'response',
     'grip-channel': channelHeader(channelOf(query.feed), cursorOf(query.since)),
     'grip-timeout': String(Math.max(1, Math.round(query.timeout))),
+  };
+}
+
+/**
+ * The answer to a recovery request of a stream the reader may no longer read: its problem as an
+ * `event: problem`, as a direct stream ends, and no `Grip-Hold`, so that Pushpin ends the stream.
+ */
+export function gripStreamEnd(problem: HttpProblem): Answer {
+  return {
+    status: 200,
+    type: `${EVENT_STREAM}; charset=utf-8`,
+    body: `event: problem\ndata: ${problemBody(problem)}\n\n`,
+    cache: 'no-store',
   };
 }
