@@ -169,7 +169,8 @@ export async function startPushpin(opts: PushpinOptions): Promise<RunningPushpin
   const consoleFile = path.join(dir, 'console.log');
   await chownAll(ids, [dir, path.join(dir, 'run'), path.join(dir, 'log'), conf, routes]);
   let child: ChildProcess | undefined;
-  const onExit = () => child?.kill('SIGKILL');
+  // SIGTERM: the runner stops its own processes (condure, zurl, proxy, handler) as it exits.
+  const onExit = () => child?.kill('SIGTERM');
 
   const start = async () => {
     const fd = openSync(consoleFile, 'a');

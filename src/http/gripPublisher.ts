@@ -66,30 +66,31 @@ export class GripPublisher {
   private onEvent(event: FeedEvent): void {
     if (event.type === 'node-deleted' && event.deliver !== false) {
       const node = event.node;
-      this.checking = this.checking.then(() => this.close(node));
-      return;
-    }
-    if (event.type === 'node-configured' && event.deliver !== false) {
+      this.next(async () => this.close(node));
+    } else if (event.type === 'node-configured' && event.deliver !== false) {
+      // Closed to anyone: its held streams end (their clients reconnect and are refused), and its
+      // held long polls ask again.
       const node = event.node;
-      this.checking = this.checking.then(async () => {
+      this.next(async () => {
         if (!(await this.readable(node))) this.close(node);
       });
-      return;
+    } else if (event.type === 'item-changed' && event.deliver !== false) {
+      const { change } = event;
+      // A purge's tombstones are not pushed one by one: the next publish shows the gap.
+      if (change.changed && !change.quiet) this.next(() => this.publish(change));
     }
-    if (event.type !== 'item-changed' || event.deliver === false) return;
-    const { change } = event;
-    // A purge's tombstones are not pushed one by one: the next publish shows the gap.
-    if (!change.changed || change.quiet) return;
-    this.checking = this.checking.then(() => this.publish(change));
   }
 
-  /**
-   * Publishes a change to the node's channels while anyone may read the node; once it is closed
-   * to anyone, its held streams are ended instead (their clients reconnect and are refused) and
-   * its held long polls asked again.
-   */
+  /** Runs `step` after the steps before it (commit order); a failure is logged, and the next go on. */
+  private next(step: () => Promise<void>): void {
+    this.checking = this.checking.then(step).catch((e) => {
+      this.log.error('grip publish not prepared', { error: String(e) });
+    });
+  }
+
+  /** Publishes a change to the node's channels while anyone may read the node. */
   private async publish(change: Change): Promise<void> {
-    if (!(await this.readable(change.node))) return this.close(change.node);
+    if (!(await this.readable(change.node))) return;
     for (const feed of this.feedsOf(change.node)) this.enqueue(change, feed);
     this.kick();
   }
