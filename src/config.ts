@@ -88,6 +88,8 @@ export interface HttpConfig {
   maxTimeoutSeconds: number;
   /** Server-Sent Event streams open at once; more are refused with 503. */
   maxStreams: number;
+  /** GRIP behind Pushpin (`--grip`, `--grip-publish`); undefined without. Its key is never logged. */
+  grip: { key: string; publishUrl: string | undefined } | undefined;
   /** The WebSub hub: private callbacks allowed, default lease, queue bound, retry time. */
   websub: { allowPrivate: boolean; leaseSeconds: number; maxQueue: number; retryForMs: number };
   /** The origin clients reach the service at, behind a TLS proxy (`--public-url`). */
@@ -211,6 +213,8 @@ export const SERVE_OPTIONS = {
   'http-max-held': { type: 'string' },
   'http-max-timeout': { type: 'string' },
   'http-max-streams': { type: 'string' },
+  grip: { type: 'string' },
+  'grip-publish': { type: 'string' },
   'websub-allow-private': { type: 'boolean' },
   'websub-lease': { type: 'string' },
   'websub-queue': { type: 'string' },
@@ -370,6 +374,7 @@ function httpConfig(src: Sources): HttpConfig | undefined {
     maxHeld: src.read('http-max-held', positive, 'a positive whole number', HTTP_DEFAULTS.maxHeld),
     maxTimeoutSeconds: seconds('http-max-timeout', HTTP_DEFAULTS.maxTimeoutSeconds),
     maxStreams: src.read('http-max-streams', positive, 'a positive whole number', HTTP_DEFAULTS.maxStreams),
+    grip: gripConfig(src),
     websub: {
       allowPrivate: src.read('websub-allow-private', onOff, 'true or false', false),
       leaseSeconds: src.read(
@@ -385,6 +390,18 @@ function httpConfig(src: Sources): HttpConfig | undefined {
     faspSignedFetch: src.read('fasp-signed-fetch', onOff, 'true or false', false),
     faspProvider: faspProviderConfig(src),
   };
+}
+
+function gripConfig(src: Sources): HttpConfig['grip'] {
+  const key = src.read('grip', nonEmpty, 'a non-empty key', undefined);
+  const url = z.url({ protocol: /^https?$/ });
+  const publishUrl = src.read('grip-publish', url, 'an http(s) URL', undefined);
+  if (key === undefined) {
+    if (publishUrl !== undefined)
+      throw new ConfigError('grip-publish needs grip (the key Pushpin signs with)');
+    return undefined;
+  }
+  return { key, publishUrl };
 }
 
 function faspProviderConfig(src: Sources): FaspProviderConfig | undefined {

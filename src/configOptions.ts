@@ -130,6 +130,20 @@ export const OPTION_GROUPS: OptionGroup[] = [
       opt('http-max-streams', 'N', '10000', 'Server-Sent Event streams open at once; more get 503'),
       opt('http-max-timeout', 'SECONDS', '120', 'the longest long poll a request may ask'),
       opt(
+        'grip',
+        'KEY',
+        'off',
+        "behind Pushpin: its signing key (`sig_key`); held streams and long polls are Pushpin's",
+        'Requests whose `Grip-Sig` verifies with the key get GRIP answers (`Grip-Hold`, `Grip-Channel`, `Grip-Link`); others are served directly. Other users of the machine can read a command line: prefer the variable or the file. See docs/operations.md "Behind Pushpin".',
+      ),
+      opt(
+        'grip-publish',
+        'URL',
+        'none',
+        "Pushpin's publish endpoint (`http://127.0.0.1:5561/publish/`), told every change",
+        'Only the instance pushing a node publishes its changes, in commit order.',
+      ),
+      opt(
         'public-url',
         'URL',
         "the request's origin",

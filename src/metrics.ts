@@ -21,6 +21,14 @@ export interface ObservedHttp {
   /** Server-Sent Event streams. */
   streams: { readonly open: number; readonly eventsSent: number; readonly slowClosed: number };
   hub: { pending(): number };
+  /** GRIP behind Pushpin: its publisher, when `--grip-publish` is set. */
+  grip?:
+    | {
+        readonly publisher:
+          | { readonly published: number; readonly failed: number; readonly dropped: number }
+          | undefined;
+      }
+    | undefined;
   /** FASP data_sharing's durable queue of announcements. */
   sharing: {
     outbox: { waiting(): number; readonly sent: number; readonly dropped: number; readonly failures: number };
@@ -237,6 +245,8 @@ export class Metrics {
       },
     });
     this.observeStreams(http.streams);
+    const publisher = http.grip?.publisher;
+    if (publisher) this.observeGrip(publisher);
     new Gauge({
       name: 'smartfeeds_websub_deliveries_pending',
       help: 'WebSub deliveries waiting in subscribers’ queues',
@@ -272,6 +282,29 @@ export class Metrics {
         name: `smartfeeds_${name}_total`,
         help,
         registers,
+        collect() {
+          this.reset();
+          this.inc(read());
+        },
+      });
+  }
+
+  /** Items published to Pushpin, and those that failed or were dropped past the queue's bound. */
+  private observeGrip(publisher: NonNullable<NonNullable<ObservedHttp['grip']>['publisher']>): void {
+    const counters: [string, string, () => number][] = [
+      ['grip_published', 'Items published to Pushpin', () => publisher.published],
+      [
+        'grip_publish_failed',
+        'Items whose publish to Pushpin failed (Pushpin recovers them)',
+        () => publisher.failed,
+      ],
+      ['grip_publish_dropped', 'Items dropped past the publish queue bound', () => publisher.dropped],
+    ];
+    for (const [name, help, read] of counters)
+      new Counter({
+        name: `smartfeeds_${name}_total`,
+        help,
+        registers: [this.registry],
         collect() {
           this.reset();
           this.inc(read());

@@ -167,6 +167,14 @@ function httpBinding(
       maxHeld: http.maxHeld,
       maxTimeoutSeconds: http.maxTimeoutSeconds,
       streams: { maxStreams: http.maxStreams },
+      ...(http.grip
+        ? {
+            grip: {
+              key: http.grip.key,
+              ...(http.grip.publishUrl ? { publishUrl: http.grip.publishUrl } : {}),
+            },
+          }
+        : {}),
       websub: { ...http.websub, metrics },
       ...(http.publicUrl !== undefined ? { publicUrl: http.publicUrl } : {}),
       sharing: { requireSignedFetch: http.faspSignedFetch },

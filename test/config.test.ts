@@ -181,6 +181,23 @@ describe('rate limit options', () => {
 });
 
 describe('http options', () => {
+  it('reads the GRIP key and publish endpoint, and refuses an endpoint without a key', () => {
+    const base = ['--secret', 's', '--http', '127.0.0.1:1'];
+    expect(loadConfig(base, {}).http?.grip).toBeUndefined();
+    expect(
+      loadConfig([...base, '--grip-publish', 'http://127.0.0.1:5561/publish/'], {
+        SMARTFEEDS_GRIP: 'k3y',
+      }).http?.grip,
+    ).toEqual({ key: 'k3y', publishUrl: 'http://127.0.0.1:5561/publish/' });
+    expect(loadConfig([...base, '--grip', 'k'], {}).http?.grip).toEqual({ key: 'k', publishUrl: undefined });
+    expect(() => loadConfig([...base, '--grip-publish', 'http://127.0.0.1:5561/publish/'], {})).toThrow(
+      'grip-publish needs grip (the key Pushpin signs with)',
+    );
+    expect(() => loadConfig([...base, '--grip', 'k', '--grip-publish', 'ftp://x/'], {})).toThrow(
+      /grip-publish/,
+    );
+  });
+
   it('leaves HTTP off unless --http is given, and reads HOST:PORT and the limits', () => {
     expect(loadConfig(['--secret', 's'], {}).http).toBeUndefined();
     const c = loadConfig(['--secret', 's', '--http', '127.0.0.1:8080'], {});

@@ -16,6 +16,9 @@ import { Credentials } from './credentials.ts';
 import { problemBody, problems, toProblem } from './errors.ts';
 import { EventStreams, STREAM_DEFAULTS, type StreamOptions } from './eventStreams.ts';
 import type { Exchange, Route } from './exchange.ts';
+import { type GripOptions, GripSig } from './grip.ts';
+import { GripPublisher } from './gripPublisher.ts';
+import type { GripDeps } from './handlers/gripFeed.ts';
 import { LongPolls } from './longPoll.ts';
 import { PAGE_CACHE_DEFAULTS, PageCache, type PageCacheOptions } from './pageCache.ts';
 import { routes } from './routes.ts';
@@ -42,6 +45,8 @@ export interface HttpOptions {
   publicUrl?: string;
   /** Sharing public feeds with FASPs (src/fasp/sharing/). */
   sharing?: SharingOptions;
+  /** GRIP behind Pushpin: its signing key and publish endpoint (docs/operations.md). */
+  grip?: GripOptions;
   /** More routes and hooks (the reader page, health, metrics: src/http/web/, health.ts). */
   extend?: (app: FastifyInstance, binding: HttpBinding) => void;
 }
@@ -69,6 +74,8 @@ export class HttpBinding {
   readonly sharing: FaspSharing;
   /** Rendered feed pages by the node's generation (pageCache.ts); undefined when turned off. */
   readonly pages: PageCache | undefined;
+  /** GRIP behind Pushpin (`--grip`); undefined without. */
+  readonly grip: GripDeps | undefined;
   /** `http://HOST:PORT` once listening. */
   origin = '';
   readonly credentials: Credentials;
@@ -83,6 +90,14 @@ export class HttpBinding {
     this.polls = new LongPolls(options.maxHeld);
     this.streams = new EventStreams({ ...STREAM_DEFAULTS, maxStreams: options.maxHeld, ...options.streams });
     this.credentials = new Credentials(options.tokens);
+    this.grip = options.grip && {
+      sig: new GripSig(options.grip.key),
+      publisher:
+        options.grip.publishUrl === undefined
+          ? undefined
+          : new GripPublisher(feeds, options.grip.publishUrl, log),
+      retryMs: this.streams.options.retryMs,
+    };
     this.pages =
       options.pageCache === false
         ? undefined
@@ -139,6 +154,7 @@ export class HttpBinding {
         maxTimeoutSeconds: options.maxTimeoutSeconds,
         log,
         ...(this.pages ? { pages: this.pages } : {}),
+        ...(this.grip ? { grip: this.grip } : {}),
       }).concat(apRoutes({ feeds, sharing: this.sharing })),
     );
     options.extend?.(this.app, this);
@@ -308,6 +324,8 @@ export class HttpBinding {
     await this.app.close();
     await this.sharing.stop();
     await this.hub.stop();
+    this.grip?.publisher?.stop();
+    await this.grip?.publisher?.flush();
     this.unlisten();
   }
 }

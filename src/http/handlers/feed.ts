@@ -3,7 +3,7 @@ import { type Actor, describe } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import type { ReaderPage } from '../../feed/service/visible.ts';
 import type { Log } from '../../log.ts';
-import { problems } from '../errors.ts';
+import { problems, toProblem } from '../errors.ts';
 import type { EventStreams } from '../eventStreams.ts';
 import type { Answer, Exchange, RouteHandler } from '../exchange.ts';
 import { FEED_PARAMETERS, type FeedQuery, parseFeedQuery } from '../feedQuery.ts';
@@ -16,6 +16,7 @@ import { activityJson } from '../render/json.ts';
 import type { PageView } from '../render/pageView.ts';
 import { MEDIA_TYPES, renderPageOnce } from '../render/representation.ts';
 import { callerOf, streamFeed, wantsStream } from './feedStream.ts';
+import { type GripDeps, gripHoldHeaders, gripRequest, gripStream, gripStreamEnd } from './gripFeed.ts';
 
 /** What the Smart Feeds pull views need. */
 export interface FeedViewDeps {
@@ -27,6 +28,8 @@ export interface FeedViewDeps {
   log: Log;
   /** Whole page answers by the feed's generation; none when the binding runs without. */
   pages?: PageCache;
+  /** GRIP behind Pushpin (`--grip`): holds left to the proxy, changes published to it. */
+  grip?: GripDeps;
 }
 
 /** Long enough for the item set of a full `created` page to be reused, short enough for its payloads. */
@@ -94,17 +97,41 @@ export function holdRead(
   });
 }
 
+/**
+ * What every read of a feed checks before it may be held, and the answer of a stream (direct, or
+ * held by Pushpin), or of a recovery request Pushpin made for a stream the reader may no longer
+ * read. Otherwise the request's query and reader for a page.
+ */
+async function startRead(
+  deps: FeedViewDeps,
+  x: Exchange,
+): Promise<{ answer: Answer } | { query: FeedQuery; reader: Actor; grip: GripDeps | undefined }> {
+  const { feeds } = deps;
+  const through = await gripRequest(deps.grip, x);
+  const query = parseFeedQuery(x.params.node ?? '', through.search, deps.maxTimeoutSeconds);
+  const stream = through.recovery || wantsStream(x);
+  const reader = callerOf(x, query, stream);
+  if (through.recovery) {
+    // Pushpin ends a held stream whose recovery answer holds no more: the node gone or closed.
+    const refused = await feeds.settings(reader, query.feed.node).then(() => undefined, toProblem);
+    if (refused) return { answer: gripStreamEnd(refused) };
+  } else await feeds.settings(reader, query.feed.node);
+  // Pushpin holds anonymous views only: its recovery requests carry no credentials.
+  const grip = reader.kind === 'anonymous' ? through.grip : undefined;
+  if (stream && grip)
+    return { answer: await gripStream({ feeds, grip }, x, query, reader, feedUrl(x.origin(), query)) };
+  if (stream) return { answer: streamFeed(deps, x, query, reader) };
+  return { query, reader, grip };
+}
+
 /** `GET /feeds/{node}`: a page in JSON, Atom or JSON-P, held while the feed has nothing new. */
 export function readFeed(deps: FeedViewDeps): RouteHandler {
   const { feeds } = deps;
   return async (x) => {
-    const query = parseFeedQuery(x.params.node ?? '', x.search, deps.maxTimeoutSeconds);
-    // Every check a request can fail comes before it may be held.
+    const started = await startRead(deps, x);
+    if ('answer' in started) return started.answer;
+    const { query, reader, grip } = started;
     const origin = x.origin();
-    const stream = wantsStream(x);
-    const reader = callerOf(x, query, stream);
-    await feeds.settings(reader, query.feed.node);
-    if (stream) return streamFeed(deps, x, query, reader);
     const representation = negotiate(x.request.headers.accept, query.callback !== undefined);
     // Read before the engine read: an answer read across a write is stored under a past generation.
     const key = deps.pages?.key(query.feed.node, deps.pages.generation(query.feed.node), [
@@ -129,17 +156,13 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
       pageItems > 0 &&
       query.timeout > 0 &&
       x.request.method === 'GET';
-    if (holdable) page = await holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, reader);
+    if (holdable && !grip)
+      page = await holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, reader);
     if (!page) return undefined;
     const url = feedUrl(origin, query);
     const hub = `${origin}${HUB_PATH}`;
-    const view: PageView = {
-      page,
-      url,
-      node: query.feed.node,
-      next: nextUrl(url, query, page, pageItems),
-      hub,
-    };
+    const next = nextUrl(url, query, page, pageItems);
+    const view: PageView = { page, url, node: query.feed.node, next, hub };
     const { type, body, etag } = renderPageOnce(view, representation, query.callback);
     // A full page of the created order, ending before the feed's end, keeps its items.
     const cacheable =
@@ -151,7 +174,13 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
     const cache = reader.kind !== 'anonymous' ? 'private, no-cache' : cacheable ? CACHEABLE_PAGE : 'no-cache';
     // WebSub discovery: every feed is a topic of this server's hub.
     const link = `<${hub}>; rel="hub", <${url}>; rel="self"`;
-    const answer = { status: 200, type, body, etag, cache, headers: { vary: 'Accept, Authorization', link } };
+    // Behind Pushpin, the answer at the poll's timeout, for Pushpin to hold.
+    const headers = {
+      vary: 'Accept, Authorization',
+      link,
+      ...(holdable && grip ? gripHoldHeaders(grip, query) : {}),
+    };
+    const answer = { status: 200, type, body, etag, cache, headers };
     // Only a page with items: an empty one may be held or not by parameters the key leaves out.
     if (key !== undefined && !holdable && page.items.length > 0) deps.pages?.set(key, answer);
     return answer;

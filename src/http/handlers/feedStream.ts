@@ -39,7 +39,7 @@ export function callerOf(x: Exchange, query: Pick<FeedQuery, 'accessToken'>, str
 }
 
 /** Where a stream starts: `Last-Event-ID` (a cursor this feed gave as an event id) wins over `since`. */
-function startOf(x: Exchange, query: FeedQuery): string | undefined {
+export function startOf(x: Exchange, query: FeedQuery): string | undefined {
   const header = x.request.headers['last-event-id'];
   const last = typeof header === 'string' ? header.trim() : '';
   if (last === '') return query.since;

@@ -1,0 +1,239 @@
+/**
+ * A throwaway Pushpin (Debian's `pushpin` package) for the GRIP tests: its own config, routes file
+ * and run directory under a temp dir, free loopback ports, run as the package's unprivileged
+ * `pushpin` user (or `nobody`), stopped by its pid. The packaged service is never used.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { closeSync, existsSync, openSync, readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { chownAll, freePort, logTail, userIds } from './process.ts';
+
+export const PUSHPIN_BIN = '/usr/bin/pushpin';
+/** The package's internal socket layout, which the config takes over with its paths moved. */
+const INTERNAL_CONF = '/usr/lib/pushpin/internal.conf';
+const START_TIMEOUT_MS = 30_000;
+const STOP_GRACE_MS = 10_000;
+
+export interface PushpinOptions {
+  /** The origins Pushpin forwards every request to (`127.0.0.1:PORT`, several balanced). */
+  origin: string | string[];
+  /** The key Pushpin signs `Grip-Sig` with. Default: random hex. */
+  sigKey?: string;
+  /** Start without waiting for a request to reach the origin (one not up yet: see `reachesOrigin`). */
+  originLater?: boolean;
+}
+
+export interface RunningPushpin {
+  /** `http://127.0.0.1:PORT`: where clients connect. */
+  url: string;
+  /** `http://127.0.0.1:PORT/publish/`: the publish endpoint (GRIP's HTTP control API). */
+  publishUrl: string;
+  sigKey: string;
+  dir: string;
+  readonly pid: number | undefined;
+  /** Waits until a request through Pushpin reaches the origin (Pushpin's proxy takes requests). */
+  reachesOrigin(): Promise<void>;
+  /** Points the route at other origins (`host:port`, several to balance); Pushpin reloads it. */
+  route(origins: string[]): Promise<void>;
+  stop(): Promise<void>;
+  /** Stops and removes the directory. */
+  destroy(): Promise<void>;
+  logTail(lines?: number): Promise<string>;
+}
+
+/** The INI sections of the package's internal.conf, with the zurl sockets moved into `{rundir}`. */
+function internalSections(): Map<string, Map<string, string>> {
+  const sections = new Map<string, Map<string, string>>();
+  let current: Map<string, string> | undefined;
+  for (const raw of readFileSync(INTERNAL_CONF, 'utf8').split('\n')) {
+    const line = raw.trim();
+    if (line === '' || line.startsWith('#')) continue;
+    const head = /^\[(.+)\]$/.exec(line);
+    if (head?.[1]) {
+      current = sections.get(head[1]) ?? new Map();
+      sections.set(head[1], current);
+      continue;
+    }
+    const eq = line.indexOf('=');
+    if (eq < 0 || !current) continue;
+    const value = line
+      .slice(eq + 1)
+      .replaceAll('ipc:///var/run/zurl/zurl-', 'ipc://{rundir}/{ipc_prefix}zurl-');
+    current.set(line.slice(0, eq), value);
+  }
+  return sections;
+}
+
+function routesText(origins: string[]): string {
+  // One route for every host; several targets (space-separated) are balanced by Pushpin.
+  return `* ${origins.join(' ')}\n`;
+}
+
+async function configText(dir: string, sigKey: string, ports: Record<string, number>): Promise<string> {
+  const sections = internalSections();
+  const set = (section: string, entries: Record<string, string | number>) => {
+    const s = sections.get(section) ?? new Map<string, string>();
+    for (const [k, v] of Object.entries(entries)) s.set(k, String(v));
+    sections.set(section, s);
+  };
+  set('global', {
+    rundir: path.join(dir, 'run'),
+    ipc_prefix: 'pp-',
+    port_offset: 0,
+    stats_connection_ttl: 120,
+  });
+  set('runner', {
+    services: 'condure,zurl,pushpin-proxy,pushpin-handler',
+    http_port: `127.0.0.1:${ports.http}`,
+    logdir: path.join(dir, 'log'),
+    log_level: 2,
+    client_buffer_size: 8192,
+    client_maxconn: 20000,
+  });
+  set('proxy', {
+    routesfile: path.join(dir, 'routes'),
+    sig_iss: 'pushpin',
+    sig_key: sigKey,
+    updates_check: 'off',
+  });
+  set('handler', {
+    push_in_spec: `tcp://127.0.0.1:${ports.pushIn}`,
+    push_in_sub_specs: `tcp://127.0.0.1:${ports.pushSub}`,
+    push_in_sub_connect: 'false',
+    push_in_http_addr: '127.0.0.1',
+    push_in_http_port: ports.publish ?? 0,
+    stats_spec: 'ipc://{rundir}/{ipc_prefix}stats',
+    command_spec: `tcp://127.0.0.1:${ports.command}`,
+    message_rate: 100000,
+    message_hwm: 100000,
+    id_cache_ttl: 60,
+    connection_subscription_max: 20,
+    subscription_linger: 60,
+  });
+  let text = '';
+  for (const [name, entries] of sections) {
+    text += `[${name}]\n`;
+    for (const [k, v] of entries) text += `${k}=${v}\n`;
+    text += '\n';
+  }
+  return text;
+}
+
+function connects(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+}
+
+/** Whether a request through Pushpin got the origin's answer (not Pushpin's own 502 or 503). */
+async function reachesOrigin(url: string): Promise<boolean> {
+  try {
+    const res = await fetch(url, { signal: AbortSignal.timeout(5_000) });
+    await res.arrayBuffer();
+    return res.status !== 502 && res.status !== 503;
+  } catch {
+    return false;
+  }
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Starts Pushpin; resolves once its HTTP and publish ports take connections. */
+export async function startPushpin(opts: PushpinOptions): Promise<RunningPushpin> {
+  if (!existsSync(PUSHPIN_BIN))
+    throw new Error(`Pushpin is not installed (no ${PUSHPIN_BIN}): apt-get install pushpin`);
+  const ids = (await userIds('pushpin')) ?? (await userIds('nobody'));
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'smartfeeds-pushpin-'));
+  const ports = {
+    http: await freePort(),
+    publish: await freePort(),
+    pushIn: await freePort(),
+    pushSub: await freePort(),
+    command: await freePort(),
+  };
+  const sigKey = opts.sigKey ?? randomBytes(16).toString('hex');
+  for (const sub of ['run', 'log']) await mkdir(path.join(dir, sub));
+  const conf = path.join(dir, 'pushpin.conf');
+  const routes = path.join(dir, 'routes');
+  await writeFile(conf, await configText(dir, sigKey, ports));
+  await writeFile(routes, routesText(typeof opts.origin === 'string' ? [opts.origin] : opts.origin));
+  const consoleFile = path.join(dir, 'console.log');
+  await chownAll(ids, [dir, path.join(dir, 'run'), path.join(dir, 'log'), conf, routes]);
+  let child: ChildProcess | undefined;
+  // SIGTERM: the runner stops its own processes (condure, zurl, proxy, handler) as it exits.
+  const onExit = () => child?.kill('SIGTERM');
+
+  const start = async () => {
+    const fd = openSync(consoleFile, 'a');
+    const proc = spawn(PUSHPIN_BIN, ['--config', conf, '--merge-output'], {
+      cwd: dir,
+      stdio: ['ignore', fd, fd],
+      ...(ids ? { uid: ids.uid, gid: ids.gid } : {}),
+      env: { PATH: '/usr/bin:/bin', HOME: dir },
+    });
+    closeSync(fd);
+    child = proc;
+    process.on('exit', onExit);
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    while (!((await connects(ports.http)) && (await connects(ports.publish)))) {
+      if (proc.exitCode !== null || proc.signalCode !== null)
+        throw new Error(
+          `Pushpin exited during startup\n${await logTail({ log: consoleFile, console: '' }, 'pushpin', 40)}`,
+        );
+      if (Date.now() > deadline) throw new Error('Pushpin did not start in time');
+      await sleep(100);
+    }
+    if (!opts.originLater) await untilOrigin();
+  };
+
+  // The ports listen before the proxy takes requests: wait until one reaches the origin.
+  const untilOrigin = async () => {
+    const deadline = Date.now() + START_TIMEOUT_MS;
+    while (!(await reachesOrigin(`http://127.0.0.1:${ports.http}/`))) {
+      if (Date.now() > deadline) throw new Error('Pushpin did not reach its origin in time');
+      await sleep(100);
+    }
+  };
+
+  const stop = async () => {
+    const proc = child;
+    if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
+    const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+    proc.kill('SIGTERM');
+    const timer = setTimeout(() => proc.kill('SIGKILL'), STOP_GRACE_MS);
+    await exited;
+    clearTimeout(timer);
+    process.off('exit', onExit);
+    child = undefined;
+  };
+
+  await start();
+  return {
+    url: `http://127.0.0.1:${ports.http}`,
+    publishUrl: `http://127.0.0.1:${ports.publish}/publish/`,
+    sigKey,
+    dir,
+    get pid() {
+      return child?.pid;
+    },
+    reachesOrigin: untilOrigin,
+    async route(origins) {
+      await writeFile(routes, routesText(origins));
+    },
+    stop,
+    async destroy() {
+      await stop();
+      await rm(dir, { recursive: true, force: true });
+    },
+    logTail: (lines = 50) => logTail({ log: consoleFile, console: '' }, 'pushpin', lines),
+  };
+}

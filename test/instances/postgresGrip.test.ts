@@ -1,0 +1,117 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createDatabase } from '../../prosody-dev/postgres.ts';
+import { type RunningPushpin, startPushpin } from '../../prosody-dev/pushpin.ts';
+import { FeedEngine } from '../../src/feed/engine.ts';
+import { OPERATOR } from '../../src/feed/service/actor.ts';
+import { FeedService } from '../../src/feed/service/service.ts';
+import { openSharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
+import type { Collection } from '../../src/http/render/json.ts';
+import { HttpBinding } from '../../src/http/server.ts';
+import { createLog } from '../../src/log.ts';
+import { postgresAdminUrl } from '../feed/support.ts';
+import { openStream, type SseStream } from '../http/sseClient.ts';
+import { feedUrl, testHttpOptions } from '../http/support.ts';
+
+/*
+ * Two instances on one PostgreSQL database behind one Pushpin (docs/operations.md "Behind
+ * Pushpin"): Pushpin balances the requests over both, each node's changes are published by the
+ * instance pushing it, and every client gets every item exactly, in order, whichever instance
+ * wrote it.
+ */
+
+const KEY = 'grip-cluster-key-0123456789';
+const ENTRY = (title: string) => `<entry xmlns='http://www.w3.org/2005/Atom'><title>${title}</title></entry>`;
+
+interface One {
+  engine: FeedEngine;
+  feeds: FeedService;
+  binding: HttpBinding;
+  origin: string;
+}
+
+let pushpin: RunningPushpin;
+const ones: One[] = [];
+const open: SseStream[] = [];
+
+/**
+ * Pushpin's publish endpoint is known once it runs, which needs the instances' ports first: the
+ * instances publish through this forwarder, pointed at it then.
+ */
+const forwarder = http.createServer((req, res) => {
+  const chunks: Buffer[] = [];
+  req.on('data', (c: Buffer) => chunks.push(c));
+  req.on('end', () => {
+    void fetch(pushpin.publishUrl, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: Buffer.concat(chunks),
+    }).then(async (r) => res.writeHead(r.status).end(await r.text()));
+  });
+});
+
+async function start(url: string, holder: string): Promise<One> {
+  const store = await openSharedPostgresStore(url, { max: 4, retryForMs: 20_000 });
+  const engine = await FeedEngine.openStore(store);
+  const feeds = new FeedService(engine, { admins: ['admin@localhost'] });
+  await feeds.startDelivering({ holder, ttl: 3000 });
+  const binding = new HttpBinding(
+    feeds,
+    testHttpOptions({
+      grip: {
+        key: KEY,
+        publishUrl: `http://127.0.0.1:${(forwarder.address() as AddressInfo).port}/publish/`,
+      },
+    }),
+    createLog('warn', () => undefined),
+  );
+  const origin = await binding.start();
+  return { engine, feeds, binding, origin };
+}
+
+beforeAll(async () => {
+  await new Promise<void>((r) => forwarder.listen(0, '127.0.0.1', () => r()));
+  const url = await createDatabase(postgresAdminUrl());
+  ones.push(await start(url, 'a'), await start(url, 'b'));
+  pushpin = await startPushpin({ origin: ones.map((o) => new URL(o.origin).host), sigKey: KEY });
+});
+
+afterAll(async () => {
+  for (const st of open) st.close();
+  await pushpin?.destroy();
+  for (const one of ones) {
+    await one.binding.stop();
+    one.feeds.close();
+    await one.engine.close().catch(() => undefined);
+  }
+  forwarder.close();
+});
+
+describe('two instances behind one Pushpin', () => {
+  it('bring every client every item exactly, in order, whichever instance wrote it', async () => {
+    const [a, b] = ones;
+    if (!a || !b) throw new Error('no instances');
+    await a.feeds.create(OPERATOR, 'shared');
+    await a.engine.publish('shared', { id: 'first', entry: ENTRY('first') });
+    const sts = await Promise.all(
+      Array.from({ length: 40 }, () => openStream(feedUrl(pushpin.url, 'shared'))),
+    );
+    open.push(...sts);
+    await Promise.all(sts.map((st) => st.until((e) => e.length >= 1)));
+    for (let i = 0; i < 10; i++) {
+      const writer = i % 2 === 0 ? a : b;
+      await writer.engine.publish('shared', { id: `w${i}`, entry: ENTRY(`w${i}`) });
+    }
+    const res = await fetch(feedUrl(a.origin, 'shared', 'max=250'));
+    const want = ((await res.json()) as Collection).items.map((i) => [i.cursor, JSON.stringify(i)]);
+    expect(want).toHaveLength(11);
+    await Promise.all(sts.map((st) => st.until((e) => e.length >= want.length)));
+    for (const st of sts) expect(st.events.map((e) => [e.id, e.data])).toEqual(want);
+    expect(a.binding.streams.open + b.binding.streams.open).toBe(0);
+    // Each change was published once, to the node's two order channels, by the instance pushing
+    // the node then (the leases may move it from one to the other as the second joins).
+    const published = ones.map((o) => o.binding.grip?.publisher?.published ?? 0);
+    expect(published.reduce((a, b) => a + b, 0)).toBe(2 * want.length);
+  });
+});
