@@ -18,7 +18,7 @@ afterEach(async () => {
 describe('WebSub among several instances', () => {
   it('a subscription made or ended through one instance is followed by the hub of the instance pushing the node', async () => {
     // a pushes every node (the only pusher); b serves HTTP only.
-    const { a, b, hubA, hubB } = await pusherAndPeer(closers, await SharedMemory.create(), 3000);
+    const { b, hubA, hubB } = await pusherAndPeer(closers, await SharedMemory.create(), 3000);
     await b.service.create(OPERATOR, 'n');
     const first = await callback(closers);
     await b.service.hubSubscriptions.put(subscription(first.url));

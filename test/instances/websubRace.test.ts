@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
-import { closeInstance, entry, instance, until } from './support.ts';
+import { entry, until } from './support.ts';
 import { callback, pusherAndPeer, subscription } from './websubSupport.ts';
 
 /**
