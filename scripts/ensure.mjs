@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // Installs what the tests and the dev setup need when it is missing: node_modules (npm ci), the
-// XMPP servers, PostgreSQL 15 and Chromium (Debian's packages, as root; otherwise it says what to
+// XMPP servers, PostgreSQL 15, Chromium, Pushpin and Libervia (Debian's packages, as root; otherwise it says what to
 // install). Plain JavaScript with no dependencies, so that it runs before `npm ci`.
 //   node scripts/ensure.mjs [prosody] [ejabberd]    (no names: those of SMARTFEEDS_TEST_SERVERS,
 //                                                    default both; PostgreSQL unless
@@ -65,15 +65,24 @@ export function ensurePostgres() {
   spawnSync('sh', ['-c', 'service postgresql stop || true'], { stdio: 'ignore' });
 }
 
-/** Debian's Chromium, which the reader page's browser test drives (test/web/reader.test.ts). */
-export function ensureChromium() {
-  if (existsSync('/usr/bin/chromium')) return;
+/** Debian packages some tests drive, installed when one of their programs is missing. */
+export function ensurePackages(programs, packages) {
+  if (programs.every((p) => existsSync(p))) return;
   if (process.getuid?.() !== 0) {
-    console.error('chromium is not installed: run `sudo apt-get install -y chromium`, then try again.');
+    console.error(
+      `${packages.join(' and ')} ${packages.length > 1 ? 'are' : 'is'} not installed: run \`sudo apt-get install -y ${packages.join(' ')}\`, then try again.`,
+    );
     process.exit(1);
   }
   run('apt-get', ['update']);
-  run('apt-get', ['install', '-y', 'chromium']);
+  run('apt-get', ['install', '-y', ...packages]);
+  // A package may start a system service on its default ports; the tests run their own.
+  for (const name of packages) spawnSync('sh', ['-c', `service ${name} stop || true`], { stdio: 'ignore' });
+}
+
+/** Debian's Chromium, which the reader page's browser tests drive (test/web). */
+export function ensureChromium() {
+  ensurePackages(['/usr/bin/chromium'], ['chromium']);
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
@@ -87,4 +96,12 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   )
     ensurePostgres();
   ensureChromium();
+  // The GRIP tests put Pushpin in front of the HTTP binding (prosody-dev/pushpin.ts).
+  ensurePackages(['/usr/bin/pushpin'], ['pushpin']);
+  // A real XMPP client against the component and Prosody's own pubsub (test/libervia, Prosody only).
+  if (names.some((n) => n.trim().toLowerCase() === 'prosody'))
+    ensurePackages(
+      ['/usr/bin/libervia-backend', '/usr/bin/libervia-cli'],
+      ['libervia-backend', 'libervia-cli'],
+    );
 }
