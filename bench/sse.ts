@@ -15,9 +15,14 @@
  * closed and the same is done with long polls on the feed. The two legs run one after the other:
  * together they would pass the 20,000 open files a process may have here (a limit even root may
  * not raise in this container). Then the same clients run against bench/sseBaseline.ts, a bare
- * node:http server doing the least for them, in the same run.
+ * node:http server doing the least for them, in the same run. Last (unless --no-pushpin, or
+ * without /usr/bin/pushpin), `smartfeeds serve --grip` behind Debian's Pushpin
+ * (prosody-dev/pushpin.ts): the anonymous and filtered streams open through Pushpin, which holds
+ * them, and each write is published to it; memory is that of Pushpin's processes (RSS) and of
+ * smartfeeds, per stream.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
@@ -25,6 +30,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { WebSocket } from 'undici';
+import { PUSHPIN_BIN, type RunningPushpin, startPushpin } from '../prosody-dev/pushpin.ts';
 import { addLatencies, type ClientGroup, type Latencies, openClients } from './sseClients.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -42,12 +48,14 @@ const { values } = parseArgs({
     writes: { type: 'string', default: '5' },
     processes: { type: 'string', default: '4' },
     'cpu-prof': { type: 'string' },
+    pushpin: { type: 'boolean', default: existsSync(PUSHPIN_BIN) },
+    'no-pushpin': { type: 'boolean' },
     help: { type: 'boolean', short: 'h' },
   },
 });
 if (values.help) {
   console.log(
-    'usage: npx tsx bench/sse.ts [--streams N] [--filtered N] [--readers N] [--long-polls N] [--writes N] [--processes N] [--cpu-prof DIR]',
+    'usage: npx tsx bench/sse.ts [--streams N] [--filtered N] [--readers N] [--long-polls N] [--writes N] [--processes N] [--cpu-prof DIR] [--no-pushpin]',
   );
   process.exit(0);
 }
@@ -62,7 +70,7 @@ async function freePort(): Promise<number> {
   return port;
 }
 
-function serve(dir: string, port: number, inspectPort: number): ChildProcess {
+function serve(dir: string, port: number, inspectPort: number, extra: string[] = []): ChildProcess {
   const tokens = [
     `${ADMIN}=admin@bench`,
     ...Array.from({ length: READERS }, (_, r) => `reader-${r}=r${r}@bench`),
@@ -85,6 +93,7 @@ function serve(dir: string, port: number, inspectPort: number): ChildProcess {
       '100000',
       '--http-max-timeout',
       '600',
+      ...extra,
     ],
     {
       cwd: ROOT,
@@ -148,6 +157,12 @@ interface Leg {
   groups: ClientGroup[];
   gauge: string;
   inspectPort: number;
+  /** The proxy's RSS before the clients opened. */
+  proxyBefore?: number;
+  /** Where the clients connect, when not the server itself (a proxy). */
+  clientBase?: string;
+  /** RSS in bytes of the proxy's processes, when there is one. */
+  proxyRss?: () => number;
   /** Sends write `w` with `title`; resolves once the server acknowledged it. */
   write: (w: number, title: string) => Promise<unknown>;
 }
@@ -194,11 +209,14 @@ async function runLeg(origin: string, leg: Leg, first: number, loads: number[]):
   const total = leg.groups.reduce((n, g) => n + g.count, 0);
   const before = await memory(origin, leg.inspectPort);
   const t0 = performance.now();
-  const fleet = await openClients(origin, leg.groups, PROCESSES);
-  await waitFor(origin, leg.gauge, total, leg.name);
+  const fleet = await openClients(leg.clientBase ?? origin, leg.groups, PROCESSES);
+  if (leg.gauge !== '') await waitFor(origin, leg.gauge, total, leg.name);
   const openS = (performance.now() - t0) / 1000;
   await sleep(2000);
+  // Held by a proxy: its channels are subscribed once each hold's answer has reached it.
+  if (leg.gauge === '') await sleep(3000);
   const held = await memory(origin, leg.inspectPort);
+  const proxyHeld = leg.proxyRss?.() ?? 0;
   const rows: string[] = [];
   const all: Latencies = {};
   for (let w = first; w < first + WRITES; w++) {
@@ -220,6 +238,9 @@ async function runLeg(origin: string, leg: Leg, first: number, loads: number[]):
     await sleep(1000);
   }
   await fleet.close();
+  const proxyFigure = leg.proxyRss
+    ? `; Pushpin RSS ${f0(proxyHeld / 2 ** 20)} MiB, +${kib((proxyHeld - (leg.proxyBefore ?? 0)) / total)} KiB per client`
+    : '';
   const counts = new Map<string, number>();
   for (const g of leg.groups) counts.set(g.name, (counts.get(g.name) ?? 0) + g.count);
   for (const [name, count] of counts) {
@@ -235,7 +256,7 @@ async function runLeg(origin: string, leg: Leg, first: number, loads: number[]):
   const rss = (held.process_resident_memory_bytes ?? 0) - (before.process_resident_memory_bytes ?? 0);
   const heap = (held.nodejs_heap_size_used_bytes ?? 0) - (before.nodejs_heap_size_used_bytes ?? 0);
   console.log(
-    `\n${leg.name}: ${fleet.opened.toLocaleString('en')} opened (${fleet.failed} failed) in ${openS.toFixed(1)} s; server RSS ${f0((held.process_resident_memory_bytes ?? 0) / 2 ** 20)} MiB, +${kib(rss / total)} KiB and heap +${kib(heap / total)} KiB per client`,
+    `\n${leg.name}: ${fleet.opened.toLocaleString('en')} opened (${fleet.failed} failed) in ${openS.toFixed(1)} s; server RSS ${f0((held.process_resident_memory_bytes ?? 0) / 2 ** 20)} MiB, +${kib(rss / total)} KiB and heap +${kib(heap / total)} KiB per client${proxyFigure}`,
   );
   console.log('| leg: clients | n | p50 ms | p99 ms | max ms | within 250 ms |');
   console.log('|---|---|---|---|---|---|');
@@ -352,8 +373,10 @@ async function main(): Promise<void> {
       (_w, title) => fetch(`${borigin}/write`, { method: 'POST', body: title }),
       loads,
     );
+    const loadsBaseline = loads.splice(0);
+    if (values.pushpin && !values['no-pushpin']) await behindPushpin(dir, children, loads);
     console.log(
-      `\nload average (1 min) at the writes: smartfeeds ${loadsSmartfeeds.map((l) => l.toFixed(2)).join(', ')}; baseline ${loads.map((l) => l.toFixed(2)).join(', ')}`,
+      `\nload average (1 min) at the writes: smartfeeds ${loadsSmartfeeds.map((l) => l.toFixed(2)).join(', ')}; baseline ${loadsBaseline.map((l) => l.toFixed(2)).join(', ')}; behind Pushpin ${loads.map((l) => l.toFixed(2)).join(', ')}`,
     );
   } finally {
     for (const child of children) {
@@ -361,6 +384,61 @@ async function main(): Promise<void> {
       if (child.exitCode === null) await new Promise((resolve) => child.once('exit', resolve));
     }
     await rm(dir, { recursive: true, force: true });
+  }
+}
+
+/** The summed RSS, in bytes, of a process and its descendants (from ps). */
+function treeRss(root: number | undefined): number {
+  if (root === undefined) return 0;
+  const rows = spawnSync('ps', ['-eo', 'pid=,ppid=,rss=']).stdout.toString().trim().split('\n');
+  const procs = rows.map((r) => r.trim().split(/\s+/).map(Number) as [number, number, number]);
+  const inTree = new Set([root]);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const [pid, ppid] of procs)
+      if (inTree.has(ppid) && !inTree.has(pid)) {
+        inTree.add(pid);
+        grew = true;
+      }
+  }
+  return procs.filter(([pid]) => inTree.has(pid)).reduce((n, [, , rss]) => n + rss * 1024, 0);
+}
+
+/** The stream leg again, through Pushpin in front of `smartfeeds serve --grip`. */
+async function behindPushpin(dir: string, children: ChildProcess[], loads: number[]): Promise<void> {
+  const key = 'bench-grip-key-0123456789abcdef';
+  const port = await freePort();
+  const origin = `http://127.0.0.1:${port}`;
+  const inspectPort = await freePort();
+  let pushpin: RunningPushpin | undefined;
+  try {
+    pushpin = await startPushpin({ origin: `127.0.0.1:${port}`, sigKey: key, originLater: true });
+    const proxy = pushpin;
+    children.push(
+      serve(join(dir, 'grip'), port, inspectPort, ['--grip', key, '--grip-publish', proxy.publishUrl]),
+    );
+    await started(origin);
+    await proxy.reachesOrigin();
+    await prefill(origin);
+    console.log('\n## smartfeeds serve --grip behind Pushpin (Pushpin holds the streams)');
+    const groups = streamGroups().filter((g) => g.name === 'anonymous' || g.name === 'category=hot');
+    await runLeg(
+      origin,
+      {
+        name: 'streams via Pushpin',
+        groups,
+        gauge: '',
+        inspectPort,
+        clientBase: proxy.url,
+        proxyBefore: treeRss(proxy.pid),
+        proxyRss: () => treeRss(proxy.pid),
+        write: (w, title) => put(origin, `w${w}`, entry(title, 'hot')),
+      },
+      200,
+      loads,
+    );
+  } finally {
+    await pushpin?.destroy();
   }
 }
 
