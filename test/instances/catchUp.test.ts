@@ -29,92 +29,84 @@ function expectViewsAgree(change: Change): void {
     expect(change.views?.created[X_VIEW]?.previous).toBe(change.feeds.created.previous);
 }
 
+/** Writes through one of two instances, to one of a few ids. */
+const writesArb = fc.array(
+  fc.record({
+    via: fc.integer({ min: 0, max: 1 }),
+    id: fc.constantFrom('a', 'b', 'c', 'd'),
+    retract: fc.boolean(),
+  }),
+  { minLength: 1, maxLength: 25 },
+);
+
+/** Two instances that have both loaded node `n`. */
+async function twoOnNode() {
+  const set = await instances(2);
+  const [a, b] = set.all as [(typeof set.all)[number], (typeof set.all)[number]];
+  await a.engine.createNode('n');
+  await a.engine.read('n');
+  await b.engine.read('n');
+  return { set, a, b };
+}
+
 describe('catching up from the log', () => {
   it('another instance writes; this one, caught up, writes next with the right previous cursors (property)', async () => {
     await fc.assert(
-      fc.asyncProperty(
-        fc.array(
-          fc.record({
-            via: fc.integer({ min: 0, max: 1 }),
-            id: fc.constantFrom('a', 'b', 'c', 'd'),
-            retract: fc.boolean(),
-          }),
-          { minLength: 1, maxLength: 25 },
-        ),
-        async (writes) => {
-          const set = await instances(2);
-          const [a, b] = set.all as [(typeof set.all)[number], (typeof set.all)[number]];
-          await a.engine.createNode('n');
-          await a.engine.read('n');
-          await b.engine.read('n');
-          let last: Change | undefined;
-          for (const [i, w] of writes.entries()) {
-            const one = w.via === 0 ? a : b;
-            // The writer has caught up with the other's last write before it writes.
-            if (last) {
-              const cursor = last.feeds.modified.cursor;
-              await until(() => one.seen.some((c) => c.feeds.modified.cursor === cursor));
-            }
-            const change = w.retract
-              ? await one.engine.retract('n', w.id).catch(() => undefined)
-              : await one.engine.publish('n', { id: w.id, entry: entry(`${i}`) });
-            if (!change?.changed) continue;
-            expectViewsAgree(change);
-            expect(change.feeds.modified.previous).toBe(last?.feeds.modified.cursor);
-            last = change;
+      fc.asyncProperty(writesArb, async (writes) => {
+        const { set, a, b } = await twoOnNode();
+        let last: Change | undefined;
+        for (const [i, w] of writes.entries()) {
+          const one = w.via === 0 ? a : b;
+          // The writer has caught up with the other's last write before it writes.
+          if (last) {
+            const cursor = last.feeds.modified.cursor;
+            await until(() => one.seen.some((c) => c.feeds.modified.cursor === cursor));
           }
-          await set.close();
-        },
-      ),
+          const change = w.retract
+            ? await one.engine.retract('n', w.id).catch(() => undefined)
+            : await one.engine.publish('n', { id: w.id, entry: entry(`${i}`) });
+          if (!change?.changed) continue;
+          expectViewsAgree(change);
+          expect(change.feeds.modified.previous).toBe(last?.feeds.modified.cursor);
+          last = change;
+        }
+        await set.close();
+      }),
       { numRuns: 25, endOnFailure: true },
     );
   });
 
   it('with filtered indexes (publishers, categories): the chain of every view exact, caught up from the log alone (property)', async () => {
     await fc.assert(
-      fc.asyncProperty(
-        fc.array(
-          fc.record({
-            via: fc.integer({ min: 0, max: 1 }),
-            id: fc.constantFrom('a', 'b', 'c', 'd'),
-            retract: fc.boolean(),
-          }),
-          { minLength: 1, maxLength: 25 },
-        ),
-        async (writes) => {
-          const set = await instances(2);
-          const [a, b] = set.all as [(typeof set.all)[number], (typeof set.all)[number]];
-          await a.engine.createNode('n');
-          await a.engine.read('n');
-          await b.engine.read('n');
-          let last: Change | undefined;
-          // Per view, the cursor of the last change in modified order (every change is at its end).
-          const ends = new Map<string, string>();
-          for (const [i, w] of writes.entries()) {
-            const one = w.via === 0 ? a : b;
-            if (last) {
-              const cursor = last.feeds.modified.cursor;
-              await until(() => one.seen.some((c) => c.feeds.modified.cursor === cursor));
-            }
-            // An item keeps its publisher and categories: an update that joined an index would
-            // make its created order move where the change does not say (the indexes are read then).
-            const { publisher, category } = ITEM_FIELDS[w.id] as { publisher: string; category: string };
-            const body = `<entry xmlns='http://www.w3.org/2005/Atom'><title>${i}</title>${category}</entry>`;
-            const change = w.retract
-              ? await one.engine.retract('n', w.id, { publisher }).catch(() => undefined)
-              : await one.engine.publish('n', { id: w.id, entry: body, publisher });
-            if (!change?.changed) continue;
-            expectViewsAgree(change);
-            for (const [view, at] of Object.entries(change.views?.modified ?? {})) {
-              expect(at.previous, view).toBe(ends.get(view));
-              ends.set(view, at.cursor);
-            }
-            last = change;
+      fc.asyncProperty(writesArb, async (writes) => {
+        const { set, a, b } = await twoOnNode();
+        let last: Change | undefined;
+        // Per view, the cursor of the last change in modified order (every change is at its end).
+        const ends = new Map<string, string>();
+        for (const [i, w] of writes.entries()) {
+          const one = w.via === 0 ? a : b;
+          if (last) {
+            const cursor = last.feeds.modified.cursor;
+            await until(() => one.seen.some((c) => c.feeds.modified.cursor === cursor));
           }
-          for (const one of set.all) expect(one.engine.catchUps()?.reread).toBe(0);
-          await set.close();
-        },
-      ),
+          // An item keeps its publisher and categories: an update that joined an index would
+          // make its created order move where the change does not say (the indexes are read then).
+          const { publisher, category } = ITEM_FIELDS[w.id] as { publisher: string; category: string };
+          const body = `<entry xmlns='http://www.w3.org/2005/Atom'><title>${i}</title>${category}</entry>`;
+          const change = w.retract
+            ? await one.engine.retract('n', w.id, { publisher }).catch(() => undefined)
+            : await one.engine.publish('n', { id: w.id, entry: body, publisher });
+          if (!change?.changed) continue;
+          expectViewsAgree(change);
+          for (const [view, at] of Object.entries(change.views?.modified ?? {})) {
+            expect(at.previous, view).toBe(ends.get(view));
+            ends.set(view, at.cursor);
+          }
+          last = change;
+        }
+        for (const one of set.all) expect(one.engine.catchUps()?.reread).toBe(0);
+        await set.close();
+      }),
       { numRuns: 25, endOnFailure: true },
     );
   });
