@@ -70,7 +70,7 @@ export function readNodeConfig(stored: unknown): NodeConfig {
     const value = (stored as Record<string, unknown>)[key];
     if (key === 'inertFields') out.inertFields = readInertFields(value);
     // Same type as the default's, checked on this line: a stored field of the module's own record.
-    else if (typeof value === typeof out[key]) (out as unknown as Record<string, unknown>)[key] = value;
+    else if (typeof value === typeof out[key]) Object.assign(out, { [key]: value });
   }
   // Stored among the inert fields before it was honoured: the owner's choice still holds.
   const older = out.inertFields['pubsub#deliver_notifications'];

@@ -15,7 +15,7 @@ interface PublishItem {
   formats: {
     /** An event for the held streams, or their end (the node is gone or closed to anyone). */
     'http-stream': { content: string } | { action: 'close' };
-    /** A held long poll is told to ask again: it then reads its page as any pull does. */
+    /** A held long poll is told to ask again: it then reads its page like any other pull. */
     'http-response': { action: 'hint' };
   };
 }

@@ -278,79 +278,76 @@ async function play(
   }
 }
 
+/** A random history of writes, then the page size and the place a read starts from. */
+const historyArbs = [
+  fc.array(opArb, { minLength: 1, maxLength: 30 }),
+  fc.integer({ min: 1, max: 4 }),
+  fc.nat(),
+] as const;
+const T0 = 1_800_000_000_000;
+const engineOptions = (clock: { t: number }) => ({ now: () => clock.t, limits: { maxPageItems: 5 } });
+
 describe('filtered feeds and readers views', () => {
   it('equal the model on random writes and reads', async () => {
     await fc.assert(
-      fc.asyncProperty(
-        fc.array(opArb, { minLength: 1, maxLength: 30 }),
-        fc.integer({ min: 1, max: 4 }),
-        fc.nat(),
-        async (ops, max, at) => {
-          const clock = { t: 1_800_000_000_000 };
-          const engine = await FeedEngine.inMemory({ now: () => clock.t, limits: { maxPageItems: 5 } });
-          const model = new Model();
-          try {
-            await play(engine, model, ops, clock, (change, before) =>
-              checkPositions(engine, change, before, model),
-            );
-            await checkViews(engine, model, { max, at });
-          } finally {
-            await engine.close();
-          }
-        },
-      ),
+      fc.asyncProperty(...historyArbs, async (ops, max, at) => {
+        const clock = { t: T0 };
+        const engine = await FeedEngine.inMemory(engineOptions(clock));
+        const model = new Model();
+        try {
+          await play(engine, model, ops, clock, (change, before) =>
+            checkPositions(engine, change, before, model),
+          );
+          await checkViews(engine, model, { max, at });
+        } finally {
+          await engine.close();
+        }
+      }),
       { numRuns: 50 },
     );
   });
 
   it('survive an export and import: every view, as every reader, is the same in the copy', async () => {
     await fc.assert(
-      fc.asyncProperty(
-        fc.array(opArb, { minLength: 1, maxLength: 30 }),
-        fc.integer({ min: 1, max: 4 }),
-        fc.nat(),
-        async (ops, max, at) => {
-          const clock = { t: 1_800_000_000_000 };
-          const options = { now: () => clock.t, limits: { maxPageItems: 5 } };
-          const engine = await FeedEngine.inMemory(options);
-          const copy = await FeedEngine.inMemory(options);
-          const model = new Model();
-          try {
-            await play(engine, model, ops, clock);
-            const lines: ExportRecord[] = [];
-            for await (const r of engine.exportNode('n')) lines.push(JSON.parse(JSON.stringify(r)));
-            expect(await copy.importNode('n', lines)).toBe(model.items.size);
-            await checkViews(copy, model, { max, at });
-            // Writes go on the same way in both, with the same positions in every view.
-            for (const op of ops.slice(0, 3)) {
-              if (op.kind !== 'publish') continue;
-              const input = {
-                id: op.id,
-                entry: entryOf(op.id, op.categories),
-                publisher: op.publisher,
-                ...(op.audience ? { audience: op.audience } : {}),
-              };
-              const [a, b] = [await engine.publish('n', input), await copy.publish('n', input)];
-              const { views: _a, ...restA } = a;
-              const { views: _b, ...restB } = b;
-              expect(restB).toEqual(restA);
-              // A reader index the source emptied is not carried over: the view each reader reads
-              // may be named differently, but what it holds and where it stands are the same.
-              for (const filter of FILTERS)
-                for (const viewer of VIEWERS)
-                  for (const order of ORDERS) {
-                    const name = feedName(filter, order);
-                    const at = (c: Change, e: FeedEngine) =>
-                      c.views?.[order][e.viewOf(name, viewer) as string];
-                    expect(at(b, copy), `${name} as ${viewer}`).toEqual(at(a, engine));
-                  }
-            }
-          } finally {
-            await engine.close();
-            await copy.close();
+      fc.asyncProperty(...historyArbs, async (ops, max, at) => {
+        const clock = { t: T0 };
+        const engine = await FeedEngine.inMemory(engineOptions(clock));
+        const copy = await FeedEngine.inMemory(engineOptions(clock));
+        const model = new Model();
+        try {
+          await play(engine, model, ops, clock);
+          const lines: ExportRecord[] = [];
+          for await (const r of engine.exportNode('n')) lines.push(JSON.parse(JSON.stringify(r)));
+          expect(await copy.importNode('n', lines)).toBe(model.items.size);
+          await checkViews(copy, model, { max, at });
+          // Writes go on the same way in both, with the same positions in every view.
+          for (const op of ops.slice(0, 3)) {
+            if (op.kind !== 'publish') continue;
+            const input = {
+              id: op.id,
+              entry: entryOf(op.id, op.categories),
+              publisher: op.publisher,
+              ...(op.audience ? { audience: op.audience } : {}),
+            };
+            const [a, b] = [await engine.publish('n', input), await copy.publish('n', input)];
+            const { views: _a, ...restA } = a;
+            const { views: _b, ...restB } = b;
+            expect(restB).toEqual(restA);
+            // A reader index the source emptied is not carried over: the view each reader reads
+            // may be named differently, but what it holds and where it stands are the same.
+            for (const filter of FILTERS)
+              for (const viewer of VIEWERS)
+                for (const order of ORDERS) {
+                  const name = feedName(filter, order);
+                  const at = (c: Change, e: FeedEngine) => c.views?.[order][e.viewOf(name, viewer) as string];
+                  expect(at(b, copy), `${name} as ${viewer}`).toEqual(at(a, engine));
+                }
           }
-        },
-      ),
+        } finally {
+          await engine.close();
+          await copy.close();
+        }
+      }),
       { numRuns: 40 },
     );
   });

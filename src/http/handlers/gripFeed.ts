@@ -98,8 +98,8 @@ export async function gripStream(
 
 /**
  * A long poll behind Pushpin: the answer it would give at its timeout, for Pushpin to hold on the
- * feed view's channel. A publish tells Pushpin to ask again, and the request is then read as any
- * pull.
+ * feed view's channel. A publish tells Pushpin to ask again, and the request is then read like any
+ * other pull.
  */
 export function gripHoldHeaders(
   grip: GripDeps,
