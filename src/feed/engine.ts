@@ -34,6 +34,8 @@ export class FeedEngine {
   private hubStore: HubStore | undefined;
   /** This instance's pushes among the others (engine/pushing.ts): on a shared store only. */
   private readonly pushing: Pushing | undefined;
+  /** Told of nodes another instance wrote that this one has not read yet (onBehind). */
+  private readonly behindListeners = new Set<NodeListener>();
 
   private constructor(store: Store, options: EngineOptions) {
     const p = new EngineParts(store, options);
@@ -86,6 +88,9 @@ export class FeedEngine {
       dropCaches: (nid) => engine.dropCaches(nid),
       hubsChanged: (nid) => engine.pushing?.hubsChanged(nid),
       emit: (change) => engine.p.s.emit(change),
+      behind: (st) => {
+        for (const listener of engine.behindListeners) listener(st.name);
+      },
     });
     // A deletion a stop or crash interrupted goes on where it stopped.
     engine.p.purges.sweep();
@@ -150,9 +155,10 @@ export class FeedEngine {
 
   /**
    * On a shared store, how this instance's loaded nodes caught up with the others' writes so far:
-   * from the change log alone, or by reading their state again (tests, metrics).
+   * from the change log alone, or by reading their state again; and how many of the others'
+   * wake-ups were left until the node is next used here (tests, metrics).
    */
-  catchUps(): { fromLog: number; reread: number } | undefined {
+  catchUps(): { fromLog: number; reread: number; deferred: number } | undefined {
     const counts = this.p.instances?.caughtUp;
     return counts ? { ...counts } : undefined;
   }
@@ -224,6 +230,25 @@ export class FeedEngine {
   /** Registers a listener for every committed change, in commit order. Returns its remover. */
   onChange(listener: ChangeListener): () => void {
     return listen(this.p.s.listeners, listener);
+  }
+
+  /**
+   * On a shared store: registers a listener told when another instance committed changes to a
+   * loaded node that this one does not push. Such a node catches up when it is next used here (a
+   * read, a write, `catchUp`): until then its changes are not told to onChange's listeners, and
+   * what is cached of its pages is stale. Returns its remover.
+   */
+  onBehind(listener: NodeListener): () => void {
+    return listen(this.behindListeners, listener);
+  }
+
+  /**
+   * On a shared store: brings the node up to every write another instance was heard to commit,
+   * telling onChange's listeners of each missed change first (see onBehind). Nothing to do for an
+   * unknown node, or on a store of this instance's own.
+   */
+  async catchUp(node: string): Promise<void> {
+    if (this.p.instances) await this.p.nodes.loadNode(node);
   }
 
   /** Registers a listener for deleted nodes (called once the deletion is written). Returns its remover. */

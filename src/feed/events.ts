@@ -36,7 +36,14 @@ export type FeedEvent =
    * Another instance sharing the store changed the node's WebSub subscriptions (node absent: any
    * node's may have changed): the hub re-reads them before it delivers the node's next change.
    */
-  | { type: 'hub-subscriptions-changed'; node?: string };
+  | { type: 'hub-subscriptions-changed'; node?: string }
+  /**
+   * Among several instances: another one committed changes to the node that this one has not
+   * read yet (it does not push the node, and nothing here has used it since). What is cached of
+   * the node's pages is stale; whoever waits on its changes asks the service to catch up
+   * (`catchUp`), and its item-changed events follow. Never told to anyone outside.
+   */
+  | { type: 'node-behind'; node: string; deliver: false };
 
 /**
  * The events of a node other than its item changes. Among several instances on one store they

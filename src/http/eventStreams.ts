@@ -86,6 +86,11 @@ export class EventStreams {
     this.registry.onDelete(node);
   }
 
+  /** Whether a stream follows either feed of the node. */
+  watching(node: string): boolean {
+    return this.registry.watching(node);
+  }
+
   /** Joins the feed's watchers before anything is read; a 503 past the bound or while stopping. */
   join(plan: Pick<StreamPlan, 'node' | 'order'>): Watch {
     return this.registry.watch(plan.node, plan.order);

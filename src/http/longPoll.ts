@@ -142,6 +142,11 @@ export class LongPolls {
     return w;
   }
 
+  /** Whether a request is held on either feed of the node. */
+  watching(node: string): boolean {
+    return ORDERS.some((order) => this.byFeed.has(LongPolls.key(node, order)));
+  }
+
   /** A committed change wakes the watchers of each feed it reaches (a `created` feed: new items only). */
   onChange(change: Change): void {
     for (const order of ORDERS) {

@@ -160,11 +160,20 @@ export class HttpBinding {
     options.extend?.(this.app, this);
   }
 
-  /** Long polls wake at a change of their feed; those held on a deleted node read again (and get 404). */
+  /**
+   * Long polls and streams wake at a change of their feed; those held on a deleted node read again
+   * (and get 404). A node another instance wrote is caught up with at once when something here
+   * waits on it, so that its changes come as item-changed events.
+   */
   private wakePolls(event: FeedEvent): void {
     if (event.type === 'item-changed') {
       this.polls.onChange(event.change);
       this.streams.onChange(event.change);
+    } else if (event.type === 'node-behind') {
+      if (this.polls.watching(event.node) || this.streams.watching(event.node))
+        this.feeds
+          .catchUp(event.node)
+          .catch((e) => this.log.warn('catching up failed', { node: event.node, error: String(e) }));
     } else if (event.type === 'node-deleted') {
       this.polls.onDelete(event.node);
       this.streams.onDelete(event.node);

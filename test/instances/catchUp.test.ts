@@ -138,7 +138,7 @@ describe('catching up from the log', () => {
     release();
     await until(() => b.seen.length === 10);
     expect(b.seen.map((c) => c.feeds.modified.cursor)).toEqual(written);
-    expect(b.engine.catchUps()).toEqual({ fromLog: 2, reread: 0 });
+    expect(b.engine.catchUps()).toEqual({ fromLog: 2, reread: 0, deferred: 10 });
   });
 
   it('a node loaded while another instance writes it counts each filtered index item once', async () => {

@@ -91,8 +91,16 @@ describe('several instances on PostgreSQL', () => {
     const [a, b] = [await instance(url), await instance(url)] as [PgInstance, PgInstance];
     await a.engine.createNode('wake');
     await a.engine.read('wake');
+    const behind: string[] = [];
+    a.service.onEvent((e) => {
+      if (e.type === 'node-behind') behind.push(e.node);
+    });
     const change = await b.engine.publish('wake', { id: 'x', entry: entry('x') });
-    await until(() => a.seen.some((c) => c.item.id === 'x'));
+    // Told at the wake-up; read (and told as a change) when something here waits on it.
+    await until(() => behind.includes('wake'));
+    expect(a.engine.lastCursorNow('wake')).toBeUndefined();
+    await a.service.catchUp('wake');
+    expect(a.seen.map((c) => c.item.id)).toEqual(['x']);
     expect(a.engine.lastCursorNow('wake')).toBe(change.feeds.modified.cursor);
   });
 

@@ -25,7 +25,7 @@ export const OPERATOR = { operator: true } as const;
 /** `count` instances on one shared in-memory store; with `push`, each joins the pushers. */
 export async function instances(
   count: number,
-  options: { push?: boolean; ttl?: number; now?: () => number } = {},
+  options: { push?: boolean; ttl?: number; now?: () => number; follow?: false } = {},
 ): Promise<{ hub: SharedMemory; all: Instance[]; close: () => Promise<void> }> {
   const hub = await SharedMemory.create(options.now);
   const all: Instance[] = [];
@@ -42,7 +42,8 @@ export async function instances(
 export async function instance(
   hub: SharedMemory,
   name: string,
-  options: { push?: boolean; ttl?: number } = {},
+  /** follow: false: a node another instance wrote is caught up with only when something uses it. */
+  options: { push?: boolean; ttl?: number; follow?: false } = {},
 ): Promise<Instance> {
   const handle = hub.connect();
   const engine = await FeedEngine.openStore(handle);
@@ -50,6 +51,11 @@ export async function instance(
   const one: Instance = { name, handle, engine, service, pushed: [], seen: [], told: [], heard: [] };
   service.onEvent((e) => {
     if (e.type === 'hub-subscriptions-changed') return;
+    // As a binding waiting on every node would: what `seen` checks is that no change is missed.
+    if (e.type === 'node-behind') {
+      if (options.follow !== false) void service.catchUp(e.node).catch(() => undefined);
+      return;
+    }
     if (e.type !== 'item-changed') {
       if (e.deliver === false) one.heard.push(e);
       else one.told.push(e);

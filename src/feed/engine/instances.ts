@@ -40,6 +40,11 @@ export interface InstanceHost {
   hubsChanged(nid: number | undefined): void;
   /** Tells the engine's listeners of changes another instance committed, in the node's order. */
   emit(change: Change): void;
+  /**
+   * Another instance committed changes to a loaded node that this one does not push: they are
+   * read when the node is next used here (its caches of the node are stale from now on).
+   */
+  behind(st: NodeState): void;
 }
 
 /**
@@ -54,10 +59,17 @@ export class Instances {
   private readonly byNid = new Map<number, NodeState>();
   /** Nodes whose in-memory tails may be wrong (a round failed after moving them). */
   private readonly stale = new WeakSet<NodeState>();
+  /** Nodes that may be behind though no wake-up says so (wake-ups were lost): checked when next used. */
+  private readonly unsure = new WeakSet<NodeState>();
+  /**
+   * Whether a loaded node catches up as soon as another instance's wake-up comes (the nodes this
+   * instance pushes), rather than when it is next used here. Set by the push leases.
+   */
+  eager: (nid: number) => boolean = () => false;
   /** The highest sequence number heard of per node, for nodes loaded after the wake-up came. */
   private readonly heard = new Map<number, number>();
   /** How loaded nodes caught up with what others wrote: from the log alone, or by reading their state again. */
-  readonly caughtUp = { fromLog: 0, reread: 0 };
+  readonly caughtUp = { fromLog: 0, reread: 0, deferred: 0 };
   /** Who else hears the wake-ups (the push leases). */
   readonly wakeListeners = new Set<(nid: number, seq: number) => void>();
   private unlisten: (() => Promise<void>) | undefined;
@@ -87,7 +99,21 @@ export class Instances {
   loaded(st: NodeState): void {
     this.byNid.set(st.nid, st);
     const heard = this.heard.get(st.nid);
-    if (heard !== undefined && heard > st.seq) this.catchUpLater(st, heard);
+    // Otherwise whoever loaded it catches it up (current) before using it.
+    if (heard !== undefined && heard > st.seq && this.eager(st.nid)) this.catchUpLater(st, heard);
+  }
+
+  /** Whether another instance wrote the node since its state here was read (or may have). */
+  isBehind(st: NodeState): boolean {
+    return !st.deleted && (this.unsure.has(st) || (this.heard.get(st.nid) ?? 0) > st.seq);
+  }
+
+  /**
+   * Brings a loaded node up to every write heard of before it is used: its missed changes are
+   * told to the listeners first, in order. A failed read leaves it behind (the next use tries again).
+   */
+  current(st: NodeState): Promise<void> {
+    return this.isBehind(st) ? this.catchUpNow(st, st.seq + 1) : Promise.resolve();
   }
 
   dropped(st: NodeState): void {
@@ -227,21 +253,41 @@ export class Instances {
       return;
     }
     this.heard.set(w.nid, Math.max(this.heard.get(w.nid) ?? 0, w.seq));
-    if (st && st.seq < w.seq) this.catchUpLater(st, w.seq);
+    if (st && st.seq < w.seq) this.behindBy(st, w.seq);
     for (const l of this.wakeListeners) l(w.nid, w.seq);
   }
 
   /**
-   * Another instance wrote to a loaded node: it catches up in its write order, from the log in one
-   * read when it can (catchUpFromLog), else from a snapshot.
+   * Another instance wrote to a loaded node: a node this instance pushes catches up now; any
+   * other when it is next used here (current), so that an instance spends nothing on the writes
+   * to nodes nobody reads or waits on here. Its listeners are told that it is behind, so that
+   * caches of it are dropped and whoever waits on it has it caught up.
    */
+  private behindBy(st: NodeState, seq: number): void {
+    if (this.eager(st.nid)) {
+      this.catchUpLater(st, seq);
+      return;
+    }
+    this.caughtUp.deferred += 1;
+    this.host?.behind(st);
+  }
+
   private catchUpLater(st: NodeState, seq: number): void {
-    void serialize(st, async () => {
-      if (st.deleted || st.seq >= seq) return;
+    void this.catchUpNow(st, seq);
+  }
+
+  /**
+   * Catches a loaded node up to `seq` (and every later wake-up heard) in its write order, from the
+   * log in one read when it can (catchUpFromLog), else from a snapshot. Never rejects.
+   */
+  private catchUpNow(st: NodeState, seq: number): Promise<void> {
+    return serialize(st, async () => {
       // Wake-ups heard while earlier catch-ups ran are caught up with in the same read: every
       // sequence number heard is committed, so the log has it.
       const to = Math.max(seq, this.heard.get(st.nid) ?? 0);
-      if (!this.stale.has(st) && (await this.catchUpFromLog(st, to))) {
+      const unsure = this.unsure.delete(st);
+      if (st.deleted || (st.seq >= to && !unsure)) return;
+      if (!this.stale.has(st) && to > st.seq && (await this.catchUpFromLog(st, to))) {
         this.caughtUp.fromLog += 1;
         return;
       }
@@ -256,7 +302,10 @@ export class Instances {
       } finally {
         await snapshot.close();
       }
-    }).catch(() => undefined);
+    }).catch((e) => {
+      // Read again at the next use, or at the next wake-up.
+      if (!st.deleted && !(e instanceof NodeNotFound)) this.unsure.add(st);
+    });
   }
 
   /**
@@ -286,7 +335,10 @@ export class Instances {
   private reconnected(): void {
     this.host?.dropCaches(undefined);
     this.host?.hubsChanged(undefined);
-    for (const st of this.byNid.values()) this.catchUpLater(st, st.seq + 1);
+    for (const st of this.byNid.values()) {
+      this.unsure.add(st);
+      this.behindBy(st, st.seq + 1);
+    }
     for (const l of this.wakeListeners) l(-1, -1);
   }
 }

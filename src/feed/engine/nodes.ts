@@ -61,7 +61,22 @@ export class NodeRegistry {
     private readonly instances?: Instances,
   ) {}
 
+  /**
+   * A node's state, loaded once. On a shared store, a loaded node that another instance wrote
+   * since catches up first (see Instances.current).
+   */
   loadNode(name: string): Promise<NodeState | undefined> {
+    const loading = this.loadOnce(name);
+    const instances = this.instances;
+    if (!instances) return loading;
+    return loading.then((st) => (st && instances.isBehind(st) ? instances.current(st).then(() => st) : st));
+  }
+
+  /**
+   * A node's state, loaded once, as it is here now: for what does not change with the node's
+   * writes (its number, whether it exists), so that asking costs no catch-up.
+   */
+  loadOnce(name: string): Promise<NodeState | undefined> {
     let loading = this.nodes.get(name);
     if (!loading) {
       loading = this.readNode(name);
@@ -153,7 +168,7 @@ export class NodeRegistry {
 
   async hasNode(name: string): Promise<boolean> {
     checkNodeName(name);
-    return (await this.loadNode(name)) !== undefined;
+    return (await this.loadOnce(name)) !== undefined;
   }
 
   /** Creates an empty node with `init`'s records (its owner, its configuration) in the same batch. */
@@ -232,7 +247,7 @@ export class NodeRegistry {
   /** The name of the node with this number, if it exists (a walk of the registry, cached once). */
   async nodeName(nid: number): Promise<string | undefined> {
     for (const st of this.ready.values()) if (st.nid === nid && !st.deleted) return st.name;
-    for (const name of await this.listNodes()) if ((await this.loadNode(name))?.nid === nid) return name;
+    for (const name of await this.listNodes()) if ((await this.loadOnce(name))?.nid === nid) return name;
     return undefined;
   }
 
@@ -241,7 +256,9 @@ export class NodeRegistry {
    * deleted and created again under its name has a new one.
    */
   async nodeNumber(name: string): Promise<number> {
-    return (await this.requireNode(name)).nid;
+    const st = await this.loadOnce(name);
+    if (!st) throw new NodeNotFound(name);
+    return st.nid;
   }
 
   /**
@@ -261,14 +278,16 @@ export class NodeRegistry {
 
   /**
    * The cursor of the feed's last change as this process knows it right now (writes computed,
-   * committed or about to be), without a read: undefined when the node is not loaded or empty.
+   * committed or about to be), without a read: undefined when the node is not loaded, is behind
+   * another instance's writes, or is empty.
    * A caller that read a page compares this with what it read to know whether something newer
    * has come since.
    */
   lastCursorNow(feedName: string | FeedName, reader: string = ALL): string | undefined {
     const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
     const st = this.ready.get(feed.node);
-    if (!st) return undefined;
+    // Another instance wrote it since: not known here until it is next read.
+    if (!st || this.instances?.isBehind(st)) return undefined;
     const view = resolveView(st.views, filterKey(feed.filter), reader);
     return view === X_VIEW ? st.tails[feed.order].lastCursor() : lastCursorOf(st.views, view, feed.order);
   }

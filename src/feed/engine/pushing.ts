@@ -58,6 +58,8 @@ export class Pushing {
     );
     this.leases = leases;
     this.instances.wakeListeners.add((nid) => leases.woke(nid));
+    // The nodes pushed here catch up with the others' writes at once (their pushes read their views).
+    this.instances.eager = (nid) => leases.owns(nid);
     if (peers)
       this.writes.handoff = new Handoff(
         peers,
@@ -104,7 +106,7 @@ export class Pushing {
   async owns(node: string): Promise<boolean> {
     const { leases } = this;
     if (!leases) return false;
-    const st = await this.nodes.loadNode(node);
+    const st = await this.nodes.loadOnce(node);
     return st !== undefined && leases.owns(st.nid);
   }
 
@@ -128,8 +130,14 @@ export class Pushing {
     // WebSub subscriptions changed before these changes were written are heard of first: by the
     // wake-up, or, when it has not come yet, by their version read now that the changes are read.
     const first = entries[0];
-    await this.hubsCurrent(nid, first?.event ? nodeOfEvent(first.event) : first?.change.node);
+    const node = first?.event ? nodeOfEvent(first.event) : first?.change.node;
+    await this.hubsCurrent(nid, node);
     await this.hubsTold;
+    // A node this instance has only just taken the bucket of may still be behind here: it starts
+    // catching up now, as it would at a wake-up. (Not waited for: its chain may hold a round
+    // that waits for these pushes.)
+    const st = node === undefined ? undefined : this.nodes.ready.get(node);
+    if (st && st.nid === nid) void this.instances.current(st);
     for (const entry of entries) {
       if (entry.change) tellEach(this.listeners, entry.change);
       else tellEach(this.eventListeners, entry.event);

@@ -219,7 +219,7 @@ export class Subscriptions {
       if (node !== undefined && s.node !== node) continue;
       // A deleted node's subscriptions wait for the sweep: they are not a later node's.
       const nid = key.readUInt32BE(prefix.length);
-      if ((await this.nodes.loadNode(s.node))?.nid === nid) out.push(s);
+      if ((await this.nodes.loadOnce(s.node))?.nid === nid) out.push(s);
     }
     return out;
   }

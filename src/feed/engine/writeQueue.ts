@@ -119,12 +119,13 @@ export class WriteQueue {
   }
 
   async nodeFor(name: string, autoCreate: boolean): Promise<NodeState> {
-    let st = await this.nodes.loadNode(name);
+    // A node another instance wrote catches up in the write's round, under its lock.
+    let st = await this.nodes.loadOnce(name);
     if (!st && autoCreate) {
       await this.nodes.createNodeWith(name).catch((e) => {
         if (!(e instanceof NodeExists)) throw e;
       });
-      st = await this.nodes.loadNode(name);
+      st = await this.nodes.loadOnce(name);
     }
     if (!st) throw new NodeNotFound(name);
     return st;

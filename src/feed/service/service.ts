@@ -109,7 +109,9 @@ export class FeedService {
     const offHubs = engine.onHubsChanged((node) =>
       this.emit({ type: 'hub-subscriptions-changed', ...(node !== undefined ? { node } : {}) }),
     );
+    const offBehind = engine.onBehind((node) => this.emit({ type: 'node-behind', node, deliver: false }));
     this.unlisten = () => {
+      offBehind();
       offHubs();
       offChange();
       offPush();
@@ -342,6 +344,15 @@ export class FeedService {
    */
   lastCursorNow(feed: string | FeedName): string | undefined {
     return this.engine.lastCursorNow(feed);
+  }
+
+  /**
+   * Among several instances: reads what other instances committed to the node since this one
+   * last did, so that its item-changed events come (after a `node-behind` event, for a node
+   * something here waits on). No rights are involved: nothing is returned.
+   */
+  catchUp(node: string): Promise<void> {
+    return this.engine.catchUp(node);
   }
 
   /**
