@@ -1,4 +1,6 @@
+import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { Change } from '../../src/feed/model.ts';
 import type { Collection } from '../../src/http/render/json.ts';
 import { openStream } from '../http/sseClient.ts';
 import { feedUrl, get, startHttp } from '../http/support.ts';
@@ -24,6 +26,15 @@ async function pair(): Promise<{ a: Instance; b: Instance }> {
   await a.engine.read('n');
   await b.engine.read('n');
   return { a, b };
+}
+
+/** Reads the node through `one` until it has been told `last` (a wake-up comes on the next turn). */
+async function heardAll(one: Instance, last: Change | undefined): Promise<void> {
+  if (!last) return;
+  await until(async () => {
+    await one.engine.read('n', { max: 0 });
+    return one.engine.lastCursorNow('n') === last.feeds.modified.cursor;
+  });
 }
 
 /** Counts the store reads an instance makes from now on. */
@@ -62,6 +73,63 @@ function countReads(one: Instance): { reads: number } {
 }
 
 describe('catching up when a node is used', () => {
+  it('writes and reads through two lazy instances, in any order: one chain per view, the same pages, every change told once in order (property)', async () => {
+    const fields: Record<string, { publisher: string; category: string }> = {
+      a: { publisher: 'p@x', category: "<category term='news'/>" },
+      b: { publisher: 'q@x', category: '' },
+      c: { publisher: 'p@x', category: "<category term='news'/><category term='misc'/>" },
+    };
+    const opArb = fc.record({
+      via: fc.integer({ min: 0, max: 1 }),
+      op: fc.constantFrom('publish', 'publish', 'retract', 'read'),
+      id: fc.constantFrom('a', 'b', 'c'),
+    });
+    await fc.assert(
+      fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 30 }), async (ops) => {
+        const { a, b } = await pair();
+        const both = [a, b];
+        const committed: Change[] = [];
+        const ends = new Map<string, string>();
+        for (const [i, o] of ops.entries()) {
+          const one = both[o.via] as Instance;
+          const other = both[1 - o.via] as Instance;
+          if (o.op === 'read') {
+            // A write is seen on another instance once its wake-up has come there.
+            for (const x of both) await heardAll(x, committed.at(-1));
+            for (const feed of ['n', 'n?category=news', 'n?order=created']) {
+              const mine = await one.engine.read(feed, { max: 50 });
+              const theirs = await other.engine.read(feed, { max: 50 });
+              expect(mine, feed).toEqual(theirs);
+            }
+            continue;
+          }
+          const { publisher, category } = fields[o.id] as { publisher: string; category: string };
+          const body = `<entry xmlns='http://www.w3.org/2005/Atom'><title>${i}</title>${category}</entry>`;
+          const change =
+            o.op === 'retract'
+              ? await one.engine.retract('n', o.id, { publisher }).catch(() => undefined)
+              : await one.engine.publish('n', { id: o.id, entry: body, publisher });
+          if (!change?.changed) continue;
+          for (const [view, at] of Object.entries(change.views?.modified ?? {})) {
+            expect(at.previous, view).toBe(ends.get(view));
+            ends.set(view, at.cursor);
+          }
+          committed.push(change);
+        }
+        // Once each has used the node, each was told every change, once, in commit order.
+        for (const one of both) {
+          await heardAll(one, committed.at(-1));
+          expect(one.seen.map((c) => c.feeds.modified.cursor)).toEqual(
+            committed.map((c) => c.feeds.modified.cursor),
+          );
+        }
+        const [closing] = closers.splice(0);
+        await closing?.();
+      }),
+      { numRuns: 40, endOnFailure: true },
+    );
+  });
+
   it('reads nothing of writes to a node nobody uses here; the next read sees them all, told in order first', async () => {
     const { a, b } = await pair();
     const behind: string[] = [];
