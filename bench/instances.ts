@@ -128,6 +128,8 @@ interface Result {
   publishPerS: number;
   notifyPerS: number;
   cpu: { smartfeeds: number; postgres: number; ejabberd: number };
+  /** Each instance's CPU seconds, in start order. */
+  perInstance: number[];
   wallS: number;
 }
 
@@ -239,6 +241,7 @@ async function run(
     s.on('stanza', (st: Element) => {
       if (st.name === 'message' && st.getChild('event') && ++heard >= expected) allHeard();
     });
+  const perBefore = children.map((c) => cpuSeconds(c.pid));
   const cpuBefore = {
     smartfeeds: children.reduce((t, c) => t + cpuSeconds(c.pid), 0),
     postgres: cpuSeconds(cluster?.pid),
@@ -272,6 +275,7 @@ async function run(
     commitsPerPublish: 0,
     publishPerS: Math.round((ITEMS * 1000) / (published - started)),
     notifyPerS: Math.round((heard * 1000) / (done - started)),
+    perInstance: children.map((c, i) => cpuSeconds(c.pid) - (perBefore[i] ?? 0)),
     cpu: {
       smartfeeds: children.reduce((t, c) => t + cpuSeconds(c.pid), 0) - cpuBefore.smartfeeds,
       postgres: cpuSeconds(cluster?.pid) - cpuBefore.postgres,

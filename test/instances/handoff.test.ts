@@ -1,7 +1,9 @@
 import fc from 'fast-check';
+import { parse } from 'ltx';
 import { afterEach, describe, expect, it } from 'vitest';
 import { readLog } from '../../src/feed/engine/changeLog.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
+import { FeedError } from '../../src/feed/errors.ts';
 import type { Change } from '../../src/feed/model.ts';
 import { SharedMemory, type SharedMemoryHandle } from '../../src/feed/store/sharedMemory.ts';
 import { type MemoryLink, MemoryPeers } from './peers.ts';
@@ -187,5 +189,56 @@ describe('writes handed to the holder of their node', () => {
       ),
       { numRuns: 12 },
     );
+  });
+
+  it('an entry the binding parsed is checked by the sender and stored by the holder as a local publish stores it', async () => {
+    const all = await peers(2);
+    await (all[0] as Peer).engine.createNode('parsed');
+    const holder = (await (all[0] as Peer).engine.owns('parsed')) ? (all[0] as Peer) : (all[1] as Peer);
+    const sender = holder === all[0] ? (all[1] as Peer) : (all[0] as Peer);
+    await sender.engine.read('parsed');
+    const xml = (id: string) =>
+      `<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:x:${id}</id><title>t ${id}</title><category term='news'/><category term='misc'/></entry>`;
+    const servedBefore = holder.link.served;
+    const handed = await sender.engine.publish('parsed', { id: 'h', entry: parse(xml('h')) });
+    expect(holder.link.served).toBe(servedBefore + 1);
+    // The same entry published on the holder itself, as the text.
+    const local = await holder.engine.publish('parsed', { id: 'l', entry: xml('l') });
+    const [h, l] = await holder.engine.getItems('parsed', ['h', 'l']);
+    expect(h?.entry).toBe(l?.entry.replaceAll(':l<', ':h<').replace('t l<', 't h<'));
+    const exported = new Map<string, string | undefined>();
+    for await (const r of await holder.engine.exportNode('parsed')) exported.set(r.id, r.atomId);
+    expect(exported).toEqual(
+      new Map([
+        ['h', 'urn:x:h'],
+        ['l', 'urn:x:l'],
+      ]),
+    );
+    expect(Object.keys(handed.views?.modified ?? {}).sort()).toEqual(
+      Object.keys(local.views?.modified ?? {}).sort(),
+    );
+    const news = await sender.engine.read('parsed?category=news', { max: 10 });
+    expect(news.items.map((i) => i.id)).toEqual(['h', 'l']);
+    // An element that is no Atom entry is refused where it was sent from: nothing is handed.
+    const served = holder.link.served;
+    const refused = await sender.engine
+      .publish('parsed', { id: 'bad', entry: parse("<note xmlns='urn:x'>no</note>") })
+      .catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(FeedError);
+    expect((refused as FeedError).code).toBe('invalid-payload');
+    expect(holder.link.served).toBe(served);
+    // A handed request whose checked fields are malformed is refused, not stored.
+    const reply = await sender.link.request(holder.link.address, {
+      op: 'publish',
+      node: 'parsed',
+      input: { id: 'odd', entry: xml('odd') },
+      // Malformed on purpose: a category that is not a string, as a broken peer could send.
+      checked: JSON.parse('{"categories":[1]}'),
+      options: {},
+    });
+    expect(reply).toEqual({
+      error: { code: 'invalid-payload', message: 'a handed entry with malformed checked fields' },
+    });
+    expect(await holder.engine.getItems('parsed', ['odd'])).toEqual([]);
   });
 });

@@ -63,13 +63,25 @@ export class Writes {
     const fixed = { ...input, id };
     return handoff.route(
       name,
-      () => ({
-        op: 'publish',
-        node: name,
-        input: { ...fixed, entry: typeof input.entry === 'string' ? input.entry : input.entry.toString() },
-        ...(generated ? { generated } : {}),
-        options,
-      }),
+      (): Handed => {
+        const base = {
+          op: 'publish' as const,
+          node: name,
+          options,
+          ...(generated ? { generated: true as const } : {}),
+        };
+        if (typeof input.entry === 'string') return { ...base, input: { ...fixed, entry: input.entry } };
+        // Parsed already (XMPP): checked and made canonical here, so the holder parses nothing.
+        const { entry, atomId, categories } = readAtomElementText(input.entry);
+        return {
+          ...base,
+          input: { ...fixed, entry },
+          checked: {
+            ...(atomId !== undefined ? { atomId } : {}),
+            ...(categories !== undefined ? { categories } : {}),
+          },
+        };
+      },
       () => this.publish(name, fixed, options, generated),
     );
   }
@@ -94,7 +106,20 @@ export class Writes {
   /** A write another instance handed here: committed here, whoever holds its node now. */
   handed(request: Handed): Promise<Change> {
     if (request.op === 'retract') return this.retract(request.node, request.id, request.options);
-    return this.publish(request.node, request.input, request.options, request.generated);
+    const { checked } = request;
+    if (!checked) return this.publish(request.node, request.input, request.options, request.generated);
+    const { atomId, categories } = checked;
+    if (
+      (atomId !== undefined && typeof atomId !== 'string') ||
+      (categories !== undefined &&
+        !(Array.isArray(categories) && categories.every((c) => typeof c === 'string')))
+    )
+      return Promise.reject(new InvalidPayload('a handed entry with malformed checked fields'));
+    return this.publish(request.node, request.input, request.options, request.generated, {
+      entry: request.input.entry,
+      atomId,
+      ...(categories !== undefined ? { categories } : {}),
+    });
   }
 
   /**
@@ -111,6 +136,8 @@ export class Writes {
     options: PublishGuards = {},
     /** The id was generated (by publishRouted): a new item, no previous version to read. */
     givenGenerated?: true,
+    /** The entry as another instance checked it (handed): `input.entry` is not parsed again. */
+    checked?: AtomEntry,
   ): Promise<Change> {
     // Not an async function: the promise of the write itself is returned, one fewer per publish.
     let name: string;
@@ -126,13 +153,14 @@ export class Writes {
       if (typeof input.entry === 'string' && input.entry.length > this.s.limits.maxPayloadBytes + 1024) {
         throw new PayloadTooBig(Buffer.byteLength(input.entry, 'utf8'), this.s.limits.maxPayloadBytes);
       }
-      if (typeof input.entry === 'string' && this.busy()) {
+      if (checked === undefined && typeof input.entry === 'string' && this.busy()) {
         // Busy: the text is parsed on the parse thread while this one computes and writes.
         const parsed = this.s.parser.parse(input.entry);
         return this.publishParsed(name, { id, generated }, parsed, input, options);
       }
       body = this.bodyOf(
-        typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry),
+        checked ??
+          (typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry)),
         input,
       );
     } catch (e) {
