@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net';
 import type { Component } from '@xmpp/component';
 import type { Element } from 'ltx';
 import { type BackoffOptions, backoffDelay, DEFAULT_BACKOFF } from '../backoff.ts';
@@ -23,12 +24,32 @@ export interface SocketWriter {
   drained(): Promise<void>;
 }
 
+/** Sockets whose writes are held until the end of the current turn of the event loop. */
+const heldThisTurn = new WeakSet<Socket>();
+
+/**
+ * Holds what is written to the socket until this turn of the event loop is done, so that the
+ * stanzas of one burst (the notifications of a round, the answers to one read of the stream)
+ * leave in one system call, not one each: on loopback each write also costs the XMPP server a
+ * wake-up. The order of writes is kept.
+ */
+function holdForTurn(socket: Socket): void {
+  if (heldThisTurn.has(socket)) return;
+  heldThisTurn.add(socket);
+  socket.cork();
+  setImmediate(() => {
+    heldThisTurn.delete(socket);
+    socket.uncork();
+  });
+}
+
 /** Writes straight to the current socket, unlike send() which hides its backpressure. */
 export function socketWriter(xmpp: Component): SocketWriter {
   return {
     write(xml) {
       const socket = xmpp.socket;
       if (!socket || xmpp.status !== 'online') return false;
+      holdForTurn(socket);
       socket.write(xml);
       return true;
     },
@@ -99,7 +120,9 @@ export function sendInChunks(xmpp: Component): void {
     if (!socket || xmpp.status === 'closing') throw new Error('Connection is closing');
     const chunks = xmlChunks(element);
     await new Promise<void>((resolve, reject) => {
-      // Corked, the chunks leave in one writev, after anything written before them.
+      // Corked, the chunks leave in one writev with whatever else this turn writes, after
+      // anything written before them.
+      holdForTurn(socket);
       socket.cork();
       const last = chunks.length - 1;
       for (let i = 0; i < last; i++) socket.write(chunks[i] as Buffer);
