@@ -24,12 +24,12 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { WebSocket } from 'undici';
+import { freePort } from '../prosody-dev/process.ts';
 import { PUSHPIN_BIN, type RunningPushpin, startPushpin } from '../prosody-dev/pushpin.ts';
 import { addLatencies, type ClientGroup, type Latencies, openClients } from './sseClients.ts';
 
@@ -61,14 +61,6 @@ if (values.help) {
 }
 const WRITES = Number(values.writes);
 const PROCESSES = Number(values.processes);
-
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve));
-  const { port } = s.address() as { port: number };
-  await new Promise((resolve) => s.close(resolve));
-  return port;
-}
 
 function serve(dir: string, port: number, inspectPort: number, extra: string[] = []): ChildProcess {
   const tokens = [
