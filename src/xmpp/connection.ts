@@ -1,7 +1,7 @@
-import type { Socket } from 'node:net';
 import type { Component } from '@xmpp/component';
 import type { Element } from 'ltx';
 import { type BackoffOptions, backoffDelay, DEFAULT_BACKOFF } from '../backoff.ts';
+import { holdForTurn } from '../heldWrites.ts';
 import type { Log } from '../log.ts';
 import { ConnectionTrouble } from './connectionTrouble.ts';
 import type { XmlWriter } from './items.ts';
@@ -22,25 +22,6 @@ export interface SocketWriter {
   buffered(): number;
   /** Resolves when the socket can take more, or is gone. */
   drained(): Promise<void>;
-}
-
-/** Sockets whose writes are held until the end of the current turn of the event loop. */
-const heldThisTurn = new WeakSet<Socket>();
-
-/**
- * Holds what is written to the socket until this turn of the event loop is done, so that the
- * stanzas of one burst (the notifications of a round, the answers to one read of the stream)
- * leave in one system call, not one each: on loopback each write also costs the XMPP server a
- * wake-up. The order of writes is kept.
- */
-function holdForTurn(socket: Socket): void {
-  if (heldThisTurn.has(socket)) return;
-  heldThisTurn.add(socket);
-  socket.cork();
-  setImmediate(() => {
-    heldThisTurn.delete(socket);
-    socket.uncork();
-  });
 }
 
 /** Writes straight to the current socket, unlike send() which hides its backpressure. */

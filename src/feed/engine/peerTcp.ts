@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
 import { hostname } from 'node:os';
+import { holdForTurn } from '../../heldWrites.ts';
 import { type Handed, type HandedReply, type PeerLink, PeerLost, PeerUnreachable } from './handoff.ts';
 
 /**
@@ -28,31 +29,13 @@ const MAX_LINE = 64 * 1024 * 1024;
 const CLOSE_WAIT_MS = 2000;
 
 /**
- * Lines to a socket, written together once the current turn of the event loop is done: the
- * requests or answers of one burst (the writes of one XMPP read, the answers of one round) go in
- * one TCP write, not one each.
+ * Writes one frame as a line. Frames written in one turn of the event loop (the requests of one
+ * XMPP read, the answers of one round) go in one TCP write.
  */
-class Lines {
-  private pending: string[] = [];
-  private scheduled = false;
-
-  constructor(private readonly socket: Socket) {}
-
-  send(frame: Frame): void {
-    this.pending.push(`${JSON.stringify(frame)}\n`);
-    if (this.scheduled) return;
-    this.scheduled = true;
-    setImmediate(() => this.flush());
-  }
-
-  /** Writes what is pending now (before the socket is ended). */
-  flush(): void {
-    this.scheduled = false;
-    if (this.pending.length === 0) return;
-    const out = this.pending.join('');
-    this.pending = [];
-    if (!this.socket.destroyed) this.socket.write(out);
-  }
+function send(socket: Socket, frame: Frame): void {
+  if (socket.destroyed) return;
+  holdForTurn(socket);
+  socket.write(`${JSON.stringify(frame)}\n`);
 }
 
 /** Splits a socket's data into lines and calls `each` with every one parsed. */
@@ -92,17 +75,15 @@ class Peer {
     { resolve: (a: HandedReply) => void; reject: (e: Error) => void; retry: () => void }
   >();
   readonly socket: Socket;
-  readonly lines: Lines;
 
   constructor(address: string, hello: string | undefined, onGone: () => void) {
     const at = address.lastIndexOf(':');
     this.socket = tcpConnect({ host: address.slice(0, at), port: Number(address.slice(at + 1)) });
     this.socket.setNoDelay(true);
-    this.lines = new Lines(this.socket);
     this.socket.once('connect', () => {
       this.connected = true;
     });
-    if (hello !== undefined) this.lines.send({ hello });
+    if (hello !== undefined) send(this.socket, { hello });
     frames(this.socket, (frame) => {
       // The other instance stops, having answered all it took: what waits was never taken.
       if ('bye' in frame) this.bye = true;
@@ -134,7 +115,7 @@ class Peer {
         reject,
         retry: () => reject(new PeerUnreachable('the other instance is stopping')),
       });
-      this.lines.send({ n, r: request });
+      send(this.socket, { n, r: request });
     });
   }
 }
@@ -142,8 +123,6 @@ class Peer {
 export class TcpPeerLink implements PeerLink {
   private readonly peers = new Map<string, Peer>();
   private readonly sockets = new Set<Socket>();
-  /** Each accepted connection's answers waiting for the end of the turn. */
-  private readonly lines = new Map<Socket, Lines>();
   private handler: ((request: Handed) => Promise<HandedReply>) | undefined;
   private readonly inFlight = new Set<Promise<unknown>>();
   private closing = false;
@@ -187,9 +166,6 @@ export class TcpPeerLink implements PeerLink {
     socket.setNoDelay(true);
     socket.on('error', () => undefined);
     socket.once('close', () => this.sockets.delete(socket));
-    const lines = new Lines(socket);
-    this.lines.set(socket, lines);
-    socket.once('close', () => this.lines.delete(socket));
     // A connection that does not prove the shared secret first is closed unheard.
     let proven = this.hello === undefined;
     frames(socket, (frame) => {
@@ -201,11 +177,11 @@ export class TcpPeerLink implements PeerLink {
       if (!('r' in frame)) return;
       const handler = this.handler;
       if (this.closing || !handler) {
-        lines.send({ n: frame.n, refused: true });
+        send(socket, { n: frame.n, refused: true });
         return;
       }
       const answered = handler(frame.r).then((a) => {
-        lines.send({ n: frame.n, a });
+        send(socket, { n: frame.n, a });
       });
       this.inFlight.add(answered);
       void answered.finally(() => this.inFlight.delete(answered));
@@ -230,14 +206,9 @@ export class TcpPeerLink implements PeerLink {
     await Promise.allSettled([...this.inFlight]);
     await new Promise<void>((resolve) => {
       this.server.close(() => resolve());
-      for (const s of this.sockets) {
-        this.lines.get(s)?.flush();
-        s.end(`${JSON.stringify({ bye: true })}\n`);
-      }
-      for (const p of this.peers.values()) {
-        p.lines.flush();
-        p.socket.end();
-      }
+      // end() writes what is held for the turn first.
+      for (const s of this.sockets) s.end(`${JSON.stringify({ bye: true })}\n`);
+      for (const p of this.peers.values()) p.socket.end();
       // An instance that does not close its end (its host is gone) is not waited for long.
       setTimeout(() => {
         for (const s of this.sockets) s.destroy();
