@@ -37,38 +37,23 @@ async function heardAll(one: Instance, last: Change | undefined): Promise<void> 
   });
 }
 
-/** Counts the store reads an instance makes from now on. */
+/** Counts the store reads an instance makes from now on (a snapshot taken counts as one). */
 function countReads(one: Instance): { reads: number } {
   const counter = { reads: 0 };
+  const counted =
+    <A extends unknown[], R>(read: (...a: A) => R) =>
+    (...a: A): R => {
+      counter.reads += 1;
+      return read(...a);
+    };
   const h = one.handle;
-  const get = h.get.bind(h);
-  const getMany = h.getMany.bind(h);
-  const entries = h.entries.bind(h);
-  const keys = h.keys.bind(h);
-  const values = h.values.bind(h);
-  const counted = () => {
-    counter.reads += 1;
-  };
-  h.get = (...a) => {
-    counted();
-    return get(...a);
-  };
-  h.getMany = (...a) => {
-    counted();
-    return getMany(...a);
-  };
-  h.entries = (...a) => {
-    counted();
-    return entries(...a);
-  };
-  h.keys = (...a) => {
-    counted();
-    return keys(...a);
-  };
-  h.values = (...a) => {
-    counted();
-    return values(...a);
-  };
+  h.get = counted(h.get.bind(h));
+  h.getMany = counted(h.getMany.bind(h));
+  h.entries = counted(h.entries.bind(h));
+  h.keys = counted(h.keys.bind(h));
+  h.values = counted(h.values.bind(h));
+  h.snapshot = counted(h.snapshot.bind(h));
+  h.readNow = counted(h.readNow.bind(h));
   return counter;
 }
 

@@ -100,7 +100,7 @@ export class Instances {
     this.byNid.set(st.nid, st);
     const heard = this.heard.get(st.nid);
     // Otherwise whoever loaded it catches it up (current) before using it.
-    if (heard !== undefined && heard > st.seq && this.eager(st.nid)) this.catchUpLater(st, heard);
+    if (heard !== undefined && heard > st.seq && this.eager(st.nid)) void this.catchUpNow(st, heard);
   }
 
   /** Whether another instance wrote the node since its state here was read (or may have). */
@@ -265,15 +265,11 @@ export class Instances {
    */
   private behindBy(st: NodeState, seq: number): void {
     if (this.eager(st.nid)) {
-      this.catchUpLater(st, seq);
+      void this.catchUpNow(st, seq);
       return;
     }
     this.caughtUp.deferred += 1;
     this.host?.behind(st);
-  }
-
-  private catchUpLater(st: NodeState, seq: number): void {
-    void this.catchUpNow(st, seq);
   }
 
   /**
