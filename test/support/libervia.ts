@@ -93,7 +93,8 @@ export async function startLibervia(opts: { c2sPort: number }): Promise<Libervia
   const consoleLog = join(home, 'backend.stdout.log');
   const out = openSync(consoleLog, 'a');
   const [file, args] = command(PYTHON, [BACKEND, 'fg']);
-  const child: ChildProcess = spawn(file, args, { stdio: ['ignore', out, out] });
+  // In HOME, not in the checkout: a checkout in a private directory (mktemp -d) is closed to nobody.
+  const child: ChildProcess = spawn(file, args, { cwd: home, stdio: ['ignore', out, out] });
   let exited = false;
   child.on('exit', () => {
     exited = true;
@@ -113,7 +114,7 @@ export async function startLibervia(opts: { c2sPort: number }): Promise<Libervia
       const run = execFile(
         f,
         a,
-        { timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 },
+        { cwd: home, timeout: timeoutMs, maxBuffer: 16 * 1024 * 1024 },
         (err, stdout, stderr) => {
           const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
           resolve({ code, stdout, stderr: stderr.replace(NOISE, '') });
