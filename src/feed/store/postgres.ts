@@ -79,6 +79,45 @@ export function query(text: string, values: unknown[]): pg.QueryArrayConfig {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+const BYTEA_OID = 17;
+
+/**
+ * A `bytea[]` parameter in PostgreSQL's binary array format (what `array_recv` reads: dimensions,
+ * null flag, element type, then each element's length and bytes). node-postgres sends a Buffer
+ * parameter in binary, where it would spell an array of Buffers out as hex text, which both sides
+ * then spend CPU writing and reading (twice the bytes). Elements that are null or undefined are
+ * NULL.
+ */
+export function byteaArray(items: readonly (Buffer | null | undefined)[]): Buffer {
+  if (items.length === 0) {
+    const empty = Buffer.alloc(12);
+    empty.writeInt32BE(BYTEA_OID, 8);
+    return empty;
+  }
+  let size = 20;
+  let nulls = 0;
+  for (const item of items) {
+    if (item == null) nulls = 1;
+    size += 4 + (item?.length ?? 0);
+  }
+  const out = Buffer.allocUnsafe(size);
+  out.writeInt32BE(1, 0); // one dimension
+  out.writeInt32BE(nulls, 4);
+  out.writeInt32BE(BYTEA_OID, 8);
+  out.writeInt32BE(items.length, 12);
+  out.writeInt32BE(1, 16); // its lower bound
+  let at = 20;
+  for (const item of items) {
+    if (item == null) {
+      at = out.writeInt32BE(-1, at);
+      continue;
+    }
+    at = out.writeInt32BE(item.length, at);
+    at += item.copy(out, at);
+  }
+  return out;
+}
+
 /** `SELECT columns FROM kv` over `range`, in its order, with its limit; parameters $1... */
 function rangeQuery(columns: string, range: Range, limit: number | undefined): [string, unknown[]] {
   const where: string[] = [];
@@ -117,7 +156,7 @@ export class PostgresReader implements StoreReader {
 
   async getMany(keys: readonly Buffer[]): Promise<(Buffer | undefined)[]> {
     if (keys.length === 0) return [];
-    const rows = await this.run('SELECT key, value FROM kv WHERE key = ANY($1::bytea[])', [keys]);
+    const rows = await this.run('SELECT key, value FROM kv WHERE key = ANY($1::bytea[])', [byteaArray(keys)]);
     const found = new Map<string, Buffer>();
     for (const [k, v] of rows) found.set((k as Buffer).toString('latin1'), v as Buffer);
     return keys.map((k) => found.get(k.toString('latin1')));
@@ -170,8 +209,11 @@ export class PostgresReader implements StoreReader {
   }
 }
 
-/** The final operation on each key of a batch (a later one wins), in key order. */
-export function collapse(ops: readonly Op[]): { puts: [Buffer[], Buffer[]]; dels: Buffer[] } {
+/**
+ * The final operation on each key of a batch (a later one wins), in key order, as the `bytea[]`
+ * parameters of WRITE: keys to delete, keys to put and their values.
+ */
+export function collapse(ops: readonly Op[]): { puts: [Buffer, Buffer]; dels: Buffer; empty: boolean } {
   const last = new Map<string, Op>();
   for (const op of ops) {
     if (!Buffer.isBuffer(op.key) || (op.type === 'put' && !Buffer.isBuffer(op.value)))
@@ -187,7 +229,11 @@ export function collapse(ops: readonly Op[]): { puts: [Buffer[], Buffer[]]; dels
       puts[1].push(op.value);
     } else dels.push(op.key);
   }
-  return { puts, dels };
+  return {
+    puts: [byteaArray(puts[0]), byteaArray(puts[1])],
+    dels: byteaArray(dels),
+    empty: ordered.length === 0,
+  };
 }
 
 // One statement, so one transaction even without BEGIN; its keys are distinct (collapse), as a
@@ -263,9 +309,9 @@ export class PostgresStore extends PostgresReader implements Store {
   async write(ops: readonly Op[]): Promise<void> {
     // `sync` needs nothing: a commit is durable as the server is configured (synchronous_commit).
     this.requireOpen();
-    const { puts, dels } = collapse(ops);
+    const { puts, dels, empty } = collapse(ops);
     if (this.beginning.size > 0) await Promise.allSettled([...this.beginning]);
-    if (puts[0].length + dels.length === 0) return;
+    if (empty) return;
     const deadline = Date.now() + this.retryForMs;
     for (let delay = FIRST_DELAY_MS; ; delay = Math.min(2 * delay, MAX_DELAY_MS)) {
       const held = await this.hold(deadline);

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type pg from 'pg';
 import { FeedError, StorageError } from '../errors.ts';
 import {
+  byteaArray,
   collapse,
   isConnectionLoss,
   openPostgresStore,
@@ -103,7 +104,7 @@ export class SharedPostgresStore implements SharedFeedStore {
     const rows = await this.rows(
       `SELECT n.now, kv.key, kv.value FROM (SELECT ${NOW_MS} AS now) AS n
        LEFT JOIN kv ON kv.key = ANY($1::bytea[])`,
-      [keys],
+      [byteaArray(keys)],
     );
     const found = new Map<string, Buffer>();
     for (const [, k, v] of rows) if (k !== null) found.set((k as Buffer).toString('latin1'), v as Buffer);
@@ -118,8 +119,8 @@ export class SharedPostgresStore implements SharedFeedStore {
       const { rows } = await held.client.query(
         query(ROUND, [
           lockId(write.lock).toString(),
-          write.expect.map(([key]) => key),
-          write.expect.map(([, value]) => value ?? null),
+          byteaArray(write.expect.map(([key]) => key)),
+          byteaArray(write.expect.map(([, value]) => value)),
           dels,
           puts[0],
           puts[1],
