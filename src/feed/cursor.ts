@@ -34,11 +34,16 @@ export class GroupChecksum {
 
   /** Adds the next id of the group and returns the cursor of that item. */
   add(t: number, id: string): Cursor {
-    this.crc = this.count === 0 ? CRC32.str(id) : CRC32.str(`_${id}`, this.crc);
+    this.crc = this.count === 0 ? CRC32.str(id) : checksumAfter(this.crc, id);
     const o = this.count;
     this.count += 1;
     return { t, o, c: this.crc >>> 0 };
   }
+}
+
+/** The running CRC-32 `crc` (signed, as crc-32 keeps it) of a group's ids, with `id` added after them. */
+export function checksumAfter(crc: number, id: string): number {
+  return CRC32.str(`_${id}`, crc);
 }
 
 /** Checksum of ids joined with `_` (the whole list). */

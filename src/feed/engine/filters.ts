@@ -167,10 +167,9 @@ export function lastCursorOf(views: NodeViews, name: string, order: Order): stri
   });
   const stamp = Math.max(-1, ...tails.map((t) => t.stamp));
   if (stamp < 0) return undefined;
-  const group = tails
-    .filter((t) => t.stamp === stamp)
-    .flatMap((t) => t.group)
-    .sort((a, b) => a.seq - b.seq);
+  const last = tails.filter((t) => t.stamp === stamp);
+  if (last.length === 1) return last[0]?.cursor();
+  const group = last.flatMap((t) => t.group).sort((a, b) => a.seq - b.seq);
   return formatCursor({ t: stamp, o: group.length - 1, c: groupChecksum(group.map((e) => e.id)) });
 }
 
