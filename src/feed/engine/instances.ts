@@ -25,6 +25,8 @@ const CACHED_TAGS = new Set([0x73, 0x63, 0x61]); // s c a
 const DELETED_TAG = 0x64; // d
 /** WebSub subscriptions: each instance's hub holds them in memory, so their writes wake the others. */
 const HUB_TAG = 0x68; // h
+/** How long a reading of the store's clock is carried on by this instance's (storeNow). */
+const CLOCK_FRESH_MS = 1000;
 
 /** What the link asks of the engine around it. */
 export interface InstanceHost {
@@ -57,6 +59,10 @@ export class Instances {
   roundNow: number | undefined;
   /** Loaded nodes by number, for wake-ups. */
   private readonly byNid = new Map<number, NodeState>();
+  /** The store's clock less this instance's, and when (this instance's clock) that was read. */
+  private clock: { offset: number; at: number } | undefined;
+  /** Per node, the counters this instance's last round wrote, and the sequence number they hold. */
+  private readonly lastMeta = new WeakMap<NodeState, { seq: number; meta: Buffer }>();
   /** Nodes whose in-memory tails may be wrong (a round failed after moving them). */
   private readonly stale = new WeakSet<NodeState>();
   /** Nodes that may be behind though no wake-up says so (wake-ups were lost): checked when next used. */
@@ -93,6 +99,47 @@ export class Instances {
   /** The clock the engine stamps with: the store's, read once the round holds its node's lock. */
   now(): number {
     return this.roundNow ?? Date.now();
+  }
+
+  /**
+   * The store's clock read by a round at about `Date.now()`: what this instance's clock is off
+   * by is kept, so that a round that reads nothing else can stamp without asking (storeNow).
+   */
+  sawClock(storeNow: number): void {
+    const at = Date.now();
+    this.clock = { offset: storeNow - at, at };
+  }
+
+  /**
+   * The store's clock as this instance's own clock carries it on from the last reading, while
+   * that is at most CLOCK_FRESH_MS old; undefined otherwise (the round reads it again). Stamps
+   * never go back whatever a clock does: a node's stamp only grows.
+   */
+  storeNow(): number | undefined {
+    const clock = this.clock;
+    const at = Date.now();
+    if (clock === undefined || at - clock.at > CLOCK_FRESH_MS || at < clock.at) return undefined;
+    return at + clock.offset;
+  }
+
+  /** This instance's last round on the node wrote its counters as `meta`, at sequence number `st.seq`. */
+  wrote(st: NodeState, meta: Buffer): void {
+    this.lastMeta.set(st, { seq: st.seq, meta });
+  }
+
+  /**
+   * What a round's read of the clock, the node's counters and its deleted mark would give, when
+   * it can go without it: it has no previous versions to read (`reads` false: their ids were
+   * made here), nobody else wrote the node since this instance's last round on it as far as it
+   * knows (the counters it wrote then), and its reading of the store's clock is fresh. The round
+   * is then one statement, whose check of the counters stands in for the read.
+   */
+  unread(st: NodeState, reads: boolean): { now: number; values: (Buffer | undefined)[] } | undefined {
+    const known = this.lastMeta.get(st);
+    const now = this.storeNow();
+    if (reads || now === undefined || known === undefined || known.seq !== st.seq) return undefined;
+    if (this.stale.has(st) || this.isBehind(st)) return undefined;
+    return { now, values: [known.meta, undefined] };
   }
 
   /** A node's state was loaded: it catches up if a wake-up for it came while it loaded. */

@@ -244,6 +244,7 @@ export class WriteQueue {
     }
     const before: NodeMeta = { total: st.total, stamp: st.stamp, seq: st.seq };
     let missed: Change[] = [];
+    let counters: (Op & { type: 'put' }) | undefined;
     let round: Round;
     try {
       round = await instances.store.locked([metaKey(st.nid)], async (tx) => {
@@ -262,10 +263,13 @@ export class WriteQueue {
         caught.values.forEach((buf, i) => {
           if (buf) known.set(ids[i] as string, decodeRecord(buf));
         });
+        instances.sawClock(tx.now);
         const computed = this.computeAt(tx.now, st, batch, known, instances);
         if (computed.written.length === 0) return { ops: [], result: computed };
         const logged = computed.written.map(({ change, rec }) => ({ seq: rec.ms, change }));
-        const ops = [...computed.ops, this.metaOp(st), ...logOps(st.nid, logged)];
+        const meta = this.metaOp(st);
+        counters = meta;
+        const ops = [...computed.ops, meta, ...logOps(st.nid, logged)];
         return { ops, notify: [changedMessage(st.nid, st.seq)], result: computed };
       });
     } catch (e) {
@@ -277,6 +281,7 @@ export class WriteQueue {
       return;
     }
     for (const change of missed) this.s.emit(change);
+    if (counters) instances.wrote(st, counters.value);
     for (const { w, rec, value } of round.written) this.s.versionCommitted(st.nid, w.id, rec, value);
     for (const { change } of round.written) this.s.emit(change);
     this.acknowledge(st, round.written);
@@ -296,14 +301,19 @@ export class WriteQueue {
     instances: Instances,
   ): Promise<readonly QueuedWrite[] | undefined> {
     const ids = [...new Set(batch.filter((w) => !w.generated).map((w) => w.id))];
-    const meta = metaKey(st.nid);
-    const gone = deletedKey(st.nid);
-    let read: { now: number; values: (Buffer | undefined)[] };
-    try {
-      read = await instances.store.readNow([meta, gone, ...ids.map((id) => itemKey(st.nid, id))]);
-    } catch (e) {
-      for (const w of batch) w.reject(storageError(e, 'read'));
-      return undefined;
+    let read = instances.unread(st, ids.length > 0);
+    if (read === undefined) {
+      try {
+        read = await instances.store.readNow([
+          metaKey(st.nid),
+          deletedKey(st.nid),
+          ...ids.map((id) => itemKey(st.nid, id)),
+        ]);
+      } catch (e) {
+        for (const w of batch) w.reject(storageError(e, 'read'));
+        return undefined;
+      }
+      instances.sawClock(read.now);
     }
     const [metaBuf, goneBuf, ...values] = read.values;
     if (!metaBuf || goneBuf || parse<NodeMeta>(metaBuf).seq !== st.seq) return batch;
@@ -348,23 +358,26 @@ export class WriteQueue {
     // The round's last log entry proves it committed, should the answer be lost.
     const proof = log[log.length - 2] as Op & { type: 'put' };
     const meta = metaKey(st.nid);
+    const counters = this.metaOp(st);
     try {
-      return await instances.store.writeIf({
+      const wrote = await instances.store.writeIf({
         lock: meta,
         expect: [
           [meta, metaBuf],
           [deletedKey(st.nid), undefined],
         ],
-        ops: [...round.ops, this.metaOp(st), ...log],
+        ops: [...round.ops, counters, ...log],
         notify: [changedMessage(st.nid, st.seq)],
         proof: [proof.key, proof.value],
       });
+      if (wrote) instances.wrote(st, counters.value);
+      return wrote;
     } catch (e) {
       return storageError(e, 'write');
     }
   }
 
-  private metaOp(st: NodeState): Op {
+  private metaOp(st: NodeState): Op & { type: 'put' } {
     return {
       type: 'put',
       key: metaKey(st.nid),
