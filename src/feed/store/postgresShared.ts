@@ -61,9 +61,20 @@ function backendPid(client: object): number | undefined {
   return 'processID' in client && typeof client.processID === 'number' ? client.processID : undefined;
 }
 
+/** Lock ids of recent keys (a node's lock key is the same for every round on it). */
+const lockIds = new Map<string, bigint>();
+const LOCK_IDS_KEPT = 4096;
+
 /** The advisory lock of a key: 64 bits of its SHA-1 (two keys that collide only wait on each other). */
 function lockId(key: Buffer): bigint {
-  return createHash('sha1').update(key).digest().readBigInt64BE(0);
+  const text = key.toString('latin1');
+  let id = lockIds.get(text);
+  if (id === undefined) {
+    id = createHash('sha1').update(key).digest().readBigInt64BE(0);
+    if (lockIds.size >= LOCK_IDS_KEPT) lockIds.clear();
+    lockIds.set(text, id);
+  }
+  return id;
 }
 
 export class SharedPostgresStore implements SharedFeedStore {
