@@ -141,6 +141,91 @@ describe('one statement a round on PostgreSQL, answer lost', () => {
   });
 });
 
+describe('rounds together in one statement on PostgreSQL', () => {
+  /** A store whose clients held for statements are counted. */
+  async function counted(): Promise<Opened & { holds: { n: number } }> {
+    const shared = await openSharedPostgresStore(await createDatabase(postgresAdminUrl()), { max: 4 });
+    const holds = { n: 0 };
+    const hold = shared.pg.hold.bind(shared.pg);
+    shared.pg.hold = (deadline) => {
+      holds.n += 1;
+      return hold(deadline);
+    };
+    return { ...(await opened(shared)), holds };
+  }
+  const on = (node: string, over: Partial<ConditionalWrite> = {}) =>
+    round({
+      lock: b(`m${node}`),
+      expect: [[b(`m${node}`), b('v1')]],
+      ops: [
+        { type: 'put', key: b(`m${node}`), value: b('v2') },
+        { type: 'put', key: b(`item${node}`), value: b('x') },
+      ],
+      notify: [`c ${node} 2`],
+      proof: [b(`item${node}`), b('x')],
+      ...over,
+    });
+
+  it('rounds on several nodes asked for at once go in one statement, each decided and answered on its own', async () => {
+    const { store, heard, holds } = await counted();
+    await store.write(['1', '2', '3', '4'].map((n) => ({ type: 'put', key: b(`m${n}`), value: b('v1') })));
+    await store.write([{ type: 'put', key: b('m3'), value: b('moved') }]);
+    const before = holds.n;
+    const made = await Promise.all(['4', '3', '2', '1'].map((n) => store.writeIf(on(n))));
+    expect(made).toEqual([true, false, true, true]);
+    expect(holds.n - before).toBe(1);
+    expect(await store.getMany(['1', '2', '3', '4'].map((n) => b(`m${n}`)))).toEqual([
+      b('v2'),
+      b('v2'),
+      b('moved'),
+      b('v2'),
+    ]);
+    expect(await store.get(b('item3'))).toBeUndefined();
+    await until(() => ['c 1 2', 'c 2 2', 'c 4 2'].every((m) => heard.includes(m)));
+    expect(heard).not.toContain('c 3 2');
+  });
+
+  it('two rounds on one node asked for at once are made in the order asked, the second seeing the first', async () => {
+    const { store } = await counted();
+    await store.write([{ type: 'put', key: b('m1'), value: b('v1') }]);
+    const second = on('1', {
+      expect: [[b('m1'), b('v2')]],
+      ops: [{ type: 'put', key: b('m1'), value: b('v3') }],
+      proof: [b('m1'), b('v3')],
+    });
+    expect(await Promise.all([store.writeIf(on('1')), store.writeIf(second)])).toEqual([true, true]);
+    expect(await store.get(b('m1'))).toEqual(b('v3'));
+  });
+
+  it('a statement whose connection is cut while it waits for a lock: every round in it is decided not written', async () => {
+    const url = await createDatabase(postgresAdminUrl());
+    const { store } = await opened(await openSharedPostgresStore(url, { max: 4 }));
+    await store.write(['1', '2'].map((n) => ({ type: 'put', key: b(`m${n}`), value: b('v1') })));
+    let release = () => {};
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const locked = store.locked([b('m2')], async () => {
+      await held;
+      return { ops: [], result: undefined };
+    });
+    const made = Promise.all([store.writeIf(on('1')), store.writeIf(on('2'))]);
+    await until(async () => {
+      const ended = await withClient(url, (c) =>
+        c.query(
+          `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+           WHERE query LIKE 'SELECT smartfeeds_rounds%' AND pid <> pg_backend_pid()`,
+        ),
+      );
+      return (ended.rowCount ?? 0) > 0;
+    });
+    release();
+    await locked;
+    expect(await made).toEqual([false, false]);
+    expect(await store.getMany([b('m1'), b('m2'), b('item1')])).toEqual([b('v1'), b('v1'), undefined]);
+  });
+});
+
 describe('an engine alone on a shared store', () => {
   it('writes each round in one conditional statement, never under a held lock', async () => {
     const store = (await SharedMemory.create()).connect();

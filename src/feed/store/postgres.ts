@@ -209,11 +209,8 @@ export class PostgresReader implements StoreReader {
   }
 }
 
-/**
- * The final operation on each key of a batch (a later one wins), in key order, as the `bytea[]`
- * parameters of WRITE: keys to delete, keys to put and their values.
- */
-export function collapse(ops: readonly Op[]): { puts: [Buffer, Buffer]; dels: Buffer; empty: boolean } {
+/** The final operation on each key of a batch (a later one wins), in key order. */
+export function finalOps(ops: readonly Op[]): { putKeys: Buffer[]; putValues: Buffer[]; dels: Buffer[] } {
   const last = new Map<string, Op>();
   for (const op of ops) {
     if (!Buffer.isBuffer(op.key) || (op.type === 'put' && !Buffer.isBuffer(op.value)))
@@ -221,18 +218,23 @@ export function collapse(ops: readonly Op[]): { puts: [Buffer, Buffer]; dels: Bu
     last.set(op.key.toString('latin1'), op);
   }
   const ordered = [...last.values()].sort((a, b) => Buffer.compare(a.key, b.key));
-  const puts: [Buffer[], Buffer[]] = [[], []];
-  const dels: Buffer[] = [];
+  const out = { putKeys: [] as Buffer[], putValues: [] as Buffer[], dels: [] as Buffer[] };
   for (const op of ordered) {
     if (op.type === 'put') {
-      puts[0].push(op.key);
-      puts[1].push(op.value);
-    } else dels.push(op.key);
+      out.putKeys.push(op.key);
+      out.putValues.push(op.value);
+    } else out.dels.push(op.key);
   }
+  return out;
+}
+
+/** finalOps as the `bytea[]` parameters of WRITE: keys to delete, keys to put and their values. */
+export function collapse(ops: readonly Op[]): { puts: [Buffer, Buffer]; dels: Buffer; empty: boolean } {
+  const { putKeys, putValues, dels } = finalOps(ops);
   return {
-    puts: [byteaArray(puts[0]), byteaArray(puts[1])],
+    puts: [byteaArray(putKeys), byteaArray(putValues)],
     dels: byteaArray(dels),
-    empty: ordered.length === 0,
+    empty: putKeys.length + dels.length === 0,
   };
 }
 

@@ -4,6 +4,7 @@ import { FeedError, StorageError } from '../errors.ts';
 import {
   byteaArray,
   collapse,
+  finalOps,
   isConnectionLoss,
   openPostgresStore,
   PostgresReader,
@@ -12,6 +13,7 @@ import {
   query,
   WRITE,
 } from './postgres.ts';
+import { type QueuedRound, ROUNDS, ROUNDS_FUNCTION, RoundBatcher, roundsParams } from './postgresRounds.ts';
 import { migrate } from './postgresSchema.ts';
 import type { ConditionalWrite, Lease, LockedReader, LockedWrite, SharedFeedStore } from './shared.ts';
 import type { Cursor, Entry, Op, Range, Snapshot } from './store.ts';
@@ -46,10 +48,10 @@ const INSTANCE_MIGRATIONS: readonly string[] = [
    END $$`,
   // Where each instance takes hand-offs (writes to the nodes whose buckets it holds).
   'ALTER TABLE smartfeeds_leases ADD COLUMN address text',
+  // Several rounds in one statement (postgresRounds.ts).
+  ROUNDS_FUNCTION,
 ];
 const CHANNEL = 'smartfeeds';
-const ROUND =
-  'SELECT smartfeeds_round($1::bigint, $2::bytea[], $3::bytea[], $4::bytea[], $5::bytea[], $6::bytea[], $7::text[])';
 const NOW_MS = '(extract(epoch FROM clock_timestamp()) * 1000)::bigint';
 const FIRST_DELAY_MS = 50;
 const MAX_DELAY_MS = 2000;
@@ -79,6 +81,7 @@ function lockId(key: Buffer): bigint {
 
 export class SharedPostgresStore implements SharedFeedStore {
   private stopped = false;
+  private readonly rounds = new RoundBatcher((batch) => this.sendRounds(batch));
 
   constructor(readonly pg: PostgresStore) {}
 
@@ -122,30 +125,40 @@ export class SharedPostgresStore implements SharedFeedStore {
     return { now: Number(rows[0]?.[0]), values: keys.map((k) => found.get(k.toString('latin1'))) };
   }
 
-  async writeIf(write: ConditionalWrite): Promise<boolean> {
-    const { puts, dels } = collapse(write.ops);
-    const held = await this.pg.hold();
-    const pid = backendPid(held.client);
+  /** Sends the round with the others asked for meanwhile, in one statement (postgresRounds.ts). */
+  writeIf(write: ConditionalWrite): Promise<boolean> {
+    return new Promise((done, fail) => {
+      this.rounds.add({ write, ops: finalOps(write.ops), lock: lockId(write.lock), done, fail });
+    });
+  }
+
+  /** One statement for a batch of rounds; each is answered on its own. */
+  private async sendRounds(batch: QueuedRound[]): Promise<void> {
+    let made: unknown;
+    let pid: number | undefined;
     try {
-      const { rows } = await held.client.query(
-        query(ROUND, [
-          lockId(write.lock).toString(),
-          byteaArray(write.expect.map(([key]) => key)),
-          byteaArray(write.expect.map(([, value]) => value)),
-          dels,
-          puts[0],
-          puts[1],
-          [...write.notify],
-        ]),
-      );
-      held.release();
-      return rows[0]?.[0] === true;
+      const held = await this.pg.hold();
+      pid = backendPid(held.client);
+      try {
+        const { rows } = await held.client.query(query(ROUNDS, roundsParams(batch)));
+        held.release();
+        made = rows[0]?.[0];
+      } catch (e) {
+        const lost = held.lost !== undefined || isConnectionLoss(e);
+        held.release(lost);
+        if (!lost) throw e;
+        // The answer was lost: each round's proof tells whether it committed.
+        for (const round of batch) await this.outcome(round.write, pid).then(round.done, round.fail);
+        return;
+      }
     } catch (e) {
-      const lost = held.lost !== undefined || isConnectionLoss(e);
-      held.release(lost);
-      if (!lost) throw this.pg.failure(e);
-      return this.outcome(write, pid);
+      const error = this.pg.failure(e);
+      for (const round of batch) round.fail(error);
+      return;
     }
+    batch.forEach((round, i) => {
+      round.done(Array.isArray(made) && made[i] === true);
+    });
   }
 
   /**

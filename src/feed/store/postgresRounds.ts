@@ -1,0 +1,147 @@
+import { byteaArray, type finalOps } from './postgres.ts';
+import type { ConditionalWrite } from './shared.ts';
+
+/**
+ * Conditional rounds (SharedFeedStore.writeIf) sent together: the rounds asked for while earlier
+ * ones are on their way to PostgreSQL go in one statement, `smartfeeds_rounds`, which makes
+ * each in turn (its node's lock, its check, its write, its wake-ups) and commits them together.
+ * With writes to many nodes, each round is small (a node's writes queued meanwhile); one
+ * statement and one commit for several of them is what a group commit is on one process.
+ *
+ * Each round still stands alone: its check decides its write, and its answer is its own. A
+ * statement holds the locks of its rounds' nodes until it commits, taken in ascending order (as
+ * every locked transaction takes its locks), so two instances' statements never wait on each
+ * other in a circle.
+ */
+
+/** The function: version 4 of the `instances` schema. */
+export const ROUNDS_FUNCTION = `CREATE FUNCTION smartfeeds_rounds(lock_ids bigint[],
+     expect_ends int[], expect_keys bytea[], expect_values bytea[],
+     del_ends int[], dels bytea[], put_ends int[], put_keys bytea[], put_values bytea[],
+     note_ends int[], notes text[]) RETURNS boolean[]
+   LANGUAGE plpgsql AS $$
+   DECLARE
+     made boolean[] := '{}';
+     e0 int := 0; d0 int := 0; p0 int := 0; n0 int := 0;
+   BEGIN
+     FOR i IN 1 .. coalesce(array_length(lock_ids, 1), 0) LOOP
+       PERFORM pg_advisory_xact_lock(lock_ids[i]);
+       IF EXISTS (SELECT 1 FROM unnest(expect_keys[e0 + 1 : expect_ends[i]],
+                                       expect_values[e0 + 1 : expect_ends[i]]) AS e(k, v)
+                  LEFT JOIN kv ON kv.key = e.k WHERE kv.value IS DISTINCT FROM e.v) THEN
+         made := made || false;
+       ELSE
+         DELETE FROM kv WHERE key = ANY(dels[d0 + 1 : del_ends[i]]);
+         INSERT INTO kv (key, value)
+           SELECT * FROM unnest(put_keys[p0 + 1 : put_ends[i]], put_values[p0 + 1 : put_ends[i]])
+           ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
+         PERFORM pg_notify('smartfeeds', m) FROM unnest(notes[n0 + 1 : note_ends[i]]) AS m;
+         made := made || true;
+       END IF;
+       e0 := expect_ends[i]; d0 := del_ends[i]; p0 := put_ends[i]; n0 := note_ends[i];
+     END LOOP;
+     RETURN made;
+   END $$`;
+
+export const ROUNDS =
+  'SELECT smartfeeds_rounds($1::bigint[], $2::int[], $3::bytea[], $4::bytea[], $5::int[], $6::bytea[], $7::int[], $8::bytea[], $9::bytea[], $10::int[], $11::text[])';
+
+/** Most rounds in one statement. */
+const MAX_BATCH = 32;
+/** Statements of rounds on their way at once: the next batch gathers while they are. */
+const IN_FLIGHT = 2;
+
+/** One round as asked for, with its lock id, and how to answer it. */
+export interface QueuedRound {
+  write: ConditionalWrite;
+  /** Its operations, as finalOps makes them. */
+  ops: ReturnType<typeof finalOps>;
+  lock: bigint;
+  done: (written: boolean) => void;
+  fail: (e: unknown) => void;
+}
+
+/** The parameters of ROUNDS for `rounds`, in the order given (ascending lock ids). */
+export function roundsParams(rounds: readonly QueuedRound[]): unknown[] {
+  const locks: string[] = [];
+  const expectEnds: number[] = [];
+  const expectKeys: Buffer[] = [];
+  const expectValues: (Buffer | undefined)[] = [];
+  const delEnds: number[] = [];
+  const dels: Buffer[] = [];
+  const putEnds: number[] = [];
+  const putKeys: Buffer[] = [];
+  const putValues: Buffer[] = [];
+  const noteEnds: number[] = [];
+  const notes: string[] = [];
+  for (const { write, ops, lock } of rounds) {
+    locks.push(lock.toString());
+    for (const [key, value] of write.expect) {
+      expectKeys.push(key);
+      expectValues.push(value);
+    }
+    expectEnds.push(expectKeys.length);
+    dels.push(...ops.dels);
+    delEnds.push(dels.length);
+    putKeys.push(...ops.putKeys);
+    putValues.push(...ops.putValues);
+    putEnds.push(putKeys.length);
+    notes.push(...write.notify);
+    noteEnds.push(notes.length);
+  }
+  return [
+    locks,
+    expectEnds,
+    byteaArray(expectKeys),
+    byteaArray(expectValues),
+    delEnds,
+    byteaArray(dels),
+    putEnds,
+    byteaArray(putKeys),
+    byteaArray(putValues),
+    noteEnds,
+    notes,
+  ];
+}
+
+/**
+ * Gathers the rounds asked for and hands them to `send` in batches: at most IN_FLIGHT batches on
+ * their way, each of at most MAX_BATCH rounds, in ascending lock order (a lock taken twice in one
+ * statement is held already: its second round sees the first one's write).
+ */
+export class RoundBatcher {
+  private readonly queued: QueuedRound[] = [];
+  private sending = 0;
+  private scheduled = false;
+
+  constructor(private readonly send: (batch: QueuedRound[]) => Promise<void>) {}
+
+  add(round: QueuedRound): void {
+    this.queued.push(round);
+    this.schedule();
+  }
+
+  /** Sends what is queued once this turn of the event loop is over (its other rounds join it). */
+  private schedule(): void {
+    if (this.scheduled || this.sending >= IN_FLIGHT || this.queued.length === 0) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      this.flush();
+    });
+  }
+
+  private flush(): void {
+    if (this.sending >= IN_FLIGHT) return;
+    // Sorted by lock, stably: rounds on one lock are made in the order they were asked for.
+    const batch = this.queued.splice(0, MAX_BATCH);
+    if (batch.length === 0) return;
+    batch.sort((a, b) => (a.lock < b.lock ? -1 : a.lock > b.lock ? 1 : 0));
+    this.sending += 1;
+    void this.send(batch).finally(() => {
+      this.sending -= 1;
+      this.schedule();
+    });
+    this.schedule();
+  }
+}
