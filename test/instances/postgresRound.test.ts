@@ -226,6 +226,60 @@ describe('rounds together in one statement on PostgreSQL', () => {
   });
 });
 
+describe('engines on PostgreSQL, rounds of many nodes together', () => {
+  it('concurrent writes to six nodes: through one engine, fewer statements than rounds; through two, one exact chain per node', async () => {
+    const url = await createDatabase(postgresAdminUrl());
+    const engines: FeedEngine[] = [];
+    const statements = { n: 0 };
+    for (let i = 0; i < 2; i++) {
+      const store = await openSharedPostgresStore(url, { max: 4 });
+      const hold = store.pg.hold.bind(store.pg);
+      store.pg.hold = (deadline) => {
+        statements.n += 1;
+        return hold(deadline);
+      };
+      const engine = await FeedEngine.openStore(store);
+      closers.push(() => engine.close());
+      engines.push(engine);
+    }
+    const nodes = ['a', 'b', 'c', 'd', 'e', 'f'];
+    for (const n of nodes) await engines[0]?.createNode(n);
+    const burst = (from: number, count: number, via: (i: number) => FeedEngine) =>
+      Promise.all(
+        Array.from({ length: count }, (_, k) => {
+          const i = from + k;
+          return via(i).publish(nodes[i % nodes.length] as string, {
+            ...(i % 5 === 0 ? { id: `same${i % 3}` } : {}),
+            entry: entry(`${i}`),
+          });
+        }),
+      );
+    // Through one engine alone: every write needs a round, and rounds of several nodes share a statement.
+    const before = statements.n;
+    const alone = await burst(0, 60, () => engines[0] as FeedEngine);
+    expect(statements.n - before).toBeLessThan(alone.length / 2);
+    // Through both at once: whichever commits a node's round, its chain is one.
+    const changes = [...alone, ...(await burst(60, 120, (i) => engines[i % 2] as FeedEngine))];
+    for (const n of nodes) {
+      const mine = changes.filter((c) => c.node === n);
+      const after = new Map(mine.map((c) => [c.feeds.modified.previous, c]));
+      const chain: string[] = [];
+      for (let c = after.get(undefined); c; c = after.get(c.feeds.modified.cursor))
+        chain.push(c.feeds.modified.cursor);
+      expect(chain.length, n).toBe(mine.length);
+      // Each engine reads the node once the other's last wake-up has come.
+      for (const e of engines)
+        await until(async () => {
+          await e.read(n, { max: 0 });
+          return e.lastCursorNow(n) === chain.at(-1);
+        });
+      const pages = await Promise.all(engines.map((e) => e.read(n, { max: 100 })));
+      expect(pages[0]?.items.map((i) => i.id)).toEqual(pages[1]?.items.map((i) => i.id));
+      expect(pages[0]?.items.length).toBe(new Set(mine.map((c) => c.item.id)).size);
+    }
+  });
+});
+
 describe('an engine alone on a shared store', () => {
   it('writes each round in one conditional statement, never under a held lock', async () => {
     const store = (await SharedMemory.create()).connect();
