@@ -197,32 +197,44 @@ describe('rounds together in one statement on PostgreSQL', () => {
     expect(await store.get(b('m1'))).toEqual(b('v3'));
   });
 
-  it('a statement whose connection is cut while it waits for a lock: every round in it is decided not written', async () => {
+  it('a round whose node is locked elsewhere holds up no other round of its statement: they commit, and it waits alone', async () => {
     const url = await createDatabase(postgresAdminUrl());
-    const { store } = await opened(await openSharedPostgresStore(url, { max: 4 }));
-    await store.write(['1', '2'].map((n) => ({ type: 'put', key: b(`m${n}`), value: b('v1') })));
+    const { store, heard } = await opened(await openSharedPostgresStore(url, { max: 4 }));
+    await store.write(['1', '2', '3'].map((n) => ({ type: 'put', key: b(`m${n}`), value: b('v1') })));
     let release = () => {};
     const held = new Promise<void>((r) => {
       release = r;
     });
+    let inside = () => {};
+    const entered = new Promise<void>((r) => {
+      inside = r;
+    });
     const locked = store.locked([b('m2')], async () => {
+      inside();
       await held;
-      return { ops: [], result: undefined };
+      return { ops: [{ type: 'put', key: b('other'), value: b('1') }], result: undefined };
     });
-    const made = Promise.all([store.writeIf(on('1')), store.writeIf(on('2'))]);
-    await until(async () => {
-      const ended = await withClient(url, (c) =>
-        c.query(
-          `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-           WHERE query LIKE 'SELECT smartfeeds_rounds%' AND pid <> pg_backend_pid()`,
-        ),
-      );
-      return (ended.rowCount ?? 0) > 0;
+    await entered;
+    let second: boolean | undefined;
+    const waiting = store.writeIf(on('2')).then((made) => {
+      second = made;
+      return made;
     });
+    const others = await Promise.all([store.writeIf(on('1')), store.writeIf(on('3'))]);
+    expect(others).toEqual([true, true]);
+    await until(() => heard.includes('c 1 2') && heard.includes('c 3 2'));
+    expect(second).toBeUndefined();
+    // Only the locked node's round waits, in a statement of its own, until the lock is released.
+    const alone = await withClient(url, (c) =>
+      c.query(
+        `SELECT 1 FROM pg_stat_activity WHERE query LIKE 'SELECT smartfeeds_round(%' AND state = 'active' AND pid <> pg_backend_pid()`,
+      ),
+    );
+    expect(alone.rowCount).toBe(1);
     release();
     await locked;
-    expect(await made).toEqual([false, false]);
-    expect(await store.getMany([b('m1'), b('m2'), b('item1')])).toEqual([b('v1'), b('v1'), undefined]);
+    expect(await waiting).toBe(true);
+    expect(await store.getMany([b('m1'), b('m2'), b('m3')])).toEqual([b('v2'), b('v2'), b('v2')]);
   });
 });
 

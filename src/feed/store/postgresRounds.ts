@@ -8,10 +8,10 @@ import type { ConditionalWrite } from './shared.ts';
  * With writes to many nodes, each round is small (a node's writes queued meanwhile); one
  * statement and one commit for several of them is what a group commit is on one process.
  *
- * Each round still stands alone: its check decides its write, and its answer is its own. A
- * statement holds the locks of its rounds' nodes until it commits, taken in ascending order (as
- * every locked transaction takes its locks), so two instances' statements never wait on each
- * other in a circle.
+ * Each round still stands alone: its check decides its write, and its answer is its own. The
+ * statement never waits for a lock: a round whose node's lock is held elsewhere (another
+ * instance's locked transaction) is left out (NULL) and made alone afterwards, one statement
+ * that waits for the lock (`smartfeeds_round`), so that it holds up no other round.
  */
 
 /** The function: version 4 of the `instances` schema. */
@@ -25,18 +25,19 @@ export const ROUNDS_FUNCTION = `CREATE FUNCTION smartfeeds_rounds(lock_ids bigin
      e0 int := 0; d0 int := 0; p0 int := 0; n0 int := 0;
    BEGIN
      FOR i IN 1 .. coalesce(array_length(lock_ids, 1), 0) LOOP
-       PERFORM pg_advisory_xact_lock(lock_ids[i]);
-       IF EXISTS (SELECT 1 FROM unnest(expect_keys[e0 + 1 : expect_ends[i]],
-                                       expect_values[e0 + 1 : expect_ends[i]]) AS e(k, v)
-                  LEFT JOIN kv ON kv.key = e.k WHERE kv.value IS DISTINCT FROM e.v) THEN
-         made := made || false;
+       IF NOT pg_try_advisory_xact_lock(lock_ids[i]) THEN
+         made := array_append(made, NULL::boolean);
+       ELSIF EXISTS (SELECT 1 FROM unnest(expect_keys[e0 + 1 : expect_ends[i]],
+                                          expect_values[e0 + 1 : expect_ends[i]]) AS e(k, v)
+                     LEFT JOIN kv ON kv.key = e.k WHERE kv.value IS DISTINCT FROM e.v) THEN
+         made := array_append(made, false);
        ELSE
          DELETE FROM kv WHERE key = ANY(dels[d0 + 1 : del_ends[i]]);
          INSERT INTO kv (key, value)
            SELECT * FROM unnest(put_keys[p0 + 1 : put_ends[i]], put_values[p0 + 1 : put_ends[i]])
            ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value;
          PERFORM pg_notify('smartfeeds', m) FROM unnest(notes[n0 + 1 : note_ends[i]]) AS m;
-         made := made || true;
+         made := array_append(made, true);
        END IF;
        e0 := expect_ends[i]; d0 := del_ends[i]; p0 := put_ends[i]; n0 := note_ends[i];
      END LOOP;
@@ -106,8 +107,8 @@ export function roundsParams(rounds: readonly QueuedRound[]): unknown[] {
 
 /**
  * Gathers the rounds asked for and hands them to `send` in batches: at most IN_FLIGHT batches on
- * their way, each of at most MAX_BATCH rounds, in ascending lock order (a lock taken twice in one
- * statement is held already: its second round sees the first one's write).
+ * their way, each of at most MAX_BATCH rounds, in ascending lock order (stable: a lock taken
+ * twice in one statement is held already, and its second round sees the first one's write).
  */
 export class RoundBatcher {
   private readonly queued: QueuedRound[] = [];

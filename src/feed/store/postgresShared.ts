@@ -52,6 +52,8 @@ const INSTANCE_MIGRATIONS: readonly string[] = [
   ROUNDS_FUNCTION,
 ];
 const CHANNEL = 'smartfeeds';
+const ROUND =
+  'SELECT smartfeeds_round($1::bigint, $2::bytea[], $3::bytea[], $4::bytea[], $5::bytea[], $6::bytea[], $7::text[])';
 const NOW_MS = '(extract(epoch FROM clock_timestamp()) * 1000)::bigint';
 const FIRST_DELAY_MS = 50;
 const MAX_DELAY_MS = 2000;
@@ -132,33 +134,67 @@ export class SharedPostgresStore implements SharedFeedStore {
     });
   }
 
-  /** One statement for a batch of rounds; each is answered on its own. */
+  /**
+   * One statement for a batch of rounds; each is answered on its own. Rounds whose node's lock
+   * was held elsewhere are then made one by one, each waiting for its lock.
+   */
   private async sendRounds(batch: QueuedRound[]): Promise<void> {
-    let made: unknown;
-    let pid: number | undefined;
+    const [first] = batch;
+    if (batch.length === 1 && first) return this.sendOne(first);
+    await this.statement(batch, ROUNDS, roundsParams(batch), (made) => {
+      batch.forEach((round, i) => {
+        const one: unknown = Array.isArray(made) ? made[i] : undefined;
+        if (one === null) void this.sendOne(round);
+        else round.done(one === true);
+      });
+    });
+  }
+
+  /** One round in a statement of its own (`smartfeeds_round`), which waits for the node's lock. */
+  private sendOne(round: QueuedRound): Promise<void> {
+    const { write, ops } = round;
+    const params = [
+      round.lock.toString(),
+      byteaArray(write.expect.map(([key]) => key)),
+      byteaArray(write.expect.map(([, value]) => value)),
+      byteaArray(ops.dels),
+      byteaArray(ops.putKeys),
+      byteaArray(ops.putValues),
+      [...write.notify],
+    ];
+    return this.statement([round], ROUND, params, (made) => round.done(made === true));
+  }
+
+  /**
+   * Runs a statement of rounds on a client of its own and hands its result to `answer`. When
+   * its answer is lost (the connection broke), each round's proof tells whether it committed.
+   */
+  private async statement(
+    rounds: readonly QueuedRound[],
+    text: string,
+    params: unknown[],
+    answer: (result: unknown) => void,
+  ): Promise<void> {
     try {
       const held = await this.pg.hold();
-      pid = backendPid(held.client);
+      const pid = backendPid(held.client);
+      let result: unknown;
       try {
-        const { rows } = await held.client.query(query(ROUNDS, roundsParams(batch)));
+        const { rows } = await held.client.query(query(text, params));
         held.release();
-        made = rows[0]?.[0];
+        result = rows[0]?.[0];
       } catch (e) {
         const lost = held.lost !== undefined || isConnectionLoss(e);
         held.release(lost);
         if (!lost) throw e;
-        // The answer was lost: each round's proof tells whether it committed.
-        for (const round of batch) await this.outcome(round.write, pid).then(round.done, round.fail);
+        for (const round of rounds) await this.outcome(round.write, pid).then(round.done, round.fail);
         return;
       }
+      answer(result);
     } catch (e) {
       const error = this.pg.failure(e);
-      for (const round of batch) round.fail(error);
-      return;
+      for (const round of rounds) round.fail(error);
     }
-    batch.forEach((round, i) => {
-      round.done(Array.isArray(made) && made[i] === true);
-    });
   }
 
   /**
