@@ -4,7 +4,7 @@ import type { Change } from '../../src/feed/model.ts';
 import type { Collection } from '../../src/http/render/json.ts';
 import { openStream } from '../http/sseClient.ts';
 import { feedUrl, get, startHttp } from '../http/support.ts';
-import { entry, type Instance, instances, until } from './support.ts';
+import { entry, type Instance, instances, pairWithNode, until } from './support.ts';
 
 /**
  * An instance catches up with another's writes to a node it does not push only when something
@@ -18,15 +18,7 @@ afterEach(async () => {
 });
 
 /** Two instances that push nothing (so that each is lazy on every node), both with node `n` loaded. */
-async function pair(): Promise<{ a: Instance; b: Instance }> {
-  const set = await instances(2, { follow: false });
-  closers.push(set.close);
-  const [a, b] = set.all as [Instance, Instance];
-  await a.engine.createNode('n');
-  await a.engine.read('n');
-  await b.engine.read('n');
-  return { a, b };
-}
+const pair = () => pairWithNode({ follow: false }, (close) => closers.push(close));
 
 /** Reads the node through `one` until it has been told `last` (a wake-up comes on the next turn). */
 async function heardAll(one: Instance, last: Change | undefined): Promise<void> {

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseCursor } from '../../src/feed/cursor.ts';
 import type { Change } from '../../src/feed/model.ts';
-import { entry, type Instance, instances, until } from './support.ts';
+import { entry, type Instance, pairWithNode, until } from './support.ts';
 
 /**
  * A round on a shared store whose writes have no previous versions to read (their ids are made
@@ -20,15 +20,7 @@ afterEach(async () => {
 const SKEW = 3_600_000;
 
 /** Two instances on a store whose clock is an hour ahead of theirs, node `n` made and loaded. */
-async function pair(): Promise<{ a: Instance; b: Instance }> {
-  const set = await instances(2, { now: () => Date.now() + SKEW });
-  closers.push(set.close);
-  const [a, b] = set.all as [Instance, Instance];
-  await a.engine.createNode('n');
-  await a.engine.read('n');
-  await b.engine.read('n');
-  return { a, b };
-}
+const pair = () => pairWithNode({ now: () => Date.now() + SKEW }, (close) => closers.push(close));
 
 /** Counts an instance's reads of the clock with the round's keys (readNow) from now on. */
 function countRoundReads(one: Instance): { reads: number } {

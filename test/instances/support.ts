@@ -39,6 +39,23 @@ export async function instances(
   };
 }
 
+/**
+ * Two instances (see instances) with node `n` made through the first and loaded on both;
+ * `closing` is given their closer first, so that it runs whatever happens next.
+ */
+export async function pairWithNode(
+  options: Parameters<typeof instances>[1],
+  closing: (close: () => Promise<void>) => void,
+): Promise<{ a: Instance; b: Instance }> {
+  const set = await instances(2, options);
+  closing(set.close);
+  const [a, b] = set.all as [Instance, Instance];
+  await a.engine.createNode('n');
+  await a.engine.read('n');
+  await b.engine.read('n');
+  return { a, b };
+}
+
 export async function instance(
   hub: SharedMemory,
   name: string,
