@@ -129,15 +129,15 @@ export class Instances {
 
   /**
    * What a round's read of the clock, the node's counters and its deleted mark would give, when
-   * it can go without it: it has no previous versions to read (`reads` false: their ids were
-   * made here), nobody else wrote the node since this instance's last round on it as far as it
-   * knows (the counters it wrote then), and its reading of the store's clock is fresh. The round
-   * is then one statement, whose check of the counters stands in for the read.
+   * it can go without it (for a round with no previous versions to read: their ids were made
+   * here): nobody else wrote the node since this instance's last round on it as far as it knows
+   * (the counters it wrote then), and its reading of the store's clock is fresh. The round is
+   * then one statement, whose check of the counters stands in for the read.
    */
-  unread(st: NodeState, reads: boolean): { now: number; values: (Buffer | undefined)[] } | undefined {
+  unread(st: NodeState): { now: number; values: (Buffer | undefined)[] } | undefined {
     const known = this.lastMeta.get(st);
     const now = this.storeNow();
-    if (reads || now === undefined || known === undefined || known.seq !== st.seq) return undefined;
+    if (now === undefined || known === undefined || known.seq !== st.seq) return undefined;
     if (this.stale.has(st) || this.isBehind(st)) return undefined;
     return { now, values: [known.meta, undefined] };
   }

@@ -301,7 +301,7 @@ export class WriteQueue {
     instances: Instances,
   ): Promise<readonly QueuedWrite[] | undefined> {
     const ids = [...new Set(batch.filter((w) => !w.generated).map((w) => w.id))];
-    let read = instances.unread(st, ids.length > 0);
+    let read = ids.length === 0 ? instances.unread(st) : undefined;
     if (read === undefined) {
       try {
         read = await instances.store.readNow([
