@@ -4,7 +4,7 @@
  * throwaway ejabberd or Prosody from prosody-dev/, against three services on that one server:
  * the server's own mod_pubsub, the null component (the component route's ceiling) and smartfeeds.
  *
- *   npx tsx bench/peers.ts [--server ejabberd|prosody] [--only own,null,smartfeeds] [--items N]
+ *   npx tsx bench/peers.ts [--server ejabberd|prosody] [--only own,null,smartfeeds] [--items N] [--warmup N]
  *     [--subs K] [--window W] [--size BYTES] [--peerbench DIR] [--cpu-prof DIR] [--rate-limit-off]
  *     [--reads R] [--page P] [--trace FILE]
  *
@@ -12,6 +12,8 @@
  * node_modules (`npm ci` there, or in a copy of it). smartfeeds runs with its default per-sender
  * limit unless --rate-limit-off. `--cpu-prof DIR` writes smartfeeds' CPU profile there.
  * Needs root (the harness runs the servers as their own users). Prints one JSON line per service.
+ * `--warmup N` first runs the same workload with N items on a node of its own against every
+ * service, not reported, so that each process has compiled its hot paths before it is measured.
  *
  * peerbench reads each node back once, in well under a second: one busy moment of a neighbour
  * decides that figure. So after every service has run it, the bench reads each node back R more
@@ -44,6 +46,7 @@ const { values } = parseArgs({
     server: { type: 'string', default: 'ejabberd' },
     only: { type: 'string', default: 'own,null,smartfeeds' },
     items: { type: 'string', default: '1000' },
+    warmup: { type: 'string', default: '0' },
     subs: { type: 'string', default: '10' },
     window: { type: 'string', default: '32' },
     size: { type: 'string', default: '1024' },
@@ -221,16 +224,25 @@ try {
   }
   await new Promise((resolve) => setTimeout(resolve, 4000));
   const filled: { name: string; jid: string; key: string; node: string }[] = [];
+  const peerbench = (jid: string, node: string, items: string, extra: string[]) => {
+    const args = [join(values.peerbench, 'peerbench.mjs'), '--c2s', String(xmpp.c2sPort), '--service', jid];
+    for (const k of ['subs', 'window', 'size', 'page'] as const) args.push(`--${k}`, values[k]);
+    args.push('--items', items, '--node', node, ...extra);
+    return promisify(execFile)(process.execPath, args, { timeout: 900_000 });
+  };
   for (const [name, jid, extra, key] of targets) {
     const nodeName = `peers-${key}-${Date.now()}`;
-    const args = [join(values.peerbench, 'peerbench.mjs'), '--c2s', String(xmpp.c2sPort), '--service', jid];
-    for (const k of ['items', 'subs', 'window', 'size', 'page'] as const) args.push(`--${k}`, values[k]);
-    args.push('--node', nodeName);
+    try {
+      // The same workload on a node of its own first, not reported: the service's process has
+      // compiled its paths once, as a server that has run for a while has.
+      if (Number(values.warmup) > 0)
+        await peerbench(jid, `warmup-${key}-${Date.now()}`, values.warmup, extra);
+    } catch (e) {
+      console.log(JSON.stringify({ server, target: name, warmupError: String(e).slice(0, 600) }));
+    }
     const load = loadAverage();
     try {
-      const { stdout } = await promisify(execFile)(process.execPath, [...args, ...extra], {
-        timeout: 900_000,
-      });
+      const { stdout } = await peerbench(jid, nodeName, values.items, extra);
       const line = stdout.trim().split('\n').at(-1) ?? '{}';
       console.log(JSON.stringify({ server, target: name, load: [load, loadAverage()], ...JSON.parse(line) }));
       filled.push({ name, jid, key, node: nodeName });
