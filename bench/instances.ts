@@ -21,7 +21,6 @@
  * users).
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -31,9 +30,9 @@ import { type Client, client, xml } from '@xmpp/client';
 import { type Element, parse } from 'ltx';
 import pg from 'pg';
 import { type RunningPostgres, startPostgres } from '../prosody-dev/postgres.ts';
-import { descendants } from '../prosody-dev/process.ts';
 import { startServer, type XmppServer } from '../prosody-dev/servers.ts';
 import { saslLogin } from '../src/client/client.ts';
+import { cpuSeconds } from './cpu.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const BIN = join(ROOT, 'bin', 'smartfeeds.mjs');
@@ -57,26 +56,9 @@ const ROUNDS = Number(values.rounds);
 const PUBS = Number(values.pubs);
 const WINDOW = Number(values.window);
 const SUBS = Number(values.subs);
-const TICKS = 100; // clock ticks per second (USER_HZ) for /proc/PID/stat
 
 const entry = (i: number) =>
   `<entry xmlns='http://www.w3.org/2005/Atom'><title>item ${i}</title><content>${'x'.repeat(512)}</content></entry>`;
-
-/** CPU seconds used so far by a process and its descendants. */
-function cpuSeconds(pid: number | undefined): number {
-  if (pid === undefined) return 0;
-  let ticks = 0;
-  for (const p of [pid, ...descendants(pid)]) {
-    try {
-      const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
-      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      ticks += Number(fields[11]) + Number(fields[12]);
-    } catch {
-      // Gone meanwhile.
-    }
-  }
-  return ticks / TICKS;
-}
 
 async function user(xmpp: XmppServer, name: string): Promise<Client> {
   const c = client({

@@ -33,6 +33,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs, promisify } from 'node:util';
 import { freePort } from '../prosody-dev/process.ts';
 import { type ServerName, startServer, type XmppServer } from '../prosody-dev/servers.ts';
+import { cpuSeconds } from './cpu.ts';
 import { connectReader, loadAverage, type ReadRun, ratios, readTogether, summarize } from './peerReads.ts';
 
 const PROJECT = fileURLToPath(new URL('..', import.meta.url));
@@ -173,54 +174,54 @@ try {
   await addPeers(xmpp, nullPort);
   await xmpp.start();
   for (const user of users) await xmpp.register(user, 'pw');
-  const targets: [name: string, jid: string, extra: string[], key: string][] = [];
+  /** Each service: its name, JID, extra peerbench arguments, key, and the process it runs in. */
+  const targets: [name: string, jid: string, extra: string[], key: string, pid: number | undefined][] = [];
   if (only.has('own'))
     targets.push([
       `${server} mod_pubsub`,
       OWN_DOMAIN,
       server === 'prosody' ? ['--max-items', '1000000'] : [],
       'own',
+      undefined,
     ]);
   if (only.has('null')) {
-    children.push(
-      node([
-        join(values.peerbench, 'nullpubsub.mjs'),
-        '--port',
-        String(nullPort),
-        '--domain',
-        NULL_DOMAIN,
-        '--secret',
-        SECRET,
-      ]),
-    );
-    targets.push(['null component (memory, no checks)', NULL_DOMAIN, [], 'null']);
+    const nullPubsub = node([
+      join(values.peerbench, 'nullpubsub.mjs'),
+      '--port',
+      String(nullPort),
+      '--domain',
+      NULL_DOMAIN,
+      '--secret',
+      SECRET,
+    ]);
+    children.push(nullPubsub);
+    targets.push(['null component (memory, no checks)', NULL_DOMAIN, [], 'null', nullPubsub.pid]);
   }
   if (only.has('smartfeeds')) {
     const profile = values['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${values['cpu-prof']}`] : [];
     const env = values['rate-limit-off'] ? { ...process.env, SMARTFEEDS_RATE_LIMIT: '0' } : process.env;
-    children.push(
-      node(
-        [
-          ...profile,
-          'bin/smartfeeds.mjs',
-          'serve',
-          '--service',
-          `xmpp://127.0.0.1:${xmpp.componentPort}`,
-          '--domain',
-          FEEDS_DOMAIN,
-          '--secret',
-          SECRET,
-          '--data',
-          join(data, 'db'),
-          '--admin',
-          'admin@localhost',
-          '--bot',
-          'off',
-        ],
-        env,
-      ),
+    const smartfeeds = node(
+      [
+        ...profile,
+        'bin/smartfeeds.mjs',
+        'serve',
+        '--service',
+        `xmpp://127.0.0.1:${xmpp.componentPort}`,
+        '--domain',
+        FEEDS_DOMAIN,
+        '--secret',
+        SECRET,
+        '--data',
+        join(data, 'db'),
+        '--admin',
+        'admin@localhost',
+        '--bot',
+        'off',
+      ],
+      env,
     );
-    targets.push(['smartfeeds', FEEDS_DOMAIN, [], 'smartfeeds']);
+    children.push(smartfeeds);
+    targets.push(['smartfeeds', FEEDS_DOMAIN, [], 'smartfeeds', smartfeeds.pid]);
   }
   await new Promise((resolve) => setTimeout(resolve, 4000));
   const filled: { name: string; jid: string; key: string; node: string }[] = [];
@@ -230,7 +231,7 @@ try {
     args.push('--items', items, '--node', node, ...extra);
     return promisify(execFile)(process.execPath, args, { timeout: 900_000 });
   };
-  for (const [name, jid, extra, key] of targets) {
+  for (const [name, jid, extra, key, pid] of targets) {
     const nodeName = `peers-${key}-${Date.now()}`;
     try {
       // The same workload on a node of its own first, not reported: the service's process has
@@ -241,10 +242,25 @@ try {
       console.log(JSON.stringify({ server, target: name, warmupError: String(e).slice(0, 600) }));
     }
     const load = loadAverage();
+    // CPU seconds of the service's process (none for the server's own pubsub) and of the server.
+    const cpu = () => [cpuSeconds(pid), cpuSeconds(xmpp.pid)] as const;
+    const before = cpu();
     try {
       const { stdout } = await peerbench(jid, nodeName, values.items, extra);
+      const after = cpu();
       const line = stdout.trim().split('\n').at(-1) ?? '{}';
-      console.log(JSON.stringify({ server, target: name, load: [load, loadAverage()], ...JSON.parse(line) }));
+      const perItem = (i: 0 | 1) =>
+        Number((((after[i] - before[i]) * 1000) / Number(values.items)).toFixed(3));
+      console.log(
+        JSON.stringify({
+          server,
+          target: name,
+          load: [load, loadAverage()],
+          // Over the whole run (publishes, fan-out and the read back), per item published.
+          cpuMsPerItem: { service: pid === undefined ? null : perItem(0), server: perItem(1) },
+          ...JSON.parse(line),
+        }),
+      );
       filled.push({ name, jid, key, node: nodeName });
     } catch (e) {
       console.log(JSON.stringify({ server, target: name, error: String(e).slice(0, 600) }));

@@ -1,0 +1,20 @@
+import { readFileSync } from 'node:fs';
+import { descendants } from '../prosody-dev/process.ts';
+
+const TICKS = 100; // clock ticks per second (USER_HZ) for /proc/PID/stat
+
+/** CPU seconds (user and system) used so far by a process and its descendants, from /proc. */
+export function cpuSeconds(pid: number | undefined): number {
+  if (pid === undefined) return 0;
+  let ticks = 0;
+  for (const p of [pid, ...descendants(pid)]) {
+    try {
+      const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      ticks += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return ticks / TICKS;
+}
