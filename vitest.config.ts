@@ -16,10 +16,11 @@ const WITHOUT_SERVER = new Set([
   'connectionTrouble.test.ts',
 ]);
 const SERVER_DIRS = ['test/xmpp', 'test/client'];
-// Files that time the component's answers under load: they run after all the others, one at a
-// time, so that the suite's own load (the other server's files, the crash tests) does not decide
-// their figures.
-const ALONE = new Set(['abuse.test.ts']);
+// Files that run after all the others, one at a time: those that time the component's answers
+// under load, so that the suite's own load (the other server's files, the crash tests) does not
+// decide their figures; and the README's tutorial, whose `npm run dev` takes the usual ports when
+// they are free, so that the two servers' runs of it must not check and take them at once.
+const ALONE = new Set(['abuse.test.ts', 'tutorial.test.ts']);
 const serverFiles = SERVER_DIRS.flatMap(
   (dir) =>
     readdirSync(new URL(`./${dir}`, import.meta.url))
