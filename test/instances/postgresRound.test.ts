@@ -327,3 +327,62 @@ describe('an engine alone on a shared store', () => {
     );
   });
 });
+
+describe('the round functions on PostgreSQL', () => {
+  it('look keys up by the index however small the table was when a connection first planned them', async () => {
+    const url = await createDatabase(postgresAdminUrl());
+    const store = await openSharedPostgresStore(url, { max: 2 });
+    closers.push(() => store.close());
+    const plans = await withClient(url, async (client) => {
+      const notices: string[] = [];
+      client.on('notice', (n) => notices.push(n.message ?? ''));
+      // auto_explain sends the plan of every statement the functions run to this client.
+      await client.query("LOAD 'auto_explain'");
+      await client.query(
+        'SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; SET client_min_messages = log',
+      );
+      const rounds = (lock: number, keys: Buffer[]) =>
+        client.query('SELECT smartfeeds_rounds($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) AS made', [
+          [String(lock)],
+          [keys.length],
+          keys,
+          keys.map(() => null),
+          [0],
+          [],
+          [1],
+          [b(`put${lock}`)],
+          [b('v')],
+          [0],
+          [],
+        ]);
+      const single = (lock: number, keys: Buffer[]) =>
+        client.query('SELECT smartfeeds_round($1, $2, $3, $4, $5, $6, $7) AS made', [
+          String(lock),
+          keys,
+          keys.map(() => null),
+          [b('absent')],
+          [b(`one${lock}`)],
+          [b('v')],
+          [],
+        ]);
+      // Planned on this connection while the table is nearly empty (PostgreSQL makes a plan of
+      // its own for the first five runs of a statement, then settles on one that it keeps)...
+      for (let i = 0; i < 8; i++) {
+        expect((await rounds(1, [b('a'), b('b')])).rows[0].made).toEqual([true]);
+        expect((await single(2, [b('c')])).rows[0].made).toBe(true);
+      }
+      // ...and made again once it holds thousands of rows, with the plans kept from then.
+      await client.query(
+        "INSERT INTO kv SELECT decode(lpad(to_hex(g), 8, '0'), 'hex'), repeat('x', 600)::bytea FROM generate_series(1, 5000) AS g",
+      );
+      notices.length = 0;
+      expect((await rounds(3, [b('a'), b('put1')])).rows[0].made).toEqual([false]);
+      expect((await rounds(4, [b('d')])).rows[0].made).toEqual([true]);
+      expect((await single(5, [b('e')])).rows[0].made).toBe(true);
+      return notices.join('\n');
+    });
+    expect(plans).toContain('Index Scan using kv_pkey on kv');
+    expect(plans).not.toMatch(/Seq Scan on kv/);
+    expect(await store.getMany([b('put4'), b('one5'), b('put3')])).toEqual([b('v'), b('v'), undefined]);
+  });
+});

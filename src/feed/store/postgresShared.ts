@@ -13,7 +13,14 @@ import {
   query,
   WRITE,
 } from './postgres.ts';
-import { type QueuedRound, ROUNDS, ROUNDS_FUNCTION, RoundBatcher, roundsParams } from './postgresRounds.ts';
+import {
+  APPLY_BY_INDEX,
+  type QueuedRound,
+  ROUNDS,
+  ROUNDS_FUNCTION,
+  RoundBatcher,
+  roundsParams,
+} from './postgresRounds.ts';
 import { migrate } from './postgresSchema.ts';
 import type { ConditionalWrite, Lease, LockedReader, LockedWrite, SharedFeedStore } from './shared.ts';
 import type { Cursor, Entry, Op, Range, Snapshot } from './store.ts';
@@ -50,6 +57,8 @@ const INSTANCE_MIGRATIONS: readonly string[] = [
   'ALTER TABLE smartfeeds_leases ADD COLUMN address text',
   // Several rounds in one statement (postgresRounds.ts).
   ROUNDS_FUNCTION,
+  // Both made through one function whose lookups stay on the index (postgresRounds.ts).
+  APPLY_BY_INDEX,
 ];
 const CHANNEL = 'smartfeeds';
 const ROUND =
