@@ -4,7 +4,8 @@
  * Publishers (XMPP clients) publish N items to M nodes, W in flight each; K subscribers subscribed
  * to every node count their notifications. ejabberd routes the component's domain to every
  * instance connected as it. Where the CPU goes is measured per process (smartfeeds instances,
- * PostgreSQL, ejabberd) from /proc, and PostgreSQL's statements by time from pg_stat_statements.
+ * PostgreSQL, ejabberd) from /proc, and PostgreSQL's statements by time from pg_stat_statements,
+ * with those the round functions run inside them, and the pages (8 KiB blocks) each set read.
  *
  *   npx tsx bench/instances.ts [--items N] [--warmup N] [--workloads 8,1] [--pubs P] [--window W]
  *     [--subs K] [--only level1,pg1,pg2,pg3] [--rounds R] [--cpu-prof DIR]
@@ -305,10 +306,13 @@ async function topStatements(url: string): Promise<string[]> {
   await c.connect();
   try {
     const { rows } = await c.query(
-      `SELECT calls, round(total_exec_time)::int AS ms, left(regexp_replace(query, '\\s+', ' ', 'g'), 90) AS q
-       FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 8`,
+      `SELECT calls, round(total_exec_time)::int AS ms, shared_blks_hit + shared_blks_read AS blks, left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS q
+       FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12`,
     );
-    return rows.map((r) => `${String(r.ms).padStart(7)} ms ${String(r.calls).padStart(7)} calls  ${r.q}`);
+    return rows.map(
+      (r) =>
+        `${String(r.ms).padStart(7)} ms ${String(r.calls).padStart(7)} calls ${String(r.blks).padStart(8)} pages  ${r.q}`,
+    );
   } finally {
     await c.end();
   }
@@ -374,7 +378,11 @@ async function main(): Promise<void> {
   ];
   const xmpp = await startServer('ejabberd', { users: names.map((n) => ({ user: n, password: `${n}-pw` })) });
   const cluster = await startPostgres({
-    settings: { shared_preload_libraries: 'pg_stat_statements', max_connections: 200 },
+    settings: {
+      shared_preload_libraries: 'pg_stat_statements',
+      'pg_stat_statements.track': 'all',
+      max_connections: 200,
+    },
   });
   const results: Result[] = [];
   const statements: string[] = [];
