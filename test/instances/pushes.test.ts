@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import { BUCKETS } from '../../src/feed/engine/changeLog.ts';
+import { BUCKETS, bucketHeads, bucketPushed, pushedKey } from '../../src/feed/engine/changeLog.ts';
 import type { Change } from '../../src/feed/model.ts';
 import { closeInstance, entry, type Instance, instance, instances, until } from './support.ts';
 
@@ -132,6 +132,53 @@ describe('pushes among several instances', () => {
         },
       ),
       { numRuns: 6 },
+    );
+  });
+
+  it('records the positions of the nodes woken meanwhile in one write, once their pushes have left', async () => {
+    const { all } = await start(1);
+    const one = all[0] as Instance;
+    const nodes = ['a', 'b', 'c', 'd', 'e', 'f'];
+    for (const n of nodes) await one.engine.createNode(n);
+    // Writes that record pushed positions, and the nodes each records.
+    const recordings: number[][] = [];
+    const write = one.handle.write.bind(one.handle);
+    one.handle.write = (ops, options) => {
+      const pushed = ops.filter((op) => op.type === 'put' && op.key[0] === pushedKey(0)[0]);
+      if (pushed.length > 0) recordings.push(pushed.map((op) => op.key.readUInt32BE(3)));
+      return write(ops, options);
+    };
+    // The first push is held until every node has been written: the others wake meanwhile.
+    let release = () => {};
+    const held = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let first = true;
+    const remove = one.engine.onPush(
+      () => undefined,
+      async () => {
+        if (!first) return;
+        first = false;
+        await held;
+      },
+    );
+    closers.push(async () => remove());
+    const acks = [await one.engine.publish('a', { entry: entry('a') })];
+    await until(() => !first);
+    for (const n of nodes.slice(1)) acks.push(await one.engine.publish(n, { entry: entry(n) }));
+    expect(recordings).toEqual([]);
+    release();
+    await until(() => one.pushed.length >= nodes.length);
+    await until(() => recordings.flat().length >= nodes.length);
+    // One write for the node pushed first, one for the five woken while it was held.
+    expect(recordings.map((r) => r.length)).toEqual([1, 5]);
+    // What is recorded is where each node's log ends: a takeover would start after it.
+    for (let b = 0; b < BUCKETS; b++) {
+      const [heads, pushed] = await Promise.all([bucketHeads(one.handle, b), bucketPushed(one.handle, b)]);
+      expect(pushed).toEqual(heads);
+    }
+    expect(one.pushed.map((c) => c.feeds.modified.cursor).sort()).toEqual(
+      acks.map((c) => c.feeds.modified.cursor).sort(),
     );
   });
 });

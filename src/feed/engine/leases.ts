@@ -1,4 +1,5 @@
 import type { SharedFeedStore } from '../store/shared.ts';
+import type { Op } from '../store/store.ts';
 import {
   BUCKETS,
   bucketHeads,
@@ -21,7 +22,7 @@ export interface PushLeaseOptions {
   address?: string;
 }
 
-/** Log entries handed on per step: each step then waits for them to leave and records the position. */
+/** Log entries handed on per step: each step waits for them to leave; its pass records the position. */
 const STEP = 64;
 
 const memberLease = (holder: string) => `member:${holder}`;
@@ -36,7 +37,7 @@ export async function liveMembers(store: SharedFeedStore): Promise<string[]> {
  * Splits the pushes between the instances that deliver them: each live instance holds a lease
  * (`member:`), the buckets of nodes are dealt round-robin among the live ones, and the holder of
  * a bucket's lease hands its nodes' logged changes on, in each node's order, recording after each
- * step how far it got. An instance that dies stops renewing: once its leases expire on the store's
+ * pass over the nodes written meanwhile how far it got. An instance that dies stops renewing: once its leases expire on the store's
  * clock the others deal its buckets among themselves and resume from the recorded positions, so a
  * change may be pushed twice, never skipped.
  */
@@ -189,7 +190,7 @@ export class PushLeases {
     this.kick();
   }
 
-  /** Another member's share now: stop pushing it (positions are recorded after every step). */
+  /** Another member's share now: stop pushing it (positions are recorded after every pass). */
   private async giveUp(b: number): Promise<void> {
     this.held.delete(b);
     for (const nid of [...this.pushed.keys()]) if (bucketOf(nid) === b) this.pushed.delete(nid);
@@ -201,19 +202,41 @@ export class PushLeases {
     this.working = true;
     this.queue(async () => {
       try {
-        while (this.dirty.size > 0 && !this.stopped) {
-          const nid = this.dirty.values().next().value as number;
-          this.dirty.delete(nid);
-          await this.step(nid);
-        }
+        while (this.dirty.size > 0 && !this.stopped) await this.pass([...this.dirty]);
       } finally {
         this.working = false;
       }
     });
   }
 
-  /** Pushes up to STEP log entries of a node after its recorded position, then records the new one. */
-  private async step(nid: number): Promise<void> {
+  /**
+   * One step for each of `nodes` (those dirty when the pass began; one written meanwhile is
+   * stepped in the next pass), then the positions they reached, recorded in one write: with
+   * writes to many nodes a round's statement wakes several at once, and a write each would cost
+   * PostgreSQL a transaction each. A pass that fails still records what it handed on.
+   */
+  private async pass(nodes: readonly number[]): Promise<void> {
+    const record: Op[] = [];
+    const reached = new Map<number, Position>();
+    try {
+      for (const nid of nodes) {
+        if (this.stopped) break;
+        this.dirty.delete(nid);
+        await this.step(nid, record, reached);
+      }
+    } finally {
+      if (record.length > 0) {
+        await this.store.write(record);
+        for (const [nid, at] of reached) this.pushed.set(nid, at);
+      }
+    }
+  }
+
+  /**
+   * Pushes up to STEP log entries of a node after its recorded position, and adds the operations
+   * that record the new one to `record` (its place in `reached`, once they are written).
+   */
+  private async step(nid: number, record: Op[], reached: Map<number, Position>): Promise<void> {
     if (!this.valid(bucketOf(nid))) return;
     const from = this.pushed.get(nid) ?? START;
     const logged = await readEntries(this.store, nid, from, STEP);
@@ -221,8 +244,8 @@ export class PushLeases {
     if (!last) return;
     await this.deliver(logged, nid);
     const events = logged.filter((l) => l.event !== undefined).map((l) => l.key);
-    await this.store.write(pushedOps(nid, from, last.at, events));
-    this.pushed.set(nid, last.at);
+    record.push(...pushedOps(nid, from, last.at, events));
+    reached.set(nid, last.at);
     if (logged.length === STEP) this.dirty.add(nid);
   }
 }
