@@ -386,3 +386,24 @@ describe('the round functions on PostgreSQL', () => {
     expect(await store.getMany([b('put4'), b('one5'), b('put3')])).toEqual([b('v'), b('v'), undefined]);
   });
 });
+
+describe.each(stores)('leases in one call on %s', (_name, open) => {
+  it('takes the free and expired ones, renews its own, and leaves another holder’s', async () => {
+    const { store } = await open();
+    expect(await store.acquireLeases([], 'a', 10_000)).toEqual([]);
+    const first = await store.acquireLeases(['bucket:1', 'bucket:2'], 'a', 10_000);
+    expect(first.every((e) => e !== undefined)).toBe(true);
+    expect(await store.acquireLease('bucket:9', 'b', 1)).toBeDefined();
+    const taken = await store.acquireLeases(['bucket:2', 'bucket:3'], 'b', 10_000);
+    expect(taken[0]).toBeUndefined();
+    expect(taken[1]).toBeDefined();
+    const renewed = await store.acquireLeases(['bucket:1', 'bucket:2', 'bucket:3'], 'a', 20_000);
+    expect(renewed[0]).toBeGreaterThan(first[0] as number);
+    expect(renewed[1]).toBeGreaterThan(first[1] as number);
+    expect(renewed[2]).toBeUndefined();
+    // bucket:9 was b's for 1 ms: once expired, anyone takes it.
+    await until(async () => (await store.acquireLeases(['bucket:9'], 'a', 10_000))[0] !== undefined);
+    const held = (await store.leases('bucket:')).leases.map((l) => `${l.name}=${l.holder}`).sort();
+    expect(held).toEqual(['bucket:1=a', 'bucket:2=a', 'bucket:3=b', 'bucket:9=a']);
+  });
+});

@@ -181,4 +181,35 @@ describe('pushes among several instances', () => {
       acks.map((c) => c.feeds.modified.cursor).sort(),
     );
   });
+
+  it('a push that failed is made again at the next renewal, not left for the periodic read', async () => {
+    // Renewals every second; the periodic read of every held bucket would come after nine.
+    const set = await instances(1, { push: true, ttl: 3000 });
+    closers.push(set.close);
+    await settled(set.all);
+    const one = set.all[0] as Instance;
+    await one.engine.createNode('n');
+    let failures = 0;
+    const remove = one.engine.onPush(
+      () => undefined,
+      async () => {
+        if (failures === 0) {
+          failures += 1;
+          throw new Error('the binding could not send');
+        }
+      },
+    );
+    closers.push(async () => remove());
+    const ack = await one.engine.publish('n', { entry: entry('x') });
+    await until(() => failures === 1);
+    // Recorded once pushed again: where the node's log ends.
+    await until(async () => {
+      for (let b = 0; b < BUCKETS; b++) {
+        const [heads, pushed] = await Promise.all([bucketHeads(one.handle, b), bucketPushed(one.handle, b)]);
+        if (heads.size > 0) return JSON.stringify([...pushed]) === JSON.stringify([...heads]);
+      }
+      return false;
+    }, 5000);
+    expect(one.pushed.filter((c) => c.feeds.modified.cursor === ack.feeds.modified.cursor).length).toBe(2);
+  });
 });

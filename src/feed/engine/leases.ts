@@ -25,6 +25,9 @@ export interface PushLeaseOptions {
 /** Log entries handed on per step: each step waits for them to leave; its pass records the position. */
 const STEP = 64;
 
+/** Every SCAN_EVERY renewals (a third of the lease time each), the held buckets are read again. */
+const SCAN_EVERY = 9;
+
 const memberLease = (holder: string) => `member:${holder}`;
 const bucketLease = (b: number) => `bucket:${b}`;
 
@@ -51,6 +54,9 @@ export class PushLeases {
   private timer: NodeJS.Timeout | undefined;
   private ticking: Promise<void> = Promise.resolve();
   private stopped = false;
+  /** Renewals so far, and whether a step failed since the held buckets were last read. */
+  private ticks = 0;
+  private failing = false;
   /** Per bucket, the address of the other instance holding it, as read at the last renewal. */
   private others = new Map<number, string>();
 
@@ -145,20 +151,27 @@ export class PushLeases {
     await this.store.acquireLease(memberLease(holder), holder, ttl, address);
     const { leases } = await this.store.leases('member:');
     const members = [...new Set([holder, ...leases.map((l) => l.holder)])].sort();
+    const mine: number[] = [];
     for (let b = 0; b < BUCKETS; b++) {
-      const mine = members[b % members.length] === holder;
-      if (mine) {
-        const expires = await this.store.acquireLease(bucketLease(b), holder, ttl);
-        if (expires === undefined) this.held.delete(b);
-        else {
-          if (!this.held.has(b)) this.queue(() => this.scan(b));
-          // Counted from before the renewal was asked: the local view expires no later than the store's.
-          this.held.set(b, started + ttl);
-        }
-      } else if (this.held.has(b)) this.queue(() => this.giveUp(b));
+      if (members[b % members.length] === holder) mine.push(b);
+      else if (this.held.has(b)) this.queue(() => this.giveUp(b));
     }
-    // Wake-ups may be lost: each held bucket is read again now and then.
-    for (const b of this.held.keys()) this.queue(() => this.scan(b));
+    const expiries = await this.store.acquireLeases(mine.map(bucketLease), holder, ttl);
+    mine.forEach((b, i) => {
+      if (expiries[i] === undefined) this.held.delete(b);
+      else {
+        if (!this.held.has(b)) this.queue(() => this.scan(b));
+        // Counted from before the renewal was asked: the local view expires no later than the store's.
+        this.held.set(b, started + ttl);
+      }
+    });
+    // Wake-ups are lost only with the connection, and that is told (woke(-1)); every held bucket
+    // is still read again now and then, and at the next renewal after a push failed.
+    this.ticks += 1;
+    if (this.failing || this.ticks % SCAN_EVERY === 0) {
+      this.failing = false;
+      for (const b of this.held.keys()) this.queue(() => this.scan(b));
+    }
     if (address !== undefined) await this.readOwners(leases);
   }
 
@@ -175,7 +188,10 @@ export class PushLeases {
   }
 
   private queue(step: () => Promise<void>): void {
-    this.work = this.work.then(step).catch((e) => this.failed(e));
+    this.work = this.work.then(step).catch((e) => {
+      this.failing = true;
+      this.failed(e);
+    });
   }
 
   /** Finds the nodes of a bucket whose logged changes were not all pushed. */

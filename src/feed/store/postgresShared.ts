@@ -315,6 +315,24 @@ export class SharedPostgresStore implements SharedFeedStore {
     return expires === undefined ? undefined : Number(expires);
   }
 
+  async acquireLeases(
+    names: readonly string[],
+    holder: string,
+    ttl: number,
+  ): Promise<(number | undefined)[]> {
+    if (names.length === 0) return [];
+    const rows = await this.rows(
+      `INSERT INTO smartfeeds_leases (name, holder, expires) SELECT n, $2, ${NOW_MS} + $3 FROM unnest($1::text[]) AS n
+       ON CONFLICT (name) DO UPDATE
+       SET holder = EXCLUDED.holder, expires = EXCLUDED.expires, address = NULL
+       WHERE smartfeeds_leases.holder = EXCLUDED.holder OR smartfeeds_leases.expires <= ${NOW_MS}
+       RETURNING name, expires`,
+      [names, holder, Math.round(ttl)],
+    );
+    const expiries = new Map(rows.map((r) => [r[0] as string, Number(r[1])]));
+    return names.map((name) => expiries.get(name));
+  }
+
   async releaseLease(name: string, holder: string): Promise<void> {
     await this.rows('DELETE FROM smartfeeds_leases WHERE name = $1 AND holder = $2', [name, holder]);
   }

@@ -83,6 +83,8 @@ export interface SharedStore {
    * the holder takes hand-offs, kept with the lease.
    */
   acquireLease(name: string, holder: string, ttl: number, address?: string): Promise<number | undefined>;
+  /** acquireLease for each of `names` (distinct), in one round trip: their expiries, in order. */
+  acquireLeases(names: readonly string[], holder: string, ttl: number): Promise<(number | undefined)[]>;
   /** Gives the lease up (if `holder` has it), so that another may take it at once. */
   releaseLease(name: string, holder: string): Promise<void>;
   /** The leases whose name starts with `prefix` and that have not expired, with the store's clock. */

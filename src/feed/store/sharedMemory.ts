@@ -264,6 +264,15 @@ export class SharedMemoryHandle implements SharedFeedStore {
     return this.hub.acquire(name, holder, ttl, address);
   }
 
+  async acquireLeases(
+    names: readonly string[],
+    holder: string,
+    ttl: number,
+  ): Promise<(number | undefined)[]> {
+    this.alive();
+    return names.map((name) => this.hub.acquire(name, holder, ttl));
+  }
+
   async releaseLease(name: string, holder: string): Promise<void> {
     this.alive();
     this.hub.release(name, holder);
