@@ -109,6 +109,28 @@ describe('the PostgreSQL store while PostgreSQL restarts', () => {
     }
   });
 
+  it('an idempotent batch asked while PostgreSQL is down is written whole once it is back', async () => {
+    const store = await openPostgresStore(url);
+    try {
+      await store.write([{ type: 'put', key: b(5), value: b(5) }]);
+      await cluster.stop();
+      const write = store.write(
+        [
+          { type: 'del', key: b(5) },
+          { type: 'put', key: b(6), value: b(6) },
+          { type: 'put', key: b(7), value: b(7) },
+        ],
+        { idempotent: true },
+      );
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await cluster.start();
+      await write;
+      expect(await store.getMany([b(5), b(6), b(7)])).toEqual([undefined, b(6), b(7)]);
+    } finally {
+      await store.close();
+    }
+  });
+
   it('gives up with a StorageError once its time to wait is spent', async () => {
     const store = await openPostgresStore(url, { retryForMs: 500 });
     try {

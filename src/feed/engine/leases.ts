@@ -242,7 +242,7 @@ export class PushLeases {
       }
     } finally {
       if (record.length > 0) {
-        await this.store.write(record);
+        await this.store.write(record, { idempotent: true });
         for (const [nid, at] of reached) this.pushed.set(nid, at);
       }
     }

@@ -1,6 +1,16 @@
 import { ClassicLevel } from 'classic-level';
 import { StorageError } from '../errors.ts';
-import type { Cursor, Entry, Op, Range, Snapshot, Store, StoreReader, TextCursor } from './store.ts';
+import type {
+  Cursor,
+  Entry,
+  Op,
+  Range,
+  Snapshot,
+  Store,
+  StoreReader,
+  TextCursor,
+  WriteOptions,
+} from './store.ts';
 
 type LevelSnapshot = { close(): Promise<void> };
 type LevelOptions = Range & { snapshot?: LevelSnapshot; valueEncoding?: 'utf8' };
@@ -99,7 +109,7 @@ function stepsOf<T>(it: LevelIterator<T>): { next(n: number): Promise<T[]>; clos
 
 /** The Store over a level database (abstract-level 3: explicit snapshots, chained batches). */
 export class LevelStore extends LevelReader implements Store {
-  async write(ops: readonly Op[], options: { sync?: boolean } = {}): Promise<void> {
+  async write(ops: readonly Op[], options: WriteOptions = {}): Promise<void> {
     // A chained batch costs less per operation than an array batch.
     const batch = this.db.batch();
     for (const op of ops) {

@@ -14,7 +14,7 @@
 import pg from 'pg';
 import { StorageError } from '../errors.ts';
 import { hasStoreTables, migrate, STORE_MIGRATIONS } from './postgresSchema.ts';
-import type { Cursor, Entry, Op, Range, Snapshot, Store, StoreReader } from './store.ts';
+import type { Cursor, Entry, Op, Range, Snapshot, Store, StoreReader, WriteOptions } from './store.ts';
 
 export interface PostgresStoreOptions {
   /** Clients in the pool; each open snapshot holds one. Default: the URL's `pool_max`, else 10. */
@@ -308,12 +308,17 @@ export class PostgresStore extends PostgresReader implements Store {
     return new Held(await this.retrying(() => this.pool.connect(), deadline));
   }
 
-  async write(ops: readonly Op[]): Promise<void> {
+  async write(ops: readonly Op[], options?: WriteOptions): Promise<void> {
     // `sync` needs nothing: a commit is durable as the server is configured (synchronous_commit).
     this.requireOpen();
     const { puts, dels, empty } = collapse(ops);
     if (this.beginning.size > 0) await Promise.allSettled([...this.beginning]);
     if (empty) return;
+    if (options?.idempotent) {
+      // One statement is its own transaction; sent again if its answer is lost, it changes nothing.
+      await this.run(WRITE, [dels, puts[0], puts[1]]);
+      return;
+    }
     const deadline = Date.now() + this.retryForMs;
     for (let delay = FIRST_DELAY_MS; ; delay = Math.min(2 * delay, MAX_DELAY_MS)) {
       const held = await this.hold(deadline);

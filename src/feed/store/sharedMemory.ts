@@ -1,7 +1,7 @@
 import type { LevelStore } from './level.ts';
 import { openMemoryStore } from './memory.ts';
 import type { ConditionalWrite, Lease, LockedReader, LockedWrite, SharedFeedStore } from './shared.ts';
-import type { Cursor, Entry, Op, Range, Snapshot } from './store.ts';
+import type { Cursor, Entry, Op, Range, Snapshot, WriteOptions } from './store.ts';
 
 /**
  * One in-memory store shared by several engines of one process, as several instances share a
@@ -152,7 +152,7 @@ export class SharedMemoryHandle implements SharedFeedStore {
   cursor(range: Range): Cursor {
     return this.live.cursor(range);
   }
-  async write(ops: readonly Op[], options?: { sync?: boolean }): Promise<void> {
+  async write(ops: readonly Op[], options?: WriteOptions): Promise<void> {
     return this.live.write(ops, options);
   }
   snapshot(): Snapshot {

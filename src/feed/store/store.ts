@@ -69,9 +69,19 @@ export interface Snapshot extends StoreReader {
 }
 
 export interface Store extends StoreReader {
-  /** Writes the operations as one atomic batch, in order; `sync` waits until they are durable. */
-  write(ops: readonly Op[], options?: { sync?: boolean }): Promise<void>;
+  /**
+   * Writes the operations as one atomic batch, in order; `sync` waits until they are durable.
+   * `idempotent`: the batch may be applied twice (only its writer changes these keys, and applying
+   * it again changes nothing), so a store may send it again when its answer is lost, without
+   * first asking whether it committed.
+   */
+  write(ops: readonly Op[], options?: WriteOptions): Promise<void>;
   snapshot(): Snapshot;
   /** Closes the store; every snapshot must be closed first. */
   close(): Promise<void>;
+}
+
+export interface WriteOptions {
+  sync?: boolean;
+  idempotent?: boolean;
 }
