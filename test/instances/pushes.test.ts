@@ -212,4 +212,21 @@ describe('pushes among several instances', () => {
     }, 5000);
     expect(one.pushed.filter((c) => c.feeds.modified.cursor === ack.feeds.modified.cursor).length).toBe(2);
   });
+
+  it('a newcomer takes a bucket of its share soon after the old holder gives it up, not a renewal later', async () => {
+    // Renewals every 10 s: all of this happens well within one.
+    const set = await instances(1, { push: true, ttl: 30_000 });
+    closers.push(set.close);
+    const first = set.all[0] as Instance;
+    await until(() => first.engine.pushBuckets().length === BUCKETS);
+    const late = await instance(set.hub, 'late', { push: true, ttl: 30_000 });
+    closers.push(() => closeInstance(late));
+    expect(late.engine.pushBuckets()).toEqual([]);
+    // Members in name order, buckets dealt round-robin: the newcomer's share is every other one.
+    const share = Array.from({ length: BUCKETS }, (_, b) => b).filter((b) => b % 2 === 1);
+    // The first gives them up, as its next renewal would.
+    for (const b of share) await first.handle.releaseLease(`bucket:${b}`, 'i0');
+    await until(() => late.engine.pushBuckets().length === share.length, 3000);
+    expect(late.engine.pushBuckets()).toEqual(share);
+  });
 });

@@ -25,6 +25,12 @@ export interface PushLeaseOptions {
 /** Log entries handed on per step: each step waits for them to leave; its pass records the position. */
 const STEP = 64;
 
+/**
+ * How soon a renewal comes again while a bucket of this instance's share is still another's: the
+ * other gives it up at its own renewal, and until it is taken here its nodes' changes wait.
+ */
+const RETAKE_MS = 250;
+
 /** Every SCAN_EVERY renewals (a third of the lease time each), the held buckets are read again. */
 const SCAN_EVERY = 9;
 
@@ -54,6 +60,8 @@ export class PushLeases {
   private timer: NodeJS.Timeout | undefined;
   private ticking: Promise<void> = Promise.resolve();
   private stopped = false;
+  /** Whether a bucket of this instance's share was still another's at the last renewal. */
+  private waiting = false;
   /** Renewals so far, and whether a step failed since the held buckets were last read. */
   private ticks = 0;
   private failing = false;
@@ -82,7 +90,7 @@ export class PushLeases {
           .catch((e) => this.failed(e))
           .finally(() => this.schedule());
       },
-      Math.max(Math.floor(this.options.ttl / 3), 10),
+      Math.max(Math.min(Math.floor(this.options.ttl / 3), this.waiting ? RETAKE_MS : Infinity), 10),
     );
   }
 
@@ -157,6 +165,7 @@ export class PushLeases {
       else if (this.held.has(b)) this.queue(() => this.giveUp(b));
     }
     const expiries = await this.store.acquireLeases(mine.map(bucketLease), holder, ttl);
+    this.waiting = expiries.includes(undefined);
     mine.forEach((b, i) => {
       if (expiries[i] === undefined) this.held.delete(b);
       else {
