@@ -46,9 +46,9 @@ export async function liveMembers(store: SharedFeedStore): Promise<string[]> {
  * Splits the pushes between the instances that deliver them: each live instance holds a lease
  * (`member:`), the buckets of nodes are dealt round-robin among the live ones, and the holder of
  * a bucket's lease hands its nodes' logged changes on, in each node's order, recording after each
- * pass over the nodes written meanwhile how far it got. An instance that dies stops renewing: once its leases expire on the store's
- * clock the others deal its buckets among themselves and resume from the recorded positions, so a
- * change may be pushed twice, never skipped.
+ * pass over the nodes written meanwhile how far it got. An instance that dies stops renewing:
+ * once its leases expire on the store's clock the others deal its buckets among themselves and
+ * resume from the recorded positions, so a change may be pushed twice, never skipped.
  */
 export class PushLeases {
   /** Buckets held, with when (local clock) their lease must have been renewed. */
