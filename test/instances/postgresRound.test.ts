@@ -407,3 +407,24 @@ describe.each(stores)('leases in one call on %s', (_name, open) => {
     expect(held).toEqual(['bucket:1=a', 'bucket:2=a', 'bucket:3=b', 'bucket:9=a']);
   });
 });
+
+describe.each(stores)('several ranges in one call on %s', (_name, open) => {
+  it('gives each range its entries in key order, after its lower bound, before its upper one, up to its limit', async () => {
+    const { store } = await open();
+    await store.write(
+      ['a1', 'a2', 'a3', 'b1', 'b2', 'c1'].map((k) => ({ type: 'put', key: b(k), value: b(`v${k}`) })),
+    );
+    const found = await store.entriesAfter([
+      { gt: b('a1'), lt: b('b'), limit: 64 },
+      { gt: b('b'), lt: b('c'), limit: 1 },
+      { gt: b('c1'), lt: b('d'), limit: 64 },
+      { gt: b('a'), lt: b('z'), limit: 3 },
+    ]);
+    const keys = found.map((entries) => entries.map(([k, v]) => `${k}=${v}`));
+    expect(keys).toEqual([['a2=va2', 'a3=va3'], ['b1=vb1'], [], ['a1=va1', 'a2=va2', 'a3=va3']]);
+    expect(await store.entriesAfter([])).toEqual([]);
+    expect(await store.entriesAfter([{ gt: b('b1'), lt: b('c'), limit: 5 }])).toEqual([
+      [[b('b2'), b('vb2')]],
+    ]);
+  });
+});

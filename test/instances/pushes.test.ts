@@ -135,12 +135,19 @@ describe('pushes among several instances', () => {
     );
   });
 
-  it('records the positions of the nodes woken meanwhile in one write, once their pushes have left', async () => {
+  it('reads the logs of the nodes woken meanwhile in one call and records their positions in one write, once pushed', async () => {
     const { all } = await start(1);
     const one = all[0] as Instance;
     const nodes = ['a', 'b', 'c', 'd', 'e', 'f'];
     for (const n of nodes) await one.engine.createNode(n);
-    // Writes that record pushed positions, and the nodes each records.
+    // Reads of several nodes' logs, by how many nodes each read; writes that record pushed
+    // positions, and the nodes each records.
+    const reads: number[] = [];
+    const entriesAfter = one.handle.entriesAfter.bind(one.handle);
+    one.handle.entriesAfter = (ranges) => {
+      reads.push(ranges.length);
+      return entriesAfter(ranges);
+    };
     const recordings: number[][] = [];
     const write = one.handle.write.bind(one.handle);
     one.handle.write = (ops, options) => {
@@ -172,6 +179,8 @@ describe('pushes among several instances', () => {
     await until(() => recordings.flat().length >= nodes.length);
     // One write for the node pushed first, one for the five woken while it was held.
     expect(recordings.map((r) => r.length)).toEqual([1, 5]);
+    // Their logs were read as they were pushed: one read for the first, one for the five.
+    expect(reads).toEqual([1, 5]);
     // What is recorded is where each node's log ends: a takeover would start after it.
     for (let b = 0; b < BUCKETS; b++) {
       const [heads, pushed] = await Promise.all([bucketHeads(one.handle, b), bucketPushed(one.handle, b)]);

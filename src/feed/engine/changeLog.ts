@@ -1,7 +1,8 @@
 import type { NodeEvent } from '../events.ts';
 import { prefixEnd } from '../keys.ts';
 import type { Change } from '../model.ts';
-import type { Op, StoreReader } from '../store/store.ts';
+import type { BoundedRange, SharedStore } from '../store/shared.ts';
+import type { Entry, Op, StoreReader } from '../store/store.ts';
 
 /**
  * The change log of a shared store (several instances): every committed change of a node, keyed
@@ -145,23 +146,29 @@ export type LogEntry = { at: Position; key: Buffer } & (
   | { event: NodeEvent; change?: undefined }
 );
 
-/** The node's log entries of both kinds after position `after`, `limit` at most, in order. */
-export async function readEntries(
-  reader: StoreReader,
-  nid: number,
-  after: Position,
+/**
+ * Each node's log entries of both kinds after position `after`, `limit` at most, in order: for
+ * several nodes in one round trip of the shared store, in the order asked.
+ */
+export async function readEntriesOf(
+  store: SharedStore,
+  asked: readonly { nid: number; after: Position }[],
   limit: number,
-): Promise<LogEntry[]> {
-  const entries = await reader.entries({
-    gt: logKey(nid, after.seq, after.ev),
-    lt: prefixEnd(logKey(nid, 0).subarray(0, 5)),
-    limit,
-  });
-  return entries.map(([key, value]): LogEntry => {
-    const at = { seq: readSeq(key, 5), ev: key.length >= 17 ? key.readUInt32BE(13) : 0 };
-    const parsed = JSON.parse(value.toString('utf8'));
-    return at.ev > 0 ? { at, key, event: parsed as NodeEvent } : { at, key, change: parsed as Change };
-  });
+): Promise<LogEntry[][]> {
+  const found = await store.entriesAfter(asked.map(({ nid, after }) => entriesRange(nid, after, limit)));
+  return found.map((entries) => entries.map(logEntry));
+}
+
+const entriesRange = (nid: number, after: Position, limit: number): BoundedRange => ({
+  gt: logKey(nid, after.seq, after.ev),
+  lt: prefixEnd(logKey(nid, 0).subarray(0, 5)),
+  limit,
+});
+
+function logEntry([key, value]: Entry): LogEntry {
+  const at = { seq: readSeq(key, 5), ev: key.length >= 17 ? key.readUInt32BE(13) : 0 };
+  const parsed = JSON.parse(value.toString('utf8'));
+  return at.ev > 0 ? { at, key, event: parsed as NodeEvent } : { at, key, change: parsed as Change };
 }
 
 /** Per node of one bucket, a position value family (heads or pushed positions). */

@@ -9,7 +9,7 @@ import {
   type LogEntry,
   type Position,
   pushedOps,
-  readEntries,
+  readEntriesOf,
   START,
 } from './changeLog.ts';
 
@@ -236,18 +236,30 @@ export class PushLeases {
 
   /**
    * One step for each of `nodes` (those dirty when the pass began; one written meanwhile is
-   * stepped in the next pass), then the positions they reached, recorded in one write: with
-   * writes to many nodes a round's statement wakes several at once, and a write each would cost
-   * PostgreSQL a transaction each. A pass that fails still records what it handed on.
+   * stepped in the next pass): their log entries read in one round trip, handed on node by node,
+   * then the positions they reached recorded in one write. With writes to many nodes a round's
+   * statement wakes several at once, and a read and a write each would cost PostgreSQL a
+   * statement each. A pass that fails still records what it handed on.
    */
   private async pass(nodes: readonly number[]): Promise<void> {
+    const mine = nodes.filter((nid) => this.valid(bucketOf(nid)));
+    for (const nid of nodes) this.dirty.delete(nid);
+    if (mine.length === 0) return;
+    const asked = mine.map((nid) => ({ nid, after: this.pushed.get(nid) ?? START }));
+    const logs = await readEntriesOf(this.store, asked, STEP);
     const record: Op[] = [];
     const reached = new Map<number, Position>();
     try {
-      for (const nid of nodes) {
+      for (const [i, { nid, after }] of asked.entries()) {
+        const logged = logs[i] ?? [];
+        const last = logged[logged.length - 1];
         if (this.stopped) break;
-        this.dirty.delete(nid);
-        await this.step(nid, record, reached);
+        if (!last || !this.valid(bucketOf(nid))) continue;
+        await this.deliver(logged, nid);
+        const events = logged.filter((l) => l.event !== undefined).map((l) => l.key);
+        record.push(...pushedOps(nid, after, last.at, events));
+        reached.set(nid, last.at);
+        if (logged.length === STEP) this.dirty.add(nid);
       }
     } finally {
       if (record.length > 0) {
@@ -255,22 +267,5 @@ export class PushLeases {
         for (const [nid, at] of reached) this.pushed.set(nid, at);
       }
     }
-  }
-
-  /**
-   * Pushes up to STEP log entries of a node after its recorded position, and adds the operations
-   * that record the new one to `record` (its place in `reached`, once they are written).
-   */
-  private async step(nid: number, record: Op[], reached: Map<number, Position>): Promise<void> {
-    if (!this.valid(bucketOf(nid))) return;
-    const from = this.pushed.get(nid) ?? START;
-    const logged = await readEntries(this.store, nid, from, STEP);
-    const last = logged[logged.length - 1];
-    if (!last) return;
-    await this.deliver(logged, nid);
-    const events = logged.filter((l) => l.event !== undefined).map((l) => l.key);
-    record.push(...pushedOps(nid, from, last.at, events));
-    reached.set(nid, last.at);
-    if (logged.length === STEP) this.dirty.add(nid);
   }
 }

@@ -22,7 +22,14 @@ import {
   roundsParams,
 } from './postgresRounds.ts';
 import { migrate } from './postgresSchema.ts';
-import type { ConditionalWrite, Lease, LockedReader, LockedWrite, SharedFeedStore } from './shared.ts';
+import type {
+  BoundedRange,
+  ConditionalWrite,
+  Lease,
+  LockedReader,
+  LockedWrite,
+  SharedFeedStore,
+} from './shared.ts';
 import type { Cursor, Entry, Op, Range, Snapshot } from './store.ts';
 
 /**
@@ -61,6 +68,11 @@ const INSTANCE_MIGRATIONS: readonly string[] = [
   APPLY_BY_INDEX,
 ];
 const CHANNEL = 'smartfeeds';
+// Each range by the primary key's index, after the one before (entriesAfter).
+const ENTRIES_AFTER = `SELECT r.i, kv.key, kv.value
+  FROM unnest($1::bytea[], $2::bytea[], $3::int[]) WITH ORDINALITY AS r(gt, lt, lim, i)
+  CROSS JOIN LATERAL (SELECT key, value FROM kv WHERE key > r.gt AND key < r.lt ORDER BY key LIMIT r.lim) AS kv
+  ORDER BY r.i, kv.key`;
 const ROUND =
   'SELECT smartfeeds_round($1::bigint, $2::bytea[], $3::bytea[], $4::bytea[], $5::bytea[], $6::bytea[], $7::text[])';
 const NOW_MS = '(extract(epoch FROM clock_timestamp()) * 1000)::bigint';
@@ -104,6 +116,18 @@ export class SharedPostgresStore implements SharedFeedStore {
   }
   entries(range: Range): Promise<Entry[]> {
     return this.pg.entries(range);
+  }
+  async entriesAfter(ranges: readonly BoundedRange[]): Promise<Entry[][]> {
+    if (ranges.length === 0) return [];
+    if (ranges.length === 1) return [await this.pg.entries(ranges[0] as BoundedRange)];
+    const rows = await this.rows(ENTRIES_AFTER, [
+      byteaArray(ranges.map((r) => r.gt)),
+      byteaArray(ranges.map((r) => r.lt)),
+      ranges.map((r) => r.limit),
+    ]);
+    const out: Entry[][] = ranges.map(() => []);
+    for (const row of rows) out[Number(row[0]) - 1]?.push([row[1] as Buffer, row[2] as Buffer]);
+    return out;
   }
   keys(range: Range): Promise<Buffer[]> {
     return this.pg.keys(range);

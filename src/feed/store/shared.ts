@@ -1,4 +1,4 @@
-import type { Op, Store, StoreReader } from './store.ts';
+import type { Entry, Op, Store, StoreReader } from './store.ts';
 
 /**
  * What several `smartfeeds serve` instances need of the one store they share, beyond the Store
@@ -83,6 +83,11 @@ export interface SharedStore {
    * the holder takes hand-offs, kept with the lease.
    */
   acquireLease(name: string, holder: string, ttl: number, address?: string): Promise<number | undefined>;
+  /**
+   * The entries of several ranges in one round trip, each range's in key order and `limit` at
+   * most: what `entries({ gt, lt, limit })` gives for each, in the order of `ranges`.
+   */
+  entriesAfter(ranges: readonly BoundedRange[]): Promise<Entry[][]>;
   /** acquireLease for each of `names` (distinct), in one round trip: their expiries, in order. */
   acquireLeases(names: readonly string[], holder: string, ttl: number): Promise<(number | undefined)[]>;
   /** Gives the lease up (if `holder` has it), so that another may take it at once. */
@@ -103,4 +108,11 @@ export function isShared(store: Store): store is SharedFeedStore {
     typeof s.acquireLease === 'function' &&
     typeof s.listen === 'function'
   );
+}
+
+/** Keys after `gt` and before `lt`, `limit` of them at most (SharedStore.entriesAfter). */
+export interface BoundedRange {
+  gt: Buffer;
+  lt: Buffer;
+  limit: number;
 }

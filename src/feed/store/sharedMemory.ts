@@ -1,6 +1,13 @@
 import type { LevelStore } from './level.ts';
 import { openMemoryStore } from './memory.ts';
-import type { ConditionalWrite, Lease, LockedReader, LockedWrite, SharedFeedStore } from './shared.ts';
+import type {
+  BoundedRange,
+  ConditionalWrite,
+  Lease,
+  LockedReader,
+  LockedWrite,
+  SharedFeedStore,
+} from './shared.ts';
 import type { Cursor, Entry, Op, Range, Snapshot, WriteOptions } from './store.ts';
 
 /**
@@ -142,6 +149,9 @@ export class SharedMemoryHandle implements SharedFeedStore {
   }
   async entries(range: Range): Promise<Entry[]> {
     return this.live.entries(range);
+  }
+  async entriesAfter(ranges: readonly BoundedRange[]): Promise<Entry[][]> {
+    return Promise.all(ranges.map((range) => this.live.entries(range)));
   }
   async keys(range: Range): Promise<Buffer[]> {
     return this.live.keys(range);
