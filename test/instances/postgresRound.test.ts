@@ -98,10 +98,17 @@ describe.each(stores)('one statement a round on %s', (_name, open) => {
     const held = new Promise<void>((r) => {
       release = r;
     });
+    let inside = () => {};
+    const entered = new Promise<void>((r) => {
+      inside = r;
+    });
     const locked = store.locked([b('m1')], async () => {
+      inside();
       await held;
       return { ops: [{ type: 'put', key: b('m1'), value: b('moved') }], result: undefined };
     });
+    // The round is asked for once the lock is held: it cannot get in before the transaction.
+    await entered;
     const conditional = store.writeIf(round());
     release();
     await locked;
@@ -224,14 +231,20 @@ describe('rounds together in one statement on PostgreSQL', () => {
     expect(others).toEqual([true, true]);
     await until(() => heard.includes('c 1 2') && heard.includes('c 3 2'));
     expect(second).toBeUndefined();
-    // Only the locked node's round waits, in a statement of its own, until the lock is released.
-    const alone = await withClient(url, (c) =>
-      c.query(
-        `SELECT 1 FROM pg_stat_activity WHERE query LIKE 'SELECT smartfeeds_round(%' AND state = 'active' AND pid <> pg_backend_pid()`,
-      ),
-    );
-    expect(alone.rowCount).toBe(1);
-    release();
+    // Only the locked node's round waits, in a statement of its own, until the lock is released
+    // (sent once its first statement has answered, so it may not have arrived yet).
+    const waitingAlone = () =>
+      withClient(url, async (c) => {
+        const { rowCount } = await c.query(
+          `SELECT 1 FROM pg_stat_activity WHERE query LIKE 'SELECT smartfeeds_round(%' AND state = 'active' AND pid <> pg_backend_pid()`,
+        );
+        return rowCount;
+      });
+    try {
+      await until(async () => (await waitingAlone()) === 1);
+    } finally {
+      release();
+    }
     await locked;
     expect(await waiting).toBe(true);
     expect(await store.getMany([b('m1'), b('m2'), b('m3')])).toEqual([b('v2'), b('v2'), b('v2')]);
