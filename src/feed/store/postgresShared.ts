@@ -327,31 +327,29 @@ export class SharedPostgresStore implements SharedFeedStore {
     ttl: number,
     address?: string,
   ): Promise<number | undefined> {
-    const rows = await this.rows(
-      `INSERT INTO smartfeeds_leases (name, holder, expires, address) VALUES ($1, $2, ${NOW_MS} + $3, $4)
-       ON CONFLICT (name) DO UPDATE
-       SET holder = EXCLUDED.holder, expires = EXCLUDED.expires, address = EXCLUDED.address
-       WHERE smartfeeds_leases.holder = EXCLUDED.holder OR smartfeeds_leases.expires <= ${NOW_MS}
-       RETURNING expires`,
-      [name, holder, Math.round(ttl), address ?? null],
-    );
-    const expires = rows[0]?.[0];
-    return expires === undefined ? undefined : Number(expires);
+    return (await this.takeLeases([name], holder, ttl, address))[0];
   }
 
-  async acquireLeases(
+  acquireLeases(names: readonly string[], holder: string, ttl: number): Promise<(number | undefined)[]> {
+    return this.takeLeases(names, holder, ttl, undefined);
+  }
+
+  /** acquireLease for each of `names` in one statement, `address` kept with each. */
+  private async takeLeases(
     names: readonly string[],
     holder: string,
     ttl: number,
+    address: string | undefined,
   ): Promise<(number | undefined)[]> {
     if (names.length === 0) return [];
     const rows = await this.rows(
-      `INSERT INTO smartfeeds_leases (name, holder, expires) SELECT n, $2, ${NOW_MS} + $3 FROM unnest($1::text[]) AS n
+      `INSERT INTO smartfeeds_leases (name, holder, expires, address)
+       SELECT n, $2, ${NOW_MS} + $3, $4 FROM unnest($1::text[]) AS n
        ON CONFLICT (name) DO UPDATE
-       SET holder = EXCLUDED.holder, expires = EXCLUDED.expires, address = NULL
+       SET holder = EXCLUDED.holder, expires = EXCLUDED.expires, address = EXCLUDED.address
        WHERE smartfeeds_leases.holder = EXCLUDED.holder OR smartfeeds_leases.expires <= ${NOW_MS}
        RETURNING name, expires`,
-      [names, holder, Math.round(ttl)],
+      [names, holder, Math.round(ttl), address ?? null],
     );
     const expiries = new Map(rows.map((r) => [r[0] as string, Number(r[1])]));
     return names.map((name) => expiries.get(name));
