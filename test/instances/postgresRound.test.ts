@@ -418,6 +418,12 @@ describe.each(stores)('leases in one call on %s', (_name, open) => {
     await until(async () => (await store.acquireLeases(['bucket:9'], 'a', 10_000))[0] !== undefined);
     const held = (await store.leases('bucket:')).leases.map((l) => `${l.name}=${l.holder}`).sort();
     expect(held).toEqual(['bucket:1=a', 'bucket:2=a', 'bucket:3=b', 'bucket:9=a']);
+    // Given up in one call: a's own, not b's, and a name nobody holds is no error.
+    await store.releaseLeases([], 'a');
+    await store.releaseLeases(['bucket:1', 'bucket:3', 'bucket:9', 'bucket:77'], 'a');
+    const left = (await store.leases('bucket:')).leases.map((l) => `${l.name}=${l.holder}`).sort();
+    expect(left).toEqual(['bucket:2=a', 'bucket:3=b']);
+    expect((await store.acquireLeases(['bucket:1'], 'b', 10_000))[0]).toBeDefined();
   });
 });
 

@@ -185,6 +185,33 @@ async function bucketSeqs(reader: StoreReader, tag: number, bucket: number): Pro
 export const bucketHeads = (reader: StoreReader, bucket: number) => bucketSeqs(reader, HEAD, bucket);
 export const bucketPushed = (reader: StoreReader, bucket: number) => bucketSeqs(reader, PUSHED, bucket);
 
+/** As many entries as a range may be asked for at once (a PostgreSQL int): a bucket's every node. */
+const EVERY = 2 ** 31 - 1;
+
+/**
+ * The heads and pushed positions of the nodes of several buckets, in one round trip: what
+ * bucketHeads and bucketPushed give for each bucket, merged (a node is in one bucket).
+ */
+export async function bucketPositions(
+  store: SharedStore,
+  buckets: readonly number[],
+): Promise<{ heads: Map<number, Position>; pushed: Map<number, Position> }> {
+  // Every key of a family's bucket is longer than its 3-byte prefix, so after it is from it.
+  const range = (tag: number, b: number): BoundedRange => ({
+    gt: Buffer.from([tag, b >> 8, b & 0xff]),
+    lt: Buffer.from([tag, (b + 1) >> 8, (b + 1) & 0xff]),
+    limit: EVERY,
+  });
+  const found = await store.entriesAfter(buckets.flatMap((b) => [range(HEAD, b), range(PUSHED, b)]));
+  const heads = new Map<number, Position>();
+  const pushed = new Map<number, Position>();
+  found.forEach((entries, i) => {
+    const into = i % 2 === 0 ? heads : pushed;
+    for (const [key, value] of entries) into.set(key.readUInt32BE(3), readPosition(value));
+  });
+  return { heads, pushed };
+}
+
 /**
  * Records that a node's entries up to `to` were handed on, and trims the log behind it: item
  * changes KEEP_BEHIND behind (for instances catching up), from `before`, the position recorded

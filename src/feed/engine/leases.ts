@@ -2,9 +2,8 @@ import type { SharedFeedStore } from '../store/shared.ts';
 import type { Op } from '../store/store.ts';
 import {
   BUCKETS,
-  bucketHeads,
   bucketOf,
-  bucketPushed,
+  bucketPositions,
   isAfter,
   type LogEntry,
   type Position,
@@ -127,7 +126,7 @@ export class PushLeases {
   woke(nid: number): void {
     if (nid < 0) {
       // Wake-ups were lost: every held bucket is read again.
-      for (const b of this.held.keys()) this.queue(() => this.scan(b));
+      this.queue(() => this.scan([...this.held.keys()]));
       return;
     }
     if (!this.held.has(bucketOf(nid))) return;
@@ -144,11 +143,9 @@ export class PushLeases {
     // Given back, the others take the share at once; when the store is away they expire instead,
     // and the stop goes on (it would otherwise fail, and the instance not close its store).
     const { holder } = this.options;
-    await Promise.allSettled(
-      [...this.held.keys()].map((b) => this.store.releaseLease(bucketLease(b), holder)),
-    );
+    const names = [...this.held.keys()].map(bucketLease);
     this.held.clear();
-    await this.store.releaseLease(memberLease(holder), holder).catch(() => undefined);
+    await this.store.releaseLeases([...names, memberLease(holder)], holder).catch(() => undefined);
   }
 
   /** Renews membership, then takes, keeps or gives up buckets so each live member has its share. */
@@ -160,16 +157,19 @@ export class PushLeases {
     const { leases } = await this.store.leases('member:');
     const members = [...new Set([holder, ...leases.map((l) => l.holder)])].sort();
     const mine: number[] = [];
+    const others: number[] = [];
     for (let b = 0; b < BUCKETS; b++) {
       if (members[b % members.length] === holder) mine.push(b);
-      else if (this.held.has(b)) this.queue(() => this.giveUp(b));
+      else if (this.held.has(b)) others.push(b);
     }
+    if (others.length > 0) this.queue(() => this.giveUp(others));
     const expiries = await this.store.acquireLeases(mine.map(bucketLease), holder, ttl);
     this.waiting = expiries.includes(undefined);
+    const taken: number[] = [];
     mine.forEach((b, i) => {
       if (expiries[i] === undefined) this.held.delete(b);
       else {
-        if (!this.held.has(b)) this.queue(() => this.scan(b));
+        if (!this.held.has(b)) taken.push(b);
         // Counted from before the renewal was asked: the local view expires no later than the store's.
         this.held.set(b, started + ttl);
       }
@@ -179,8 +179,8 @@ export class PushLeases {
     this.ticks += 1;
     if (this.failing || this.ticks % SCAN_EVERY === 0) {
       this.failing = false;
-      for (const b of this.held.keys()) this.queue(() => this.scan(b));
-    }
+      this.queue(() => this.scan([...this.held.keys()]));
+    } else if (taken.length > 0) this.queue(() => this.scan(taken));
     if (address !== undefined) await this.readOwners(leases);
   }
 
@@ -203,10 +203,11 @@ export class PushLeases {
     });
   }
 
-  /** Finds the nodes of a bucket whose logged changes were not all pushed. */
-  private async scan(b: number): Promise<void> {
-    if (!this.valid(b)) return;
-    const [heads, pushed] = await Promise.all([bucketHeads(this.store, b), bucketPushed(this.store, b)]);
+  /** Finds the nodes of these buckets whose logged changes were not all pushed, in one read. */
+  private async scan(buckets: readonly number[]): Promise<void> {
+    const held = buckets.filter((b) => this.valid(b));
+    if (held.length === 0) return;
+    const { heads, pushed } = await bucketPositions(this.store, held);
     for (const [nid, at] of pushed) {
       const known = this.pushed.get(nid);
       if (!known || isAfter(at, known)) this.pushed.set(nid, at);
@@ -215,11 +216,12 @@ export class PushLeases {
     this.kick();
   }
 
-  /** Another member's share now: stop pushing it (positions are recorded after every pass). */
-  private async giveUp(b: number): Promise<void> {
-    this.held.delete(b);
-    for (const nid of [...this.pushed.keys()]) if (bucketOf(nid) === b) this.pushed.delete(nid);
-    await this.store.releaseLease(bucketLease(b), this.options.holder);
+  /** Other members' share now: stop pushing it (positions are recorded after every pass). */
+  private async giveUp(buckets: readonly number[]): Promise<void> {
+    const gone = new Set(buckets);
+    for (const b of gone) this.held.delete(b);
+    for (const nid of [...this.pushed.keys()]) if (gone.has(bucketOf(nid))) this.pushed.delete(nid);
+    await this.store.releaseLeases(buckets.map(bucketLease), this.options.holder);
   }
 
   private kick(): void {

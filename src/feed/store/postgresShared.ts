@@ -355,8 +355,12 @@ export class SharedPostgresStore implements SharedFeedStore {
     return names.map((name) => expiries.get(name));
   }
 
-  async releaseLease(name: string, holder: string): Promise<void> {
-    await this.rows('DELETE FROM smartfeeds_leases WHERE name = $1 AND holder = $2', [name, holder]);
+  async releaseLeases(names: readonly string[], holder: string): Promise<void> {
+    if (names.length === 0) return;
+    await this.rows('DELETE FROM smartfeeds_leases WHERE name = ANY($1::text[]) AND holder = $2', [
+      names,
+      holder,
+    ]);
   }
 
   async leases(prefix: string): Promise<{ now: number; leases: Lease[] }> {

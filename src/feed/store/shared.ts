@@ -90,8 +90,8 @@ export interface SharedStore {
   entriesAfter(ranges: readonly BoundedRange[]): Promise<Entry[][]>;
   /** acquireLease for each of `names` (distinct), in one round trip: their expiries, in order. */
   acquireLeases(names: readonly string[], holder: string, ttl: number): Promise<(number | undefined)[]>;
-  /** Gives the lease up (if `holder` has it), so that another may take it at once. */
-  releaseLease(name: string, holder: string): Promise<void>;
+  /** Gives the leases `names` up (those `holder` has), in one round trip, so that others may take them at once. */
+  releaseLeases(names: readonly string[], holder: string): Promise<void>;
   /** The leases whose name starts with `prefix` and that have not expired, with the store's clock. */
   leases(prefix: string): Promise<{ now: number; leases: Lease[] }>;
 }

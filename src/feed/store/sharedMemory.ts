@@ -283,9 +283,9 @@ export class SharedMemoryHandle implements SharedFeedStore {
     return names.map((name) => this.hub.acquire(name, holder, ttl));
   }
 
-  async releaseLease(name: string, holder: string): Promise<void> {
+  async releaseLeases(names: readonly string[], holder: string): Promise<void> {
     this.alive();
-    this.hub.release(name, holder);
+    for (const name of names) this.hub.release(name, holder);
   }
 
   async leases(prefix: string): Promise<{ now: number; leases: Lease[] }> {
