@@ -272,6 +272,21 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     );
   const admins = src.find('admins', 'admin');
   const domain = src.read('domain', nonEmpty, 'a non-empty string', DEFAULTS.domain);
+  // An instance without XMPP hands its writes to their node's holder only if it has the secret
+  // the others check; by default it then commits them itself.
+  let handoff = src.read(
+    'handoff',
+    handoffAddress,
+    'HOST:PORT (port 0: a free one) or off',
+    DEFAULTS.handoff,
+  );
+  if (handoff && !xmpp && src.find('secret') === undefined) {
+    if (src.find('handoff') !== undefined)
+      throw new ConfigError(
+        'handoff: an instance without XMPP hands writes to the others only with the component secret they check (--secret, SMARTFEEDS_SECRET or "secret")',
+      );
+    handoff = undefined;
+  }
   const limit = (key: string, fallback: number) =>
     src.read(key, positive, 'a positive whole number', fallback);
   return {
@@ -306,7 +321,7 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     sync: src.read('sync', onOff, 'true or false', DEFAULTS.sync),
     xmpp,
     pushLeaseMs: src.read('push-lease', milliseconds, 'a number of seconds above 0', DEFAULTS.pushLeaseMs),
-    handoff: src.read('handoff', handoffAddress, 'HOST:PORT (port 0: a free one) or off', DEFAULTS.handoff),
+    handoff,
     rateLimit: {
       rate: src.read('rate-limit', nonNegative, 'a number of zero or more', DEFAULTS.rateLimit.rate),
       burst: limit('rate-burst', DEFAULTS.rateLimit.burst),

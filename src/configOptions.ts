@@ -62,7 +62,7 @@ export const OPTION_GROUPS: OptionGroup[] = [
         default: 'the component runs',
         summary: 'serve HTTP only, without the component (several instances)',
         details:
-          '`SMARTFEEDS_XMPP=0`, or `"xmpp": false` in the file, does the same. An instance without the component needs no secret. See [several instances](operations.md#several-instances).',
+          '`SMARTFEEDS_XMPP=0`, or `"xmpp": false` in the file, does the same. An instance without the component needs no secret; given it, on PostgreSQL, it hands its publishes and retractions to the instance holding their node (`--handoff`). See [several instances](operations.md#several-instances).',
       },
       opt('push-lease', 'SECONDS', '10', "a dead instance's pushes move to another after this"),
       opt(
@@ -70,7 +70,7 @@ export const OPTION_GROUPS: OptionGroup[] = [
         'HOST:PORT|off',
         '127.0.0.1:0',
         'where the other instances hand this one the writes of the nodes it holds (port 0: a free one)',
-        "Only with several instances on PostgreSQL. The address is kept with the instance's lease; the link proves the component secret. `off`: this instance commits every write it takes itself. See [several instances](operations.md#several-instances).",
+        "Only with several instances on PostgreSQL. The address is kept with the instance's lease; the link proves the component secret. An instance without the component (`--no-xmpp`) holds no nodes and is handed nothing, but hands its own writes to the holders when it has the secret; without it, it commits them itself (an explicit `--handoff` is then refused). `off`: this instance commits every write it takes itself. See [several instances](operations.md#several-instances).",
       ),
     ],
   },

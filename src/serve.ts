@@ -95,6 +95,13 @@ export async function serve(config: Config, reread: () => Config = () => config)
       ...(config.handoff ? { handoff: { ...config.handoff, secret: config.secret } } : {}),
       failed: (e) => log.warn('push leases', { error: String(e) }),
     });
+  } else if (config.handoff) {
+    // No pushes here, but writes still go to their node's holder (on a shared store).
+    await feeds.startRouting({
+      ttl: config.pushLeaseMs,
+      handoff: { ...config.handoff, secret: config.secret },
+      failed: (e) => log.warn('hand-off owners', { error: String(e) }),
+    });
   }
   if (pubsub && botModule) {
     bot = await startBot(await botModule, config, feeds, metrics, pubsub, log);

@@ -23,6 +23,24 @@ describe('configuration', () => {
     });
   });
 
+  it('hands writes off from an instance without XMPP only when it has the component secret', () => {
+    // Without the secret the others would refuse it: it commits its writes itself.
+    expect(loadConfig(['--no-xmpp'], {}).handoff).toBeUndefined();
+    expect(loadConfig(['--no-xmpp', '--handoff', 'off'], {}).handoff).toBeUndefined();
+    expect(() => loadConfig(['--no-xmpp', '--handoff', '127.0.0.1:7400'], {})).toThrow(
+      /without XMPP hands writes to the others only with the component secret/,
+    );
+    expect(loadConfig(['--no-xmpp'], { SMARTFEEDS_SECRET: 's' }).handoff).toEqual({
+      host: '127.0.0.1',
+      port: 0,
+    });
+    expect(loadConfig(['--no-xmpp', '--secret', 's', '--handoff', '127.0.0.1:7400'], {}).handoff).toEqual({
+      host: '127.0.0.1',
+      port: 7400,
+    });
+    expect(loadConfig(['--secret', 's'], {}).handoff).toEqual({ host: '127.0.0.1', port: 0 });
+  });
+
   it('takes flags over the environment over the file', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-config-'));
     try {

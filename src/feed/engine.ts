@@ -128,14 +128,24 @@ export class FeedEngine {
   ): Promise<void> {
     const { handoff, ...rest } = options;
     if (!this.pushing) return;
-    const peers =
-      handoff === undefined || 'address' in handoff
-        ? handoff
-        : await TcpPeerLink.listen(handoff.host, {
-            port: handoff.port,
-            ...(handoff.secret === undefined ? {} : { secret: handoff.secret }),
-          });
+    const peers = handoff === undefined ? undefined : await peerLink(handoff);
     await this.pushing.start({ ...rest, ...(peers ? { peers } : {}) });
+  }
+
+  /**
+   * On a shared store, for an instance that does not push (no XMPP component): hands its
+   * publishes and retractions to the instance holding their node's bucket, as a pushing
+   * instance does, reading who holds which bucket every third of `ttl` (the pushers' lease time).
+   * stopPushing stops it. Nothing on a store of this instance's own.
+   */
+  async startRouting(options: {
+    handoff: { host: string; port: number; secret?: string } | PeerLink;
+    ttl?: number;
+    failed?: (error: unknown) => void;
+  }): Promise<void> {
+    if (!this.pushing) return;
+    const { handoff, ...rest } = options;
+    await this.pushing.route({ ...rest, peers: await peerLink(handoff) });
   }
 
   /** Stops pushing (another instance takes this one's share once its leases are given up). */
@@ -513,4 +523,15 @@ export class FeedEngine {
   importNode(node: string, records: AsyncIterable<ExportRecord> | Iterable<ExportRecord>): Promise<number> {
     return this.p.transfer.importNode(node, records);
   }
+}
+
+/** The hand-off link: given (tests), or listening at HOST:PORT. */
+async function peerLink(
+  handoff: { host: string; port: number; secret?: string } | PeerLink,
+): Promise<PeerLink> {
+  if ('address' in handoff) return handoff;
+  return TcpPeerLink.listen(handoff.host, {
+    port: handoff.port,
+    ...(handoff.secret === undefined ? {} : { secret: handoff.secret }),
+  });
 }

@@ -30,15 +30,20 @@ afterEach(async () => {
   for (const c of closers.splice(0)) await c();
 });
 
-async function peers(count: number): Promise<Peer[]> {
+/**
+ * `count` instances that push, then `routers` that push nothing (as one without the XMPP
+ * component) and hand their writes off all the same.
+ */
+async function peers(count: number, routers = 0): Promise<Peer[]> {
   const hub = await SharedMemory.create();
   const network = new MemoryPeers();
   const all: Peer[] = [];
-  for (let i = 0; i < count; i++) {
+  for (let i = 0; i < count + routers; i++) {
     const handle = hub.connect();
     const engine = await FeedEngine.openStore(handle);
     const link = network.link(`i${i}`);
-    await engine.startPushing({ holder: `i${i}`, ttl: TTL, handoff: link });
+    if (i < count) await engine.startPushing({ holder: `i${i}`, ttl: TTL, handoff: link });
+    else await engine.startRouting({ ttl: TTL, handoff: link });
     all.push({ name: `i${i}`, handle, engine, link, dead: false });
   }
   closers.push(async () => {
@@ -50,7 +55,7 @@ async function peers(count: number): Promise<Peer[]> {
   // Every member has its share of the buckets, and knows who holds the others'.
   await until(
     () =>
-      all.every((one) => one.engine.pushBuckets().length > 0) &&
+      all.slice(0, count).every((one) => one.engine.pushBuckets().length > 0) &&
       all.reduce((n, one) => n + one.engine.pushBuckets().length, 0) === 64,
   );
   await new Promise((r) => setTimeout(r, TTL));
@@ -141,23 +146,63 @@ describe('writes handed to the holder of their node', () => {
     for (const one of all) if (one !== holder) expect(one.link.served).toBe(0);
   });
 
+  it('an instance that pushes nothing hands its writes to the holders too', async () => {
+    // Two that push, and a third that does not (the last).
+    const all = await peers(2, 1);
+    const router = all[2] as Peer;
+    const nodes = ['a', 'b', 'c', 'd', 'e', 'f'];
+    for (const n of nodes) await (all[0] as Peer).engine.createNode(n);
+    // Loaded there first: a write goes by the node's number.
+    for (const n of nodes) await router.engine.read(n);
+    const sent: Sent[] = [];
+    for (let k = 0; k < 10; k++)
+      for (const n of nodes)
+        sent.push({
+          sender: 2,
+          index: sent.length,
+          id: `${n}${k}`,
+          result: router.engine.publish(n, { id: `${n}${k}`, entry: entry(`${k}`) }),
+        });
+    const changes = await Promise.all(sent.map((s) => s.result));
+    // Every write was handed to a holder; each holder took those of its nodes' buckets.
+    expect(router.engine.pushBuckets()).toEqual([]);
+    expect(router.link.served).toBe(0);
+    const holders = all.slice(0, 2) as Peer[];
+    expect(holders.reduce((n, one) => n + one.link.served, 0)).toBe(60);
+    for (const one of holders) {
+      const mine = await Promise.all(nodes.map((n) => one.engine.owns(n)));
+      expect(one.link.served).toBe(10 * mine.filter(Boolean).length);
+    }
+    // Each node's writes are in its log in the order sent, one after the other.
+    for (const n of nodes) {
+      const log = await logged(router, n);
+      const expected = changes.filter((c) => c.node === n).map((c) => c.feeds.modified.cursor);
+      expect(log.map((c) => c.feeds.modified.cursor)).toEqual(expected);
+    }
+    // Once it stops routing, it commits its writes itself.
+    await router.engine.stopPushing();
+    await router.engine.publish('a', { id: 'own', entry: entry('own') });
+    expect(holders.reduce((n, one) => n + one.link.served, 0)).toBe(60);
+  });
+
   it('instances die mid-hand-off and buckets move: no acknowledged write lost or reordered (property)', async () => {
     await fc.assert(
       fc.asyncProperty(
         fc.array(
           fc.record({
-            sender: fc.integer({ min: 0, max: 2 }),
+            // Instances 0 to 2 push; 3 does not, and hands its writes off as well.
+            sender: fc.integer({ min: 0, max: 3 }),
             count: fc.integer({ min: 1, max: 12 }),
             // After how many turns of the burst something happens: an instance dies, or leaves
             // the pushers (its buckets move to the others), or nothing.
             after: fc.integer({ min: 0, max: 4 }),
             event: fc.constantFrom('none', 'none', 'kill', 'move'),
-            victim: fc.integer({ min: 0, max: 2 }),
+            victim: fc.integer({ min: 0, max: 3 }),
           }),
           { minLength: 1, maxLength: 6 },
         ),
         async (steps) => {
-          const all = await peers(3);
+          const all = await peers(3, 1);
           await (all[0] as Peer).engine.createNode('hot');
           await Promise.all(all.map((one) => one.engine.publish('hot', { entry: entry('load') })));
           const sent: Sent[] = [];

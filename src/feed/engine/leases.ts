@@ -36,6 +36,77 @@ const SCAN_EVERY = 9;
 const memberLease = (holder: string) => `member:${holder}`;
 const bucketLease = (b: number) => `bucket:${b}`;
 
+/**
+ * Per bucket held by a live member other than `self`, where that member takes hand-offs (from
+ * the live members' leases, `members`).
+ */
+async function bucketOwners(
+  store: SharedFeedStore,
+  members: readonly { holder: string; address?: string }[],
+  self: string | undefined,
+): Promise<Map<number, string>> {
+  const addresses = new Map(members.map((m) => [m.holder, m.address]));
+  const owners = new Map<number, string>();
+  for (const lease of (await store.leases('bucket:')).leases) {
+    const at = addresses.get(lease.holder);
+    if (lease.holder !== self && at !== undefined) owners.set(Number(lease.name.slice('bucket:'.length)), at);
+  }
+  return owners;
+}
+
+/**
+ * Who holds which bucket, for an instance that holds none (one without the XMPP component, which
+ * pushes nothing): read again every third of the lease time, so that its writes go to their
+ * node's holder as a pushing instance's do. A stale answer costs speed only: a write handed to an
+ * instance that no longer holds the node is still committed there, correctly.
+ */
+export class BucketOwners {
+  private owners = new Map<number, string>();
+  private timer: NodeJS.Timeout | undefined;
+  private reading: Promise<void> = Promise.resolve();
+  private stopped = false;
+
+  constructor(
+    private readonly store: SharedFeedStore,
+    /** The pushers' lease time (ms): their renewals come every third of it. */
+    private readonly ttl: number,
+    private readonly failed: (error: unknown) => void = () => {},
+  ) {}
+
+  async start(): Promise<void> {
+    await this.read().catch((e) => this.failed(e));
+    this.schedule();
+  }
+
+  /** The address of the instance holding node `nid`'s bucket; undefined when none is known. */
+  ownerAddress(nid: number): string | undefined {
+    return this.owners.get(bucketOf(nid));
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.reading;
+  }
+
+  private schedule(): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(
+      () => {
+        this.reading = this.read()
+          .catch((e) => this.failed(e))
+          .finally(() => this.schedule());
+      },
+      Math.max(Math.floor(this.ttl / 3), 10),
+    );
+  }
+
+  private async read(): Promise<void> {
+    const { leases } = await this.store.leases('member:');
+    this.owners = await bucketOwners(this.store, leases, undefined);
+  }
+}
+
 /** The names of the pushers whose membership has not expired on the store's clock. */
 export async function liveMembers(store: SharedFeedStore): Promise<string[]> {
   return (await store.leases('member:')).leases.map((l) => l.holder);
@@ -186,14 +257,7 @@ export class PushLeases {
 
   /** Who holds the buckets this instance does not, and where they take hand-offs. */
   private async readOwners(members: readonly { holder: string; address?: string }[]): Promise<void> {
-    const addresses = new Map(members.map((m) => [m.holder, m.address]));
-    const others = new Map<number, string>();
-    for (const lease of (await this.store.leases('bucket:')).leases) {
-      const at = addresses.get(lease.holder);
-      if (lease.holder !== this.options.holder && at !== undefined)
-        others.set(Number(lease.name.slice('bucket:'.length)), at);
-    }
-    this.others = others;
+    this.others = await bucketOwners(this.store, members, this.options.holder);
   }
 
   private queue(step: () => Promise<void>): void {

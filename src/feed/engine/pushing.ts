@@ -4,7 +4,7 @@ import type { HubStore } from '../hubStore.ts';
 import type { LogEntry } from './changeLog.ts';
 import { Handoff, type PeerLink } from './handoff.ts';
 import type { Instances } from './instances.ts';
-import { liveMembers, type PushLeaseOptions, PushLeases } from './leases.ts';
+import { BucketOwners, liveMembers, type PushLeaseOptions, PushLeases } from './leases.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { type ChangeListener, listen } from './state.ts';
 import type { Writes } from './writes.ts';
@@ -16,6 +16,8 @@ import type { Writes } from './writes.ts';
  */
 export class Pushing {
   private leases: PushLeases | undefined;
+  /** Who holds which bucket, when this instance hands its writes off without pushing (route). */
+  private owners: BucketOwners | undefined;
   private readonly listeners = new Set<ChangeListener>();
   private readonly eventListeners = new Set<(event: NodeEvent) => void>();
   private readonly drains = new Set<() => Promise<void>>();
@@ -45,6 +47,7 @@ export class Pushing {
     options: Partial<PushLeaseOptions> & { failed?: (error: unknown) => void; peers?: PeerLink },
   ): Promise<void> {
     if (this.leases) return;
+    await this.stopRouting();
     const { peers } = options;
     const leases = new PushLeases(
       this.instances.store,
@@ -70,18 +73,46 @@ export class Pushing {
     await leases.start();
   }
 
-  /** Stops pushing and forgets the leases (startPushing may start again). */
+  /**
+   * Hands this instance's publishes and retractions to the instance holding their node's bucket,
+   * without pushing (an instance without the XMPP component): who holds which bucket is read
+   * from the leases every third of `ttl`.
+   */
+  async route(options: { peers: PeerLink; ttl?: number; failed?: (error: unknown) => void }): Promise<void> {
+    if (this.leases || this.owners) return;
+    const owners = new BucketOwners(this.instances.store, options.ttl ?? 10_000, options.failed);
+    this.owners = owners;
+    this.writes.handoff = new Handoff(
+      options.peers,
+      this.nodes.ready,
+      (nid) => owners.ownerAddress(nid),
+      (request) => this.writes.handed(request),
+    );
+    await owners.start();
+  }
+
+  /** Stops pushing (or routing) and forgets the leases (startPushing may start again). */
   async stop(): Promise<void> {
     const leases = this.leases;
     this.leases = undefined;
     await this.stopHandoff();
     await leases?.stop();
+    await this.stopRouting();
   }
 
   /** Stops pushing as the engine closes, keeping this instance's name among the pushers. */
   async close(): Promise<void> {
     await this.stopHandoff();
     await this.leases?.stop();
+    await this.stopRouting();
+  }
+
+  private async stopRouting(): Promise<void> {
+    const owners = this.owners;
+    if (!owners) return;
+    this.owners = undefined;
+    await this.stopHandoff();
+    await owners.stop();
   }
 
   /** Writes are made here again; the others' hand-offs are refused from now on. */

@@ -417,6 +417,14 @@ export class FeedService {
     return this.engine.startPushing(options);
   }
 
+  /**
+   * Among several instances, for one that does not push (no XMPP component): its publishes and
+   * retractions go to the instance holding their node (FeedEngine.startRouting).
+   */
+  startRouting(options: Parameters<FeedEngine['startRouting']>[0]): Promise<void> {
+    return this.engine.startRouting(options);
+  }
+
   /** Whether the store is shared with other instances (several `smartfeeds serve` on one database). */
   get shared(): boolean {
     return this.engine.shared;
