@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { readAtomEntry } from '../../feed/atom.ts';
 import { AccessDenied } from '../../feed/errors.ts';
 import { checkItemId, parseFeedName } from '../../feed/feedName.ts';
@@ -46,11 +45,19 @@ function audienceOf(x: Exchange): string[] | undefined {
     .filter((v) => v !== '');
 }
 
-/** Publishes the body as item `id` of the node and answers once the write is durable. */
-async function publishBody(deps: WriteDeps, x: Exchange, node: string, id: string): Promise<Answer> {
+/**
+ * Publishes the body as item `id` of the node (a new item with an id made here when undefined)
+ * and answers once the write is durable.
+ */
+async function publishBody(
+  deps: WriteDeps,
+  x: Exchange,
+  node: string,
+  id: string | undefined,
+): Promise<Answer> {
   const audience = audienceOf(x);
   const change = await deps.feeds.publish(x.caller(), node, {
-    id,
+    ...(id === undefined ? {} : { id }),
     entry: requireBody(x),
     ...(audience ? { audience } : {}),
   });
@@ -64,13 +71,15 @@ export function postItem(deps: WriteDeps): RouteHandler {
     // The item id is the entry's Atom id when that can be one, so that posting an entry again
     // replaces it rather than duplicating it.
     const { atomId } = readAtomEntry(requireBody(x));
-    let id: string = randomUUID();
+    // Without one (or one longer than an item id may be), the engine makes a new id: a new
+    // item, whose write reads no previous version.
+    let id: string | undefined;
     if (atomId !== undefined) {
       try {
         checkItemId(atomId);
         id = atomId;
       } catch {
-        // Longer than an item id may be: the item gets a new one.
+        // The item gets a new id.
       }
     }
     return publishBody(deps, x, node, id);
