@@ -29,11 +29,11 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { type Client, client, xml } from '@xmpp/client';
 import { type Element, parse } from 'ltx';
-import pg from 'pg';
 import { type RunningPostgres, startPostgres } from '../prosody-dev/postgres.ts';
 import { startServer, type XmppServer } from '../prosody-dev/servers.ts';
 import { saslLogin } from '../src/client/client.ts';
 import { cpuSeconds } from './cpu.ts';
+import { commits, freshDatabase, median, settled, topStatements } from './pgStats.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const BIN = join(ROOT, 'bin', 'smartfeeds.mjs');
@@ -127,42 +127,6 @@ const running = new Set<ChildProcess>();
 process.on('exit', () => {
   for (const c of running) c.kill('SIGKILL');
 });
-
-/** Waits until `n` instances hold the 64 buckets' leases, dealt evenly. */
-async function settled(url: string, n: number): Promise<void> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    for (;;) {
-      const { rows } = await c.query(
-        `SELECT holder, count(*)::int AS held FROM smartfeeds_leases
-         WHERE name LIKE 'bucket:%' AND expires > (extract(epoch FROM clock_timestamp()) * 1000)::bigint
-         GROUP BY holder`,
-      );
-      const counts = rows.map((r) => r.held as number);
-      const total = counts.reduce((a, b) => a + b, 0);
-      if (rows.length === n && total === 64 && Math.max(...counts) - Math.min(...counts) <= 1) return;
-      await new Promise((r) => setTimeout(r, 250));
-    }
-  } finally {
-    await c.end();
-  }
-}
-
-/** Transactions committed so far in the database at `url`. */
-async function commits(url: string | undefined): Promise<number> {
-  if (url === undefined) return 0;
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    const { rows } = await c.query(
-      'SELECT pg_stat_clear_snapshot(), xact_commit FROM pg_stat_database WHERE datname = current_database()',
-    );
-    return Number(rows[0]?.xact_commit ?? 0);
-  } finally {
-    await c.end();
-  }
-}
 
 async function run(
   setup: string,
@@ -300,31 +264,6 @@ async function run(
   return result;
 }
 
-/** PostgreSQL's statements by total time over the run (pg_stat_statements). */
-async function topStatements(url: string): Promise<string[]> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    const { rows } = await c.query(
-      `SELECT calls, round(total_exec_time)::int AS ms, shared_blks_hit + shared_blks_read AS blks, left(regexp_replace(query, '\\s+', ' ', 'g'), 110) AS q
-       FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12`,
-    );
-    return rows.map(
-      (r) =>
-        `${String(r.ms).padStart(7)} ms ${String(r.calls).padStart(7)} calls ${String(r.blks).padStart(8)} pages  ${r.q}`,
-    );
-  } finally {
-    await c.end();
-  }
-}
-
-const median = (xs: number[]): number => {
-  const sorted = [...xs].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2
-    ? (sorted[mid] as number)
-    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
-};
 const cpuPerPublishMs = (r: Result) => ((r.cpu.smartfeeds + r.cpu.postgres + r.cpu.ejabberd) * 1000) / ITEMS;
 
 /** Median figures of each workload and setup, and the goals' ratios. */
@@ -397,12 +336,7 @@ async function main(): Promise<void> {
             await rm(dir, { recursive: true, force: true });
           } else {
             const n = Number(setup.replace('pg', ''));
-            const url = await cluster.createDatabase();
-            const admin = new pg.Client({ connectionString: url });
-            await admin.connect();
-            await admin.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
-            await admin.query('SELECT pg_stat_statements_reset()');
-            await admin.end();
+            const url = await freshDatabase(() => cluster.createDatabase());
             results.push(await run(setup, xmpp, url, n, cluster, nodes));
             if (round === ROUNDS)
               statements.push(`${setup}, ${nodes} node(s):`, ...(await topStatements(url)));
