@@ -58,6 +58,9 @@ export function hubSlot(sub: Pick<HubSubscription, 'callback' | 'filter' | 'view
  * WebSub subscriptions stored beside their node: keyed by node number, so that a deleted node's
  * subscriptions are swept with it and a new node of the same name starts with none.
  */
+/** A version of a node's WebSub subscriptions as stored (`h NID` version key), as HubStore.version gives it. */
+export const hubVersionOf = (value: Buffer | undefined): string => value?.toString('hex') ?? '';
+
 export class HubStore {
   constructor(private readonly engine: HubHost) {}
 
@@ -94,7 +97,7 @@ export class HubStore {
   /** The version of node `nid`'s subscriptions ('' when none was written): see versionOps. */
   async version(nid: number): Promise<string> {
     const [value] = await this.engine.store.getMany([hubVersionKey(nid)]);
-    return value?.toString('hex') ?? '';
+    return hubVersionOf(value);
   }
 
   /** Every readable subscription of a node (none when it does not exist). */

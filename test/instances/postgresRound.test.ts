@@ -445,5 +445,25 @@ describe.each(stores)('several ranges in one call on %s', (_name, open) => {
     expect(await store.entriesAfter([{ gt: b('b1'), lt: b('c'), limit: 5 }])).toEqual([
       [[b('b2'), b('vb2')]],
     ]);
+    // Keys read with them, after the ranges, present or not.
+    const withKeys = await store.entriesAfter(
+      [
+        { gt: b('a2'), lt: b('b'), limit: 64 },
+        { gt: b('b'), lt: b('c'), limit: 64 },
+      ],
+      [b('c1'), b('nope'), b('a1')],
+    );
+    expect(withKeys.map((entries) => entries.map(([k, v]) => `${k}=${v}`))).toEqual([
+      ['a3=va3'],
+      ['b1=vb1', 'b2=vb2'],
+      ['c1=vc1'],
+      [],
+      ['a1=va1'],
+    ]);
+    expect(await store.entriesAfter([], [b('b2')])).toEqual([[[b('b2'), b('vb2')]]]);
+    expect(await store.entriesAfter([{ gt: b('c'), lt: b('d'), limit: 5 }], [b('x')])).toEqual([
+      [[b('c1'), b('vc1')]],
+      [],
+    ]);
   });
 });

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
+import { hubVersionKey } from '../../src/feed/keys.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
 import { entry, until } from './support.ts';
@@ -25,6 +26,20 @@ describe('WebSub subscriptions and pushes from another instance, without the wak
     await until(() => a.pushed.length === 1);
     // From now on a hears no wake-up: neither of the subscription nor of the change.
     a.handle.deafen();
+    // The pusher reads the subscriptions' version in the statement that reads the changes, not in
+    // one of its own.
+    const version = hubVersionKey(await a.engine.nodeNumber('n'));
+    const reads = { alone: 0, withChanges: 0 };
+    const getMany = a.handle.getMany.bind(a.handle);
+    a.handle.getMany = (keys) => {
+      if (keys.some((k) => k.equals(version))) reads.alone += 1;
+      return getMany(keys);
+    };
+    const entriesAfter = a.handle.entriesAfter.bind(a.handle);
+    a.handle.entriesAfter = (ranges, keys) => {
+      if (keys?.some((k) => k.equals(version))) reads.withChanges += 1;
+      return entriesAfter(ranges, keys);
+    };
     const first = await callback(closers);
     await b.service.hubSubscriptions.put(subscription(first.url));
     await b.engine.publish('n', { id: 'one', entry: entry('one') });
@@ -41,6 +56,8 @@ describe('WebSub subscriptions and pushes from another instance, without the wak
     expect(second.bodies[0]).toContain('two');
     expect(first.bodies).toHaveLength(1);
     expect(hubA.subscriptions().map((s) => s.callback)).toEqual([second.url]);
+    expect(reads.alone).toBe(0);
+    expect(reads.withChanges).toBeGreaterThanOrEqual(2);
     // The version is no problem for check, and a subscription's node is still found by its number.
     const problems: Problem[] = [];
     await new DatabaseCheck(shared.store).check(async (p) => {

@@ -154,9 +154,17 @@ export async function readEntriesOf(
   store: SharedStore,
   asked: readonly { nid: number; after: Position }[],
   limit: number,
-): Promise<LogEntry[][]> {
-  const found = await store.entriesAfter(asked.map(({ nid, after }) => entriesRange(nid, after, limit)));
-  return found.map((entries) => entries.map(logEntry));
+  /** Keys read in the same statement (one snapshot): their values, in `values`. */
+  keys: readonly Buffer[] = [],
+): Promise<{ logs: LogEntry[][]; values: (Buffer | undefined)[] }> {
+  const found = await store.entriesAfter(
+    asked.map(({ nid, after }) => entriesRange(nid, after, limit)),
+    keys,
+  );
+  return {
+    logs: found.slice(0, asked.length).map((entries) => entries.map(logEntry)),
+    values: found.slice(asked.length).map((entries) => entries[0]?.[1]),
+  };
 }
 
 const entriesRange = (nid: number, after: Position, limit: number): BoundedRange => ({

@@ -141,9 +141,19 @@ export class PushLeases {
   constructor(
     private readonly store: SharedFeedStore,
     private readonly options: PushLeaseOptions,
-    /** Hands node `nid`'s log entries (item changes, node events) on (to the bindings) and resolves once they have left. */
-    private readonly deliver: (entries: LogEntry[], nid: number) => Promise<void>,
+    /**
+     * Hands node `nid`'s log entries (item changes, node events) on (to the bindings) and resolves
+     * once they have left; `read` is the value of the key `readWith` named for the node, read with
+     * its entries.
+     */
+    private readonly deliver: (
+      entries: LogEntry[],
+      nid: number,
+      read?: { value: Buffer | undefined },
+    ) => Promise<void>,
     private readonly failed: (error: unknown) => void = () => {},
+    /** A key to read in the same statement as node `nid`'s log entries, if any. */
+    private readonly readWith: (nid: number) => Buffer | undefined = () => undefined,
   ) {}
 
   /** Joins the pushers and takes this instance's share; renews every third of the lease time. */
@@ -312,7 +322,12 @@ export class PushLeases {
     for (const nid of nodes) this.dirty.delete(nid);
     if (mine.length === 0) return;
     const asked = mine.map((nid) => ({ nid, after: this.pushed.get(nid) ?? START }));
-    const logs = await readEntriesOf(this.store, asked, STEP);
+    const keys: Buffer[] = [];
+    const keyAt = asked.map(({ nid }) => {
+      const key = this.readWith(nid);
+      return key === undefined ? undefined : keys.push(key) - 1;
+    });
+    const { logs, values } = await readEntriesOf(this.store, asked, STEP, keys);
     const record: Op[] = [];
     const reached = new Map<number, Position>();
     try {
@@ -321,7 +336,8 @@ export class PushLeases {
         const last = logged[logged.length - 1];
         if (this.stopped) break;
         if (!last || !this.valid(bucketOf(nid))) continue;
-        await this.deliver(logged, nid);
+        const at = keyAt[i];
+        await this.deliver(logged, nid, at === undefined ? undefined : { value: values[at] });
         const events = logged.filter((l) => l.event !== undefined).map((l) => l.key);
         record.push(...pushedOps(nid, after, last.at, events));
         reached.set(nid, last.at);

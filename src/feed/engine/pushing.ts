@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { type NodeEvent, nodeOfEvent } from '../events.ts';
-import type { HubStore } from '../hubStore.ts';
+import { type HubStore, hubVersionOf } from '../hubStore.ts';
+import { hubVersionKey } from '../keys.ts';
 import type { LogEntry } from './changeLog.ts';
 import { Handoff, type PeerLink } from './handoff.ts';
 import type { Instances } from './instances.ts';
@@ -56,8 +57,10 @@ export class Pushing {
         ttl: options.ttl ?? 10_000,
         ...(peers ? { address: peers.address } : {}),
       },
-      (entries, nid) => this.push(entries, nid),
+      (entries, nid, read) => this.push(entries, nid, read),
       options.failed,
+      // Where a hub reads WebSub subscriptions, their version is read with the node's changes.
+      (nid) => (this.hubStore() ? hubVersionKey(nid) : undefined),
     );
     this.leases = leases;
     this.instances.wakeListeners.add((nid) => leases.woke(nid));
@@ -157,12 +160,13 @@ export class Pushing {
     };
   }
 
-  private async push(entries: LogEntry[], nid: number): Promise<void> {
+  private async push(entries: LogEntry[], nid: number, read?: { value: Buffer | undefined }): Promise<void> {
     // WebSub subscriptions changed before these changes were written are heard of first: by the
-    // wake-up, or, when it has not come yet, by their version read now that the changes are read.
+    // wake-up, or, when it has not come yet, by their version, read with the changes (`read`) or
+    // now that they are read.
     const first = entries[0];
     const node = first?.event ? nodeOfEvent(first.event) : first?.change.node;
-    await this.hubsCurrent(nid, node);
+    await this.hubsCurrent(nid, node, read);
     await this.hubsTold;
     // A node this instance has only just taken the bucket of may still be behind here: it starts
     // catching up now, as it would at a wake-up. (Not waited for: its chain may hold a round
@@ -185,10 +189,14 @@ export class Pushing {
    * Before node `nid`'s changes are pushed: when its WebSub subscriptions' stored version is not
    * the one last seen here, the hubs are told to read them again (only where a hub reads them).
    */
-  private async hubsCurrent(nid: number, node: string | undefined): Promise<void> {
+  private async hubsCurrent(
+    nid: number,
+    node: string | undefined,
+    read: { value: Buffer | undefined } | undefined,
+  ): Promise<void> {
     const hubStore = this.hubStore();
     if (!hubStore || node === undefined) return;
-    const version = await hubStore.version(nid);
+    const version = read ? hubVersionOf(read.value) : await hubStore.version(nid);
     if (version === (this.hubVersions.get(nid) ?? '')) return;
     this.hubVersions.set(nid, version);
     this.hubsTold = this.hubsTold

@@ -73,6 +73,14 @@ const ENTRIES_AFTER = `SELECT r.i, kv.key, kv.value
   FROM unnest($1::bytea[], $2::bytea[], $3::int[]) WITH ORDINALITY AS r(gt, lt, lim, i)
   CROSS JOIN LATERAL (SELECT key, value FROM kv WHERE key > r.gt AND key < r.lt ORDER BY key LIMIT r.lim) AS kv
   ORDER BY r.i, kv.key`;
+// The same, then keys by the index, numbered after the ranges.
+const ENTRIES_AFTER_AND_KEYS = `SELECT r.i, kv.key, kv.value
+  FROM unnest($1::bytea[], $2::bytea[], $3::int[]) WITH ORDINALITY AS r(gt, lt, lim, i)
+  CROSS JOIN LATERAL (SELECT key, value FROM kv WHERE key > r.gt AND key < r.lt ORDER BY key LIMIT r.lim) AS kv
+  UNION ALL
+  SELECT $5::int + p.i, kv.key, kv.value FROM unnest($4::bytea[]) WITH ORDINALITY AS p(k, i)
+  CROSS JOIN LATERAL (SELECT key, value FROM kv WHERE key = p.k) AS kv
+  ORDER BY 1, 2`;
 const ROUND =
   'SELECT smartfeeds_round($1::bigint, $2::bytea[], $3::bytea[], $4::bytea[], $5::bytea[], $6::bytea[], $7::text[])';
 const NOW_MS = '(extract(epoch FROM clock_timestamp()) * 1000)::bigint';
@@ -117,15 +125,19 @@ export class SharedPostgresStore implements SharedFeedStore {
   entries(range: Range): Promise<Entry[]> {
     return this.pg.entries(range);
   }
-  async entriesAfter(ranges: readonly BoundedRange[]): Promise<Entry[][]> {
-    if (ranges.length === 0) return [];
-    if (ranges.length === 1) return [await this.pg.entries(ranges[0] as BoundedRange)];
-    const rows = await this.rows(ENTRIES_AFTER, [
+  async entriesAfter(ranges: readonly BoundedRange[], keys: readonly Buffer[] = []): Promise<Entry[][]> {
+    if (ranges.length + keys.length === 0) return [];
+    if (ranges.length === 1 && keys.length === 0) return [await this.pg.entries(ranges[0] as BoundedRange)];
+    const params = [
       byteaArray(ranges.map((r) => r.gt)),
       byteaArray(ranges.map((r) => r.lt)),
       ranges.map((r) => r.limit),
-    ]);
-    const out: Entry[][] = ranges.map(() => []);
+    ];
+    const rows = await this.rows(
+      keys.length === 0 ? ENTRIES_AFTER : ENTRIES_AFTER_AND_KEYS,
+      keys.length === 0 ? params : [...params, byteaArray(keys), ranges.length],
+    );
+    const out: Entry[][] = [...ranges, ...keys].map(() => []);
     for (const row of rows) out[Number(row[0]) - 1]?.push([row[1] as Buffer, row[2] as Buffer]);
     return out;
   }

@@ -85,9 +85,10 @@ export interface SharedStore {
   acquireLease(name: string, holder: string, ttl: number, address?: string): Promise<number | undefined>;
   /**
    * The entries of several ranges in one round trip, each range's in key order and `limit` at
-   * most: what `entries({ gt, lt, limit })` gives for each, in the order of `ranges`.
+   * most: what `entries({ gt, lt, limit })` gives for each, in the order of `ranges`; then, in the
+   * same read, for each of `keys`, its entry (`[[key, value]]`) or none (`[]`).
    */
-  entriesAfter(ranges: readonly BoundedRange[]): Promise<Entry[][]>;
+  entriesAfter(ranges: readonly BoundedRange[], keys?: readonly Buffer[]): Promise<Entry[][]>;
   /** acquireLease for each of `names` (distinct), in one round trip: their expiries, in order. */
   acquireLeases(names: readonly string[], holder: string, ttl: number): Promise<(number | undefined)[]>;
   /** Gives the leases `names` up (those `holder` has), in one round trip, so that others may take them at once. */

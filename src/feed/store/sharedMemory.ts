@@ -150,8 +150,10 @@ export class SharedMemoryHandle implements SharedFeedStore {
   async entries(range: Range): Promise<Entry[]> {
     return this.live.entries(range);
   }
-  async entriesAfter(ranges: readonly BoundedRange[]): Promise<Entry[][]> {
-    return Promise.all(ranges.map((range) => this.live.entries(range)));
+  async entriesAfter(ranges: readonly BoundedRange[], keys: readonly Buffer[] = []): Promise<Entry[][]> {
+    const found = await Promise.all(ranges.map((range) => this.live.entries(range)));
+    const values = await this.live.getMany(keys);
+    return [...found, ...keys.map((key, i): Entry[] => (values[i] ? [[key, values[i]]] : []))];
   }
   async keys(range: Range): Promise<Buffer[]> {
     return this.live.keys(range);
