@@ -40,6 +40,8 @@ export interface ObservedEngine {
   onChange(
     listener: (change: { changed: boolean; kind: string; item: { modified: number } }) => void,
   ): () => void;
+  /** Among several instances, how the writes routed between them went (engine/handoff.ts). */
+  handoffs(): { sent: number; taken: number; here: number; lost: number } | undefined;
 }
 
 const PUBSUB = 'http://jabber.org/protocol/pubsub';
@@ -181,6 +183,17 @@ export class Metrics {
 
   /** Commit counts and latency from the engine's change stream; returns the remover. */
   observeEngine(engine: ObservedEngine): () => void {
+    new Counter({
+      name: 'smartfeeds_handoff_writes_total',
+      help: 'Publishes and retractions routed among several instances, by way',
+      labelNames: ['way'],
+      registers: [this.registry],
+      collect() {
+        const counts = engine.handoffs();
+        this.reset();
+        if (counts) for (const [way, n] of Object.entries(counts)) this.inc({ way }, n);
+      },
+    });
     return engine.onChange((change) => {
       if (!change.changed) return;
       this.commits.inc({ kind: change.kind });

@@ -1,6 +1,6 @@
 import type { Element } from 'ltx';
 import { enableAudience } from './engine/audience.ts';
-import type { PeerLink } from './engine/handoff.ts';
+import type { HandoffCounts, PeerLink } from './engine/handoff.ts';
 import type { PushLeaseOptions } from './engine/leases.ts';
 import { type EngineOptions, EngineParts } from './engine/parts.ts';
 import { TcpPeerLink } from './engine/peerTcp.ts';
@@ -171,6 +171,14 @@ export class FeedEngine {
   catchUps(): { fromLog: number; reread: number; deferred: number } | undefined {
     const counts = this.p.instances?.caughtUp;
     return counts ? { ...counts } : undefined;
+  }
+
+  /**
+   * On a shared store, how the writes routed between instances went so far (HandoffCounts), or
+   * undefined on a store of this instance's own (tests, metrics).
+   */
+  handoffs(): HandoffCounts | undefined {
+    return this.pushing ? { ...this.p.writes.handoffCounts } : undefined;
   }
 
   /** The buckets of nodes this instance pushes (tests, metrics); empty when not pushing. */

@@ -167,11 +167,13 @@ describe('writes handed to the holder of their node', () => {
     // Every write was handed to a holder; each holder took those of its nodes' buckets.
     expect(router.engine.pushBuckets()).toEqual([]);
     expect(router.link.served).toBe(0);
+    expect(router.engine.handoffs()).toEqual({ sent: 60, taken: 0, here: 0, lost: 0 });
     const holders = all.slice(0, 2) as Peer[];
     expect(holders.reduce((n, one) => n + one.link.served, 0)).toBe(60);
     for (const one of holders) {
       const mine = await Promise.all(nodes.map((n) => one.engine.owns(n)));
       expect(one.link.served).toBe(10 * mine.filter(Boolean).length);
+      expect(one.engine.handoffs()?.taken).toBe(one.link.served);
     }
     // Each node's writes are in its log in the order sent, one after the other.
     for (const n of nodes) {
@@ -183,6 +185,8 @@ describe('writes handed to the holder of their node', () => {
     await router.engine.stopPushing();
     await router.engine.publish('a', { id: 'own', entry: entry('own') });
     expect(holders.reduce((n, one) => n + one.link.served, 0)).toBe(60);
+    // Not routed at all: the counts stay.
+    expect(router.engine.handoffs()).toEqual({ sent: 60, taken: 0, here: 0, lost: 0 });
   });
 
   it('instances die mid-hand-off and buckets move: no acknowledged write lost or reordered (property)', async () => {

@@ -61,5 +61,16 @@ describe(`writes handed between three instances behind ${SERVER}`, () => {
     for (const a of acked) expect(present.get(a.id)).toBe(a.cursor);
     expect(acked.length).toBeGreaterThanOrEqual(360);
     expect(await cluster.problems()).toEqual([]);
+    // Writes were handed to the holder, from the HTTP-only instances too (on Prosody the holder
+    // holds every bucket, so every hand-off sent came from one of them).
+    const sent = await Promise.all(
+      procs.map(async (p) => {
+        const text = await (await fetch(`${p.origin}/metrics`)).text();
+        return Number(/^smartfeeds_handoff_writes_total\{way="sent"\} (\d+)$/m.exec(text)?.[1] ?? 0);
+      }),
+    );
+    const fromHttpOnly = sent.filter((_, i) => !(procs[i] as (typeof procs)[number]).xmpp);
+    if (SERVER === 'prosody') expect(fromHttpOnly.reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
+    else expect(sent.reduce((a, b) => a + b, 0)).toBeGreaterThan(0);
   });
 });

@@ -53,6 +53,21 @@ export interface PeerLink {
   close(): Promise<void>;
 }
 
+/**
+ * Writes routed so far (metrics), by way: answered by the instance holding their node (`sent`),
+ * taken from another instance and answered (`taken`), committed here because this instance holds
+ * the node or its holder was unreachable (`here`), or sent to a holder that went away before it
+ * answered (`lost`: told to the client as a write to send again).
+ */
+export interface HandoffCounts {
+  sent: number;
+  taken: number;
+  here: number;
+  lost: number;
+}
+
+export const noHandoffs = (): HandoffCounts => ({ sent: 0, taken: 0, here: 0, lost: 0 });
+
 /** The writes to one node sent one way (here, or to one other instance), in call order. */
 interface Lane {
   target: string | undefined;
@@ -71,8 +86,13 @@ export class Handoff {
     private readonly owner: (nid: number) => string | undefined,
     /** Commits a write here. */
     private readonly here: (request: Handed) => Promise<Change>,
+    /** Counted as they are routed (kept by the owner across hand-offs started and stopped). */
+    private readonly counts: HandoffCounts = noHandoffs(),
   ) {
-    link.serve((request) => this.here(request).then((change) => ({ change }), replyOf));
+    link.serve((request) => {
+      counts.taken += 1;
+      return this.here(request).then((change) => ({ change }), replyOf);
+    });
   }
 
   /**
@@ -91,7 +111,10 @@ export class Handoff {
       this.lanes.set(node, lane);
     }
     const run = (): Promise<Change> => {
-      if (target === undefined) return local();
+      if (target === undefined) {
+        this.counts.here += 1;
+        return local();
+      }
       let made: Handed;
       try {
         made = request();
@@ -117,12 +140,17 @@ export class Handoff {
       reply = await this.link.request(target, request);
     } catch (e) {
       // Never delivered: nobody else has it, so it is committed here.
-      if (e instanceof PeerUnreachable) return local();
+      if (e instanceof PeerUnreachable) {
+        this.counts.here += 1;
+        return local();
+      }
+      this.counts.lost += 1;
       throw new StorageError(
         `the instance holding node ${JSON.stringify(request.node)} went away while writing it: the write may or may not be committed; send it again with the same item id`,
         { cause: e },
       );
     }
+    this.counts.sent += 1;
     if ('change' in reply) return reply.change;
     throw new FeedError(reply.error.code, reply.error.message);
   }

@@ -72,6 +72,7 @@ export class Pushing {
         this.nodes.ready,
         (nid) => leases.ownerAddress(nid),
         (request) => this.writes.handed(request),
+        this.writes.handoffCounts,
       );
     await leases.start();
   }
@@ -90,6 +91,7 @@ export class Pushing {
       this.nodes.ready,
       (nid) => owners.ownerAddress(nid),
       (request) => this.writes.handed(request),
+      this.writes.handoffCounts,
     );
     await owners.start();
   }

@@ -11,7 +11,7 @@ import {
 } from '../errors.ts';
 import { checkItemId, parseFeedName } from '../feedName.ts';
 import type { Change, ItemRecord } from '../model.ts';
-import type { Handed, Handoff } from './handoff.ts';
+import { type Handed, type Handoff, type HandoffCounts, noHandoffs } from './handoff.ts';
 import type { EngineState, RecordBody } from './state.ts';
 import type { WriteQueue } from './writeQueue.ts';
 
@@ -41,6 +41,8 @@ export class Writes {
 
   /** Set on a shared store while this instance holds buckets: writes go to their node's holder. */
   handoff: Handoff | undefined;
+  /** How the hand-offs made so far went (every Handoff of this engine counts here). */
+  readonly handoffCounts: HandoffCounts = noHandoffs();
 
   constructor(
     private readonly s: EngineState,
