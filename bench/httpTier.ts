@@ -59,6 +59,9 @@ interface Result {
   commitsPerPost: number;
 }
 
+/** PostgreSQL's top statements of each setup's last run. */
+const statements = new Map<string, string[]>();
+
 const running = new Set<ChildProcess>();
 process.on('exit', () => {
   for (const c of running) c.kill('SIGKILL');
@@ -161,8 +164,6 @@ async function run(setup: string, xmpp: XmppServer, cluster: RunningPostgres): P
   await cluster.dropDatabase(new URL(url).pathname.slice(1));
   return result;
 }
-
-const statements = new Map<string, string[]>();
 
 async function main(): Promise<void> {
   spawnSync(process.execPath, [join(ROOT, 'scripts', 'build.mjs'), '--stale'], { stdio: 'inherit' });

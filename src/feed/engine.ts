@@ -123,7 +123,7 @@ export class FeedEngine {
        * Where this instance takes the writes the others hand it (HOST:PORT, port 0: a free one),
        * or the link itself (tests): writes to a node another instance pushes are handed to it.
        */
-      handoff?: { host: string; port: number; secret?: string } | PeerLink;
+      handoff?: HandoffAt;
     } = {},
   ): Promise<void> {
     const { handoff, ...rest } = options;
@@ -139,7 +139,7 @@ export class FeedEngine {
    * stopPushing stops it. Nothing on a store of this instance's own.
    */
   async startRouting(options: {
-    handoff: { host: string; port: number; secret?: string } | PeerLink;
+    handoff: HandoffAt;
     ttl?: number;
     failed?: (error: unknown) => void;
   }): Promise<void> {
@@ -533,10 +533,14 @@ export class FeedEngine {
   }
 }
 
+/**
+ * Where this instance takes the writes the others hand it (HOST:PORT, port 0: a free one, with the
+ * secret each connection must prove), or the link itself (tests).
+ */
+export type HandoffAt = { host: string; port: number; secret?: string } | PeerLink;
+
 /** The hand-off link: given (tests), or listening at HOST:PORT. */
-async function peerLink(
-  handoff: { host: string; port: number; secret?: string } | PeerLink,
-): Promise<PeerLink> {
+async function peerLink(handoff: HandoffAt): Promise<PeerLink> {
   if ('address' in handoff) return handoff;
   return TcpPeerLink.listen(handoff.host, {
     port: handoff.port,

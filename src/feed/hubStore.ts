@@ -54,13 +54,13 @@ export function hubSlot(sub: Pick<HubSubscription, 'callback' | 'filter' | 'view
   return params === '' ? sub.callback : `\u0001${params}\u0000${sub.callback}`;
 }
 
+/** A version of a node's WebSub subscriptions as stored (`h NID` version key), as HubStore.version gives it. */
+export const hubVersionOf = (value: Buffer | undefined): string => value?.toString('hex') ?? '';
+
 /**
  * WebSub subscriptions stored beside their node: keyed by node number, so that a deleted node's
  * subscriptions are swept with it and a new node of the same name starts with none.
  */
-/** A version of a node's WebSub subscriptions as stored (`h NID` version key), as HubStore.version gives it. */
-export const hubVersionOf = (value: Buffer | undefined): string => value?.toString('hex') ?? '';
-
 export class HubStore {
   constructor(private readonly engine: HubHost) {}
 

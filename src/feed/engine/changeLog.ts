@@ -179,15 +179,22 @@ function logEntry([key, value]: Entry): LogEntry {
   return at.ev > 0 ? { at, key, event: parsed as NodeEvent } : { at, key, change: parsed as Change };
 }
 
+/** Where a position value family (heads or pushed positions) of one bucket's nodes lies. */
+const bucketBounds = (tag: number, bucket: number) => ({
+  start: Buffer.from([tag, bucket >> 8, bucket & 0xff]),
+  end: Buffer.from([tag, (bucket + 1) >> 8, (bucket + 1) & 0xff]),
+});
+
+/** Those entries' positions into `out`, by node. */
+function positionsInto(out: Map<number, Position>, entries: readonly Entry[]): Map<number, Position> {
+  for (const [key, value] of entries) out.set(key.readUInt32BE(3), readPosition(value));
+  return out;
+}
+
 /** Per node of one bucket, a position value family (heads or pushed positions). */
 async function bucketSeqs(reader: StoreReader, tag: number, bucket: number): Promise<Map<number, Position>> {
-  const start = Buffer.from([tag, bucket >> 8, bucket & 0xff]);
-  const end = Buffer.from([tag, (bucket + 1) >> 8, (bucket + 1) & 0xff]);
-  const out = new Map<number, Position>();
-  for (const [key, value] of await reader.entries({ gte: start, lt: end })) {
-    out.set(key.readUInt32BE(3), readPosition(value));
-  }
-  return out;
+  const { start, end } = bucketBounds(tag, bucket);
+  return positionsInto(new Map(), await reader.entries({ gte: start, lt: end }));
 }
 
 export const bucketHeads = (reader: StoreReader, bucket: number) => bucketSeqs(reader, HEAD, bucket);
@@ -205,17 +212,15 @@ export async function bucketPositions(
   buckets: readonly number[],
 ): Promise<{ heads: Map<number, Position>; pushed: Map<number, Position> }> {
   // Every key of a family's bucket is longer than its 3-byte prefix, so after it is from it.
-  const range = (tag: number, b: number): BoundedRange => ({
-    gt: Buffer.from([tag, b >> 8, b & 0xff]),
-    lt: Buffer.from([tag, (b + 1) >> 8, (b + 1) & 0xff]),
-    limit: EVERY,
-  });
+  const range = (tag: number, b: number): BoundedRange => {
+    const { start, end } = bucketBounds(tag, b);
+    return { gt: start, lt: end, limit: EVERY };
+  };
   const found = await store.entriesAfter(buckets.flatMap((b) => [range(HEAD, b), range(PUSHED, b)]));
   const heads = new Map<number, Position>();
   const pushed = new Map<number, Position>();
   found.forEach((entries, i) => {
-    const into = i % 2 === 0 ? heads : pushed;
-    for (const [key, value] of entries) into.set(key.readUInt32BE(3), readPosition(value));
+    positionsInto(i % 2 === 0 ? heads : pushed, entries);
   });
   return { heads, pushed };
 }

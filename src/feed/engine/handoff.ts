@@ -87,7 +87,7 @@ export class Handoff {
     /** Commits a write here. */
     private readonly here: (request: Handed) => Promise<Change>,
     /** Counted as they are routed (kept by the owner across hand-offs started and stopped). */
-    private readonly counts: HandoffCounts = noHandoffs(),
+    private readonly counts: HandoffCounts,
   ) {
     link.serve((request) => {
       counts.taken += 1;

@@ -262,12 +262,8 @@ export class PushLeases {
       this.failing = false;
       this.queue(() => this.scan([...this.held.keys()]));
     } else if (taken.length > 0) this.queue(() => this.scan(taken));
-    if (address !== undefined) await this.readOwners(leases);
-  }
-
-  /** Who holds the buckets this instance does not, and where they take hand-offs. */
-  private async readOwners(members: readonly { holder: string; address?: string }[]): Promise<void> {
-    this.others = await bucketOwners(this.store, members, this.options.holder);
+    // Who holds the buckets this instance does not, and where they take hand-offs.
+    if (address !== undefined) this.others = await bucketOwners(this.store, leases, holder);
   }
 
   private queue(step: () => Promise<void>): void {

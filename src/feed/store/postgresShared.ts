@@ -68,13 +68,8 @@ const INSTANCE_MIGRATIONS: readonly string[] = [
   APPLY_BY_INDEX,
 ];
 const CHANNEL = 'smartfeeds';
-// Each range by the primary key's index, after the one before (entriesAfter).
+// Each range by the primary key's index, then each key, numbered after the ranges (entriesAfter).
 const ENTRIES_AFTER = `SELECT r.i, kv.key, kv.value
-  FROM unnest($1::bytea[], $2::bytea[], $3::int[]) WITH ORDINALITY AS r(gt, lt, lim, i)
-  CROSS JOIN LATERAL (SELECT key, value FROM kv WHERE key > r.gt AND key < r.lt ORDER BY key LIMIT r.lim) AS kv
-  ORDER BY r.i, kv.key`;
-// The same, then keys by the index, numbered after the ranges.
-const ENTRIES_AFTER_AND_KEYS = `SELECT r.i, kv.key, kv.value
   FROM unnest($1::bytea[], $2::bytea[], $3::int[]) WITH ORDINALITY AS r(gt, lt, lim, i)
   CROSS JOIN LATERAL (SELECT key, value FROM kv WHERE key > r.gt AND key < r.lt ORDER BY key LIMIT r.lim) AS kv
   UNION ALL
@@ -128,15 +123,13 @@ export class SharedPostgresStore implements SharedFeedStore {
   async entriesAfter(ranges: readonly BoundedRange[], keys: readonly Buffer[] = []): Promise<Entry[][]> {
     if (ranges.length + keys.length === 0) return [];
     if (ranges.length === 1 && keys.length === 0) return [await this.pg.entries(ranges[0] as BoundedRange)];
-    const params = [
+    const rows = await this.rows(ENTRIES_AFTER, [
       byteaArray(ranges.map((r) => r.gt)),
       byteaArray(ranges.map((r) => r.lt)),
       ranges.map((r) => r.limit),
-    ];
-    const rows = await this.rows(
-      keys.length === 0 ? ENTRIES_AFTER : ENTRIES_AFTER_AND_KEYS,
-      keys.length === 0 ? params : [...params, byteaArray(keys), ranges.length],
-    );
+      byteaArray(keys),
+      ranges.length,
+    ]);
     const out: Entry[][] = [...ranges, ...keys].map(() => []);
     for (const row of rows) out[Number(row[0]) - 1]?.push([row[1] as Buffer, row[2] as Buffer]);
     return out;
