@@ -42,6 +42,8 @@ export interface ObservedEngine {
   ): () => void;
   /** Among several instances, how the writes routed between them went (engine/handoff.ts). */
   handoffs(): { sent: number; taken: number; here: number; lost: number } | undefined;
+  /** Among several instances, the changes this one pushed, by where it took them (FeedEngine.pushedFrom). */
+  pushedFrom(): { memory: number; log: number } | undefined;
 }
 
 const PUBSUB = 'http://jabber.org/protocol/pubsub';
@@ -192,6 +194,17 @@ export class Metrics {
         const counts = engine.handoffs();
         this.reset();
         if (counts) for (const [way, n] of Object.entries(counts)) this.inc({ way }, n);
+      },
+    });
+    new Counter({
+      name: 'smartfeeds_pushed_changes_total',
+      help: 'Among several instances, changes and node events this instance pushed, by where it took them',
+      labelNames: ['from'],
+      registers: [this.registry],
+      collect() {
+        const counts = engine.pushedFrom();
+        this.reset();
+        if (counts) for (const [from, n] of Object.entries(counts)) this.inc({ from }, n);
       },
     });
     return engine.onChange((change) => {
