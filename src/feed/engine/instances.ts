@@ -63,6 +63,8 @@ export interface RoundPush {
   expect: [Buffer, Buffer | undefined][];
   /** The round committed: its entries follow the head `before`, with nothing between. */
   committed(before: Position, entries: LogEntry[]): void;
+  /** The round is over, committed or not (called once, after `committed`). */
+  done(): void;
 }
 
 /**

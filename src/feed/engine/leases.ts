@@ -139,6 +139,10 @@ export class PushLeases {
   /** Per node, the position the rounds waiting in `rounds` reach. */
   private readonly ahead = new Map<number, Position>();
   private roundsQueued = false;
+  /** Per node, its rounds on their way here that may be pushed from memory (roundStarts). */
+  private readonly inFlight = new Map<number, number>();
+  /** Per node, the furthest position its wake-ups named while such a round was on its way. */
+  private readonly parked = new Map<number, Position>();
   /** Log entries handed on so far: from rounds committed here (memory), or read from the log. */
   readonly handedOn = { memory: 0, log: 0 };
   private work: Promise<void> = Promise.resolve();
@@ -231,6 +235,36 @@ export class PushLeases {
     }
     if (!this.held.has(bucketOf(nid))) return;
     if (at !== undefined && !isAfter(at, this.ahead.get(nid) ?? this.pushed.get(nid) ?? START)) return;
+    if (at !== undefined && this.inFlight.has(nid)) {
+      // Likely the wake-up of that round, come before its answer: decided once it is answered.
+      const was = this.parked.get(nid);
+      this.parked.set(nid, was && isAfter(was, at) ? was : at);
+      return;
+    }
+    this.mark(nid, at);
+    this.kick();
+  }
+
+  /** A round that may be pushed from memory (fromRound) is on its way to the store for node `nid`. */
+  roundStarts(nid: number): void {
+    this.inFlight.set(nid, (this.inFlight.get(nid) ?? 0) + 1);
+  }
+
+  /**
+   * That round is over, committed (fromRound was called) or not: the wake-ups that came
+   * meanwhile and that the rounds pushed from memory do not cover are pushed from the log.
+   */
+  roundEnds(nid: number): void {
+    const left = (this.inFlight.get(nid) ?? 1) - 1;
+    if (left > 0) {
+      this.inFlight.set(nid, left);
+      return;
+    }
+    this.inFlight.delete(nid);
+    const at = this.parked.get(nid);
+    this.parked.delete(nid);
+    if (at === undefined || !this.held.has(bucketOf(nid))) return;
+    if (!isAfter(at, this.ahead.get(nid) ?? this.pushed.get(nid) ?? START)) return;
     this.mark(nid, at);
     this.kick();
   }

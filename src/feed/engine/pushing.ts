@@ -104,15 +104,16 @@ export class Pushing {
    */
   private roundPush(leases: PushLeases, nid: number): RoundPush | undefined {
     if (this.leases !== leases || !leases.pushesFromMemory(nid)) return undefined;
-    if (!this.hubStore())
-      return { expect: [], committed: (before, entries) => leases.fromRound(nid, before, entries) };
+    const hubs = this.hubStore() !== undefined;
     const version = this.hubVersions.get(nid);
     // Not read here yet: the node's pushes read it first.
-    if (version === undefined) return undefined;
-    const value = version === '' ? undefined : Buffer.from(version, 'hex');
+    if (hubs && version === undefined) return undefined;
+    const value = version ? Buffer.from(version, 'hex') : undefined;
+    leases.roundStarts(nid);
     return {
-      expect: [[hubVersionKey(nid), value]],
-      committed: (before, entries) => leases.fromRound(nid, before, entries, { value }),
+      expect: hubs ? [[hubVersionKey(nid), value]] : [],
+      committed: (before, entries) => leases.fromRound(nid, before, entries, hubs ? { value } : undefined),
+      done: () => leases.roundEnds(nid),
     };
   }
 

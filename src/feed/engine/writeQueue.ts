@@ -300,9 +300,22 @@ export class WriteQueue {
     batch: readonly QueuedWrite[],
     instances: Instances,
   ): Promise<readonly QueuedWrite[] | undefined> {
-    const ids = [...new Set(batch.filter((w) => !w.generated).map((w) => w.id))];
     // Where this instance pushes the node, the round's check covers its log head too (RoundPush).
     const push = instances.pushFromRound(st.nid);
+    try {
+      return await this.pumpConditionalWith(st, batch, instances, push);
+    } finally {
+      push?.done();
+    }
+  }
+
+  private async pumpConditionalWith(
+    st: NodeState,
+    batch: readonly QueuedWrite[],
+    instances: Instances,
+    push: RoundPush | undefined,
+  ): Promise<readonly QueuedWrite[] | undefined> {
+    const ids = [...new Set(batch.filter((w) => !w.generated).map((w) => w.id))];
     let read = ids.length === 0 ? instances.unread(st) : undefined;
     // The head this instance's last round on the node left, when the round goes without a read.
     let head: Buffer | undefined = seqValue(st.seq);
