@@ -339,7 +339,7 @@ async function main(): Promise<void> {
             const url = await freshDatabase(() => cluster.createDatabase());
             results.push(await run(setup, xmpp, url, n, cluster, nodes));
             if (round === ROUNDS)
-              statements.push(`${setup}, ${nodes} node(s):`, ...(await topStatements(url)));
+              statements.push(`${setup}, ${nodes} node(s):`, ...(await topStatements(url, 16)));
             await cluster.dropDatabase(new URL(url).pathname.slice(1));
           }
           console.error(JSON.stringify({ round, ...results.at(-1) }));
