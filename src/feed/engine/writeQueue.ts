@@ -395,8 +395,11 @@ export class WriteQueue {
       if (wrote) {
         instances.wrote(st, counters.value);
         // The entries as a read of the log would give them (the last operation moves the head).
-        const entries = log.slice(0, -1).map((op) => logEntry([op.key, op.value]));
-        pushing?.push.committed(positionOf(pushing.head), entries);
+        if (pushing)
+          pushing.push.committed(
+            positionOf(pushing.head),
+            log.slice(0, -1).map((op) => logEntry([op.key, op.value])),
+          );
       }
       return wrote;
     } catch (e) {
