@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { BUCKETS, bucketHeads, bucketPushed, logKey, pushedKey } from '../../src/feed/engine/changeLog.ts';
 import type { Change } from '../../src/feed/model.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
+import { Metrics } from '../../src/metrics.ts';
 import { closeInstance, entry, type Instance, instance, instances, until } from './support.ts';
 
 /**
@@ -213,6 +214,13 @@ describe('pushes among several instances', () => {
     await until(() => owner.pushed.length === 6);
     expect(reads).toEqual([]);
     expect(owner.engine.pushedFrom()).toEqual({ memory: 5, log: 1 });
+    // As an operator sees it.
+    const metrics = new Metrics({ processFigures: false });
+    const unobserve = metrics.observeEngine(owner.engine);
+    closers.push(async () => unobserve());
+    const { body } = await metrics.scrape();
+    expect(body).toContain('smartfeeds_pushed_changes_total{from="memory"} 5');
+    expect(body).toContain('smartfeeds_pushed_changes_total{from="log"} 1');
     // A node event logged elsewhere: the owner's next round sees the node's log head moved, and
     // its changes are read from the log, the event with them in its place.
     await other.service.configure(OPERATOR, 'n', { title: 't' });
