@@ -128,7 +128,7 @@ export class FeedEngine {
   ): Promise<void> {
     const { handoff, ...rest } = options;
     if (!this.pushing) return;
-    const peers = handoff === undefined ? undefined : await peerLink(handoff);
+    const peers = handoff === undefined ? undefined : await peerLink(handoff, rest.failed);
     await this.pushing.start({ ...rest, ...(peers ? { peers } : {}) });
   }
 
@@ -145,7 +145,7 @@ export class FeedEngine {
   }): Promise<void> {
     if (!this.pushing) return;
     const { handoff, ...rest } = options;
-    await this.pushing.route({ ...rest, peers: await peerLink(handoff) });
+    await this.pushing.route({ ...rest, peers: await peerLink(handoff, rest.failed) });
   }
 
   /** Stops pushing (another instance takes this one's share once its leases are given up). */
@@ -548,11 +548,24 @@ export class FeedEngine {
  */
 export type HandoffAt = { host: string; port: number; secret?: string } | PeerLink;
 
-/** The hand-off link: given (tests), or listening at HOST:PORT. */
-async function peerLink(handoff: HandoffAt): Promise<PeerLink> {
+/**
+ * The hand-off link: given (tests), or listening at HOST:PORT. An instance that refuses this
+ * one's secret is told to `failed` once: the writes to its nodes are then committed here.
+ */
+async function peerLink(handoff: HandoffAt, failed?: (error: unknown) => void): Promise<PeerLink> {
   if ('address' in handoff) return handoff;
+  const told = new Set<string>();
   return TcpPeerLink.listen(handoff.host, {
     port: handoff.port,
     ...(handoff.secret === undefined ? {} : { secret: handoff.secret }),
+    refused: (address) => {
+      if (told.has(address)) return;
+      told.add(address);
+      failed?.(
+        new Error(
+          `the instance at ${address} refused this instance's hand-off secret: writes to the nodes it holds are committed here until every instance has the same component secret`,
+        ),
+      );
+    },
   });
 }

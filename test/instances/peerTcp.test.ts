@@ -1,3 +1,4 @@
+import { type AddressInfo, createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freePort } from '../../prosody-dev/process.ts';
 import { type Handed, PeerLost, PeerUnreachable } from '../../src/feed/engine/handoff.ts';
@@ -40,15 +41,47 @@ describe('the hand-off link over TCP', () => {
     ]);
   });
 
-  it('closes a connection that does not prove the shared secret, unheard', async () => {
-    const [a, stranger] = [await link('s'), await link('other')];
+  it('closes a connection that does not prove the shared secret, unheard, and says so: never delivered', async () => {
+    const a = await link('s');
+    const refused: string[] = [];
+    const stranger = await TcpPeerLink.listen('127.0.0.1', {
+      secret: 'other',
+      refused: (at) => refused.push(at),
+    });
+    links.push(stranger);
+    const bare = await TcpPeerLink.listen('127.0.0.1');
+    links.push(bare);
     let heard = 0;
     a.serve(async () => {
       heard += 1;
       return { error: { code: 'storage', message: 'unexpected' } };
     });
-    await expect(stranger.request(a.address, retract('x'))).rejects.toBeInstanceOf(PeerLost);
+    // A wrong secret, or none: the request was not taken, so the sender may commit it itself.
+    await expect(stranger.request(a.address, retract('x'))).rejects.toBeInstanceOf(PeerUnreachable);
+    await expect(stranger.request(a.address, retract('y'))).rejects.toThrow(
+      /refused this instance's hand-off secret/,
+    );
+    await expect(bare.request(a.address, retract('z'))).rejects.toBeInstanceOf(PeerUnreachable);
     expect(heard).toBe(0);
+    expect(refused).toEqual([a.address, a.address]);
+  });
+
+  it('says a request may have been taken when the connection breaks once it was sent', async () => {
+    // An instance that takes the request's line and dies before it answers.
+    const dying = createServer((socket) => {
+      socket.on('data', (chunk) => {
+        if (String(chunk).includes('\n')) socket.destroy();
+      });
+    });
+    await new Promise<void>((resolve) => dying.listen(0, '127.0.0.1', resolve));
+    const b = await TcpPeerLink.listen('127.0.0.1');
+    links.push(b);
+    const { port } = dying.address() as AddressInfo;
+    try {
+      await expect(b.request(`127.0.0.1:${port}`, retract('x'))).rejects.toBeInstanceOf(PeerLost);
+    } finally {
+      dying.close();
+    }
   });
 
   it('says a request was never delivered when nobody listens there', async () => {

@@ -8,7 +8,8 @@ import { type Handed, type HandedReply, type PeerLink, PeerLost, PeerUnreachable
  * The hand-off between instances over TCP: one connection per pair, kept open, carrying one JSON
  * object per line ({n, r}: a request; {n, a}: its answer; {n, refused}: not taken, as the instance
  * is stopping; {bye}: it stops, having answered every request it took), after a first line proving the secret the instances share ({hello}: a hash of
- * it). Answers come in any order, matched by n. A request whose connection could not be
+ * it; {unproven}: the answer to a wrong one or none, before the connection is closed unheard).
+ * Answers come in any order, matched by n. A request whose connection could not be
  * made was never delivered; one whose connection broke after it was sent may have been committed.
  */
 
@@ -17,6 +18,7 @@ type Frame =
   | { n: number; a: HandedReply }
   | { n: number; refused: true }
   | { hello: string }
+  | { unproven: true }
   | { bye: true };
 
 /** What a connection proves first: a hash of the secret the instances share (never the secret). */
@@ -70,13 +72,21 @@ class Peer {
   private next = 1;
   private connected = false;
   private bye = false;
+  /** The other instance refused this one's secret: nothing sent was taken. */
+  private unproven = false;
   private readonly waiting = new Map<
     number,
     { resolve: (a: HandedReply) => void; reject: (e: Error) => void; retry: () => void }
   >();
   readonly socket: Socket;
 
-  constructor(address: string, hello: string | undefined, onGone: () => void) {
+  constructor(
+    address: string,
+    hello: string | undefined,
+    onGone: () => void,
+    /** The other instance refused this one's secret. */
+    onRefused: (address: string) => void,
+  ) {
     const at = address.lastIndexOf(':');
     this.socket = tcpConnect({ host: address.slice(0, at), port: Number(address.slice(at + 1)) });
     this.socket.setNoDelay(true);
@@ -87,6 +97,7 @@ class Peer {
     frames(this.socket, (frame) => {
       // The other instance stops, having answered all it took: what waits was never taken.
       if ('bye' in frame) this.bye = true;
+      if ('unproven' in frame) this.unproven = true;
       if (!('n' in frame)) return;
       const w = this.waiting.get(frame.n);
       if (!w) return;
@@ -97,11 +108,14 @@ class Peer {
     this.socket.on('error', () => undefined);
     this.socket.once('close', () => {
       onGone();
+      if (this.unproven) onRefused(address);
       for (const w of this.waiting.values())
         w.reject(
-          this.connected && !this.bye
-            ? new PeerLost(`the connection to ${address} broke`)
-            : new PeerUnreachable(`${address} is unreachable`),
+          this.unproven
+            ? new PeerUnreachable(`${address} refused this instance's hand-off secret`)
+            : this.connected && !this.bye
+              ? new PeerLost(`the connection to ${address} broke`)
+              : new PeerUnreachable(`${address} is unreachable`),
         );
       this.waiting.clear();
     });
@@ -132,6 +146,8 @@ export class TcpPeerLink implements PeerLink {
     readonly address: string,
     /** Each connection's first line, both ways in: undefined, none asked (tests on loopback). */
     private readonly hello: string | undefined,
+    /** Told when another instance refuses this one's secret (their secrets differ). */
+    private readonly refused: (address: string) => void,
   ) {
     server.on('connection', (socket) => this.accept(socket));
   }
@@ -142,7 +158,13 @@ export class TcpPeerLink implements PeerLink {
    */
   static async listen(
     host: string,
-    options: { port?: number; advertise?: string; secret?: string } = {},
+    options: {
+      port?: number;
+      advertise?: string;
+      secret?: string;
+      /** Told when another instance refuses this one's secret (each time a connection is). */
+      refused?: (address: string) => void;
+    } = {},
   ): Promise<TcpPeerLink> {
     const server = createServer();
     await new Promise<void>((resolve, reject) => {
@@ -154,7 +176,12 @@ export class TcpPeerLink implements PeerLink {
     // Listening on every address: the others reach this one by its host name.
     const shown = options.advertise ?? (host === '0.0.0.0' || host === '::' ? hostname() : host);
     const hello = options.secret === undefined ? undefined : helloOf(options.secret);
-    return new TcpPeerLink(server, `${shown.includes(':') ? `[${shown}]` : shown}:${port}`, hello);
+    return new TcpPeerLink(
+      server,
+      `${shown.includes(':') ? `[${shown}]` : shown}:${port}`,
+      hello,
+      options.refused ?? (() => {}),
+    );
   }
 
   serve(handler: (request: Handed) => Promise<HandedReply>): void {
@@ -168,10 +195,17 @@ export class TcpPeerLink implements PeerLink {
     socket.once('close', () => this.sockets.delete(socket));
     // A connection that does not prove the shared secret first is closed unheard.
     let proven = this.hello === undefined;
+    let unproven = false;
     frames(socket, (frame) => {
+      if (unproven) return;
       if (!proven) {
         if ('hello' in frame && frame.hello === this.hello) proven = true;
-        else socket.destroy();
+        else {
+          // Told why, so that the sender knows nothing it sent was taken.
+          unproven = true;
+          socket.end(`${JSON.stringify({ unproven: true } satisfies Frame)}\n`);
+          setTimeout(() => socket.destroy(), CLOSE_WAIT_MS).unref();
+        }
         return;
       }
       if (!('r' in frame)) return;
@@ -191,9 +225,14 @@ export class TcpPeerLink implements PeerLink {
   request(address: string, request: Handed): Promise<HandedReply> {
     let peer = this.peers.get(address);
     if (!peer) {
-      const made: Peer = new Peer(address.replace(/^\[(.*)\]:/, '$1:'), this.hello, () => {
-        if (this.peers.get(address) === made) this.peers.delete(address);
-      });
+      const made: Peer = new Peer(
+        address.replace(/^\[(.*)\]:/, '$1:'),
+        this.hello,
+        () => {
+          if (this.peers.get(address) === made) this.peers.delete(address);
+        },
+        this.refused,
+      );
       peer = made;
       this.peers.set(address, peer);
     }
