@@ -42,8 +42,6 @@ export interface ObservedEngine {
   ): () => void;
   /** Among several instances, how the writes routed between them went (engine/handoff.ts). */
   handoffs(): { sent: number; taken: number; here: number; lost: number } | undefined;
-  /** Among several instances, the changes this one pushed, by where it took them (FeedEngine.pushedFrom). */
-  pushedFrom(): { memory: number; log: number } | undefined;
 }
 
 const PUBSUB = 'http://jabber.org/protocol/pubsub';
@@ -183,40 +181,19 @@ export class Metrics {
     this.fetches.inc({ outcome });
   }
 
-  /** A counter read when scraped from counts kept elsewhere, one series per key (none while undefined). */
-  private countsByLabel(
-    name: string,
-    help: string,
-    label: string,
-    read: () => Record<string, number> | undefined,
-  ): void {
-    new Counter({
-      name,
-      help,
-      labelNames: [label],
-      registers: [this.registry],
-      collect() {
-        const counts = read();
-        this.reset();
-        if (counts) for (const [value, n] of Object.entries(counts)) this.inc({ [label]: value }, n);
-      },
-    });
-  }
-
   /** Commit counts and latency from the engine's change stream; returns the remover. */
   observeEngine(engine: ObservedEngine): () => void {
-    this.countsByLabel(
-      'smartfeeds_handoff_writes_total',
-      'Publishes and retractions routed among several instances, by way',
-      'way',
-      () => engine.handoffs(),
-    );
-    this.countsByLabel(
-      'smartfeeds_pushed_changes_total',
-      'Among several instances, changes and node events this instance pushed, by where it took them',
-      'from',
-      () => engine.pushedFrom(),
-    );
+    new Counter({
+      name: 'smartfeeds_handoff_writes_total',
+      help: 'Publishes and retractions routed among several instances, by way',
+      labelNames: ['way'],
+      registers: [this.registry],
+      collect() {
+        const counts = engine.handoffs();
+        this.reset();
+        if (counts) for (const [way, n] of Object.entries(counts)) this.inc({ way }, n);
+      },
+    });
     return engine.onChange((change) => {
       if (!change.changed) return;
       this.commits.inc({ kind: change.kind });
