@@ -55,6 +55,41 @@ async function bucketOwners(
 }
 
 /**
+ * Runs `step` again `every()` ms (at least 10) after each run has ended, until stopped; a run
+ * that fails is told to `failed` and the next comes as usual.
+ */
+class Repeating {
+  private timer: NodeJS.Timeout | undefined;
+  private running: Promise<void> = Promise.resolve();
+  private stopped = false;
+
+  constructor(
+    private readonly step: () => Promise<void>,
+    private readonly every: () => number,
+    private readonly failed: (error: unknown) => void,
+  ) {}
+
+  start(): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(
+      () => {
+        this.running = this.step()
+          .catch((e) => this.failed(e))
+          .finally(() => this.start());
+      },
+      Math.max(this.every(), 10),
+    );
+  }
+
+  /** No run starts from now on; resolves once the one under way, if any, has ended. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.running;
+  }
+}
+
+/**
  * Who holds which bucket, for an instance that holds none (one without the XMPP component, which
  * pushes nothing): read again every third of the lease time, so that its writes go to their
  * node's holder as a pushing instance's do. A stale answer costs speed only: a write handed to an
@@ -62,20 +97,24 @@ async function bucketOwners(
  */
 export class BucketOwners {
   private owners = new Map<number, string>();
-  private timer: NodeJS.Timeout | undefined;
-  private reading: Promise<void> = Promise.resolve();
-  private stopped = false;
+  private readonly reads: Repeating;
 
   constructor(
     private readonly store: SharedFeedStore,
     /** The pushers' lease time (ms): their renewals come every third of it. */
     private readonly ttl: number,
     private readonly failed: (error: unknown) => void = () => {},
-  ) {}
+  ) {
+    this.reads = new Repeating(
+      () => this.read(),
+      () => Math.floor(this.ttl / 3),
+      (e) => this.failed(e),
+    );
+  }
 
   async start(): Promise<void> {
     await this.read().catch((e) => this.failed(e));
-    this.schedule();
+    this.reads.start();
   }
 
   /** The address of the instance holding node `nid`'s bucket; undefined when none is known. */
@@ -83,22 +122,8 @@ export class BucketOwners {
     return this.owners.get(bucketOf(nid));
   }
 
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    await this.reading;
-  }
-
-  private schedule(): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(
-      () => {
-        this.reading = this.read()
-          .catch((e) => this.failed(e))
-          .finally(() => this.schedule());
-      },
-      Math.max(Math.floor(this.ttl / 3), 10),
-    );
+  stop(): Promise<void> {
+    return this.reads.stop();
   }
 
   private async read(): Promise<void> {
@@ -127,8 +152,8 @@ export class PushLeases {
   private readonly dirty = new Set<number>();
   private work: Promise<void> = Promise.resolve();
   private working = false;
-  private timer: NodeJS.Timeout | undefined;
-  private ticking: Promise<void> = Promise.resolve();
+  /** The renewals, every third of the lease time (RETAKE_MS while a bucket is still another's). */
+  private readonly renewals: Repeating;
   private stopped = false;
   /** Whether a bucket of this instance's share was still another's at the last renewal. */
   private waiting = false;
@@ -154,24 +179,18 @@ export class PushLeases {
     private readonly failed: (error: unknown) => void = () => {},
     /** A key to read in the same statement as node `nid`'s log entries, if any. */
     private readonly readWith: (nid: number) => Buffer | undefined = () => undefined,
-  ) {}
+  ) {
+    this.renewals = new Repeating(
+      () => this.tick(),
+      () => Math.min(Math.floor(this.options.ttl / 3), this.waiting ? RETAKE_MS : Infinity),
+      (e) => this.failed(e),
+    );
+  }
 
   /** Joins the pushers and takes this instance's share; renews every third of the lease time. */
   async start(): Promise<void> {
     await this.tick();
-    this.schedule();
-  }
-
-  private schedule(): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(
-      () => {
-        this.ticking = this.tick()
-          .catch((e) => this.failed(e))
-          .finally(() => this.schedule());
-      },
-      Math.max(Math.min(Math.floor(this.options.ttl / 3), this.waiting ? RETAKE_MS : Infinity), 10),
-    );
+    this.renewals.start();
   }
 
   /** This instance's name among the pushers. */
@@ -218,8 +237,7 @@ export class PushLeases {
   /** Stops pushing: hands the queued steps on, records the positions, gives the leases up. */
   async stop(): Promise<void> {
     this.stopped = true;
-    clearTimeout(this.timer);
-    await this.ticking;
+    await this.renewals.stop();
     await this.work;
     // Given back, the others take the share at once; when the store is away they expire instead,
     // and the stop goes on (it would otherwise fail, and the instance not close its store).
