@@ -66,14 +66,7 @@ export class Pushing {
     this.instances.wakeListeners.add((nid) => leases.woke(nid));
     // The nodes pushed here catch up with the others' writes at once (their pushes read their views).
     this.instances.eager = (nid) => leases.owns(nid);
-    if (peers)
-      this.writes.handoff = new Handoff(
-        peers,
-        this.nodes.ready,
-        (nid) => leases.ownerAddress(nid),
-        (request) => this.writes.handed(request),
-        this.writes.handoffCounts,
-      );
+    if (peers) this.handOff(peers, (nid) => leases.ownerAddress(nid));
     await leases.start();
   }
 
@@ -86,14 +79,19 @@ export class Pushing {
     if (this.leases || this.owners) return;
     const owners = new BucketOwners(this.instances.store, options.ttl ?? 10_000, options.failed);
     this.owners = owners;
+    this.handOff(options.peers, (nid) => owners.ownerAddress(nid));
+    await owners.start();
+  }
+
+  /** Writes to the nodes `owner` names another instance for go to it over `peers`, and its writes come here. */
+  private handOff(peers: PeerLink, owner: (nid: number) => string | undefined): void {
     this.writes.handoff = new Handoff(
-      options.peers,
+      peers,
       this.nodes.ready,
-      (nid) => owners.ownerAddress(nid),
+      owner,
       (request) => this.writes.handed(request),
       this.writes.handoffCounts,
     );
-    await owners.start();
   }
 
   /** Stops pushing (or routing) and forgets the leases (startPushing may start again). */
