@@ -17,6 +17,7 @@ import {
 } from './configSchemas.ts';
 import { ConfigError, checked, readFile, Sources } from './configSources.ts';
 import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
+import { parentDomain } from './feed/jid.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
 import { LEVELS, type Level, LOG_FORMATS, type LogFormat } from './log.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
@@ -303,12 +304,7 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     store: storeOf(src),
     admins: admins === undefined ? DEFAULTS.admins : checked(admins, list, 'a list of JIDs'),
     create: src.read('create', z.enum(CREATE_POLICIES), 'admins, local or anyone', DEFAULTS.create),
-    localDomain: src.read(
-      'local-domain',
-      nonEmpty,
-      'a non-empty string',
-      domain.includes('.') ? domain.slice(domain.indexOf('.') + 1) : domain,
-    ),
+    localDomain: src.read('local-domain', nonEmpty, 'a non-empty string', parentDomain(domain)),
     autoCreate: src.read('auto-create', onOff, 'true or false', DEFAULTS.autoCreate),
     logLevel: src.read('log-level', z.enum(LEVELS), 'debug, info, warn or error', DEFAULTS.logLevel),
     logFormat: src.read('log-format', z.enum(LOG_FORMATS), 'auto, pretty or json', DEFAULTS.logFormat),

@@ -47,6 +47,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
           service: config.service,
           domain: config.domain,
           secret: config.secret,
+          serverDomain: config.localDomain,
           rateLimit: config.rateLimit,
           metrics,
           ...(botModule

@@ -4,7 +4,7 @@ import type { HandoffCounts, PeerLink } from './engine/handoff.ts';
 import type { PushLeaseOptions } from './engine/leases.ts';
 import { type EngineOptions, EngineParts } from './engine/parts.ts';
 import { TcpPeerLink } from './engine/peerTcp.ts';
-import { Pushing } from './engine/pushing.ts';
+import { type PushHandling, Pushing } from './engine/pushing.ts';
 import { type ChangeListener, listen, type NodeListener, parse } from './engine/state.ts';
 import type { PublishGuards, PublishInput } from './engine/writes.ts';
 import type { ChangeEvent, NodeEvent } from './events.ts';
@@ -198,17 +198,11 @@ export class FeedEngine {
   /**
    * Registers a listener for the changes this instance pushes, each node's in commit order: on a
    * shared store those of the nodes it holds the lease of, from the change log; otherwise every
-   * committed change (as onChange). `drained` resolves once what it was given has left: positions
-   * in the change log are recorded after it. Returns its remover.
+   * committed change (as onChange). Returns its remover.
    */
-  onPush(
-    listener: ChangeListener,
-    drained?: () => Promise<void>,
-    /** Told the node events this instance pushes, in order with the changes (shared store only). */
-    events?: (event: NodeEvent) => void,
-  ): () => void {
+  onPush(listener: ChangeListener, handed: PushHandling = {}): () => void {
     if (!this.pushing) return this.onChange(listener);
-    return this.pushing.onPush(listener, drained, events);
+    return this.pushing.onPush(listener, handed);
   }
 
   /** Drops what is cached of a node's (or every node's) subscriptions and policy: another instance changed them. */

@@ -57,3 +57,8 @@ export function bareJid(text: string, what = 'a JID'): string {
   if (!domainOk(domain)) throw refuse('RFC 7622 domainpart, no port');
   return local === undefined ? domain : `${local}@${domain}`;
 }
+
+/** The domain a component's domain is served by by default: less its first label (`feeds.example.org`: `example.org`). */
+export function parentDomain(domain: string): string {
+  return domain.includes('.') ? domain.slice(domain.indexOf('.') + 1) : domain;
+}

@@ -11,4 +11,5 @@ export const NS = {
   stanzas: 'urn:ietf:params:xml:ns:xmpp-stanzas',
   atom: 'http://www.w3.org/2005/Atom',
   smartFeed: 'urn:smartfeeds:feed',
+  ping: 'urn:xmpp:ping',
 } as const;

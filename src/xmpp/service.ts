@@ -2,6 +2,7 @@ import { type Component, component } from '@xmpp/component';
 import type { IqContext } from '@xmpp/connection';
 import jid from '@xmpp/jid';
 import type { Element } from 'ltx';
+import { parentDomain } from '../feed/jid.ts';
 import { user } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
@@ -19,6 +20,7 @@ import { deliver } from './events.ts';
 import { Notifier, type Outlet, parseNotificationId } from './notifications.ts';
 import { authorizationAnswer } from './owner.ts';
 import { RateLimiter, type RateLimitOptions } from './rateLimit.ts';
+import { DEFAULT_RECEIPTS, type ReceiptOptions, Receipts } from './receipts.ts';
 import { type Binding, MAX_REQUEST_DEPTH, nestedDeeperThan } from './request.ts';
 import { IQ_CHILDREN, route } from './routes.ts';
 
@@ -27,6 +29,13 @@ export interface ComponentOptions {
   service: string;
   domain: string;
   secret: string;
+  /**
+   * The server's own domain, which answers the pings that prove it has read the notifications
+   * (among several instances, pushes are recorded after them); default: the domain less its
+   * first label.
+   */
+  serverDomain?: string;
+  receipts?: ReceiptOptions;
   backoff?: BackoffOptions;
   /** Per-sender request limit; absent or a rate of 0: no limit. */
   rateLimit?: RateLimitOptions;
@@ -43,6 +52,7 @@ export interface ComponentOptions {
 export class PubsubComponent {
   readonly xmpp: Component;
   readonly notifier: Notifier;
+  readonly receipts: Receipts;
   private readonly reconnector: Reconnector;
   private readonly binding: Binding;
   private readonly limiter: RateLimiter | undefined;
@@ -75,14 +85,30 @@ export class PubsubComponent {
     this.limiter = options.rateLimit?.rate ? new RateLimiter(options.rateLimit) : undefined;
     this.reconnector = new Reconnector(this.xmpp, log, options.backoff ?? DEFAULT_BACKOFF);
     const audience = (node: string) => feeds.audience(node);
-    this.notifier = new Notifier(audience, this.outlet(options.domain), log);
+    const writer = socketWriter(this.xmpp);
+    const { domain } = options;
+    const server = options.serverDomain ?? parentDomain(domain);
+    this.receipts = new Receipts(writer, domain, server, log, options.receipts ?? DEFAULT_RECEIPTS);
+    // What was written and not yet read went with the connection; no answer will come.
+    this.xmpp.on('disconnect', () => this.receipts.lost());
+    const outlet: Outlet = {
+      from: domain,
+      write: (xml) => this.receipts.write(xml),
+      drained: () => writer.drained(),
+      buffered: () => writer.buffered(),
+    };
+    this.notifier = new Notifier(audience, outlet, log);
     this.binding = { feeds, domain: options.domain, notifier: this.notifier, log };
     // The service's events, in the order it emits them (commit order for item changes and purges).
     const unlistenEvents = feeds.onEvent((event) => deliver(this.notifier, event, audience));
     // Every writer (HTTP, the bot, not only XMPP publishers) waits for room in the fan-out here.
     const removeGate = feeds.addWriteGate(() => this.notifier.ready());
-    // Among several instances, pushes taken from the change log count as done once they have left.
-    const removeDrain = feeds.addDeliveryDrain(() => this.notifier.flushed());
+    // Among several instances, pushes taken from the change log are recorded as done once they
+    // have left, and the server has read them.
+    const removeDrain = feeds.addDeliveryDrain(
+      () => this.notifier.flushed(),
+      () => this.receipts.received(),
+    );
     this.unlisten = () => {
       removeGate();
       removeDrain();
@@ -103,16 +129,13 @@ export class PubsubComponent {
       );
     }
     this.xmpp.middleware.use((ctx, next) => {
+      if (this.receipts.take(ctx.stanza)) return;
       if (ctx.stanza.name === 'message' && ctx.type === 'error') return this.bounced(ctx.stanza);
       if (ctx.stanza.name === 'presence' || (ctx.stanza.name === 'message' && ctx.type === 'chat'))
         return options.chat?.(ctx.stanza);
       if (ctx.stanza.name === 'message') return this.answered(ctx.stanza);
       return next();
     });
-  }
-
-  private outlet(domain: string): Outlet {
-    return { from: domain, ...socketWriter(this.xmpp) };
   }
 
   /** Routes and runs one request: the one place a failure becomes its exact error reply. */
@@ -208,6 +231,7 @@ export class PubsubComponent {
     this.stopping = true;
     if (this.inFlight > 0) await new Promise<void>((resolve) => this.settled.push(resolve));
     await this.notifier.flushed();
+    this.receipts.close();
     this.unlisten();
     this.reconnector.stop();
     if (this.xmpp.status !== 'offline') await this.xmpp.stop().catch(() => undefined);

@@ -135,6 +135,118 @@ describe('pushes among several instances', () => {
     );
   });
 
+  it('an instance killed before the server has read its pushes: another pushes them again, none is lost (property)', async () => {
+    // A binding's receipt (the XMPP server's answer to a ping after the notifications) comes
+    // `delay` ms after it is asked for, and proves what the instance had pushed by then arrived.
+    // A killed instance gets none: what it pushed after its last receipt never arrived.
+    await fc.assert(
+      fc.asyncProperty(
+        fc.array(
+          fc.record({ via: fc.integer({ min: 0, max: 2 }), node: fc.constantFrom('p', 'q', 'r', 's') }),
+          { minLength: 4, maxLength: 30 },
+        ),
+        fc.integer({ min: 0, max: 2 }),
+        fc.nat(30),
+        fc.integer({ min: 5, max: 30 }),
+        async (writes, victim, dieAt, delay) => {
+          const { hub, all } = await instances(3, { push: true, ttl: TTL });
+          closers.push(async () => {
+            for (const one of all) await closeInstance(one);
+          });
+          await settled(all);
+          /** Per instance, how many of its pushes (a prefix of `pushed`) the server has read. */
+          const arrived = new Map<Instance, number>();
+          let dead: Instance | undefined;
+          const receipts = (one: Instance) =>
+            one.service.addDeliveryDrain(
+              async () => {},
+              () => {
+                const upTo = one.pushed.length;
+                return new Promise<void>((resolve) =>
+                  setTimeout(() => {
+                    // Its connection went with it: nothing unread arrives. (It answers all the
+                    // same, so that it can close; its store is cut, so it records nothing.)
+                    if (one !== dead) arrived.set(one, Math.max(arrived.get(one) ?? 0, upTo));
+                    resolve();
+                  }, delay),
+                );
+              },
+            );
+          for (const one of all) receipts(one);
+          for (const n of ['p', 'q', 'r', 's']) await (all[0] as Instance).engine.createNode(n);
+          const acks: Change[] = [];
+          const pushed = (c: Change) =>
+            all.some((one) => one.pushed.some((p) => p.feeds.modified.cursor === c.feeds.modified.cursor));
+          for (const [i, w] of writes.entries()) {
+            if (i === Math.min(dieAt, writes.length - 1)) {
+              // Killed once everything so far is pushed, before the last receipts come.
+              await until(() => acks.every(pushed));
+              dead = all[victim] as Instance;
+              dead.handle.sever();
+            }
+            const via = all[w.via] as Instance;
+            if (via === dead) continue;
+            acks.push(await via.engine.publish(w.node, { entry: entry(`${i}`) }));
+          }
+          const late = await instance(hub, 'late', { push: true, ttl: TTL });
+          closers.push(() => closeInstance(late));
+          receipts(late);
+          const everyone = [...all, late];
+          const reached = () => {
+            const got = new Set<string>();
+            for (const one of everyone)
+              for (const c of one.pushed.slice(0, arrived.get(one) ?? 0)) got.add(c.feeds.modified.cursor);
+            return got;
+          };
+          // Leases of TTL ms: the takeover comes well within this.
+          await until(() => {
+            const got = reached();
+            return acks.every((c) => got.has(c.feeds.modified.cursor));
+          }, 4000).catch(() => undefined);
+          expect(acks.filter((c) => !reached().has(c.feeds.modified.cursor))).toEqual([]);
+        },
+      ),
+      { numRuns: 8 },
+    );
+  });
+
+  it('records how far it pushed only once the binding has the receipt of those pushes', async () => {
+    const { all } = await start(1);
+    const one = all[0] as Instance;
+    await one.engine.createNode('n');
+    let answer = () => {};
+    let asked = 0;
+    const remove = one.service.addDeliveryDrain(
+      async () => {},
+      () => {
+        asked += 1;
+        return new Promise<void>((resolve) => {
+          answer = resolve;
+        });
+      },
+    );
+    closers.push(async () => remove());
+    const positions = async () => {
+      for (let b = 0; b < BUCKETS; b++) {
+        const [heads, pushed] = await Promise.all([bucketHeads(one.handle, b), bucketPushed(one.handle, b)]);
+        if (heads.size > 0) return { heads: [...heads], pushed: [...pushed] };
+      }
+      return { heads: [], pushed: [] };
+    };
+    await one.engine.publish('n', { entry: entry('x') });
+    await until(() => one.pushed.length === 1 && asked === 1);
+    // Pushed, not yet received: a takeover would push it again.
+    await new Promise((r) => setTimeout(r, 50));
+    const before = await positions();
+    expect(before.heads).toHaveLength(1);
+    expect(before.pushed).toEqual([]);
+    answer();
+    await until(async () => {
+      const after = await positions();
+      return JSON.stringify(after.pushed) === JSON.stringify(after.heads);
+    });
+  });
+
   it('reads the logs of the nodes woken meanwhile in one call and records their positions in one write, once pushed', async () => {
     const { all } = await start(1);
     const one = all[0] as Instance;
@@ -162,14 +274,13 @@ describe('pushes among several instances', () => {
       release = resolve;
     });
     let first = true;
-    const remove = one.engine.onPush(
-      () => undefined,
-      async () => {
+    const remove = one.engine.onPush(() => undefined, {
+      drained: async () => {
         if (!first) return;
         first = false;
         await held;
       },
-    );
+    });
     closers.push(async () => remove());
     const acks = [await one.engine.publish('a', { entry: entry('a') })];
     await until(() => !first);
@@ -200,15 +311,14 @@ describe('pushes among several instances', () => {
     const one = set.all[0] as Instance;
     await one.engine.createNode('n');
     let failures = 0;
-    const remove = one.engine.onPush(
-      () => undefined,
-      async () => {
+    const remove = one.engine.onPush(() => undefined, {
+      drained: async () => {
         if (failures === 0) {
           failures += 1;
           throw new Error('the binding could not send');
         }
       },
-    );
+    });
     closers.push(async () => remove());
     const ack = await one.engine.publish('n', { entry: entry('x') });
     await until(() => failures === 1);

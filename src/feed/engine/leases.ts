@@ -24,6 +24,33 @@ export interface PushLeaseOptions {
 /** Log entries handed on per step: each step waits for them to leave; its pass records the position. */
 const STEP = 64;
 
+/** Passes whose positions may wait for their receipt before the next pass waits too. */
+const UNRECORDED_MAX = 256;
+
+/** How a holder hands its nodes' logged changes on (to the bindings). */
+export interface Handing {
+  /**
+   * Hands node `nid`'s log entries (item changes, node events) on and resolves once they have
+   * left; `read` is the value of the key `readWith` named for the node, read with its entries.
+   */
+  deliver(entries: LogEntry[], nid: number, read?: { value: Buffer | undefined }): Promise<void>;
+  /**
+   * Resolves once what was handed on before the call has arrived (the XMPP server has read it):
+   * the positions reached are recorded after it, so that an instance killed before then leaves
+   * those changes to the next holder rather than skipping them.
+   */
+  received?(): Promise<void>;
+}
+
+/** The positions a pass reached, waiting for its pushes' receipt. */
+interface Unrecorded {
+  ops: Op[];
+  /** Settles once the receipt came (or failed: `ok` false, and the record is not written). */
+  settled: Promise<void>;
+  done: boolean;
+  ok: boolean;
+}
+
 /**
  * How soon a renewal comes again while a bucket of this instance's share is still another's: the
  * other gives it up at its own renewal, and until it is taken here its nodes' changes wait.
@@ -162,20 +189,14 @@ export class PushLeases {
   private failing = false;
   /** Per bucket, the address of the other instance holding it, as read at the last renewal. */
   private others = new Map<number, string>();
+  /** Passes' positions waiting for their receipt, oldest first, and the writer of those received. */
+  private readonly unrecorded: Unrecorded[] = [];
+  private recorder: Promise<void> | undefined;
 
   constructor(
     private readonly store: SharedFeedStore,
     private readonly options: PushLeaseOptions,
-    /**
-     * Hands node `nid`'s log entries (item changes, node events) on (to the bindings) and resolves
-     * once they have left; `read` is the value of the key `readWith` named for the node, read with
-     * its entries.
-     */
-    private readonly deliver: (
-      entries: LogEntry[],
-      nid: number,
-      read?: { value: Buffer | undefined },
-    ) => Promise<void>,
+    private readonly handing: Handing,
     private readonly failed: (error: unknown) => void = () => {},
     /** A key to read in the same statement as node `nid`'s log entries, if any. */
     private readonly readWith: (nid: number) => Buffer | undefined = () => undefined,
@@ -239,6 +260,7 @@ export class PushLeases {
     this.stopped = true;
     await this.renewals.stop();
     await this.work;
+    await this.recorded();
     // Given back, the others take the share at once; when the store is away they expire instead,
     // and the stop goes on (it would otherwise fail, and the instance not close its store).
     const { holder } = this.options;
@@ -309,6 +331,8 @@ export class PushLeases {
     const gone = new Set(buckets);
     for (const b of gone) this.held.delete(b);
     for (const nid of [...this.pushed.keys()]) if (gone.has(bucketOf(nid))) this.pushed.delete(nid);
+    // The next holder starts from the positions recorded: those of the last passes first.
+    await this.recorded();
     await this.store.releaseLeases(buckets.map(bucketLease), this.options.holder);
   }
 
@@ -327,9 +351,10 @@ export class PushLeases {
   /**
    * One step for each of `nodes` (those dirty when the pass began; one written meanwhile is
    * stepped in the next pass): their log entries read in one round trip, handed on node by node,
-   * then the positions they reached recorded in one write. With writes to many nodes a round's
-   * statement wakes several at once, and a read and a write each would cost PostgreSQL a
-   * statement each. A pass that fails still records what it handed on.
+   * then the positions they reached recorded in one write once what was handed on has arrived
+   * (recordLater). With writes to many nodes a round's statement wakes several at once, and a
+   * read and a write each would cost PostgreSQL a statement each. A pass that fails still
+   * records what it handed on.
    */
   private async pass(nodes: readonly number[]): Promise<void> {
     const mine = nodes.filter((nid) => this.valid(bucketOf(nid)));
@@ -351,7 +376,7 @@ export class PushLeases {
         if (this.stopped) break;
         if (!last || !this.valid(bucketOf(nid))) continue;
         const at = keyAt[i];
-        await this.deliver(logged, nid, at === undefined ? undefined : { value: values[at] });
+        await this.handing.deliver(logged, nid, at === undefined ? undefined : { value: values[at] });
         const events = logged.filter((l) => l.event !== undefined).map((l) => l.key);
         record.push(...pushedOps(nid, after, last.at, events));
         reached.set(nid, last.at);
@@ -359,9 +384,62 @@ export class PushLeases {
       }
     } finally {
       if (record.length > 0) {
-        await this.store.write(record, { idempotent: true });
         for (const [nid, at] of reached) this.pushed.set(nid, at);
+        this.recordLater(record);
       }
     }
+    // Receipts slower than the passes: the passes wait for the oldest rather than pile up.
+    if (this.unrecorded.length >= UNRECORDED_MAX) await this.recorder;
+  }
+
+  /**
+   * Records a pass's positions once what it handed on has arrived, after those of the passes
+   * before it. The next pass does not wait: the receipt of its pushes may prove this one's too,
+   * and then both go in one write.
+   */
+  private recordLater(ops: Op[]): void {
+    const received = this.handing.received?.() ?? Promise.resolve();
+    const entry: Unrecorded = { ops, settled: Promise.resolve(), done: false, ok: true };
+    entry.settled = received.then(
+      () => {
+        entry.done = true;
+      },
+      (e: unknown) => {
+        entry.done = true;
+        entry.ok = false;
+        this.failing = true;
+        this.failed(e);
+      },
+    );
+    this.unrecorded.push(entry);
+    this.recorder ??= this.writeRecords().finally(() => {
+      this.recorder = undefined;
+    });
+  }
+
+  /** Writes the received records in order, every one received by then in one write. */
+  private async writeRecords(): Promise<void> {
+    while (this.unrecorded.length > 0) {
+      await (this.unrecorded[0] as Unrecorded).settled;
+      let n = 0;
+      while (n < this.unrecorded.length && (this.unrecorded[n] as Unrecorded).done) n++;
+      const batch = this.unrecorded.splice(0, n).filter((u) => u.ok);
+      if (batch.length === 0) continue;
+      // A key put by several passes (a node's position) is written once, as the last put it.
+      const ops = new Map<string, Op>();
+      for (const u of batch) for (const op of u.ops) ops.set(op.key.toString('latin1'), op);
+      try {
+        await this.store.write([...ops.values()], { idempotent: true });
+      } catch (e) {
+        // Left to a later pass's record, or to the next holder from the last one written.
+        this.failing = true;
+        this.failed(e);
+      }
+    }
+  }
+
+  /** Resolves once every pass's positions so far are recorded (or their receipt or write failed). */
+  private async recorded(): Promise<void> {
+    while (this.recorder) await this.recorder;
   }
 }

@@ -10,6 +10,19 @@ import type { NodeRegistry } from './nodes.ts';
 import { type ChangeListener, listen } from './state.ts';
 import type { Writes } from './writes.ts';
 
+/** What a binding that pushes tells the pusher, besides the changes it is given (FeedEngine.onPush). */
+export interface PushHandling {
+  /** Resolves once what it was given of a node has left: the next node's changes wait for it. */
+  drained?: () => Promise<void>;
+  /**
+   * Resolves once what it was given before the call has arrived where it goes (the XMPP server
+   * has read it): positions in the change log are recorded after it.
+   */
+  received?: () => Promise<void>;
+  /** Told the node events this instance pushes, in order with the changes. */
+  events?: (event: NodeEvent) => void;
+}
+
 /**
  * This instance's part in pushing among several instances on one shared store: its push leases,
  * the listeners and drains its pushes go to, node events logged for the pusher to tell, and the
@@ -22,6 +35,7 @@ export class Pushing {
   private readonly listeners = new Set<ChangeListener>();
   private readonly eventListeners = new Set<(event: NodeEvent) => void>();
   private readonly drains = new Set<() => Promise<void>>();
+  private readonly receipts = new Set<() => Promise<void>>();
   /** Told when another instance changed a node's WebSub subscriptions (undefined: any node's). */
   private readonly hubListeners = new Set<(node: string | undefined) => void>();
   /** Those tellings, in wake-up order: pushes wait for them (a hub re-reads before it delivers). */
@@ -57,7 +71,10 @@ export class Pushing {
         ttl: options.ttl ?? 10_000,
         ...(peers ? { address: peers.address } : {}),
       },
-      (entries, nid, read) => this.push(entries, nid, read),
+      {
+        deliver: (entries, nid, read) => this.push(entries, nid, read),
+        received: () => this.received(),
+      },
       options.failed,
       // Where a hub reads WebSub subscriptions, their version is read with the node's changes.
       (nid) => (this.hubStore() ? hubVersionKey(nid) : undefined),
@@ -145,19 +162,22 @@ export class Pushing {
   }
 
   /** See FeedEngine.onPush (shared store). Returns its remover. */
-  onPush(
-    listener: ChangeListener,
-    drained?: () => Promise<void>,
-    events?: (event: NodeEvent) => void,
-  ): () => void {
+  onPush(listener: ChangeListener, { drained, received, events }: PushHandling): () => void {
     this.listeners.add(listener);
     if (events) this.eventListeners.add(events);
     if (drained) this.drains.add(drained);
+    if (received) this.receipts.add(received);
     return () => {
       this.listeners.delete(listener);
       if (events) this.eventListeners.delete(events);
       if (drained) this.drains.delete(drained);
+      if (received) this.receipts.delete(received);
     };
+  }
+
+  /** Resolves once every binding has had what it was handed so far arrive (see PushHandling). */
+  private async received(): Promise<void> {
+    await Promise.all([...this.receipts].map((received) => received()));
   }
 
   private async push(entries: LogEntry[], nid: number, read?: { value: Buffer | undefined }): Promise<void> {

@@ -51,6 +51,7 @@ export class FeedService {
   readonly rights: Rights;
   private readonly listeners = new Set<FeedEventListener>();
   private readonly drains = new Set<() => Promise<void>>();
+  private readonly receipts = new Set<() => Promise<void>>();
   private readonly ctx: ServiceContext;
   private readonly policy: PolicyStore;
   private readonly unlisten: () => void;
@@ -97,11 +98,11 @@ export class FeedService {
       : engine.onChange((change) => this.emit({ type: 'item-changed', change }));
     // Node events too: logged with the node's changes, told here (deliver: false) and pushed from the log.
     const offPush = engine.shared
-      ? engine.onPush(
-          (change) => this.emit({ type: 'item-changed', change }),
-          () => this.delivered(),
-          (event) => this.emit(event),
-        )
+      ? engine.onPush((change) => this.emit({ type: 'item-changed', change }), {
+          drained: () => this.delivered(),
+          received: () => this.received(),
+          events: (event) => this.emit(event),
+        })
       : () => true;
     const local = engine.shared ? ({ deliver: false } as const) : {};
     const offStart = engine.onPurgeStart((node) => this.emit({ type: 'purge-started', node, ...local }));
@@ -399,14 +400,26 @@ export class FeedService {
     return publicChange(this.ctx, change);
   }
 
-  /** Adds what the change-log follower waits for before recording pushes as done (the XMPP fan-out's flush). */
-  addDeliveryDrain(drained: () => Promise<void>): () => void {
+  /**
+   * Adds what the change-log follower waits for before recording pushes as done: `drained` once
+   * a node's pushes have left (the XMPP fan-out's flush), `received` once those handed on before
+   * the call have arrived (the XMPP server's receipt). Returns its remover.
+   */
+  addDeliveryDrain(drained: () => Promise<void>, received?: () => Promise<void>): () => void {
     this.drains.add(drained);
-    return () => this.drains.delete(drained);
+    if (received) this.receipts.add(received);
+    return () => {
+      this.drains.delete(drained);
+      if (received) this.receipts.delete(received);
+    };
   }
 
   private async delivered(): Promise<void> {
     for (const drained of this.drains) await drained();
+  }
+
+  private async received(): Promise<void> {
+    await Promise.all([...this.receipts].map((received) => received()));
   }
 
   /**
