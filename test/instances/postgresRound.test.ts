@@ -173,6 +173,16 @@ describe('rounds together in one statement on PostgreSQL', () => {
       ...over,
     });
 
+  it('a batch that may be written twice (pushed positions) is one statement, not a transaction of three', async () => {
+    const { store, holds } = await counted();
+    holds.n = 0; // the wake-up connection's
+    await store.write([{ type: 'put', key: b('p1'), value: b('1') }], { idempotent: true });
+    expect(holds.n).toBe(0);
+    await store.write([{ type: 'put', key: b('p2'), value: b('2') }]);
+    expect(holds.n).toBe(1);
+    expect(await store.getMany([b('p1'), b('p2')])).toEqual([b('1'), b('2')]);
+  });
+
   it('rounds on several nodes asked for at once go in one statement, each decided and answered on its own', async () => {
     const { store, heard, holds } = await counted();
     await store.write(['1', '2', '3', '4'].map((n) => ({ type: 'put', key: b(`m${n}`), value: b('v1') })));

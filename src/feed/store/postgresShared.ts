@@ -30,7 +30,7 @@ import type {
   LockedWrite,
   SharedFeedStore,
 } from './shared.ts';
-import type { Cursor, Entry, Op, Range, Snapshot } from './store.ts';
+import type { Cursor, Entry, Op, Range, Snapshot, WriteOptions } from './store.ts';
 
 /**
  * The shared-store extension on PostgreSQL, for several `smartfeeds serve` instances on one
@@ -143,8 +143,8 @@ export class SharedPostgresStore implements SharedFeedStore {
   cursor(range: Range): Cursor {
     return this.pg.cursor(range);
   }
-  write(ops: readonly Op[]): Promise<void> {
-    return this.pg.write(ops);
+  write(ops: readonly Op[], options?: WriteOptions): Promise<void> {
+    return this.pg.write(ops, options);
   }
   snapshot(): Snapshot {
     return this.pg.snapshot();
