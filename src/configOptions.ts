@@ -94,8 +94,8 @@ export const OPTION_GROUPS: OptionGroup[] = [
         'local-domain',
         'DOMAIN',
         'the domain less its first label',
-        "the XMPP server's own users' domain, for --create local",
-        '`feeds.example.org` serves `example.org`.',
+        "the XMPP server's own domain: its users may create nodes with --create local",
+        '`feeds.example.org` serves `example.org`. Among several instances it also answers the pings (XEP-0199) that prove the server has read a pass of notifications before the pusher records it; any answer will do, an error too.',
       ),
       {
         ...opt(
