@@ -126,17 +126,22 @@ describe('one statement a round on PostgreSQL, answer lost', () => {
     const held = new Promise<void>((r) => {
       release = r;
     });
+    let holding = false;
     const locked = store.locked([b('m1')], async () => {
+      holding = true;
       await held;
       return { ops: [], result: undefined };
     });
+    // The round starts once the lock is held (on a busy machine it could otherwise take it first).
+    await until(() => holding);
     const conditional = store.writeIf(round());
-    // The round's backend, waiting on the lock, is ended as a lost connection would end it.
+    // The round's backend, waiting on the lock, is ended as a lost connection would end it (an
+    // idle backend's last query would match too: only one still running is).
     await until(async () => {
       const ended = await withClient(url, (c) =>
         c.query(
           `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-           WHERE query LIKE 'SELECT smartfeeds_round%' AND pid <> pg_backend_pid()`,
+           WHERE query LIKE 'SELECT smartfeeds_round%' AND state = 'active' AND pid <> pg_backend_pid()`,
         ),
       );
       return (ended.rowCount ?? 0) > 0;
