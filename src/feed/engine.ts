@@ -181,6 +181,15 @@ export class FeedEngine {
     return this.pushing ? { ...this.p.writes.handoffCounts } : undefined;
   }
 
+  /**
+   * On a shared store, the changes and node events this instance pushed so far, by where it took
+   * them: `memory` (rounds it committed itself), `log` (read back from the change log); undefined
+   * when it does not push (tests, metrics).
+   */
+  pushedFrom(): { memory: number; log: number } | undefined {
+    return this.pushing?.handedOn();
+  }
+
   /** The buckets of nodes this instance pushes (tests, metrics); empty when not pushing. */
   pushBuckets(): number[] {
     return this.pushing?.buckets() ?? [];

@@ -2,6 +2,8 @@ import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { BUCKETS, bucketHeads, bucketPushed, logKey, pushedKey } from '../../src/feed/engine/changeLog.ts';
 import type { Change } from '../../src/feed/model.ts';
+import { OPERATOR } from '../../src/feed/service/actor.ts';
+import { Metrics } from '../../src/metrics.ts';
 import { closeInstance, entry, type Instance, instance, instances, until } from './support.ts';
 
 /**
@@ -301,6 +303,60 @@ describe('pushes among several instances', () => {
     expect(one.pushed.map((c) => c.feeds.modified.cursor).sort()).toEqual(
       acks.map((c) => c.feeds.modified.cursor).sort(),
     );
+  });
+
+  it('the rounds its pusher commits are pushed from memory; a node event another instance logs between them is still told in its place', async () => {
+    const { all } = await start(2);
+    const [x, y] = all as [Instance, Instance];
+    await x.service.create(OPERATOR, 'n');
+    const owner = (await x.service.owns('n')) ? x : y;
+    const other = owner === x ? y : x;
+    // The node's first push reads its log: how far it was pushed is then known here.
+    await owner.engine.publish('n', { id: 'i0', entry: entry('0') });
+    await until(() => owner.pushed.length === 1);
+    const reads: number[] = [];
+    const entriesAfter = owner.handle.entriesAfter.bind(owner.handle);
+    owner.handle.entriesAfter = (ranges, keys) => {
+      if (ranges[0]?.gt[0] === logKey(0, 0)[0]) reads.push(ranges.length);
+      return entriesAfter(ranges, keys);
+    };
+    const publish = (i: number) => owner.engine.publish('n', { id: `i${i}`, entry: entry(`${i}`) });
+    for (let i = 1; i <= 5; i++) await publish(i);
+    await until(() => owner.pushed.length === 6);
+    expect(reads).toEqual([]);
+    expect(owner.engine.pushedFrom()).toEqual({ memory: 5, log: 1 });
+    // As an operator sees it.
+    const metrics = new Metrics({ processFigures: false });
+    const unobserve = metrics.observeEngine(owner.engine);
+    closers.push(async () => unobserve());
+    const { body } = await metrics.scrape();
+    expect(body).toContain('smartfeeds_pushed_changes_total{from="memory"} 5');
+    expect(body).toContain('smartfeeds_pushed_changes_total{from="log"} 1');
+    // A node event logged elsewhere: the owner's next round sees the node's log head moved, and
+    // its changes are read from the log, the event with them in its place.
+    await other.service.configure(OPERATOR, 'n', { title: 't' });
+    for (let i = 6; i <= 8; i++) await publish(i);
+    const told = () =>
+      owner.told.map((t) => ('type' in t ? t.type : t.item.id)).filter((t) => t !== 'node-subscriptions');
+    const expected = ['i0', 'i1', 'i2', 'i3', 'i4', 'i5', 'node-configured', 'i6', 'i7', 'i8'];
+    await until(() => told().length >= expected.length);
+    expect(told()).toEqual(expected);
+    expect(reads.length).toBeGreaterThan(0);
+    expect(other.told).toEqual([]);
+    // Rounds after that go from memory again, and what is recorded is where the log ends.
+    const before = owner.engine.pushedFrom()?.memory ?? 0;
+    await publish(9);
+    await until(() => owner.pushed.length === 10);
+    expect(owner.engine.pushedFrom()?.memory).toBe(before + 1);
+    for (let b = 0; b < BUCKETS; b++) {
+      await until(async () => {
+        const [heads, pushed] = await Promise.all([
+          bucketHeads(owner.handle, b),
+          bucketPushed(owner.handle, b),
+        ]);
+        return JSON.stringify([...pushed]) === JSON.stringify([...heads]);
+      });
+    }
   });
 
   it('a push that failed is made again at the next renewal, not left for the periodic read', async () => {

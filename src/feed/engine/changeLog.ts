@@ -71,6 +71,9 @@ const readPosition = (buf: Buffer): Position => ({
   ev: buf.length >= 12 ? buf.readUInt32BE(8) : 0,
 });
 
+/** The position a head or pushed value holds (none: the start). */
+export const positionOf = (buf: Buffer | undefined): Position => (buf ? readPosition(buf) : START);
+
 /** Where the next node event goes: after the node's last item change `seq` and what was logged since. */
 export function nextEventPosition(seq: number, head: Buffer | undefined): Position {
   const last = head ? readPosition(head) : START;
@@ -112,8 +115,8 @@ export interface Logged {
 }
 
 /** The operations that log a round's changes (in order) and move the node's head. */
-export function logOps(nid: number, logged: readonly Logged[]): Op[] {
-  const ops: Op[] = logged.map(({ seq, change }) => ({
+export function logOps(nid: number, logged: readonly Logged[]): (Op & { type: 'put' })[] {
+  const ops: (Op & { type: 'put' })[] = logged.map(({ seq, change }) => ({
     type: 'put',
     key: logKey(nid, seq),
     value: Buffer.from(JSON.stringify(change)),
@@ -173,7 +176,7 @@ const entriesRange = (nid: number, after: Position, limit: number): BoundedRange
   limit,
 });
 
-function logEntry([key, value]: Entry): LogEntry {
+export function logEntry([key, value]: Entry): LogEntry {
   const at = { seq: readSeq(key, 5), ev: key.length >= 17 ? key.readUInt32BE(13) : 0 };
   const parsed = JSON.parse(value.toString('utf8'));
   return at.ev > 0 ? { at, key, event: parsed as NodeEvent } : { at, key, change: parsed as Change };
@@ -239,8 +242,13 @@ export function pushedOps(nid: number, before: Position, to: Position, events: r
   return ops;
 }
 
-/** The wake-up message a committed round sends: node NID is at SEQ. */
-export const changedMessage = (nid: number, seq: number): string => `c ${nid} ${seq}`;
+/**
+ * The wake-up message a committed round sends: node NID is at SEQ, or, with EV, at the node's
+ * log position SEQ EV (its head). Without EV (a message of an older version, or an import, which
+ * logs nothing) the position is not known, and a pusher reads the node's log.
+ */
+export const changedMessage = (nid: number, seq: number, ev?: number): string =>
+  ev === undefined ? `c ${nid} ${seq}` : `c ${nid} ${seq} ${ev}`;
 /** The wake-up message of a change to a node's subscriptions or policy (caches are dropped). */
 export const touchedMessage = (nid: number): string => `t ${nid}`;
 /** The wake-up message of a deleted node. */
@@ -249,16 +257,20 @@ export const deletedMessage = (nid: number): string => `d ${nid}`;
 export const hubsMessage = (nid: number): string => `h ${nid}`;
 
 export type WakeUp =
-  | { kind: 'changed'; nid: number; seq: number }
+  | { kind: 'changed'; nid: number; seq: number; ev?: number }
   | { kind: 'touched' | 'deleted' | 'hubs'; nid: number };
 
 export function parseWakeUp(message: string): WakeUp | undefined {
-  const [tag, nidText, seqText] = message.split(' ');
+  const [tag, nidText, seqText, evText] = message.split(' ');
   const nid = Number(nidText);
   if (!Number.isSafeInteger(nid)) return undefined;
   if (tag === 'c') {
     const seq = Number(seqText);
-    return Number.isSafeInteger(seq) ? { kind: 'changed', nid, seq } : undefined;
+    if (!Number.isSafeInteger(seq)) return undefined;
+    const ev = evText === undefined ? undefined : Number(evText);
+    return ev === undefined || !Number.isSafeInteger(ev) || ev < 0
+      ? { kind: 'changed', nid, seq }
+      : { kind: 'changed', nid, seq, ev };
   }
   if (tag === 't') return { kind: 'touched', nid };
   if (tag === 'd') return { kind: 'deleted', nid };

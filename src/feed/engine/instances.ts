@@ -10,8 +10,10 @@ import {
   eventLogOps,
   headKey,
   hubsMessage,
+  type LogEntry,
   type Logged,
   nextEventPosition,
+  type Position,
   parseWakeUp,
   readLog,
   touchedMessage,
@@ -50,6 +52,22 @@ export interface InstanceHost {
 }
 
 /**
+ * How a round's changes are pushed from memory by the instance that made it, when it pushes the
+ * node: the round's check also expects the node's log head to be where this instance last knew it
+ * (no other change or event was logged between) and `expect` (the WebSub subscription version its
+ * hubs last read), so that once it commits, its log entries are exactly what a read of the log
+ * after that head would give.
+ */
+export interface RoundPush {
+  /** Keys the round's check expects too, with their values (undefined: absent). */
+  expect: [Buffer, Buffer | undefined][];
+  /** The round committed: its entries follow the head `before`, with nothing between. */
+  committed(before: Position, entries: LogEntry[]): void;
+  /** The round is over, committed or not (called once, after `committed`). */
+  done(): void;
+}
+
+/**
  * The engine's link to the other instances sharing its store: the node lock every round takes,
  * the store's clock for stamps, and the wake-ups by which an instance learns that another wrote
  * (its loaded nodes catch up, so that long polls and cursors here see every write).
@@ -76,8 +94,16 @@ export class Instances {
   private readonly heard = new Map<number, number>();
   /** How loaded nodes caught up with what others wrote: from the log alone, or by reading their state again. */
   readonly caughtUp = { fromLog: 0, reread: 0, deferred: 0 };
-  /** Who else hears the wake-ups (the push leases). */
-  readonly wakeListeners = new Set<(nid: number, seq: number) => void>();
+  /**
+   * Who else hears the wake-ups (the push leases): the node's sequence number, and its log
+   * position when the wake-up names it.
+   */
+  readonly wakeListeners = new Set<(nid: number, seq: number, at?: Position) => void>();
+  /**
+   * Set by the push leases: for a round this instance is about to make on node `nid`, whether its
+   * changes can be pushed from memory once it commits (see RoundPush); undefined if not.
+   */
+  pushFromRound: (nid: number) => RoundPush | undefined = () => undefined;
   private unlisten: (() => Promise<void>) | undefined;
   private host: InstanceHost | undefined;
 
@@ -261,7 +287,7 @@ export class Instances {
     const [metaBuf, gone, head] = await tx.getMany([metaKey(nid), deletedKey(nid), headKey(nid)]);
     if (!metaBuf || gone) throw new NodeNotFound(name);
     const at = nextEventPosition(parse<NodeMeta>(metaBuf).seq, head);
-    return { ops: eventLogOps(nid, at, event), notify: [changedMessage(nid, at.seq)] };
+    return { ops: eventLogOps(nid, at, event), notify: [changedMessage(nid, at.seq, at.ev)] };
   }
 
   /**
@@ -301,7 +327,8 @@ export class Instances {
     }
     this.heard.set(w.nid, Math.max(this.heard.get(w.nid) ?? 0, w.seq));
     if (st && st.seq < w.seq) this.behindBy(st, w.seq);
-    for (const l of this.wakeListeners) l(w.nid, w.seq);
+    const at = w.ev === undefined ? undefined : { seq: w.seq, ev: w.ev };
+    for (const l of this.wakeListeners) l(w.nid, w.seq, at);
   }
 
   /**

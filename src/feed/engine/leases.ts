@@ -21,6 +21,14 @@ export interface PushLeaseOptions {
   address?: string;
 }
 
+/** A round this instance committed, whose entries follow the node's log head `before` (fromRound). */
+interface CommittedRound {
+  nid: number;
+  before: Position;
+  entries: LogEntry[];
+  read?: { value: Buffer | undefined };
+}
+
 /** Log entries handed on per step: each step waits for them to leave; its pass records the position. */
 const STEP = 64;
 
@@ -176,7 +184,19 @@ export class PushLeases {
   /** Buckets held, with when (local clock) their lease must have been renewed. */
   private readonly held = new Map<number, number>();
   private readonly pushed = new Map<number, Position>();
-  private readonly dirty = new Set<number>();
+  /** Per node woken, the position to push it to (undefined: not known, its log is read). */
+  private readonly dirty = new Map<number, Position | undefined>();
+  /** Rounds this instance committed, to push from memory (fromRound), in commit order. */
+  private rounds: CommittedRound[] = [];
+  /** Per node, the position the rounds waiting in `rounds` reach. */
+  private readonly ahead = new Map<number, Position>();
+  private roundsQueued = false;
+  /** Per node, its rounds on their way here that may be pushed from memory (roundStarts). */
+  private readonly inFlight = new Map<number, number>();
+  /** Per node, the furthest position its wake-ups named while such a round was on its way. */
+  private readonly parked = new Map<number, Position>();
+  /** Log entries handed on so far: from rounds committed here (memory), or read from the log. */
+  readonly handedOn = { memory: 0, log: 0 };
   private work: Promise<void> = Promise.resolve();
   private working = false;
   /** The renewals, every third of the lease time (RETAKE_MS while a bucket is still another's). */
@@ -243,16 +263,119 @@ export class PushLeases {
     return until !== undefined && until > Date.now();
   }
 
-  /** A node was written (a wake-up): its changes are pushed if its bucket is held here. */
-  woke(nid: number): void {
+  /**
+   * A node was written (a wake-up), up to log position `at` if the wake-up names it: its changes
+   * are pushed if its bucket is held here, unless they were, or a round committed here pushes them.
+   */
+  woke(nid: number, at?: Position): void {
     if (nid < 0) {
       // Wake-ups were lost: every held bucket is read again.
       this.queue(() => this.scan([...this.held.keys()]));
       return;
     }
     if (!this.held.has(bucketOf(nid))) return;
-    this.dirty.add(nid);
+    if (at !== undefined && !isAfter(at, this.ahead.get(nid) ?? this.pushed.get(nid) ?? START)) return;
+    if (at !== undefined && this.inFlight.has(nid)) {
+      // Likely the wake-up of that round, come before its answer: decided once it is answered.
+      const was = this.parked.get(nid);
+      this.parked.set(nid, was && isAfter(was, at) ? was : at);
+      return;
+    }
+    this.mark(nid, at);
     this.kick();
+  }
+
+  /** A round that may be pushed from memory (fromRound) is on its way to the store for node `nid`. */
+  roundStarts(nid: number): void {
+    this.inFlight.set(nid, (this.inFlight.get(nid) ?? 0) + 1);
+  }
+
+  /**
+   * That round is over, committed (fromRound was called) or not: the wake-ups that came
+   * meanwhile and that the rounds pushed from memory do not cover are pushed from the log.
+   */
+  roundEnds(nid: number): void {
+    const left = (this.inFlight.get(nid) ?? 1) - 1;
+    if (left > 0) {
+      this.inFlight.set(nid, left);
+      return;
+    }
+    this.inFlight.delete(nid);
+    const at = this.parked.get(nid);
+    this.parked.delete(nid);
+    if (at === undefined || !this.held.has(bucketOf(nid))) return;
+    if (!isAfter(at, this.ahead.get(nid) ?? this.pushed.get(nid) ?? START)) return;
+    this.mark(nid, at);
+    this.kick();
+  }
+
+  /** Node `nid` is to be pushed up to `at` (undefined: as far as its log goes). */
+  private mark(nid: number, at: Position | undefined): void {
+    const was = this.dirty.get(nid);
+    const unknown = at === undefined || (this.dirty.has(nid) && was === undefined);
+    this.dirty.set(nid, unknown ? undefined : was !== undefined && isAfter(was, at) ? was : at);
+  }
+
+  /**
+   * Whether a round this instance is about to make on node `nid` could be pushed from memory: its
+   * bucket is held here, and how far its changes were pushed is known.
+   */
+  pushesFromMemory(nid: number): boolean {
+    return this.valid(bucketOf(nid)) && (this.pushed.has(nid) || this.ahead.has(nid));
+  }
+
+  /**
+   * This instance committed a round on node `nid` whose check held the node's log head at
+   * `before`: its entries are pushed from memory, without reading them back, when the node's
+   * changes were pushed up to `before`. Otherwise (an earlier change is still to be read, or the
+   * bucket moved meanwhile) the node's log is read, as after a wake-up. Its own wake-up, which
+   * comes too, is then passed over.
+   */
+  fromRound(nid: number, before: Position, entries: LogEntry[], read?: { value: Buffer | undefined }): void {
+    const last = entries[entries.length - 1];
+    if (!last || !this.held.has(bucketOf(nid)) || this.stopped) return;
+    this.rounds.push({ nid, before, entries, ...(read ? { read } : {}) });
+    this.ahead.set(nid, last.at);
+    if (this.roundsQueued) return;
+    this.roundsQueued = true;
+    this.queue(() => this.pushRounds());
+  }
+
+  /**
+   * Pushes the rounds committed here since the last such step, node by node in commit order, and
+   * records the positions they reached in one write once they have arrived, as a pass does.
+   */
+  private async pushRounds(): Promise<void> {
+    this.roundsQueued = false;
+    const rounds = this.rounds;
+    this.rounds = [];
+    for (const { nid, entries } of rounds) {
+      const last = (entries[entries.length - 1] as LogEntry).at;
+      const ahead = this.ahead.get(nid);
+      if (ahead && !isAfter(ahead, last)) this.ahead.delete(nid);
+    }
+    const reached = new Map<number, { from: Position; to: Position }>();
+    try {
+      for (const { nid, before, entries, read } of rounds) {
+        if (this.stopped) break;
+        const last = (entries[entries.length - 1] as LogEntry).at;
+        const now = reached.get(nid)?.to ?? this.pushed.get(nid);
+        if (!this.valid(bucketOf(nid)) || now === undefined || isAfter(now, before) || isAfter(before, now)) {
+          // Not where this round begins: what is still to push is read from the log.
+          if (isAfter(last, now ?? START) && this.held.has(bucketOf(nid))) this.mark(nid, undefined);
+          continue;
+        }
+        await this.handing.deliver(entries, nid, read);
+        this.handedOn.memory += entries.length;
+        reached.set(nid, { from: reached.get(nid)?.from ?? before, to: last });
+      }
+    } finally {
+      if (reached.size > 0) {
+        for (const [nid, { to }] of reached) this.pushed.set(nid, to);
+        this.recordLater([...reached].flatMap(([nid, { from, to }]) => pushedOps(nid, from, to)));
+      }
+      this.kick();
+    }
   }
 
   /** Stops pushing: hands the queued steps on, records the positions, gives the leases up. */
@@ -322,7 +445,7 @@ export class PushLeases {
       const known = this.pushed.get(nid);
       if (!known || isAfter(at, known)) this.pushed.set(nid, at);
     }
-    for (const [nid, head] of heads) if (isAfter(head, this.pushed.get(nid) ?? START)) this.dirty.add(nid);
+    for (const [nid, head] of heads) if (isAfter(head, this.pushed.get(nid) ?? START)) this.mark(nid, head);
     this.kick();
   }
 
@@ -331,6 +454,7 @@ export class PushLeases {
     const gone = new Set(buckets);
     for (const b of gone) this.held.delete(b);
     for (const nid of [...this.pushed.keys()]) if (gone.has(bucketOf(nid))) this.pushed.delete(nid);
+    for (const nid of [...this.ahead.keys()]) if (gone.has(bucketOf(nid))) this.ahead.delete(nid);
     // The next holder starts from the positions recorded: those of the last passes first.
     await this.recorded();
     await this.store.releaseLeases(buckets.map(bucketLease), this.options.holder);
@@ -356,9 +480,15 @@ export class PushLeases {
    * read and a write each would cost PostgreSQL a statement each. A pass that fails still
    * records what it handed on.
    */
-  private async pass(nodes: readonly number[]): Promise<void> {
-    const mine = nodes.filter((nid) => this.valid(bucketOf(nid)));
-    for (const nid of nodes) this.dirty.delete(nid);
+  private async pass(woken: readonly [nid: number, to: Position | undefined][]): Promise<void> {
+    // Those pushed already (from memory, after their wake-up came) need no read.
+    const mine = woken
+      .filter(
+        ([nid, to]) =>
+          this.valid(bucketOf(nid)) && (to === undefined || isAfter(to, this.pushed.get(nid) ?? START)),
+      )
+      .map(([nid]) => nid);
+    for (const [nid] of woken) this.dirty.delete(nid);
     if (mine.length === 0) return;
     const asked = mine.map((nid) => ({ nid, after: this.pushed.get(nid) ?? START }));
     const keys: Buffer[] = [];
@@ -377,10 +507,11 @@ export class PushLeases {
         if (!last || !this.valid(bucketOf(nid))) continue;
         const at = keyAt[i];
         await this.handing.deliver(logged, nid, at === undefined ? undefined : { value: values[at] });
+        this.handedOn.log += logged.length;
         const events = logged.filter((l) => l.event !== undefined).map((l) => l.key);
         record.push(...pushedOps(nid, after, last.at, events));
         reached.set(nid, last.at);
-        if (logged.length === STEP) this.dirty.add(nid);
+        if (logged.length === STEP) this.mark(nid, undefined);
       }
     } finally {
       if (record.length > 0) {

@@ -234,7 +234,7 @@ export class NodeRegistry {
             const at = nextEventPosition(parse<NodeMeta>(meta).seq, head);
             return {
               ops: [...ops, ...eventLogOps(st.nid, at, event)],
-              notify: [deletedMessage(st.nid), changedMessage(st.nid, at.seq)],
+              notify: [deletedMessage(st.nid), changedMessage(st.nid, at.seq, at.ev)],
               result: undefined,
             };
           });

@@ -4,7 +4,7 @@ import { type HubStore, hubVersionOf } from '../hubStore.ts';
 import { hubVersionKey } from '../keys.ts';
 import type { LogEntry } from './changeLog.ts';
 import { Handoff, type PeerLink } from './handoff.ts';
-import type { Instances } from './instances.ts';
+import type { Instances, RoundPush } from './instances.ts';
 import { BucketOwners, liveMembers, type PushLeaseOptions, PushLeases } from './leases.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { type ChangeListener, listen } from './state.ts';
@@ -80,7 +80,8 @@ export class Pushing {
       (nid) => (this.hubStore() ? hubVersionKey(nid) : undefined),
     );
     this.leases = leases;
-    this.instances.wakeListeners.add((nid) => leases.woke(nid));
+    this.instances.wakeListeners.add((nid, _seq, at) => leases.woke(nid, at));
+    this.instances.pushFromRound = (nid) => this.roundPush(leases, nid);
     // The nodes pushed here catch up with the others' writes at once (their pushes read their views).
     this.instances.eager = (nid) => leases.owns(nid);
     if (peers) this.handOff(peers, (nid) => leases.ownerAddress(nid));
@@ -111,10 +112,31 @@ export class Pushing {
     );
   }
 
+  /**
+   * How a round on node `nid` is pushed from memory, where this instance pushes the node (see
+   * RoundPush): where a hub reads WebSub subscriptions, the round's check also expects their
+   * version to be the one its hubs last read, so that none changed before the round unheard of.
+   */
+  private roundPush(leases: PushLeases, nid: number): RoundPush | undefined {
+    if (this.leases !== leases || !leases.pushesFromMemory(nid)) return undefined;
+    const hubs = this.hubStore() !== undefined;
+    const version = this.hubVersions.get(nid);
+    // Not read here yet: the node's pushes read it first.
+    if (hubs && version === undefined) return undefined;
+    const value = version ? Buffer.from(version, 'hex') : undefined;
+    leases.roundStarts(nid);
+    return {
+      expect: hubs ? [[hubVersionKey(nid), value]] : [],
+      committed: (before, entries) => leases.fromRound(nid, before, entries, hubs ? { value } : undefined),
+      done: () => leases.roundEnds(nid),
+    };
+  }
+
   /** Stops pushing (or routing) and forgets the leases (startPushing may start again). */
   async stop(): Promise<void> {
     const leases = this.leases;
     this.leases = undefined;
+    this.instances.pushFromRound = () => undefined;
     await this.stopHandoff();
     await leases?.stop();
     await this.stopRouting();
@@ -122,6 +144,7 @@ export class Pushing {
 
   /** Stops pushing as the engine closes, keeping this instance's name among the pushers. */
   async close(): Promise<void> {
+    this.instances.pushFromRound = () => undefined;
     await this.stopHandoff();
     await this.leases?.stop();
     await this.stopRouting();
@@ -146,6 +169,11 @@ export class Pushing {
   async pushers(): Promise<{ self: string | undefined; live: Set<string> }> {
     const self = this.leases?.holder;
     return { self, live: new Set(await liveMembers(this.instances.store)) };
+  }
+
+  /** The log entries this instance handed on, by where they came from; undefined when not pushing. */
+  handedOn(): { memory: number; log: number } | undefined {
+    return this.leases ? { ...this.leases.handedOn } : undefined;
   }
 
   /** The buckets of nodes this instance pushes; empty when not pushing. */
@@ -217,8 +245,10 @@ export class Pushing {
     const hubStore = this.hubStore();
     if (!hubStore || node === undefined) return;
     const version = read ? hubVersionOf(read.value) : await hubStore.version(nid);
-    if (version === (this.hubVersions.get(nid) ?? '')) return;
+    const known = this.hubVersions.get(nid) ?? '';
+    // Kept even when there is none (''): a round's check then expects none (roundPush).
     this.hubVersions.set(nid, version);
+    if (version === known) return;
     this.hubsTold = this.hubsTold
       .then(() => {
         for (const listener of this.hubListeners) listener(node);

@@ -3,10 +3,10 @@ import { deletedKey, indexKey, itemKey, metaKey } from '../keys.ts';
 import type { Change, ItemRecord } from '../model.ts';
 import { decodeRecord, encodeRecord } from '../record.ts';
 import type { Op, StoreReader } from '../store/store.ts';
-import { changedMessage, logOps } from './changeLog.ts';
+import { changedMessage, headKey, logEntry, logOps, positionOf, seqValue } from './changeLog.ts';
 import { cursorOf } from './cursors.ts';
 import { viewFields, writeViews } from './filters.ts';
-import type { Instances } from './instances.ts';
+import type { Instances, RoundPush } from './instances.ts';
 import type { NodeRegistry } from './nodes.ts';
 import {
   type EngineState,
@@ -270,7 +270,7 @@ export class WriteQueue {
         const meta = this.metaOp(st);
         counters = meta;
         const ops = [...computed.ops, meta, ...logOps(st.nid, logged)];
-        return { ops, notify: [changedMessage(st.nid, st.seq)], result: computed };
+        return { ops, notify: [changedMessage(st.nid, st.seq, 0)], result: computed };
       });
     } catch (e) {
       // What another instance committed was caught up with, whatever became of this round.
@@ -300,22 +300,41 @@ export class WriteQueue {
     batch: readonly QueuedWrite[],
     instances: Instances,
   ): Promise<readonly QueuedWrite[] | undefined> {
+    // Where this instance pushes the node, the round's check covers its log head too (RoundPush).
+    const push = instances.pushFromRound(st.nid);
+    try {
+      return await this.pumpConditionalWith(st, batch, instances, push);
+    } finally {
+      push?.done();
+    }
+  }
+
+  private async pumpConditionalWith(
+    st: NodeState,
+    batch: readonly QueuedWrite[],
+    instances: Instances,
+    push: RoundPush | undefined,
+  ): Promise<readonly QueuedWrite[] | undefined> {
     const ids = [...new Set(batch.filter((w) => !w.generated).map((w) => w.id))];
     let read = ids.length === 0 ? instances.unread(st) : undefined;
+    // The head this instance's last round on the node left, when the round goes without a read.
+    let head: Buffer | undefined = seqValue(st.seq);
     if (read === undefined) {
       try {
         read = await instances.store.readNow([
           metaKey(st.nid),
           deletedKey(st.nid),
           ...ids.map((id) => itemKey(st.nid, id)),
+          ...(push ? [headKey(st.nid)] : []),
         ]);
       } catch (e) {
         for (const w of batch) w.reject(storageError(e, 'read'));
         return undefined;
       }
       instances.sawClock(read.now);
+      if (push) head = read.values[read.values.length - 1];
     }
-    const [metaBuf, goneBuf, ...values] = read.values;
+    const [metaBuf, goneBuf, ...values] = read.values.slice(0, 2 + ids.length);
     if (!metaBuf || goneBuf || parse<NodeMeta>(metaBuf).seq !== st.seq) return batch;
     const before: NodeMeta = { total: st.total, stamp: st.stamp, seq: st.seq };
     const known = new Map<string, ItemRecord>();
@@ -327,7 +346,7 @@ export class WriteQueue {
     const kept = new Set([...round.written, ...round.unchanged].map((r) => r.w));
     const left = batch.filter((w) => kept.has(w));
     if (round.written.length > 0) {
-      const wrote = await this.writeConditional(st, round, metaBuf, instances);
+      const wrote = await this.writeConditional(st, round, metaBuf, instances, push && { push, head });
       if (wrote !== true) {
         for (const w of batch) st.pending.delete(w.id);
         instances.spoiled(st, before);
@@ -352,6 +371,8 @@ export class WriteQueue {
     round: Round,
     metaBuf: Buffer,
     instances: Instances,
+    /** Where its changes are pushed from memory, and the node's log head it expects. */
+    pushing?: { push: RoundPush; head: Buffer | undefined },
   ): Promise<boolean | Error> {
     const logged = round.written.map(({ change, rec }) => ({ seq: rec.ms, change }));
     const log = logOps(st.nid, logged);
@@ -365,12 +386,21 @@ export class WriteQueue {
         expect: [
           [meta, metaBuf],
           [deletedKey(st.nid), undefined],
+          ...(pushing ? [[headKey(st.nid), pushing.head] as const, ...pushing.push.expect] : []),
         ],
         ops: [...round.ops, counters, ...log],
-        notify: [changedMessage(st.nid, st.seq)],
+        notify: [changedMessage(st.nid, st.seq, 0)],
         proof: [proof.key, proof.value],
       });
-      if (wrote) instances.wrote(st, counters.value);
+      if (wrote) {
+        instances.wrote(st, counters.value);
+        // The entries as a read of the log would give them (the last operation moves the head).
+        if (pushing)
+          pushing.push.committed(
+            positionOf(pushing.head),
+            log.slice(0, -1).map((op) => logEntry([op.key, op.value])),
+          );
+      }
       return wrote;
     } catch (e) {
       return storageError(e, 'write');
