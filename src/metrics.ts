@@ -13,6 +13,7 @@ export type FetchOutcome = 'ok' | 'not_modified' | 'error';
 export interface ObservedComponent {
   xmpp: { status: string; on(event: 'online', listener: () => void): unknown };
   notifier: { readonly stats: { sent: number; dropped: number }; readonly queued: number };
+  receipts: { readonly stats: { pings: number; answered: number; givenUp: number } };
 }
 
 /** What the metrics read from the HTTP binding. */
@@ -42,6 +43,8 @@ export interface ObservedEngine {
   ): () => void;
   /** Among several instances, how the writes routed between them went (engine/handoff.ts). */
   handoffs(): { sent: number; taken: number; here: number; lost: number } | undefined;
+  /** Among several instances, the changes this one pushed, by where it took them (FeedEngine.pushedFrom). */
+  pushedFrom(): { memory: number; log: number } | undefined;
 }
 
 const PUBSUB = 'http://jabber.org/protocol/pubsub';
@@ -181,19 +184,40 @@ export class Metrics {
     this.fetches.inc({ outcome });
   }
 
-  /** Commit counts and latency from the engine's change stream; returns the remover. */
-  observeEngine(engine: ObservedEngine): () => void {
+  /** A counter read when scraped from counts kept elsewhere, one series per key (none while undefined). */
+  private countsByLabel(
+    name: string,
+    help: string,
+    label: string,
+    read: () => Record<string, number> | undefined,
+  ): void {
     new Counter({
-      name: 'smartfeeds_handoff_writes_total',
-      help: 'Publishes and retractions routed among several instances, by way',
-      labelNames: ['way'],
+      name,
+      help,
+      labelNames: [label],
       registers: [this.registry],
       collect() {
-        const counts = engine.handoffs();
+        const counts = read();
         this.reset();
-        if (counts) for (const [way, n] of Object.entries(counts)) this.inc({ way }, n);
+        if (counts) for (const [value, n] of Object.entries(counts)) this.inc({ [label]: value }, n);
       },
     });
+  }
+
+  /** Commit counts and latency from the engine's change stream; returns the remover. */
+  observeEngine(engine: ObservedEngine): () => void {
+    this.countsByLabel(
+      'smartfeeds_handoff_writes_total',
+      'Publishes and retractions routed among several instances, by way',
+      'way',
+      () => engine.handoffs(),
+    );
+    this.countsByLabel(
+      'smartfeeds_pushed_changes_total',
+      'Among several instances, changes and node events this instance pushed, by where it took them',
+      'from',
+      () => engine.pushedFrom(),
+    );
     return engine.onChange((change) => {
       if (!change.changed) return;
       this.commits.inc({ kind: change.kind });
@@ -242,6 +266,19 @@ export class Metrics {
       collect() {
         this.reset();
         this.inc(notifier.stats.dropped);
+      },
+    });
+    const { receipts } = component;
+    new Counter({
+      name: 'smartfeeds_xmpp_receipts_total',
+      help: 'Pings that prove the XMPP server has read the pushes (several instances): asked, answered here, given up on',
+      labelNames: ['outcome'] as const,
+      registers,
+      collect() {
+        this.reset();
+        this.inc({ outcome: 'asked' }, receipts.stats.pings);
+        this.inc({ outcome: 'answered' }, receipts.stats.answered);
+        this.inc({ outcome: 'given-up' }, receipts.stats.givenUp);
       },
     });
   }

@@ -8,9 +8,10 @@ import { nodeKey } from '../../src/feed/keys.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { openSharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
+import { sample } from '../support/metrics.ts';
 import { useServerAndData } from '../xmpp/serveProcess.ts';
 import { SERVER, sleep } from '../xmpp/stack.ts';
-import { entry, mirror as mirrorOf, post as postTo, ServeCluster, until } from './serveCluster.ts';
+import { entry, mirror as mirrorOf, post as postTo, ServeCluster, TOKEN, until } from './serveCluster.ts';
 
 /**
  * Three `smartfeeds serve` processes on one PostgreSQL database behind the XMPP server: on
@@ -191,5 +192,23 @@ describe(`three instances on one PostgreSQL database behind ${SERVER}`, () => {
     for (const a of acked) expect(items.has(a.id)).toBe(true);
     if (SERVER === 'ejabberd') expect(await pushingPid()).not.toBe(pusher);
     expect(await cluster.problems()).toEqual([]);
+    // The pushes were recorded once the XMPP server had answered a ping after them, none without.
+    const scraped = await Promise.all(
+      live
+        .filter((p) => p.xmpp)
+        .map(async (p) => {
+          const r = await fetch(`${p.origin}/metrics`, { headers: { authorization: `Bearer ${TOKEN}` } });
+          expect(r.status).toBe(200);
+          return r.text();
+        }),
+    );
+    const receipts = (outcome: string) =>
+      scraped.reduce(
+        (n, text) => n + sample(text, 'smartfeeds_xmpp_receipts_total', `outcome="${outcome}"`),
+        0,
+      );
+    expect(receipts('answered')).toBeGreaterThan(0);
+    expect(receipts('asked')).toBeGreaterThanOrEqual(receipts('answered'));
+    expect(receipts('given-up')).toBe(0);
   });
 });

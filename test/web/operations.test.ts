@@ -10,17 +10,12 @@ import { CONTENT_SECURITY_POLICY, webRoutes } from '../../src/http/web/routes.ts
 import { createLog } from '../../src/log.ts';
 import { Metrics } from '../../src/metrics.ts';
 import { entry, feedUrl, get, type HttpStack, startHttp, TOKENS } from '../http/support.ts';
+import { sample } from '../support/metrics.ts';
 
 let http: HttpStack;
 let metrics: Metrics;
 let xmppUp = true;
 let unobserve: () => void;
-
-/** The value of one sample of the exposition text, 0 when absent. */
-function sample(text: string, name: string, labels = ''): number {
-  const line = text.split('\n').find((l) => l.startsWith(`${name}${labels ? `{${labels}}` : ''} `));
-  return line ? Number(line.split(' ').at(-1)) : 0;
-}
 
 beforeAll(async () => {
   metrics = new Metrics();

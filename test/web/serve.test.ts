@@ -2,17 +2,13 @@
 // component and HTTP binding, against a real XMPP server.
 import { xml } from '@xmpp/client';
 import { describe, expect, it } from 'vitest';
+import { sample } from '../support/metrics.ts';
 import { type ServeProcess, spawnServe, untilLogged, useServerAndData } from '../xmpp/serveProcess.ts';
 import { pubsub, SERVER_TITLE, Stack } from '../xmpp/stack.ts';
 
 const env = useServerAndData('smartfeeds-web-serve-');
 const ADMIN_TOKEN = 'web-admin-token-1';
 const ALICE_TOKEN = 'web-alice-token-2';
-
-function sample(text: string, name: string, labels = ''): number {
-  const line = text.split('\n').find((l) => l.startsWith(`${name}${labels ? `{${labels}}` : ''} `));
-  return line ? Number(line.split(' ').at(-1)) : 0;
-}
 
 async function stop(serve: ServeProcess): Promise<void> {
   serve.child.kill('SIGTERM');
