@@ -26,7 +26,10 @@ export interface ReceiptWriter {
 const ID_PREFIX = 'sf.r.';
 
 interface Waiter {
-  /** The first ping written after the wait began: its answer, or any later one's, ends the wait. */
+  /**
+   * The first ping written after the wait began (perhaps not written yet): its answer, or any
+   * later one's, ends the wait.
+   */
   index: number;
   since: number;
   resolve: () => void;
@@ -83,12 +86,21 @@ export class Receipts {
    */
   received(): Promise<void> {
     if (this.closed) return Promise.resolve();
+    if (!this.written && this.answered >= this.next - 1) return Promise.resolve();
+    let index: number;
     if (!this.written) {
       // Nothing written since the latest ping: its answer is enough.
-      if (this.answered >= this.next - 1) return Promise.resolve();
-    } else if (!this.ping()) return Promise.resolve();
+      index = this.next - 1;
+    } else if (this.answered < this.next - 1 && Date.now() - this.lastSent < this.options.retryMs) {
+      // One ping at a time: the next goes once this one is answered, or overdue, and covers
+      // every wait begun meanwhile (a pass a ping would double the server's stanzas).
+      index = this.next;
+    } else {
+      if (!this.ping()) return Promise.resolve();
+      index = this.next - 1;
+    }
     return new Promise((resolve) => {
-      this.waiting.push({ index: this.next - 1, since: Date.now(), resolve });
+      this.waiting.push({ index, since: Date.now(), resolve });
       this.arm();
     });
   }
@@ -112,6 +124,8 @@ export class Receipts {
     this.stats.answered += 1;
     if (index > this.answered) this.answered = index;
     this.settle((w) => w.index <= this.answered);
+    // Waits begun while it was on its way need the next ping.
+    if (this.waiting.length > 0 && this.answered >= this.next - 1 && !this.ping()) this.settle(() => true);
     return true;
   }
 

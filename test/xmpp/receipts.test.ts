@@ -117,7 +117,7 @@ describe(`receipts from ${SERVER_TITLE}`, () => {
 
 describe('receipts refuse what they did not ask for', () => {
   /** A Receipts writing to a list, as a connection would, answering as `server` would. */
-  function written() {
+  function written(options = { retryMs: 5, giveUpMs: 200 }) {
     const out: string[] = [];
     const receipts = new Receipts(
       {
@@ -129,10 +129,7 @@ describe('receipts refuse what they did not ask for', () => {
       'feeds.example',
       'example',
       silent,
-      {
-        retryMs: 5,
-        giveUpMs: 200,
-      },
+      options,
     );
     const answer = (i: number, attrs: Record<string, string> = {}) => {
       const ping = parse(out.filter((x) => x.startsWith('<iq'))[i] as string);
@@ -174,6 +171,32 @@ describe('receipts refuse what they did not ask for', () => {
     expect(out[0]).toBe('<message/>');
     expect(out[1]).toContain("<ping xmlns='urn:xmpp:ping'/>");
     expect(receipts.stats.answered).toBe(1);
+    receipts.close();
+  });
+
+  it('one ping at a time: the waits begun while it is on its way share the next', async () => {
+    const { receipts, answer, out } = written({ retryMs: 60_000, giveUpMs: 120_000 });
+    const pings = () => out.filter((x) => x.startsWith('<iq')).length;
+    const ended: number[] = [];
+    receipts.write('<message id="a"/>');
+    const first = receipts.received().then(() => ended.push(1));
+    receipts.write('<message id="b"/>');
+    const second = receipts.received().then(() => ended.push(2));
+    receipts.write('<message id="c"/>');
+    const third = receipts.received().then(() => ended.push(3));
+    expect(pings()).toBe(1);
+    receipts.take(answer(0));
+    await first;
+    // The first ping's answer does not cover b and c: one more ping does, written after them.
+    expect(ended).toEqual([1]);
+    expect(pings()).toBe(2);
+    expect(out.indexOf(out.filter((x) => x.startsWith('<iq'))[1] as string)).toBeGreaterThan(
+      out.indexOf('<message id="c"/>'),
+    );
+    receipts.take(answer(1));
+    await Promise.all([second, third]);
+    expect(ended).toEqual([1, 2, 3]);
+    expect(pings()).toBe(2);
     receipts.close();
   });
 
