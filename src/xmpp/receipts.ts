@@ -11,11 +11,16 @@ export interface ReceiptOptions {
    * domain to any of its connections.
    */
   retryMs: number;
+  /**
+   * The least time between two pings (ms) while pushes keep coming: the waits begun meanwhile
+   * share the next. A ping a pass would double the stanzas the server routes for pushes.
+   */
+  intervalMs: number;
   /** A wait unanswered for this long (ms) ends anyway, and says so in the log. */
   giveUpMs: number;
 }
 
-export const DEFAULT_RECEIPTS: ReceiptOptions = { retryMs: 25, giveUpMs: 10_000 };
+export const DEFAULT_RECEIPTS: ReceiptOptions = { retryMs: 25, intervalMs: 10, giveUpMs: 10_000 };
 
 /** What receipts write through: the component stream, in order with the notifications. */
 export interface ReceiptWriter {
@@ -91,13 +96,12 @@ export class Receipts {
     if (!this.written) {
       // Nothing written since the latest ping: its answer is enough.
       index = this.next - 1;
-    } else if (this.answered < this.next - 1 && Date.now() - this.lastSent < this.options.retryMs) {
-      // One ping at a time: the next goes once this one is answered, or overdue, and covers
-      // every wait begun meanwhile (a pass a ping would double the server's stanzas).
-      index = this.next;
-    } else {
+    } else if (this.due()) {
       if (!this.ping()) return Promise.resolve();
       index = this.next - 1;
+    } else {
+      // The next ping, at the next tick: it covers every wait begun until then.
+      index = this.next;
     }
     return new Promise((resolve) => {
       this.waiting.push({ index, since: Date.now(), resolve });
@@ -124,8 +128,6 @@ export class Receipts {
     this.stats.answered += 1;
     if (index > this.answered) this.answered = index;
     this.settle((w) => w.index <= this.answered);
-    // Waits begun while it was on its way need the next ping.
-    if (this.waiting.length > 0 && this.answered >= this.next - 1 && !this.ping()) this.settle(() => true);
     return true;
   }
 
@@ -139,6 +141,16 @@ export class Receipts {
   close(): void {
     this.closed = true;
     this.settle(() => true);
+  }
+
+  /**
+   * Whether a ping may go now: one at a time (unless the last is overdue: its answer may have
+   * gone to another connection), and `intervalMs` apart.
+   */
+  private due(): boolean {
+    const since = Date.now() - this.lastSent;
+    if (since >= this.options.retryMs) return true;
+    return since >= this.options.intervalMs && this.answered >= this.next - 1;
   }
 
   /** Writes the next ping; false when the connection is down. */
@@ -170,13 +182,13 @@ export class Receipts {
     if (this.timer || this.waiting.length === 0) return;
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      this.overdue();
-    }, this.options.retryMs);
+      this.tick();
+    }, this.options.intervalMs);
     this.timer.unref();
   }
 
-  /** Waits unanswered for retryMs ask again; those past giveUpMs end. */
-  private overdue(): void {
+  /** While waits are on: a ping when one is wanted and due; waits past giveUpMs end. */
+  private tick(): void {
     const now = Date.now();
     const oldest = this.waiting[0];
     if (oldest && now - oldest.since >= this.options.giveUpMs) {
@@ -188,8 +200,10 @@ export class Receipts {
       this.settle(() => true);
       return;
     }
-    // Written after the waits' pings: an answer to it proves those read too.
-    if (this.waiting.length > 0 && now - this.lastSent >= this.options.retryMs && !this.ping()) {
+    const last = this.waiting[this.waiting.length - 1];
+    // A wait for a ping not written yet, or one whose ping is overdue: written after them all.
+    const wanted = last !== undefined && (last.index >= this.next || this.answered < last.index);
+    if (wanted && this.due() && !this.ping()) {
       this.settle(() => true);
       return;
     }

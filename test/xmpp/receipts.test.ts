@@ -117,7 +117,7 @@ describe(`receipts from ${SERVER_TITLE}`, () => {
 
 describe('receipts refuse what they did not ask for', () => {
   /** A Receipts writing to a list, as a connection would, answering as `server` would. */
-  function written(options = { retryMs: 5, giveUpMs: 200 }) {
+  function written(options = { retryMs: 5, intervalMs: 1, giveUpMs: 200 }) {
     const out: string[] = [];
     const receipts = new Receipts(
       {
@@ -175,7 +175,7 @@ describe('receipts refuse what they did not ask for', () => {
   });
 
   it('one ping at a time: the waits begun while it is on its way share the next', async () => {
-    const { receipts, answer, out } = written({ retryMs: 60_000, giveUpMs: 120_000 });
+    const { receipts, answer, out } = written({ retryMs: 60_000, intervalMs: 5, giveUpMs: 120_000 });
     const pings = () => out.filter((x) => x.startsWith('<iq')).length;
     const ended: number[] = [];
     receipts.write('<message id="a"/>');
@@ -187,7 +187,10 @@ describe('receipts refuse what they did not ask for', () => {
     expect(pings()).toBe(1);
     receipts.take(answer(0));
     await first;
-    // The first ping's answer does not cover b and c: one more ping does, written after them.
+    // The first ping's answer does not cover b and c: one more ping does, written after them at
+    // the next tick.
+    expect(ended).toEqual([1]);
+    await sleep(30);
     expect(ended).toEqual([1]);
     expect(pings()).toBe(2);
     expect(out.indexOf(out.filter((x) => x.startsWith('<iq'))[1] as string)).toBeGreaterThan(
