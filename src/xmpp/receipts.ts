@@ -120,7 +120,9 @@ export class Receipts {
     if (!id.startsWith(ID_PREFIX)) return false;
     const [token, serial, ...more] = id.slice(ID_PREFIX.length).split('.');
     const index = serial !== undefined && /^[0-9a-z]{1,10}$/.test(serial) ? Number.parseInt(serial, 36) : -1;
-    if (token !== this.token || more.length > 0 || attrs.from !== this.to || index < 0) {
+    // Domains compare without case: the server may answer as `example.org` to a ping to `Example.org`.
+    const from = typeof attrs.from === 'string' ? attrs.from.toLowerCase() : '';
+    if (token !== this.token || more.length > 0 || from !== this.to.toLowerCase() || index < 0) {
       this.stats.others += 1;
       return true;
     }
