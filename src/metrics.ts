@@ -268,19 +268,13 @@ export class Metrics {
         this.inc(notifier.stats.dropped);
       },
     });
-    const { receipts } = component;
-    new Counter({
-      name: 'smartfeeds_xmpp_receipts_total',
-      help: 'Pings that prove the XMPP server has read the pushes (several instances): asked, answered here, given up on',
-      labelNames: ['outcome'] as const,
-      registers,
-      collect() {
-        this.reset();
-        this.inc({ outcome: 'asked' }, receipts.stats.pings);
-        this.inc({ outcome: 'answered' }, receipts.stats.answered);
-        this.inc({ outcome: 'given-up' }, receipts.stats.givenUp);
-      },
-    });
+    const { stats } = component.receipts;
+    this.countsByLabel(
+      'smartfeeds_xmpp_receipts_total',
+      'Pings that prove the XMPP server has read the pushes (several instances): asked, answered here, given up on',
+      'outcome',
+      () => ({ asked: stats.pings, answered: stats.answered, 'given-up': stats.givenUp }),
+    );
   }
 
   /** Long polls held, WebSub deliveries and FASP announcements waiting, read when scraped. */

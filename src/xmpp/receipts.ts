@@ -67,6 +67,8 @@ export class Receipts {
   private closed = false;
   /** Receipts waited for, answered, asked again, and given up on (metrics, tests). */
   readonly stats = { pings: 0, answered: 0, others: 0, givenUp: 0 };
+  /** `to` as answers are compared with it: the server may spell its domain in another case. */
+  private readonly answerer: string;
 
   constructor(
     private readonly writer: ReceiptWriter,
@@ -76,7 +78,9 @@ export class Receipts {
     private readonly to: string,
     private readonly log: Log,
     private readonly options: ReceiptOptions = DEFAULT_RECEIPTS,
-  ) {}
+  ) {
+    this.answerer = to.toLowerCase();
+  }
 
   /** Writes a stanza to the stream (the notifications): a receipt asked for later covers it. */
   write(xml: string): boolean {
@@ -120,9 +124,8 @@ export class Receipts {
     if (!id.startsWith(ID_PREFIX)) return false;
     const [token, serial, ...more] = id.slice(ID_PREFIX.length).split('.');
     const index = serial !== undefined && /^[0-9a-z]{1,10}$/.test(serial) ? Number.parseInt(serial, 36) : -1;
-    // Domains compare without case: the server may answer as `example.org` to a ping to `Example.org`.
     const from = typeof attrs.from === 'string' ? attrs.from.toLowerCase() : '';
-    if (token !== this.token || more.length > 0 || from !== this.to.toLowerCase() || index < 0) {
+    if (token !== this.token || more.length > 0 || from !== this.answerer || index < 0) {
       this.stats.others += 1;
       return true;
     }

@@ -91,12 +91,8 @@ export class PubsubComponent {
     this.receipts = new Receipts(writer, domain, server, log, options.receipts ?? DEFAULT_RECEIPTS);
     // What was written and not yet read went with the connection; no answer will come.
     this.xmpp.on('disconnect', () => this.receipts.lost());
-    const outlet: Outlet = {
-      from: domain,
-      write: (xml) => this.receipts.write(xml),
-      drained: () => writer.drained(),
-      buffered: () => writer.buffered(),
-    };
+    // Notifications go through the receipts, which then know a ping must follow them.
+    const outlet: Outlet = { from: domain, ...writer, write: (xml) => this.receipts.write(xml) };
     this.notifier = new Notifier(audience, outlet, log);
     this.binding = { feeds, domain: options.domain, notifier: this.notifier, log };
     // The service's events, in the order it emits them (commit order for item changes and purges).
