@@ -14,15 +14,18 @@ import type { Handed, HandedReply } from '../src/feed/engine/handoff.ts';
 import { TcpPeerLink } from '../src/feed/engine/peerTcp.ts';
 import { FeedEngine } from '../src/feed/engine.ts';
 import type { Change } from '../src/feed/model.ts';
+import { printUsage } from './usage.ts';
 
 const { values } = parseArgs({
   options: {
+    help: { type: 'boolean', short: 'h' },
     requests: { type: 'string', default: '20000' },
     window: { type: 'string', default: '64' },
     warmup: { type: 'string', default: '5000' },
     holder: { type: 'boolean', default: false },
   },
 });
+if (values.help) printUsage(import.meta.url);
 
 const entry = (i: number) =>
   `<entry xmlns="http://www.w3.org/2005/Atom"><title>item ${i}</title><content>${'x'.repeat(512)}</content></entry>`;

@@ -25,12 +25,14 @@ import { freePort } from '../prosody-dev/process.ts';
 import { startServer, type XmppServer } from '../prosody-dev/servers.ts';
 import { cpuSeconds } from './cpu.ts';
 import { commits, freshDatabase, median, settled, topStatements } from './pgStats.ts';
+import { printUsage } from './usage.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const BIN = join(ROOT, 'bin', 'smartfeeds.mjs');
 const TOKEN = 'bench-token';
 const { values } = parseArgs({
   options: {
+    help: { type: 'boolean', short: 'h' },
     items: { type: 'string', default: '4000' },
     warmup: { type: 'string', default: '4000' },
     nodes: { type: 'string', default: '8' },
@@ -40,6 +42,7 @@ const { values } = parseArgs({
     only: { type: 'string', default: 'handoff,local' },
   },
 });
+if (values.help) printUsage(import.meta.url);
 const ITEMS = Number(values.items);
 const WARMUP = Number(values.warmup);
 const NODES = Array.from({ length: Number(values.nodes) }, (_, n) => `tier${n}`);

@@ -35,6 +35,7 @@ import { freePort } from '../prosody-dev/process.ts';
 import { type ServerName, startServer, type XmppServer } from '../prosody-dev/servers.ts';
 import { cpuSeconds } from './cpu.ts';
 import { connectReader, loadAverage, type ReadRun, ratios, readTogether, summarize } from './peerReads.ts';
+import { printUsage } from './usage.ts';
 
 const PROJECT = fileURLToPath(new URL('..', import.meta.url));
 const SECRET = 'peer-secret';
@@ -44,6 +45,7 @@ const FEEDS_DOMAIN = 'feeds.localhost';
 
 const { values } = parseArgs({
   options: {
+    help: { type: 'boolean', short: 'h' },
     server: { type: 'string', default: 'ejabberd' },
     only: { type: 'string', default: 'own,null,smartfeeds' },
     items: { type: 'string', default: '1000' },
@@ -59,6 +61,7 @@ const { values } = parseArgs({
     trace: { type: 'string' },
   },
 });
+if (values.help) printUsage(import.meta.url);
 const server = values.server as ServerName;
 if (server !== 'ejabberd' && server !== 'prosody') throw new Error('--server is ejabberd or prosody');
 const only = new Set(values.only.split(','));

@@ -9,6 +9,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
+import { printUsage } from './usage.ts';
 
 interface ProfileNode {
   id: number;
@@ -25,12 +26,14 @@ interface Profile {
 
 const { values, positionals } = parseArgs({
   options: {
+    help: { type: 'boolean', short: 'h' },
     top: { type: 'string', default: '25' },
     from: { type: 'string' },
     to: { type: 'string' },
   },
   allowPositionals: true,
 });
+if (values.help) printUsage(import.meta.url);
 const file = positionals[0];
 if (!file) {
   console.error('usage: tsx bench/profileTop.ts FILE.cpuprofile [--top N]');

@@ -25,6 +25,7 @@ import { FeedEngine } from '../src/feed/engine.ts';
 import { FeedService } from '../src/feed/service/service.ts';
 import { createLog } from '../src/log.ts';
 import { PubsubComponent } from '../src/xmpp/service.ts';
+import { printUsage } from './usage.ts';
 
 const NS = {
   pubsub: 'http://jabber.org/protocol/pubsub',
@@ -42,6 +43,7 @@ const MB = 1024 * 1024;
 
 const { values } = parseArgs({
   options: {
+    help: { type: 'boolean', short: 'h' },
     minutes: { type: 'string', default: '10' },
     clients: { type: 'string', default: '20' },
     interval: { type: 'string', default: '60' },
@@ -49,6 +51,7 @@ const { values } = parseArgs({
     server: { type: 'string', default: 'prosody' },
   },
 });
+if (values.help) printUsage(import.meta.url);
 const minutes = Number(values.minutes);
 const clients = Math.floor(Number(values.clients));
 const intervalS = Number(values.interval);
