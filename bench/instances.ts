@@ -6,6 +6,9 @@
  * instance connected as it. Where the CPU goes is measured per process (smartfeeds instances,
  * PostgreSQL, ejabberd) from /proc, and PostgreSQL's statements by time from pg_stat_statements,
  * with those the round functions run inside them, and the pages (8 KiB blocks) each set read.
+ * Beside them, not in the sum: the load generator's CPU (this process: the publishers and
+ * subscribers) and how many of the machine's cores were busy in the window (/proc/stat), which
+ * says whether the machine had any left to give.
  *
  *   npx tsx bench/instances.ts [--items N] [--warmup N] [--workloads 8,1] [--pubs P] [--window W]
  *     [--subs K] [--only level1,pg1,pg2,pg3] [--rounds R] [--cpu-prof DIR]
@@ -22,6 +25,7 @@
  * users).
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -34,11 +38,13 @@ import { startServer, type XmppServer } from '../prosody-dev/servers.ts';
 import { saslLogin } from '../src/client/client.ts';
 import { cpuSeconds } from './cpu.ts';
 import { commits, freshDatabase, median, settled, topStatements } from './pgStats.ts';
+import { printUsage } from './usage.ts';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const BIN = join(ROOT, 'bin', 'smartfeeds.mjs');
 const { values } = parseArgs({
   options: {
+    help: { type: 'boolean', short: 'h' },
     items: { type: 'string', default: '3000' },
     warmup: { type: 'string', default: '0' },
     workloads: { type: 'string', default: '8,1' },
@@ -50,6 +56,7 @@ const { values } = parseArgs({
     'cpu-prof': { type: 'string' },
   },
 });
+if (values.help) printUsage(import.meta.url);
 const ITEMS = Number(values.items);
 const WARMUP = Number(values.warmup);
 const WORKLOADS = values.workloads.split(',').map(Number);
@@ -120,6 +127,10 @@ interface Result {
   /** Each instance's CPU seconds, in start order. */
   perInstance: number[];
   wallS: number;
+  /** The load generator's CPU seconds (this process: the publishers and subscribers). */
+  client: number;
+  /** The share of the machine's cores busy in the window, whatever ran (/proc/stat). */
+  machineBusy: number;
 }
 
 /** Serve processes still running: stopped if the run fails, so that none outlives the bench. */
@@ -234,11 +245,15 @@ async function run(
     ejabberd: cpuSeconds(xmpp.pid),
   };
   const commitsBefore = await commits(url);
+  const clientBefore = process.cpuUsage();
+  const machineBefore = machineTicks();
   const started = Date.now();
   await publishAll(0, ITEMS);
   const published = Date.now();
   await hearAll(heardBefore + ITEMS * SUBS);
   const done = Date.now();
+  const clientUsed = process.cpuUsage(clientBefore);
+  const machineAfter = machineTicks();
   const result: Result = {
     setup,
     nodes: nodeCount,
@@ -252,6 +267,9 @@ async function run(
       ejabberd: cpuSeconds(xmpp.pid) - cpuBefore.ejabberd,
     },
     wallS: (done - started) / 1000,
+    client: (clientUsed.user + clientUsed.system) / 1e6,
+    machineBusy:
+      (machineAfter.busy - machineBefore.busy) / Math.max(1, machineAfter.total - machineBefore.total),
   };
   // Read after the CPU figures: the statistics query costs PostgreSQL a little.
   if (url) result.commitsPerPublish = ((await commits(url)) - commitsBefore) / ITEMS;
@@ -264,6 +282,15 @@ async function run(
   return result;
 }
 
+/** The machine's CPU time so far, all cores, in clock ticks: busy (not idle nor waiting on I/O) and in all. */
+function machineTicks(): { busy: number; total: number } {
+  const ticks =
+    readFileSync('/proc/stat', 'utf8').split('\n')[0]?.trim().split(/\s+/).slice(1).map(Number) ?? [];
+  const total = ticks.reduce((t, x) => t + x, 0);
+  const idle = (ticks[3] ?? 0) + (ticks[4] ?? 0);
+  return { busy: total - idle, total };
+}
+
 const cpuPerPublishMs = (r: Result) => ((r.cpu.smartfeeds + r.cpu.postgres + r.cpu.ejabberd) * 1000) / ITEMS;
 
 /** Median figures of each workload and setup, and the goals' ratios. */
@@ -274,7 +301,7 @@ function report(results: Result[]): void {
       `\n${ITEMS} publishes of ~0.6 KiB to ${nodes} node(s) by ${PUBS} publishers (${WINDOW} in flight each), ${SUBS} subscribers to every node, through ejabberd; medians of ${ROUNDS} rounds`,
     );
     console.log(
-      'setup   publish/s  notif/s  CPU ms/publish (all)  smartfeeds  postgres  ejabberd  PG commits/publish',
+      'setup   publish/s  notif/s  CPU ms/publish (all)  smartfeeds  postgres  ejabberd  PG commits/publish  load generator  cores busy',
     );
     const med = new Map<string, { rate: number; cpu: number }>();
     for (const setup of setups) {
@@ -294,7 +321,9 @@ function report(results: Result[]): void {
           .toFixed(2)
           .padStart(9)} ${per((r) => r.commitsPerPublish)
           .toFixed(2)
-          .padStart(19)}`,
+          .padStart(19)} ${per((r) => (r.client * 1000) / ITEMS)
+          .toFixed(2)
+          .padStart(15)} ${(per((r) => r.machineBusy) * cpus().length).toFixed(2).padStart(11)}`,
       );
     }
     const ratio = (a: string, b: string, f: 'rate' | 'cpu') => {
