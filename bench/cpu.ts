@@ -18,3 +18,14 @@ export function cpuSeconds(pid: number | undefined): number {
   }
   return ticks / TICKS;
 }
+
+/**
+ * The machine's CPU time so far over all cores, in clock ticks: busy (neither idle nor waiting for
+ * I/O) and in all. The first eight fields of /proc/stat's cpu line: guest time is in user already.
+ */
+export function machineTicks(): { busy: number; total: number } {
+  const line = readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '';
+  const f = line.trim().split(/\s+/).slice(1, 9).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  return { busy: total - (f[3] ?? 0) - (f[4] ?? 0), total };
+}

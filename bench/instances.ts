@@ -25,7 +25,6 @@
  * users).
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -36,7 +35,7 @@ import { type Element, parse } from 'ltx';
 import { type RunningPostgres, startPostgres } from '../prosody-dev/postgres.ts';
 import { startServer, type XmppServer } from '../prosody-dev/servers.ts';
 import { saslLogin } from '../src/client/client.ts';
-import { cpuSeconds } from './cpu.ts';
+import { cpuSeconds, machineTicks } from './cpu.ts';
 import { commits, freshDatabase, median, settled, topStatements } from './pgStats.ts';
 import { printUsage } from './usage.ts';
 
@@ -280,15 +279,6 @@ async function run(
   );
   for (const c of children) running.delete(c);
   return result;
-}
-
-/** The machine's CPU time so far, all cores, in clock ticks: busy (not idle nor waiting on I/O) and in all. */
-function machineTicks(): { busy: number; total: number } {
-  const ticks =
-    readFileSync('/proc/stat', 'utf8').split('\n')[0]?.trim().split(/\s+/).slice(1).map(Number) ?? [];
-  const total = ticks.reduce((t, x) => t + x, 0);
-  const idle = (ticks[3] ?? 0) + (ticks[4] ?? 0);
-  return { busy: total - idle, total };
 }
 
 const cpuPerPublishMs = (r: Result) => ((r.cpu.smartfeeds + r.cpu.postgres + r.cpu.ejabberd) * 1000) / ITEMS;

@@ -34,6 +34,7 @@ import { FeedEngine } from '../src/feed/engine.ts';
 import { FeedService } from '../src/feed/service/service.ts';
 import { createLog } from '../src/log.ts';
 import { PubsubComponent } from '../src/xmpp/service.ts';
+import { machineTicks } from './cpu.ts';
 
 const NS = {
   pubsub: 'http://jabber.org/protocol/pubsub',
@@ -191,12 +192,9 @@ function procTicks(pid: number): number | undefined {
 }
 
 /** Busy ticks of the whole machine (all cores). */
-function machineTicks(): number | undefined {
+function busyTicks(): number | undefined {
   try {
-    const line = readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '';
-    const f = line.trim().split(/\s+/).slice(1).map(Number);
-    const total = f.slice(0, 8).reduce((a, b) => a + b, 0);
-    return total - (f[3] ?? 0) - (f[4] ?? 0);
+    return machineTicks().busy;
   } catch {
     return undefined;
   }
@@ -536,7 +534,7 @@ class Driver {
       component: procTicks(pids.component),
       prosody: procTicks(pids.prosody),
       clients: procTicks(process.pid),
-      machine: machineTicks(),
+      machine: busyTicks(),
     };
     this.send({ type: 'phase', key, state: 'start' });
     const abort: Abort = { aborted: false };
@@ -554,7 +552,7 @@ class Driver {
       component: procTicks(pids.component),
       prosody: procTicks(pids.prosody),
       clients: procTicks(process.pid),
-      machine: machineTicks(),
+      machine: busyTicks(),
     };
     const samplerCpuMs = await this.endPhase(key);
     const share = (a: number | undefined, b: number | undefined, minusMs = 0) =>
