@@ -64,9 +64,11 @@ export function failure(e: unknown, command: string): number {
   }
   if (e instanceof FeedRequestError) {
     // The service refused: naming a node or position that is not there is the command line's fault.
+    // item-not-found names either (an unknown node, or an id position): its text says which.
     const usage = e.condition === 'item-not-found' || e.condition === 'bad-request';
-    const what = e.condition === 'item-not-found' ? 'no such node' : 'the service refused the request';
-    process.stderr.write(`${prefix}: ${what}: ${e.message}\n`);
+    const what =
+      e.condition === 'item-not-found' && e.text ? e.text : `the service refused the request: ${e.message}`;
+    process.stderr.write(`${prefix}: ${what}\n`);
     return usage ? 2 : 1;
   }
   if (e instanceof FeedError) {

@@ -1,10 +1,11 @@
 import { type Cursor, parseCursor } from './cursor.ts';
-import { InvalidPosition } from './errors.ts';
+import { InvalidPosition, ItemNotFound } from './errors.ts';
 import { checkItemId } from './feedName.ts';
 
 export type PositionSpec =
   | { type: 'cursor'; cursor: Cursor }
-  | { type: 'id'; id: string }
+  /** `bare`: given without `id:`, so the text may have been meant as a cursor. */
+  | { type: 'id'; id: string; bare?: boolean }
   /** `floor` is the instant in whole ms; `fraction` says a sub-millisecond part was cut off. */
   | { type: 'time'; floor: number; fraction: boolean };
 
@@ -41,13 +42,31 @@ function parseTime(value: string): PositionSpec {
   return { type: 'time', floor, fraction };
 }
 
-function idSpec(id: string): PositionSpec {
+function idSpec(id: string, bare: boolean): PositionSpec {
   try {
     checkItemId(id);
   } catch (e) {
     throw new InvalidPosition((e as Error).message);
   }
-  return { type: 'id', id };
+  return bare ? { type: 'id', id, bare } : { type: 'id', id };
+}
+
+/** Starts as a cursor does (digits, then `_`), so it was likely meant as one. */
+const CURSOR_LIKE = /^\d+_/;
+
+/**
+ * The refusal of an id position that names no item `where` (`node "blog"`, `feed "blog?…"`). A
+ * bare value also says what else a position can be, and that it is not a cursor when it looks
+ * like a broken one (protocol.md section 3: such a value is read as an item id).
+ */
+export function unknownIdPosition(spec: { id: string; bare?: boolean }, where: string): ItemNotFound {
+  const text = `no item ${JSON.stringify(spec.id)} in ${where}`;
+  if (!spec.bare) return new ItemNotFound(text);
+  if (CURSOR_LIKE.test(spec.id))
+    return new ItemNotFound(
+      `${text}, and ${JSON.stringify(spec.id)} is not a cursor (T_O_C: three whole numbers, as in 1795303314453_0_3904355907)`,
+    );
+  return new ItemNotFound(`${text} (a position is an item id, a cursor T_O_C, or time:ISO-8601)`);
 }
 
 /**
@@ -67,11 +86,11 @@ export function parsePositionSpec(text: string): PositionSpec {
       return { type: 'cursor', cursor };
     }
     case 'id':
-      return idSpec(value);
+      return idSpec(value, false);
     case 'time':
       return parseTime(value);
     default:
-      return idSpec(text);
+      return idSpec(text, true);
   }
 }
 

@@ -479,12 +479,22 @@ describe(`mirror and tail commands on ${SERVER_TITLE}`, () => {
     expect(badLogin.err).toMatch(/login refused for bob@localhost/);
     const noNode = await command(['mirror', ...login(), '--node', 'no-such', '--out', join(dir, 'b')]);
     expect(noNode.code).toBe(2);
-    expect(noNode.err).toMatch(/no such node/);
+    expect(noNode.err).toBe('smartfeeds mirror: no node named "no-such"\n');
     const tailNoNode = await command(['tail', ...login(), '--node', 'no-such']);
     expect(tailNoNode.code).toBe(2);
-    expect(tailNoNode.err).toMatch(/no such node/);
-    const badSpec = await command(['tail', ...login(), '--node', 'x', '--since', 'nonsense']);
+    expect(tailNoNode.err).toBe('smartfeeds tail: no node named "no-such"\n');
+    // A position that names no item of a node that exists says so, and what a position may be.
+    await stack.engine.createNode('spec');
+    const badSpec = await command(['tail', ...login(), '--node', 'spec', '--since', 'nonsense']);
     expect(badSpec.code).toBe(2);
+    expect(badSpec.err).toBe(
+      'smartfeeds tail: no item "nonsense" in node "spec" (a position is an item id, a cursor T_O_C, or time:ISO-8601)\n',
+    );
+    const brokenCursor = await command(['tail', ...login(), '--node', 'spec', '--since', '123_x_9']);
+    expect(brokenCursor.code).toBe(2);
+    expect(brokenCursor.err).toMatch(
+      /^smartfeeds tail: no item "123_x_9" in node "spec", and "123_x_9" is not a cursor/,
+    );
     const created = await command([
       'mirror',
       ...login(),

@@ -698,7 +698,17 @@ describe('reads', () => {
     for (const spec of ['bogus:1', '1_2', '"\'><x/>']) {
       await rejects(read({ since: spec }), ItemNotFound);
       await rejects(read({ until: spec }), ItemNotFound);
-    }
+    } // The refusal names the node, and what a position may be; a broken cursor is told it is not one.
+    await expect(read({ since: 'nonsense' })).rejects.toThrow(
+      'no item "nonsense" in node "n" (a position is an item id, a cursor T_O_C, or time:ISO-8601)',
+    );
+    await expect(read({ since: '123_x_9' })).rejects.toThrow(
+      /^no item "123_x_9" in node "n", and "123_x_9" is not a cursor/,
+    );
+    await expect(read({ until: '1_2', max: 0 })).rejects.toThrow(/"1_2" is not a cursor/);
+    await expect(read({ since: 'nonsense' }, 'n?category=x')).rejects.toThrow(
+      'no item "nonsense" in feed "n?category=x" (a position is',
+    );
   });
 
   it('refuses unknown nodes and feed parameters', async () => {

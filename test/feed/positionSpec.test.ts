@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { InvalidPosition } from '../../src/feed/errors.ts';
-import { formatTime, parsePositionSpec } from '../../src/feed/positionSpec.ts';
+import { InvalidPosition, ItemNotFound } from '../../src/feed/errors.ts';
+import { formatTime, parsePositionSpec, unknownIdPosition } from '../../src/feed/positionSpec.ts';
 
 const MS = Date.UTC(2026, 10, 21, 10, 0, 0, 0);
 
@@ -56,7 +56,7 @@ describe('cursor specs', () => {
     '-1_0_0',
     '99999999999999999_0_0',
   ])('reads the bare %j, not a T_O_C cursor, as an item id', (text) =>
-    expect(parsePositionSpec(text)).toEqual({ type: 'id', id: text }));
+    expect(parsePositionSpec(text)).toEqual({ type: 'id', id: text, bare: true }));
 });
 
 describe('id specs', () => {
@@ -205,14 +205,14 @@ describe('bare item ids', () => {
     'urn:uuid:1234',
     `"'><x/>&amp;<!--`,
   ])('reads %j as an item id', (text) => {
-    expect(parsePositionSpec(text)).toEqual({ type: 'id', id: text });
+    expect(parsePositionSpec(text)).toEqual({ type: 'id', id: text, bare: true });
   });
 
   it('holds for any value that is neither a prefixed spec nor a T_O_C cursor', () => {
     fc.assert(
       fc.property(fc.string({ minLength: 1, maxLength: 40, unit: 'grapheme' }), (text) => {
         fc.pre(!/^(cursor|id|time):/.test(text) && !/^\d+_\d+_\d+$/.test(text));
-        expect(parsePositionSpec(text)).toEqual({ type: 'id', id: text });
+        expect(parsePositionSpec(text)).toEqual({ type: 'id', id: text, bare: true });
       }),
     );
   });
@@ -223,4 +223,34 @@ describe('bare item ids', () => {
     ['NUL', 'a\u0000b'],
     ['U+FFFF', 'a\uffff'],
   ])('rejects a bare id that is %s', (_, text) => expectInvalid(text));
+});
+
+describe('the refusal of an id that names no item', () => {
+  const refusal = (text: string) => {
+    const spec = parsePositionSpec(text);
+    if (spec.type !== 'id') throw new Error(`${text} is not an id position`);
+    const e = unknownIdPosition(spec, 'node "blog"');
+    expect(e).toBeInstanceOf(ItemNotFound);
+    expect(e.code).toBe('item-not-found');
+    return e.message;
+  };
+
+  it('says that a value shaped like a broken cursor is not a cursor', () => {
+    for (const text of ['123_x_9', '1_2', '99999999999999999_0_0', '1_0_4294967296', '17953_0_39_'])
+      expect(refusal(text)).toBe(
+        `no item ${JSON.stringify(text)} in node "blog", and ${JSON.stringify(text)} is not a cursor (T_O_C: three whole numbers, as in 1795303314453_0_3904355907)`,
+      );
+  });
+
+  it('says what a position can be for any other bare value', () => {
+    for (const text of ['nonsense', 'last', 'x_1_2', 'urn:uuid:1'])
+      expect(refusal(text)).toBe(
+        `no item ${JSON.stringify(text)} in node "blog" (a position is an item id, a cursor T_O_C, or time:ISO-8601)`,
+      );
+  });
+
+  it('says only that there is no such item for id:X, which cannot have been meant as a cursor', () => {
+    expect(refusal('id:123_x_9')).toBe('no item "123_x_9" in node "blog"');
+    expect(refusal('id:nonsense')).toBe('no item "nonsense" in node "blog"');
+  });
 });

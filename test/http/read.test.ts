@@ -217,7 +217,19 @@ describe('GET /feeds/{node}: parameters and errors', () => {
       ['rich', 'until=id:nobody', 404, /nobody/],
       ['rich', 'max=0&since=id:nobody', 404, /nobody/],
       // A bare value that is no T_O_C cursor is an item id (protocol.md 3).
-      ['rich', 'since=nope', 404, /nope/],
+      [
+        'rich',
+        'since=nope',
+        404,
+        /^no item "nope" in node "rich" \(a position is an item id, a cursor T_O_C/,
+      ],
+      // One that looks like a broken cursor is told it is not one.
+      [
+        'rich',
+        'since=123_x_9',
+        404,
+        /^no item "123_x_9" in node "rich", and "123_x_9" is not a cursor \(T_O_C/,
+      ],
     ];
     for (const [node, query, status, detail] of cases) {
       const res = await get(feedUrl(s.origin, node, query));
@@ -360,8 +372,11 @@ describe('single items', () => {
     const atom = await get(`${s.origin}/feeds/rich/items/gone`, { accept: 'application/atom+xml' });
     const doc = parse(atom.text);
     expect([doc.getName(), doc.getNS(), doc.getChildText('id', FO)]).toEqual(['deleted-entry', AT, 'gone']);
-    expect((await get(`${s.origin}/feeds/rich/items/nobody`)).status).toBe(404);
-    expect((await get(`${s.origin}/feeds/missing/items/r`)).status).toBe(404);
+    // The same problem type as a DELETE of an unknown item (test/http/write.test.ts).
+    const nobody = await get(`${s.origin}/feeds/rich/items/nobody`);
+    expect([nobody.status, (nobody.json as Problem).code]).toEqual([404, 'item-not-found']);
+    const missing = await get(`${s.origin}/feeds/missing/items/r`);
+    expect([missing.status, (missing.json as Problem).code]).toEqual([404, 'node-not-found']);
     expect((await get(`${s.origin}/feeds/rich/items/r?max=3`)).status).toBe(400);
     expect((await get(`${s.origin}/feeds/rich/items/r?timeout=3`)).status).toBe(400);
     const created = await get(`${s.origin}/feeds/rich/items/r?order=created`);

@@ -1,9 +1,8 @@
 import { type Cursor, formatCursor, GroupChecksum, groupChecksum } from '../cursor.ts';
-import { ItemNotFound } from '../errors.ts';
 import type { FeedName, Order } from '../feedName.ts';
 import { indexKey, itemKey, stampOfIndexKey } from '../keys.ts';
 import type { ItemRecord } from '../model.ts';
-import { type PositionSpec, parsePositionSpec } from '../positionSpec.ts';
+import { type PositionSpec, parsePositionSpec, unknownIdPosition } from '../positionSpec.ts';
 import { decodeRecord } from '../record.ts';
 import type {
   Range,
@@ -60,9 +59,14 @@ export async function resolveCursor(
   return entries[cursor.o]?.[0];
 }
 
-export async function idKey(snapshot: Snapshot, feed: FeedName, nid: number, id: string): Promise<Buffer> {
-  const rec = await recordIn(snapshot, nid, id);
-  if (!rec) throw new ItemNotFound(`no item ${JSON.stringify(id)} in node ${JSON.stringify(feed.node)}`);
+export async function idKey(
+  snapshot: Snapshot,
+  feed: FeedName,
+  nid: number,
+  spec: { id: string; bare?: boolean },
+): Promise<Buffer> {
+  const rec = await recordIn(snapshot, nid, spec.id);
+  if (!rec) throw unknownIdPosition(spec, `node ${JSON.stringify(feed.node)}`);
   const [stamp, seq] = recordStamp(rec, feed.order);
   return indexKey(nid, feed.order, stamp, seq);
 }
@@ -82,7 +86,7 @@ export async function upperBound(
         : { key: indexKey(nid, feed.order, spec.cursor.t + 1, 0), item: false };
     }
     case 'id':
-      return { key: await idKey(snapshot, feed, nid, spec.id), item: true };
+      return { key: await idKey(snapshot, feed, nid, spec), item: true };
     case 'time':
       return { key: indexKey(nid, feed.order, spec.floor + 1, 0), item: false };
   }

@@ -95,7 +95,7 @@ export class Reads {
       let scan: Scan;
       if (max === 0) {
         // Only the total; an unknown id is still an error.
-        if (since?.type === 'id') await idKey(snapshot, feed, nid, since.id);
+        if (since?.type === 'id') await idKey(snapshot, feed, nid, since);
         scan = emptyScan();
       } else scan = forward ? await scanForward(r) : await scanBackward(r);
       return await this.pageOf(r, scan);
@@ -255,7 +255,7 @@ async function scanForward(r: PageRead): Promise<Scan> {
   if (since?.type === 'time') start = indexKey(nid, feed.order, since.floor + (since.fraction ? 1 : 0), 0);
   else if (since?.type === 'cursor') start = indexKey(nid, feed.order, since.cursor.t, 0);
   else if (since?.type === 'id') {
-    after = await idKey(snapshot, feed, nid, since.id);
+    after = await idKey(snapshot, feed, nid, since);
     start = indexKey(nid, feed.order, stampOfIndexKey(after), 0);
   }
   const scan = emptyScan();

@@ -1,10 +1,10 @@
 import { tombstone } from '../atom.ts';
 import { formatCursor, GroupChecksum, groupChecksum } from '../cursor.ts';
-import { ItemNotFound, StorageError } from '../errors.ts';
+import { StorageError } from '../errors.ts';
 import { type FeedName, filterKey, type Order } from '../feedName.ts';
 import { itemKey, keyUnder, metaKey, positionOfKey, prefixEnd, viewCountKey } from '../keys.ts';
 import type { Item, ItemRecord, Limits, Page, ReadQuery } from '../model.ts';
-import type { PositionSpec } from '../positionSpec.ts';
+import { type PositionSpec, unknownIdPosition } from '../positionSpec.ts';
 import { decodeRecord } from '../record.ts';
 import type { Snapshot } from '../store/store.ts';
 import { componentsOf, hiddenIn, indexPrefix, membershipOf, type NodeViews, X_VIEW } from './filters.ts';
@@ -117,12 +117,11 @@ export class ViewReads {
   }
 
   /** The item's place in the view; ItemNotFound when the view does not hold it. */
-  private async positionOf(id: string): Promise<Pos> {
-    const buf = await this.snapshot.get(itemKey(this.nid, id));
+  private async positionOf(spec: { id: string; bare?: boolean }): Promise<Pos> {
+    const buf = await this.snapshot.get(itemKey(this.nid, spec.id));
     const rec = buf ? decodeRecord(buf) : undefined;
-    if (!rec || !this.holds(rec)) {
-      throw new ItemNotFound(`no item ${JSON.stringify(id)} in feed ${JSON.stringify(this.feed.requested)}`);
-    }
+    if (!rec || !this.holds(rec))
+      throw unknownIdPosition(spec, `feed ${JSON.stringify(this.feed.requested)}`);
     const [stamp, seq] = recordStamp(rec, this.feed.order);
     return { stamp, seq };
   }
@@ -144,7 +143,7 @@ export class ViewReads {
         return { pos: { stamp: t, seq: 0 }, inclusive: true, named: false };
       }
       case 'id':
-        return { pos: await this.positionOf(since.id), inclusive: false, named: true };
+        return { pos: await this.positionOf(since), inclusive: false, named: true };
       case 'time':
         return {
           pos: { stamp: since.floor + (since.fraction ? 1 : 0), seq: 0 },
@@ -164,7 +163,7 @@ export class ViewReads {
         return { stamp: t + 1, seq: 0 };
       }
       case 'id':
-        return this.positionOf(until.id);
+        return this.positionOf(until);
       case 'time':
         return { stamp: until.floor + 1, seq: 0 };
     }
@@ -180,7 +179,7 @@ export class ViewReads {
     let scan: Scan = { page: [], more: false, prior: undefined, named: false };
     if (max > 0)
       scan = forward ? await this.walkForward(since, max, high) : await this.walkBackward(high, max);
-    else if (since?.type === 'id') await this.positionOf(since.id);
+    else if (since?.type === 'id') await this.positionOf(since);
     let { page } = scan;
     const keys = [...page.map((e) => itemKey(this.nid, e.id)), ...this.counterKeys()];
     const bufs = await this.snapshot.getMany(keys);
