@@ -13,7 +13,7 @@ import { jidOf, user } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import { Credentials } from './credentials.ts';
-import { problemBody, problems, toProblem } from './errors.ts';
+import { HttpProblem, problemBody, problems, toProblem } from './errors.ts';
 import { EventStreams, STREAM_DEFAULTS, type StreamOptions } from './eventStreams.ts';
 import type { Exchange, Route } from './exchange.ts';
 import { type GripOptions, GripSig } from './grip.ts';
@@ -55,6 +55,8 @@ export interface HttpOptions {
 const ATOM = 'application/atom+xml';
 /** The hub's form bodies are small. */
 const MAX_FORM_BYTES = 64 * 1024;
+/** Fastify's error for a body over the route's limit. */
+const BODY_TOO_LARGE = 'FST_ERR_CTP_BODY_TOO_LARGE';
 /** A node name or item id is at most 1,024 characters, each up to 12 when percent-encoded. */
 const MAX_PARAM_CHARS = 12 * 1024 + 64;
 const HOST = /^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/;
@@ -191,7 +193,8 @@ export class HttpBinding {
         { parseAs: 'string', bodyLimit: MAX_FORM_BYTES },
         (_req, body, done) => done(null, body),
       );
-      for (const route of forms) context.route(this.fastifyRoute(route));
+      // The route's own limit too: it is the one a refusal names (request.routeOptions.bodyLimit).
+      for (const route of forms) context.route({ ...this.fastifyRoute(route), bodyLimit: MAX_FORM_BYTES });
     });
     const allowed = new Map<string, string[]>();
     for (const { method, url } of table) allowed.set(url, [...(allowed.get(url) ?? []), method]);
@@ -284,7 +287,8 @@ export class HttpBinding {
 
   /** The one place a failure becomes an answer: a problem document (RFC 9457). */
   private fail(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply {
-    const problem = toProblem(error);
+    const problem =
+      (error as { code?: unknown }).code === BODY_TOO_LARGE ? this.tooLarge(request) : toProblem(error);
     if (problem.status >= 500)
       this.log.error('http request failed', {
         method: request.method,
@@ -297,6 +301,19 @@ export class HttpBinding {
       .headers({ ...problem.headers, 'cache-control': 'no-store' })
       .type('application/problem+json; charset=utf-8')
       .send(problemBody(problem));
+  }
+
+  /** A body over the route's limit, refused before it is read whole: the limit, and the entry's. */
+  private tooLarge(request: FastifyRequest): HttpProblem {
+    const limit = request.routeOptions.bodyLimit;
+    const entry = this.feeds.limits.maxPayloadBytes;
+    const atom = /^application\/atom\+xml\b/i.test(request.headers['content-type'] ?? '');
+    return new HttpProblem(
+      413,
+      'payload-too-big',
+      `the request body is over the limit of ${limit} bytes` +
+        (atom ? `; an entry may be at most ${entry} bytes serialized (--max-payload-bytes)` : ''),
+    );
   }
 
   /** The origin a request addressed, for the links in its answer. */

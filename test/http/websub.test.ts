@@ -375,6 +375,12 @@ describe('subscription', () => {
     });
     expect(twice.status).toBe(400);
     expect((await hubPost(s, ok, 'application/json')).status).toBe(415);
+    // A form over its 64 KiB is refused unread, naming that limit.
+    const huge = await hubPost(s, { ...ok, pad: 'x'.repeat(70_000) });
+    expect(huge.status).toBe(413);
+    expect((JSON.parse(huge.text) as { detail: string }).detail).toBe(
+      'the request body is over the limit of 65536 bytes',
+    );
     const get = await fetch(`${s.origin}/hub`);
     expect(get.status).toBe(405);
     expect(get.headers.get('allow')).toBe('POST');

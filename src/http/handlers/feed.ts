@@ -1,3 +1,4 @@
+import { ItemNotFound } from '../../feed/errors.ts';
 import { canonicalFeedName, checkItemId } from '../../feed/feedName.ts';
 import { type Actor, describe } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
@@ -202,8 +203,9 @@ export function readItem(deps: Pick<FeedViewDeps, 'feeds'>): RouteHandler {
     await deps.feeds.settings(reader, query.feed.node);
     const representation = negotiate(x.request.headers.accept, false);
     const [item] = await deps.feeds.getItems(reader, query.feed, [id]);
+    // The service's own refusal, so that GET and DELETE name an unknown item alike.
     if (!item)
-      throw problems.notFound(`no item ${JSON.stringify(id)} in node ${JSON.stringify(query.feed.node)}`);
+      throw new ItemNotFound(`no item ${JSON.stringify(id)} in node ${JSON.stringify(query.feed.node)}`);
     const json = representation === 'json';
     return {
       status: 200,
