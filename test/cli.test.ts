@@ -286,6 +286,12 @@ describe('smartfeeds command', () => {
     const bad = await run(['import', '--data', copy, 'broken'], `${lines[0]}\n{"id": 3}\n`);
     expect(bad.code).toBe(1);
     expect(bad.stderr).toMatch(/line 2: "id" must be a string/);
+    // A failed import leaves no node behind, not even an empty one.
+    expect((await ok(['nodes', '--data', copy])).split('\n')).toEqual(['again', 'blog', '']);
+    const badItem = await run(['import', '--data', copy, 'broken'], `${lines[0]}\n${lines[0]}\n`);
+    expect(badItem.code).toBe(1);
+    expect(badItem.stderr).toMatch(/line 2: .*appears twice/);
+    expect((await ok(['nodes', '--data', copy])).split('\n')).toEqual(['again', 'blog', '']);
   });
 
   it('lists and creates nodes', async () => {

@@ -233,7 +233,8 @@ export const importCommand: Command = {
   details: `Reads the JSON lines \`smartfeeds export\` prints, from FILE or stdin, into NODE, which must be
 empty or missing (it is created), keeping stamps and sequence numbers: every cursor is the same
 as in the source. Prints {"imported": N}. A bad line stops the import with its line number
-(exit 1); the items before it may stay imported (they are written in chunks).
+(exit 1); a node the import created is removed again, and in a node that was there (empty) the
+items before it may stay imported (they are written in chunks).
 
   -f, --file FILE  read from FILE instead of stdin ("-" is stdin)
 ${COMMON_DETAILS}`,

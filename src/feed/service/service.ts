@@ -1,7 +1,7 @@
 import type { Affiliation, CreatePolicy } from '../access.ts';
 import type { BackupPair } from '../backup.ts';
 import type { FeedEngine } from '../engine.ts';
-import { AccessDenied } from '../errors.ts';
+import { AccessDenied, NodeExists } from '../errors.ts';
 import type { FeedEvent, FeedEventListener, NodeEvent } from '../events.ts';
 import type { FeedName } from '../feedName.ts';
 import type { Claim, KeyValueStore } from '../kv.ts';
@@ -317,7 +317,16 @@ export class FeedService {
     records: AsyncIterable<ExportRecord> | Iterable<ExportRecord>,
   ): Promise<number> {
     if (!this.rights.isAdmin(actor)) throw new AccessDenied('forbidden', 'only administrators import items');
-    return this.engine.importNode(node, records);
+    // A node the import makes is removed again when it fails: a failed import leaves nothing.
+    const made =
+      !(await this.engine.hasNode(node)) && (await this.engine.createNode(node).then(() => true, exists));
+    try {
+      return await this.engine.importNode(node, records);
+    } catch (e) {
+      // The import's own failure is the one to report, whatever becomes of the removal.
+      if (made) await nodes.deleteNode(this.ctx, actor, node).catch(() => undefined);
+      throw e;
+    }
   }
 
   // ---- online backup (administrators) -----------------------------------------------------
@@ -492,4 +501,10 @@ export class FeedService {
   jidOf(actor: Actor): string | undefined {
     return jidOf(actor);
   }
+}
+
+/** A creation that lost the race to another: false (the node is not this caller's); else it throws. */
+function exists(e: unknown): false {
+  if (e instanceof NodeExists) return false;
+  throw e;
 }
