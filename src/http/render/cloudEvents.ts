@@ -1,14 +1,14 @@
 import type { ReaderItem } from '../../feed/service/visible.ts';
 
 /**
- * The HTTP Feeds view (shared/seeds 001): a feed as a batch of CloudEvents 1.0. The `modified`
+ * The HTTP Feeds view (https://www.http-feeds.org/): a feed as a batch of CloudEvents 1.0. The `modified`
  * order is an aggregate feed (each item once, at its latest version), `?order=created` the event
  * feed; an event's id is its cursor, so `lastEventId` is a `since`.
  */
 
 export const BATCH_TYPE = 'application/cloudevents-batch+json';
 
-/** A CloudEvent as JSON (the structured format's attributes; `method` is the seed's extension). */
+/** A CloudEvent as JSON (the structured format's attributes; `method` is HTTP Feeds' extension). */
 export interface FeedEvent {
   specversion: '1.0';
   id: string;
