@@ -30,6 +30,8 @@ export interface Command {
   details: string;
   /** The command's own options; --data and --help are added to every command. */
   options: Options;
+  /** False for the commands that open no database (they speak to a server): no --data in their synopsis. */
+  database?: false;
   /** How many positionals it takes: [min, max]. */
   positionals: [number, number];
   run(ctx: Context): Promise<number>;

@@ -11,7 +11,8 @@ export function version(): string {
 }
 
 function synopsis(name: string, command: Command): string {
-  return `smartfeeds ${name}${command.synopsis ? ` ${command.synopsis}` : ''} [--data DIR]`;
+  const data = command.database === false ? '' : ' [--data DIR]';
+  return `smartfeeds ${name}${command.synopsis ? ` ${command.synopsis}` : ''}${data}`;
 }
 
 export function usage(): string {
@@ -40,8 +41,8 @@ Examples:
   smartfeeds publish blog --id hello --create < entry.xml
   smartfeeds items blog --since cursor:1795303314453_0_3904355907 --max 20
 
-Every command takes --data DIR (-d): the database directory (default: $SMARTFEEDS_DATA, else
-./data), and --help (-h). smartfeeds --version prints the version.
+Every command takes --help (-h), and those with a database --data DIR (-d): the database
+directory (default: $SMARTFEEDS_DATA, else ./data). smartfeeds --version prints the version.
 
 Exit codes: 0 done; 1 failed (database in use, storage error, input data rejected);
 2 bad command line (unknown command or option, bad position spec or max, unknown node or id);

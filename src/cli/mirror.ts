@@ -16,6 +16,9 @@ const CLIENT_OPTIONS: Options = {
   node: { type: 'string' },
 };
 
+/** The login and the node, as every synopsis of these commands starts. */
+const CLIENT_SYNOPSIS = '--jid USER@HOST --password PW [--server xmpp://HOST:PORT] --service JID --node NODE';
+
 const CLIENT_DETAILS = `  --jid USER@HOST       the account to log in with
   --password PASSWORD   its password (default: $SMARTFEEDS_PASSWORD)
   --server URI          the XMPP server (default: xmpp://HOST:5222, HOST from --jid)
@@ -75,26 +78,32 @@ async function follow(client: FeedClient, follower: FeedFollower, onProgress: ()
 }
 
 export const mirror: Command = {
-  summary: 'keep an exact copy of a remote node in a local directory, until stopped',
-  synopsis: '--jid USER@HOST --password PW --service JID --node NODE --out DIR [--idle SECONDS]',
+  summary: 'keep an exact copy of a remote node in a local directory, until stopped (or once)',
+  synopsis: `${CLIENT_SYNOPSIS} --out DIR [--once] [--idle SECONDS]`,
+  database: false,
   details: `Subscribes to the node's modified feed, pulls it since the copy's last cursor, applies
 every push that follows on from it and pulls again whenever one does not (or when no push came
 for --idle seconds). The items and the last cursor are written together, so a restarted mirror
 resumes where it stopped; a re-delivered version changes nothing. Prints a progress line when
 it catches up or falls behind (items applied, pulls, gaps, reconnects). Stops on SIGINT/SIGTERM.
-Read the copy with \`smartfeeds mirror-export --out DIR\`.
+With --once it pulls the copy up to date, prints one progress line and exits, without
+subscribing. Read the copy with \`smartfeeds mirror-export --out DIR\`, once the mirror has
+stopped. A copy that holds nothing yet is not tied to its node: a mistyped --node can be given
+again, right.
 
 ${CLIENT_DETAILS}
   --out DIR             the copy (a LevelDB directory; one node per directory)
+  --once                bring the copy up to date, then exit 0
   --idle SECONDS        pull when no push came for this long (default 60)
   -v, --verbose         also a line per change once it is stored: change ID SHA-1-OF-PAYLOAD
   -h, --help            this text
 
-Exit: 0 stopped by a signal; 1 login refused, server unreachable or the copy unusable; 2 bad
-command line or an unknown node.`,
+Exit: 0 stopped by a signal (or up to date, with --once); 1 login refused, server unreachable or
+the copy unusable; 2 bad command line or an unknown node.`,
   options: {
     ...CLIENT_OPTIONS,
     out: { type: 'string', short: 'o' },
+    once: { type: 'boolean' },
     idle: { type: 'string' },
     verbose: { type: 'boolean', short: 'v' },
   },
@@ -133,7 +142,7 @@ command line or an unknown node.`,
           void ctx.out.line(`change ${item.id} ${createHash('sha1').update(item.entry).digest('hex')}`);
         });
       }
-      return await follow(client, m.follower, () => {
+      const progress = () => {
         const s = m.follower.stats;
         if (s.caughtUp === lastState && Date.now() - lastLine < 5000) return;
         lastState = s.caughtUp;
@@ -142,7 +151,17 @@ command line or an unknown node.`,
         void ctx.out.line(
           `mirror: ${s.applied} ${s.applied === 1 ? 'change' : 'changes'} applied, ${state} (pulls ${s.pulls}, gaps ${s.gaps}, reconnects ${client.reconnects})`,
         );
-      });
+      };
+      if (ctx.values.once === true) {
+        try {
+          m.follower.on('progress', progress);
+          await m.follower.pullOnce();
+          return 0;
+        } finally {
+          await client.stop();
+        }
+      }
+      return await follow(client, m.follower, progress);
     } finally {
       await store.close();
     }
@@ -152,6 +171,7 @@ command line or an unknown node.`,
 export const mirrorExport: Command = {
   summary: "print a mirror's copy as JSON lines",
   synopsis: '--out DIR',
+  database: false,
   details: `Prints one JSON line per item of the copy, by id:
 {"id", "publisher", "deleted", "entry"}, then nothing else. Refused while the mirror runs.
 
@@ -194,7 +214,8 @@ function itemLine(item: {
 
 export const tail: Command = {
   summary: 'print a feed from a position, then every change as it arrives, as JSON lines',
-  synopsis: '--jid USER@HOST --password PW --service JID --node NODE[?order=...] [--since SPEC]',
+  synopsis: `${CLIENT_SYNOPSIS}[?order=...] [--since SPEC]`,
+  database: false,
   details: `Prints one JSON line per item: {"id", "publisher", "deleted", "entry", "cursor"} (cursor
 when known: pushed items and the last item of each pulled page). Without --since it starts at
 the feed's current end and prints only what comes next. It follows the feed like a mirror

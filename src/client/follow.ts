@@ -170,6 +170,15 @@ export class FeedFollower extends EventEmitter<FollowEvents> {
     this.emit('progress', this.stats);
   }
 
+  /**
+   * Pulls since L (or `since`) to the feed's current end, once, without subscribing: a copy
+   * brought up to date and left there. Rejects with the failure, retried or not.
+   */
+  async pullOnce(): Promise<void> {
+    await this.pullToEnd();
+    this.emit('progress', this.stats);
+  }
+
   /** Resolves once a pull has reached the end with nothing left to apply. */
   async caughtUp(): Promise<void> {
     while (!(this.stats.caughtUp && !this.running && this.queue.length === 0)) {

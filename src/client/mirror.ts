@@ -3,6 +3,7 @@
  * cursor L, written together in one batch so that a restart resumes exactly where it stopped.
  */
 import { ClassicLevel } from 'classic-level';
+import { z } from 'zod';
 import type { FeedClient } from './client.ts';
 import { FeedFollower, type FeedSink, type FollowOptions, type SinkItem } from './follow.ts';
 
@@ -14,11 +15,9 @@ export interface MirroredItem {
   deleted: boolean;
 }
 
-interface Meta {
-  service: string;
-  node: string;
-  cursor: string | undefined;
-}
+/** What a copy mirrors, and its last cursor L (none before the first change). */
+const META_SCHEMA = z.object({ service: z.string(), node: z.string(), cursor: z.string().optional() });
+type Meta = { service: string; node: string; cursor: string | undefined };
 
 const META = Buffer.from('m');
 const ITEM = 0x69; // 'i'
@@ -32,15 +31,21 @@ export class MirrorStore implements FeedSink {
 
   /**
    * Opens (creating if needed) the copy in `dir`. A directory that mirrors another node or
-   * service is refused: its items would mix with this one's.
+   * service is refused: its items would mix with this one's. A copy that holds nothing yet (its
+   * node did not exist, or was empty) is not tied to it: it takes the new source.
    */
   static async open(dir: string, source: { service: string; node: string }): Promise<MirrorStore> {
-    const { db, meta } = await MirrorStore.openDatabase(dir, true);
+    const opened = await MirrorStore.openDatabase(dir, true);
+    const { db } = opened;
+    let { meta } = opened;
     if (meta && (meta.service !== source.service || meta.node !== source.node)) {
-      await db.close();
-      throw new Error(
-        `${dir} mirrors ${meta.node} on ${meta.service}, not ${source.node} on ${source.service}`,
-      );
+      if (meta.cursor === undefined && !(await hasItems(db))) meta = undefined;
+      else {
+        await db.close();
+        throw new Error(
+          `${dir} mirrors ${meta.node} on ${meta.service}, not ${source.node} on ${source.service}: give another --out, or remove ${dir} to start over`,
+        );
+      }
     }
     const store = new MirrorStore(db);
     if (meta) {
@@ -85,7 +90,15 @@ export class MirrorStore implements FeedSink {
       throw new Error(`cannot open the mirror ${dir}: ${(e as Error).message}`);
     }
     const raw = await db.get(META);
-    return { db, meta: raw ? (JSON.parse(raw.toString('utf8')) as Meta) : undefined };
+    if (!raw) return { db, meta: undefined };
+    let meta: z.infer<typeof META_SCHEMA>;
+    try {
+      meta = META_SCHEMA.parse(JSON.parse(raw.toString('utf8')));
+    } catch {
+      await db.close();
+      throw new Error(`${dir} is not a mirror: what it mirrors cannot be read`);
+    }
+    return { db, meta: { service: meta.service, node: meta.node, cursor: meta.cursor } };
   }
 
   get source(): { service: string; node: string } {
@@ -146,6 +159,13 @@ export class MirrorStore implements FeedSink {
   async close(): Promise<void> {
     await this.db.close();
   }
+}
+
+/** Whether the copy in `db` holds any item. */
+async function hasItems(db: ClassicLevel<Buffer, Buffer>): Promise<boolean> {
+  for await (const _ of db.keys({ gte: Buffer.from([ITEM]), lt: Buffer.from([ITEM + 1]), limit: 1 }))
+    return true;
+  return false;
 }
 
 /** A mirror: a follower of a node's `modified` feed writing into a store. */

@@ -483,7 +483,20 @@ describe(`mirror and tail commands on ${SERVER_TITLE}`, () => {
     const tailNoNode = await command(['tail', ...login(), '--node', 'no-such']);
     expect(tailNoNode.code).toBe(2);
     expect(tailNoNode.err).toBe('smartfeeds tail: no node named "no-such"\n');
-    // A position that names no item of a node that exists says so, and what a position may be.
+    const created = await command([
+      'mirror',
+      ...login(),
+      '--node',
+      'x?order=created',
+      '--out',
+      join(dir, 'c'),
+    ]);
+    expect(created.code).toBe(2);
+    expect(created.err).toMatch(/modified order/);
+  });
+
+  it('tail says that a position names no item, and that a broken cursor is not a cursor', async () => {
+    // A node that exists: the refusal is about the position, and says what a position may be.
     await stack.engine.createNode('spec');
     const badSpec = await command(['tail', ...login(), '--node', 'spec', '--since', 'nonsense']);
     expect(badSpec.code).toBe(2);
@@ -495,16 +508,6 @@ describe(`mirror and tail commands on ${SERVER_TITLE}`, () => {
     expect(brokenCursor.err).toMatch(
       /^smartfeeds tail: no item "123_x_9" in node "spec", and "123_x_9" is not a cursor/,
     );
-    const created = await command([
-      'mirror',
-      ...login(),
-      '--node',
-      'x?order=created',
-      '--out',
-      join(dir, 'c'),
-    ]);
-    expect(created.code).toBe(2);
-    expect(created.err).toMatch(/modified order/);
   });
 
   it('tail prints the feed since a position, then each new change as it comes', async () => {
@@ -540,5 +543,43 @@ describe(`mirror and tail commands on ${SERVER_TITLE}`, () => {
     ]);
     expect(lines[2]?.cursor).toMatch(/^\d+_\d+_\d+$/);
     expect(lines[3]?.entry).toMatch(/^<deleted-entry /);
+  });
+
+  it('mirror --once brings the copy up to date and exits; a mistyped node leaves the copy free', async () => {
+    const dir = join(await tempDir(), 'copy');
+    await stack.engine.createNode('once');
+    for (let i = 0; i < 3; i++) await stack.engine.publish('once', { id: `o${i}`, entry: atom(`o${i}`, i) });
+    // The typo: no such node, exit 2, and the copy is not tied to it.
+    const typo = await command(['mirror', ...login(), '--node', 'onse', '--out', dir, '--once']);
+    expect([typo.code, typo.err]).toEqual([2, 'smartfeeds mirror: no node named "onse"\n']);
+    const first = await command(['mirror', ...login(), '--node', 'once', '--out', dir, '--once']);
+    expect(first.code).toBe(0);
+    expect(first.out).toMatch(
+      /^mirror: 3 changes applied, caught up at \d+_\d+_\d+ \(pulls 1, gaps 0, reconnects 0\)\n$/,
+    );
+    await stack.engine.publish('once', { id: 'o3', entry: atom('o3', 3) });
+    await stack.engine.retract('once', 'o0');
+    // Again: only what changed since the copy's cursor.
+    const second = await command(['mirror', ...login(), '--node', 'once', '--out', dir, '--once']);
+    expect(second.code).toBe(0);
+    expect(second.out).toMatch(/^mirror: 2 changes applied, caught up at /);
+    const exported = await command(['mirror-export', '--out', dir]);
+    expect(exported.code).toBe(0);
+    const copy = exported.out
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { id: string; deleted: boolean });
+    expect(copy.map((l) => [l.id, l.deleted])).toEqual([
+      ['o0', true],
+      ['o1', false],
+      ['o2', false],
+      ['o3', false],
+    ]);
+    // Tied now: another node is refused, saying how to start over.
+    const other = await command(['mirror', ...login(), '--node', 'tailed', '--out', dir, '--once']);
+    expect(other.code).toBe(1);
+    expect(other.err).toContain(`remove ${dir} to start over`);
+    // --once subscribes to nothing.
+    expect(await stack.engine.subscriptionsOf('once')).toEqual([]);
   });
 });
