@@ -468,7 +468,7 @@ describe('smartfeeds command', () => {
     expect(itemsHelp).toContain('last_cursor');
     expect(await ok(['items', '--help'])).toBe(itemsHelp);
     // The commands that speak to an XMPP server name --server, and no --data they do not take.
-    for (const name of ['mirror', 'tail']) {
+    for (const name of ['mirror', 'tail', 'chat']) {
       const synopsis = (await ok(['help', name])).split('\n')[0] as string;
       expect(synopsis).toMatch(
         new RegExp(

@@ -1,4 +1,5 @@
 // The subcommands by name: main.ts dispatches on this table and help.ts lists it.
+import { chat } from './chat.ts';
 import { checkCommand } from './check.ts';
 import type { Command } from './command.ts';
 import { migrateCommand } from './migrate.ts';
@@ -22,4 +23,5 @@ export const commands: Record<string, Command> = {
   mirror,
   'mirror-export': mirrorExport,
   tail,
+  chat,
 };

@@ -2,6 +2,7 @@
 // @xmpp/client users chatting with it, and a real HTTP server (node:http) serving the feeds.
 // Polls are started by the test (the schedule's interval is an hour), so nothing here waits on
 // the clock; the schedule itself is tested in test/bot/ingest.test.ts.
+import { spawn } from 'node:child_process';
 import { xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -433,5 +434,62 @@ describe('delivery', () => {
     await until(async () => (await held()) === 0);
     expect(await ask(carol, 'list')).toBe('You have no subscriptions. Send "subscribe URL" to add one.');
     await carol.xmpp.stop();
+  });
+});
+
+/** Runs `smartfeeds chat` as users run it, with `input` on its stdin; resolves once it exits. */
+function chatCommand(
+  args: string[],
+  input: string,
+): Promise<{ code: number | null; out: string; err: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['bin/smartfeeds.mjs', 'chat', ...args], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d: Buffer) => {
+      out += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      err += d.toString();
+    });
+    child.once('exit', (code) => resolve({ code, out, err }));
+    child.stdin.end(input);
+  });
+}
+
+describe('the chat command', () => {
+  const login = (password: string) => [
+    '--jid',
+    'alice@localhost',
+    '--password',
+    password,
+    '--server',
+    `xmpp://127.0.0.1:${stack.server.c2sPort}`,
+    '--service',
+    SERVICE,
+  ];
+
+  it('sends each line read to the bot and prints every answer, then exits 0', async () => {
+    const r = await chatCommand(login('alice-pw'), 'help\n\nsubscribe ftp://example.org/feed\n');
+    expect(r.err).toBe('');
+    expect(r.code).toBe(0);
+    // Two lines (the blank one is not sent), two answers, in order.
+    const help = r.out.indexOf('I turn RSS, Atom and JSON feeds into chat messages');
+    const refusal = r.out.indexOf(
+      'I cannot subscribe you: only http and https addresses are fetched, not ftp.',
+    );
+    expect(help).toBe(0);
+    expect(refusal).toBeGreaterThan(help);
+  });
+
+  it('refuses a bad login with exit 1, and a missing service with exit 2', async () => {
+    const refused = await chatCommand(login('wrong'), 'help\n');
+    expect(refused.code).toBe(1);
+    expect(refused.err).toMatch(/^smartfeeds chat: login refused for alice@localhost/);
+    const usage = await chatCommand(['--jid', 'alice@localhost', '--password', 'x'], '');
+    expect(usage.code).toBe(2);
+    expect(usage.err).toMatch(/--service JID/);
   });
 });
