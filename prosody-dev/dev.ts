@@ -1,6 +1,6 @@
 /**
  * The dev setup behind `npm run dev [-- --server prosody|ejabberd] [--instances N]`: an XMPP
- * server from prosody-dev/ (Prosody by default; its data kept in the system's temp directory
+ * server from prosody-dev/ (Prosody by default; its data kept in `.dev/prosody` or `.dev/ejabberd`
  * between runs) and `smartfeeds serve` on `.dev/data` or on $SMARTFEEDS_STORE (scripts/dev.mjs
  * sets it for `--store`), until Ctrl+C. With `--instances N` (a shared store only), N instances on
  * that store, each with an HTTP port of its own: on ejabberd each holds the component stream; on
@@ -11,13 +11,12 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { withoutPassword } from '../src/config.ts';
-import { freePort } from './process.ts';
+import { devServerDir, freePort } from './process.ts';
 import { SERVER_NAMES, type ServerName, startServer } from './servers.ts';
 
 // This script's own options; every other argument goes to each `smartfeeds serve` as it is
@@ -104,13 +103,19 @@ const users = [
   { user: 'bob', password: 'bob' },
   { user: 'admin', password: 'admin' },
 ];
+// The server's data beside the component's, when its system user can reach `.dev/`.
+const serverDir = devServerDir(serverName, path.join(state, serverName));
+if (serverDir.why) console.error(`${title}'s data is in ${serverDir.dir}: ${serverDir.why}`);
 const server = await startServer(serverName, {
-  dir: path.join(os.tmpdir(), `smartfeeds-dev-${serverName}`),
+  dir: serverDir.dir,
   c2sPort: await portOr(5222),
   componentPort: await portOr(5347),
   componentSecret: secret,
   users,
+  // Common clients (and @xmpp/client) log in over plain TCP with SCRAM, not PLAIN.
+  scram: true,
 });
+console.error(`${title} is running; starting smartfeeds`);
 
 /** Whether instance `i` holds the component stream: all of them on ejabberd, the first on Prosody. */
 const streams = (i: number) => serverName === 'ejabberd' || i === 0;
@@ -178,7 +183,7 @@ const httpLines =
 console.log(`
 smartfeeds dev setup is running.
 
-  XMPP server   ${title}, 127.0.0.1:${server.c2sPort} (plain TCP on loopback, PLAIN login), domain localhost
+  XMPP server   ${title}, 127.0.0.1:${server.c2sPort} (plain TCP on loopback, SCRAM-SHA-1 or PLAIN login), domain localhost
   Users         ${users.map((u) => `${u.user}@localhost / ${u.password}`).join(', ')}
                 (admin@localhost administers every node; every local user may create and own nodes)
   Pubsub        ${server.componentDomain}  (the smartfeeds component${serverName === 'prosody' ? "; Prosody's own mod_pubsub is pubsub.localhost" : ''})

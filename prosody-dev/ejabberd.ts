@@ -86,6 +86,15 @@ export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabber
       // A JSON string is a YAML double-quoted string.
       COMPONENT_SECRET: JSON.stringify(componentSecret),
       LOG_LEVEL: opts.logLevel ?? 'info',
+      DISABLED_SASL_MECHANISMS: [
+        ...(opts.scram ? [] : ['SCRAM-SHA-1']),
+        'SCRAM-SHA-256',
+        'SCRAM-SHA-512',
+        'DIGEST-MD5',
+        'X-OAUTH2',
+      ]
+        .map((m) => `  - "${m}"`)
+        .join('\n'),
     }),
   );
   // The packaged resolver config: `localhost` from the file, never DNS.

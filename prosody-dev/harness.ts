@@ -76,6 +76,7 @@ export async function startProsody(opts: ProsodyOptions = {}): Promise<Prosody> 
       PID_FILE: luaEscape(files.pid),
       LOG_FILE: luaEscape(files.log),
       LOG_LEVEL: opts.logLevel ?? 'info',
+      DISABLED_SASL_MECHANISMS: opts.scram ? '{ "DIGEST-MD5" }' : '{ "DIGEST-MD5", "SCRAM-SHA-1" }',
       HARNESS_MODULES: '"harness_watchdog";',
       HARNESS_OPTIONS: [
         `plugin_paths = { "${luaEscape(files.modules)}" }`,

@@ -20,7 +20,17 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
-import { chownAll, freePort, isAlive, readPidFile, signal, sleep, userIds, waitFor } from './process.ts';
+import {
+  chownAll,
+  devServerDir,
+  freePort,
+  isAlive,
+  readPidFile,
+  signal,
+  sleep,
+  userIds,
+  waitFor,
+} from './process.ts';
 
 const execFileP = promisify(execFile);
 
@@ -262,8 +272,15 @@ async function logTail(file: string, lines: number): Promise<string> {
 // of its `smartfeeds` database, and stops it on SIGINT/SIGTERM (scripts/dev.mjs runs it for
 // `npm run dev -- --store postgres`).
 if (process.argv[1] && path.resolve(process.argv[1]) === new URL(import.meta.url).pathname) {
-  const dir = process.argv[2];
-  if (dir) await mkdir(dir, { recursive: true });
+  let dir = process.argv[2];
+  if (dir) {
+    // The cluster runs as `postgres`, which must reach the directory (dev.mjs gives `.dev/postgres`).
+    await mkdir(path.dirname(dir), { recursive: true });
+    const chosen = devServerDir('postgres', dir);
+    if (chosen.why) process.stderr.write(`PostgreSQL's data is in ${chosen.dir}: ${chosen.why}\n`);
+    dir = chosen.dir;
+    await mkdir(dir, { recursive: true });
+  }
   const cluster = await startPostgres({ durable: true, ...(dir ? { dir } : {}) });
   const url = await cluster.createDatabase('smartfeeds').catch(async (e: { code?: string }) => {
     // 42P04: made by an earlier run.

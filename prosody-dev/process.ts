@@ -3,8 +3,8 @@
  * shape, and the life of the server process itself (spawn, wait until it listens, stop by pid with
  * SIGTERM and then SIGKILL, stop on exit), plus the process and port helpers under it.
  */
-import { type ChildProcess, execFile, type SpawnOptions, spawn } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { type ChildProcess, execFile, type SpawnOptions, spawn, spawnSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
 import { closeSync, existsSync, openSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { chown, mkdtemp, readFile, rm } from 'node:fs/promises';
 import net from 'node:net';
@@ -30,6 +30,11 @@ export interface ServerStartOptions {
   dir?: string;
   /** The server's log level, in its log file under `dir`. Default `info` (`debug` logs every stanza). */
   logLevel?: 'debug' | 'info' | 'warn' | 'error';
+  /**
+   * Offer SCRAM-SHA-1 beside PLAIN, as common clients expect over plain TCP (the dev setup).
+   * Default false: PLAIN only, which costs no PBKDF2 per login (the tests and benchmarks).
+   */
+  scram?: boolean;
 }
 
 /** A running test or dev server, whichever it is. */
@@ -76,6 +81,26 @@ export async function serverSetup(opts: ServerStartOptions, dirPrefix: string): 
   if (componentPort === c2sPort) throw new Error(`c2s and component port are both ${c2sPort}`);
   const dir = opts.dir ?? (await mkdtemp(path.join(os.tmpdir(), dirPrefix)));
   return { componentDomain, componentSecret, c2sPort, componentPort, dir };
+}
+
+/**
+ * Where the dev setup keeps a server's data: `preferred` (under `.dev/`) when the system user the
+ * server runs as can reach it and its tools take the path as it is; else a directory of the
+ * system's temp directory named after it (a checkout under a home only root may enter), and why.
+ */
+export function devServerDir(user: string, preferred: string): { dir: string; why?: string } {
+  const parent = path.dirname(preferred);
+  const fallback = () =>
+    path.join(
+      os.tmpdir(),
+      `smartfeeds-dev-${path.basename(preferred)}-${createHash('sha256').update(preferred).digest('hex').slice(0, 8)}`,
+    );
+  if (!/^[\w./-]+$/.test(preferred))
+    return { dir: fallback(), why: `${preferred} holds characters the server's tools do not take` };
+  if (process.getuid?.() !== 0) return { dir: preferred };
+  const reach = spawnSync('runuser', ['-u', user, '--', 'test', '-x', parent], { stdio: 'ignore' });
+  if (reach.status === 0) return { dir: preferred };
+  return { dir: fallback(), why: `the ${user} user cannot reach ${parent}` };
 }
 
 /** The uid/gid of system user `user`, or undefined when there is no such user. */

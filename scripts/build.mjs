@@ -57,10 +57,18 @@ export function build() {
   rmSync(old, { recursive: true, force: true });
 }
 
-/** Builds when dist/ is missing or older than a source. */
+/** Builds when dist/ is missing or older than a source, saying so: tsc prints nothing for a minute. */
 export function ensureBuilt() {
   const builtAt = existsSync(stamp) ? statSync(stamp).mtimeMs : 0;
-  if (INPUTS.some((input) => newest(join(root, input)) > builtAt)) build();
+  if (!INPUTS.some((input) => newest(join(root, input)) > builtAt)) return;
+  const started = Date.now();
+  console.error(
+    builtAt === 0
+      ? 'Compiling src/ into dist/ (the first time: a minute or two, silent until done)'
+      : 'Compiling src/ into dist/ again (a source changed)',
+  );
+  build();
+  console.error(`Compiled in ${Math.round((Date.now() - started) / 1000)} s`);
 }
 
 export default ensureBuilt;

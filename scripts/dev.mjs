@@ -3,13 +3,12 @@
 // installs what is missing (node_modules, the XMPP server, PostgreSQL, the build in dist/), then
 // starts a local Prosody (or ejabberd) from prosody-dev/ and the smartfeeds component, and prints
 // how a client connects. `--store postgres` runs the component on a throwaway PostgreSQL cluster
-// (its data kept in the system's temp directory between runs), `--store postgres://…` on that
+// (its data kept in `.dev/postgres` between runs), `--store postgres://…` on that
 // database; `--instances N` runs N instances on that store (prosody-dev/dev.ts says how). Any
 // other option goes to each `smartfeeds serve` (`npm run dev -- --allow-private-addresses`).
 // Plain JavaScript with no dependencies, so that it runs before `npm ci`.
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import os from 'node:os';
 import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -17,6 +16,8 @@ import { ensureBuilt } from './build.mjs';
 import { ensureModules, ensurePostgres, ensureServers } from './ensure.mjs';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
+// The dev setup's state: `.dev/` in the checkout, unless SMARTFEEDS_DEV_DIR names another.
+const state = process.env.SMARTFEEDS_DEV_DIR ?? path.join(root, '.dev');
 
 // Refused before anything is installed or started: several instances need a shared store.
 const early = process.argv.slice(2);
@@ -56,7 +57,7 @@ if (store === 'postgres') {
   // prosody-dev/postgres.ts starts the cluster, prints its URL, and stops it on SIGTERM.
   cluster = spawn(
     process.execPath,
-    ['--import', 'tsx', 'prosody-dev/postgres.ts', path.join(os.tmpdir(), 'smartfeeds-dev-postgres')],
+    ['--import', 'tsx', 'prosody-dev/postgres.ts', path.join(state, 'postgres')],
     // Its own process group: Ctrl+C must not stop the database under the instances stopping.
     { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], detached: true },
   );
@@ -73,6 +74,7 @@ if (store === 'postgres') {
   process.exit(2);
 }
 
+console.error(`Starting ${server === 'ejabberd' ? 'ejabberd' : 'Prosody'} and smartfeeds`);
 const child = spawn(process.execPath, ['--import', 'tsx', 'prosody-dev/dev.ts', ...args], {
   cwd: root,
   stdio: 'inherit',
@@ -83,6 +85,16 @@ const child = spawn(process.execPath, ['--import', 'tsx', 'prosody-dev/dev.ts', 
 });
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'])
   process.on(signal, () => child.kill(signal === 'SIGHUP' ? 'SIGTERM' : signal));
+// A parent that died without passing its signal on (`sh -c` killed by SIGTERM, npm killed with
+// SIGKILL) leaves this process to init: stop as on SIGTERM, once. package.json's `exec` makes npm
+// our parent and hand its SIGINT and SIGTERM to us; this covers whatever runs us otherwise.
+const parent = process.ppid;
+const orphaned = setInterval(() => {
+  if (process.ppid === parent) return;
+  clearInterval(orphaned);
+  child.kill('SIGTERM');
+}, 500);
+orphaned.unref();
 child.on('exit', (code, signal) => {
   const done = () => process.exit(code ?? (signal ? 1 : 0));
   if (!cluster || cluster.exitCode !== null) return done();
