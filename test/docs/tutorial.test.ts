@@ -1,19 +1,23 @@
 /**
- * The README's five-minute tutorial, run as a reader would run it: `npm run dev` (scripts/dev.mjs,
- * on the XMPP server of this test project), then every command of the tutorial's `sh` blocks, as
+ * The README's five-minute tutorial, run as a reader would run it: `npm run dev` (through npm, on
+ * the XMPP server of this test project), then every command of the tutorial's `sh` blocks, as
  * written, in a shell. Only the ports change when the usual ones are taken, as the tutorial says,
  * and the commands run in a directory of their own whose `.dev/` is the dev setup's and whose
- * `bin/` is the checkout's. `tail` and `mirror` run until stopped: each is started in the
- * background, and stopped (SIGINT, as Ctrl+C) before the next command of its block, or before the
- * next command that runs in the background.
+ * `bin/` is the checkout's. `tail` and `mirror` (without `--once`) run until stopped: each is
+ * started in the background, and stopped (SIGINT, as Ctrl+C) before the next command of its
+ * block, or before the next command that runs in the background. Then what a newcomer meets
+ * around it: a stock @xmpp/client logs in, and SIGTERM to npm's pid stops everything.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { existsSync, readFileSync } from 'node:fs';
 import { chmod, mkdtemp, readFile, rm, symlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { client } from '@xmpp/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { descendants, readPidFile, waitFor } from '../../prosody-dev/process.ts';
 import { testServer } from '../../prosody-dev/servers.ts';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
@@ -74,10 +78,16 @@ beforeAll(async () => {
   // The XMPP server runs as its own user, under TMPDIR: it must reach its directory.
   await chmod(work, 0o755);
   await symlink(join(ROOT, 'bin'), join(work, 'bin'));
-  dev = spawn(process.execPath, [join(ROOT, 'scripts/dev.mjs'), '--server', server], {
+  // As the README says, through npm (which must not look for its own updates here).
+  dev = spawn('npm', ['run', 'dev', '--', '--server', server], {
     cwd: ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, TMPDIR: work, SMARTFEEDS_DEV_DIR: join(work, '.dev') },
+    env: {
+      ...process.env,
+      TMPDIR: work,
+      SMARTFEEDS_DEV_DIR: join(work, '.dev'),
+      npm_config_update_notifier: 'false',
+    },
   });
   devOut = new Collected(dev);
   await devOut.until(
@@ -92,7 +102,7 @@ beforeAll(async () => {
 }, 240_000);
 
 afterAll(async () => {
-  if (dev && dev.exitCode === null) {
+  if (dev && dev.exitCode === null && dev.signalCode === null) {
     dev.kill('SIGINT');
     await once(dev, 'exit');
   }
@@ -130,7 +140,7 @@ describe(`the README's tutorial, on ${server}`, () => {
       const command = step.command
         .replaceAll('http://127.0.0.1:8080', http)
         .replaceAll('xmpp://127.0.0.1:5222', `xmpp://${c2s}`);
-      const background = /smartfeeds\.mjs (tail|mirror) /.test(command);
+      const background = /smartfeeds\.mjs (tail|mirror) /.test(command) && !/ --once\b/.test(command);
       const bg = running[0];
       if (bg && (bg.step.block === step.block || background)) {
         await stop(
@@ -169,6 +179,9 @@ describe(`the README's tutorial, on ${server}`, () => {
       .filter((l) => !l.includes('"cursor"'))
       .map((l) => (JSON.parse(l) as { id: string }).id);
     expect(mirrored.sort()).toEqual(['hello', 'second']);
+    expect(all).toMatch(/^mirror: 2 changes applied, caught up at \d+_\d+_\d+ /m);
+    // The bot's answer to `help`, through `smartfeeds chat`.
+    expect(all).toContain('I turn RSS, Atom and JSON feeds into chat messages');
     const followed = lines.filter(
       (l) => l.includes('"publisher":"admin@localhost"') && l.includes('"cursor"'),
     );
@@ -178,4 +191,69 @@ describe(`the README's tutorial, on ${server}`, () => {
     expect(page.status).toBe(200);
     expect(page.headers.get('content-type')).toMatch(/^text\/html/);
   }, 240_000);
+
+  it('keeps its data in .dev/, and says what it does while it starts', () => {
+    expect(existsSync(join(work, '.dev', 'data'))).toBe(true);
+    expect(existsSync(join(work, '.dev', server))).toBe(true);
+    expect(devOut.text).toContain(
+      `Starting ${server === 'ejabberd' ? 'ejabberd' : 'Prosody'} and smartfeeds`,
+    );
+  });
+
+  it('lets a stock @xmpp/client log in over plain TCP (SCRAM-SHA-1, not PLAIN)', async () => {
+    // Its defaults: no credentials handler, so no PLAIN over an unencrypted connection.
+    const alice = client({
+      service: `xmpp://${c2s}`,
+      domain: 'localhost',
+      username: 'alice',
+      password: 'alice',
+    });
+    alice.on('error', () => undefined);
+    const mechanisms: string[] = [];
+    alice.on('send', (el) => {
+      if (el.name === 'auth') mechanisms.push(String(el.attrs.mechanism));
+    });
+    await alice.start();
+    await alice.stop();
+    expect(mechanisms).toEqual(['SCRAM-SHA-1']);
+  });
+
+  it('stops every process within 10 s of a SIGTERM sent to the pid of `npm run dev`', async () => {
+    const npm = dev as ChildProcess;
+    const pid = npm.pid as number;
+    // Each process as it is now (pid and start time), so that a pid taken again is not mistaken for it.
+    // The XMPP server's own pid too: ejabberd's VM need not descend from npm.
+    const serverPid = await readPidFile(join(work, '.dev', server, `${server}.pid`));
+    expect(serverPid).toBeDefined();
+    const pids = new Set([pid, ...descendants(pid), serverPid as number]);
+    const processes = [...pids].map((p) => ({ pid: p, started: startTime(p), what: command(p) }));
+    const names = processes.map((p) => p.what).join('\n');
+    expect(names).toMatch(/scripts\/dev\.mjs/);
+    expect(names).toMatch(/smartfeeds\.mjs serve/);
+    npm.kill('SIGTERM');
+    // The feature's own bound (the issue asks for 10 s); a clean stop takes about a second.
+    const gone = await waitFor(() => processes.every((p) => startTime(p.pid) !== p.started), 10_000);
+    const left = processes.filter((p) => startTime(p.pid) === p.started).map((p) => p.what);
+    expect(gone, `still running:\n${left.join('\n')}`).toBe(true);
+  }, 30_000);
 });
+
+/** A process's start time (field 22 of /proc/PID/stat), or undefined once it is gone or a zombie. */
+function startTime(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return fields[0] === 'Z' || fields[0] === 'X' ? undefined : fields[19];
+  } catch {
+    return undefined;
+  }
+}
+
+/** A process's command line, for messages. */
+function command(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ').trim();
+  } catch {
+    return String(pid);
+  }
+}
