@@ -19,7 +19,8 @@ export const chat: Command = {
 JID, and prints the body of every chat message the service sends back, as it comes. At the end
 of the input it waits until the service has sent as many messages as lines were sent (the feed
 bot answers each command once, in order), at most --wait seconds, then exits. Messages the server
-kept while the account was offline are printed too, and not counted as answers. Stops on
+kept while the account was offline are printed too, and not counted as answers. Characters
+XML cannot carry, and controls a terminal would act on, show as U+FFFD. Stops on
 SIGINT/SIGTERM. Example: echo help | smartfeeds chat --jid alice@localhost --password alice
 --server xmpp://127.0.0.1:5222 --service feeds.localhost
 
@@ -70,6 +71,19 @@ lines left unanswered after --wait; 2 bad command line.`,
   },
 };
 
+/**
+ * A line as a message body: controls but tab (most of which XML cannot carry: sent as they are,
+ * they would end the stream with a parse error), lone surrogates, U+FFFE and U+FFFF as U+FFFD.
+ */
+export function xmlText(line: string): string {
+  return line.replace(/\p{Cc}|\p{Cs}|[\ufffe\uffff]/gu, (c) => (c === '\t' ? c : '\ufffd'));
+}
+
+/** What the service sent, with the controls a terminal would act on (escapes, C1) as U+FFFD. */
+export function printable(text: string): string {
+  return text.replace(/\p{Cc}/gu, (c) => (c === '\n' || c === '\t' ? c : '\ufffd'));
+}
+
 /** Whether a stanza is a chat message with a body from `service` (any of its resources). */
 function fromService(stanza: Element, service: string): boolean {
   const from = String(stanza.attrs.from ?? '');
@@ -95,7 +109,7 @@ async function converse(
   let wake = () => {};
   client.xmpp.on('stanza', (stanza: Element) => {
     if (!fromService(stanza, service)) return;
-    void print(stanza.getChildText('body') ?? '');
+    void print(printable(stanza.getChildText('body') ?? ''));
     // Kept while offline (XEP-0203 delay): not an answer to this conversation.
     if (stanza.getChild('delay', NS_DELAY)) return;
     answered += 1;
@@ -112,7 +126,7 @@ async function converse(
   try {
     for await (const line of lines) {
       if (line.trim() === '') continue;
-      await client.xmpp.send(xml('message', { to: service, type: 'chat' }, xml('body', {}, line)));
+      await client.xmpp.send(xml('message', { to: service, type: 'chat' }, xml('body', {}, xmlText(line))));
       sent += 1;
     }
     const deadline = Date.now() + waitSeconds * 1000;

@@ -484,6 +484,14 @@ describe('the chat command', () => {
     expect(refusal).toBeGreaterThan(help);
   });
 
+  it('sends a line with a character XML cannot carry as U+FFFD, and the chat goes on', async () => {
+    const r = await chatCommand(login('alice-pw'), 'list\u0007\nhelp\n');
+    expect([r.code, r.err]).toEqual([0, '']);
+    expect(r.out).toMatch(
+      /^I do not know the command "list\ufffd"\. Send "help" for the commands\.\nI turn RSS/,
+    );
+  });
+
   it('refuses a bad login with exit 1, and a missing service with exit 2', async () => {
     const refused = await chatCommand(login('wrong'), 'help\n');
     expect(refused.code).toBe(1);
