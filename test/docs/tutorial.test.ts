@@ -231,7 +231,7 @@ describe(`the README's tutorial, on ${server}`, () => {
     expect(names).toMatch(/scripts\/dev\.mjs/);
     expect(names).toMatch(/smartfeeds\.mjs serve/);
     npm.kill('SIGTERM');
-    // The feature's own bound (the issue asks for 10 s); a clean stop takes about a second.
+    // The bound is the feature (everything gone within 10 s); a clean stop takes about a second.
     const gone = await waitFor(() => processes.every((p) => startTime(p.pid) !== p.started), 10_000);
     const left = processes.filter((p) => startTime(p.pid) === p.started).map((p) => p.what);
     expect(gone, `still running:\n${left.join('\n')}`).toBe(true);
