@@ -182,6 +182,7 @@ function httpBinding(
             grip: {
               key: http.grip.key,
               ...(http.grip.publishUrl ? { publishUrl: http.grip.publishUrl } : {}),
+              recoveryBytes: http.grip.recoveryBytes,
             },
           }
         : {}),

@@ -95,7 +95,7 @@ export class HttpBinding {
       publisher:
         options.grip.publishUrl === undefined
           ? undefined
-          : new GripPublisher(feeds, options.grip.publishUrl, log),
+          : new GripPublisher(feeds, options.grip.publishUrl, log, options.grip.recoveryBytes),
       retryMs: this.streams.options.retryMs,
     };
     this.pages =
