@@ -25,6 +25,8 @@ export interface PushpinOptions {
   sigKey?: string;
   /** Start without waiting for a request to reach the origin (one not up yet: see `reachesOrigin`). */
   originLater?: boolean;
+  /** Pushpin's `log_level`: 2 (info, the default) or 3 (debug: each publish, hold and recovery request). */
+  logLevel?: 2 | 3;
 }
 
 export interface RunningPushpin {
@@ -39,6 +41,12 @@ export interface RunningPushpin {
   reachesOrigin(): Promise<void>;
   /** Points the route at other origins (`host:port`, several to balance); Pushpin reloads it. */
   route(origins: string[]): Promise<void>;
+  /**
+   * Pushpin's `recover` command (its HTTP control API): every held stream asks its recovery link
+   * now, as Pushpin also does on its own (a second after a channel's first subscriber, after a
+   * stream's idle time). A request the origin does not answer is retried (1 s, 2 s, 4 s, ...).
+   */
+  recover(): Promise<void>;
   stop(): Promise<void>;
   /** Stops and removes the directory. */
   destroy(): Promise<void>;
@@ -73,7 +81,12 @@ function routesText(origins: string[]): string {
   return `* ${origins.join(' ')}\n`;
 }
 
-async function configText(dir: string, sigKey: string, ports: Record<string, number>): Promise<string> {
+async function configText(
+  dir: string,
+  sigKey: string,
+  ports: Record<string, number>,
+  logLevel: number,
+): Promise<string> {
   const sections = internalSections();
   const set = (section: string, entries: Record<string, string | number>) => {
     const s = sections.get(section) ?? new Map<string, string>();
@@ -90,7 +103,7 @@ async function configText(dir: string, sigKey: string, ports: Record<string, num
     services: 'condure,zurl,pushpin-proxy,pushpin-handler',
     http_port: `127.0.0.1:${ports.http}`,
     logdir: path.join(dir, 'log'),
-    log_level: 2,
+    log_level: logLevel,
     client_buffer_size: 8192,
     client_maxconn: 20000,
   });
@@ -164,7 +177,7 @@ export async function startPushpin(opts: PushpinOptions): Promise<RunningPushpin
   for (const sub of ['run', 'log']) await mkdir(path.join(dir, sub));
   const conf = path.join(dir, 'pushpin.conf');
   const routes = path.join(dir, 'routes');
-  await writeFile(conf, await configText(dir, sigKey, ports));
+  await writeFile(conf, await configText(dir, sigKey, ports, opts.logLevel ?? 2));
   await writeFile(routes, routesText(typeof opts.origin === 'string' ? [opts.origin] : opts.origin));
   const consoleFile = path.join(dir, 'console.log');
   await chownAll(ids, [dir, path.join(dir, 'run'), path.join(dir, 'log'), conf, routes]);
@@ -228,6 +241,11 @@ export async function startPushpin(opts: PushpinOptions): Promise<RunningPushpin
     reachesOrigin: untilOrigin,
     async route(origins) {
       await writeFile(routes, routesText(origins));
+    },
+    async recover() {
+      const res = await fetch(`http://127.0.0.1:${ports.publish}/recover`, { method: 'POST' });
+      await res.arrayBuffer();
+      if (!res.ok) throw new Error(`Pushpin's recover answered ${res.status}`);
     },
     stop,
     async destroy() {

@@ -14,11 +14,13 @@ import {
   positive,
   schemes,
   tokens,
+  wholeOrZero,
 } from './configSchemas.ts';
 import { ConfigError, checked, readFile, Sources } from './configSources.ts';
 import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
 import { parentDomain } from './feed/jid.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
+import { GRIP_RECOVERY_BYTES } from './http/gripRecovery.ts';
 import { LEVELS, type Level, LOG_FORMATS, type LogFormat } from './log.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
 
@@ -89,8 +91,11 @@ export interface HttpConfig {
   maxTimeoutSeconds: number;
   /** Server-Sent Event streams open at once; more are refused with 503. */
   maxStreams: number;
-  /** GRIP behind Pushpin (`--grip`, `--grip-publish`); undefined without. Its key is never logged. */
-  grip: { key: string; publishUrl: string | undefined } | undefined;
+  /**
+   * GRIP behind Pushpin (`--grip`, `--grip-publish`, `--grip-recovery-bytes`); undefined without.
+   * Its key is never logged.
+   */
+  grip: { key: string; publishUrl: string | undefined; recoveryBytes: number } | undefined;
   /** The WebSub hub: private callbacks allowed, default lease, queue bound, retry time. */
   websub: { allowPrivate: boolean; leaseSeconds: number; maxQueue: number; retryForMs: number };
   /** The origin clients reach the service at, behind a TLS proxy (`--public-url`). */
@@ -216,6 +221,7 @@ export const SERVE_OPTIONS = {
   'http-max-streams': { type: 'string' },
   grip: { type: 'string' },
   'grip-publish': { type: 'string' },
+  'grip-recovery-bytes': { type: 'string' },
   'websub-allow-private': { type: 'boolean' },
   'websub-lease': { type: 'string' },
   'websub-queue': { type: 'string' },
@@ -407,12 +413,18 @@ function gripConfig(src: Sources): HttpConfig['grip'] {
   const key = src.read('grip', nonEmpty, 'a non-empty key', undefined);
   const url = z.url({ protocol: /^https?$/ });
   const publishUrl = src.read('grip-publish', url, 'an http(s) URL', undefined);
+  const recoveryBytes = src.read(
+    'grip-recovery-bytes',
+    wholeOrZero,
+    'a whole number of bytes, zero or more',
+    GRIP_RECOVERY_BYTES,
+  );
   if (key === undefined) {
     if (publishUrl !== undefined)
       throw new ConfigError('grip-publish needs grip (the key Pushpin signs with)');
     return undefined;
   }
-  return { key, publishUrl };
+  return { key, publishUrl, recoveryBytes };
 }
 
 function faspProviderConfig(src: Sources): FaspProviderConfig | undefined {

@@ -144,6 +144,13 @@ export const OPTION_GROUPS: OptionGroup[] = [
         'Only the instance pushing a node publishes its changes, in commit order.',
       ),
       opt(
+        'grip-recovery-bytes',
+        'N',
+        '8388608',
+        "recent changes kept to answer Pushpin's recovery requests exactly, in bytes",
+        "Pushpin asks a held stream's recovery link when it sees a gap, a second after a channel's first subscriber, and when a stream has had nothing for a while; it retries while the origin restarts. A recovery from a change still kept gets every change since, as the live stream would have; an older one, or one asked of an instance that does not publish the node, is answered by a pull (each item at its latest position). 0 keeps none. See docs/protocol.md section 14.",
+      ),
+      opt(
         'public-url',
         'URL',
         "the request's origin",

@@ -26,7 +26,17 @@ export interface ObservedHttp {
   grip?:
     | {
         readonly publisher:
-          | { readonly published: number; readonly failed: number; readonly dropped: number }
+          | {
+              readonly published: number;
+              readonly failed: number;
+              readonly dropped: number;
+              /** What it published lately, to answer recovery requests exactly. */
+              readonly recovery: {
+                readonly bytes: number;
+                readonly answered: number;
+                readonly missed: number;
+              };
+            }
           | undefined;
       }
     | undefined;
@@ -354,6 +364,26 @@ export class Metrics {
           this.inc(read());
         },
       });
+    const { recovery } = publisher;
+    new Counter({
+      name: 'smartfeeds_grip_recoveries_total',
+      help: "Pushpin's recovery requests of streams, by answer: every change since, from the log of what was published (log), or a pull (pull)",
+      labelNames: ['answer'],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        this.inc({ answer: 'log' }, recovery.answered);
+        this.inc({ answer: 'pull' }, recovery.missed);
+      },
+    });
+    new Gauge({
+      name: 'smartfeeds_grip_recovery_log_bytes',
+      help: 'Bytes of recently published changes kept to answer recovery requests (--grip-recovery-bytes)',
+      registers: [this.registry],
+      collect() {
+        this.set(recovery.bytes);
+      },
+    });
   }
 
   /** FASP announcements waiting, sent, dropped past the queue's bound, and failed batches. */

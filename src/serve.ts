@@ -113,11 +113,13 @@ export async function serve(config: Config, reread: () => Config = () => config)
   stopReloading();
   await bot?.stop();
   // Held long polls answer at once and writes in flight finish before the database closes.
-  await http?.stop();
+  await http?.close();
   await provider?.stop();
   // The other instances take this one's share of the pushes at once.
   await feeds.stopDelivering();
   await pubsub?.stop();
+  // Pushpin is told of every change committed here, up to the last (protocol.md 14).
+  await http?.stopPublishing();
   feeds.close();
   await operations?.stop();
   unobserve();
@@ -180,6 +182,7 @@ function httpBinding(
             grip: {
               key: http.grip.key,
               ...(http.grip.publishUrl ? { publishUrl: http.grip.publishUrl } : {}),
+              recoveryBytes: http.grip.recoveryBytes,
             },
           }
         : {}),

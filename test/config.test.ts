@@ -206,14 +206,28 @@ describe('http options', () => {
       loadConfig([...base, '--grip-publish', 'http://127.0.0.1:5561/publish/'], {
         SMARTFEEDS_GRIP: 'k3y',
       }).http?.grip,
-    ).toEqual({ key: 'k3y', publishUrl: 'http://127.0.0.1:5561/publish/' });
-    expect(loadConfig([...base, '--grip', 'k'], {}).http?.grip).toEqual({ key: 'k', publishUrl: undefined });
+    ).toEqual({ key: 'k3y', publishUrl: 'http://127.0.0.1:5561/publish/', recoveryBytes: 8 * 1024 * 1024 });
+    expect(loadConfig([...base, '--grip', 'k'], {}).http?.grip).toEqual({
+      key: 'k',
+      publishUrl: undefined,
+      recoveryBytes: 8 * 1024 * 1024,
+    });
     expect(() => loadConfig([...base, '--grip-publish', 'http://127.0.0.1:5561/publish/'], {})).toThrow(
       'grip-publish needs grip (the key Pushpin signs with)',
     );
     expect(() => loadConfig([...base, '--grip', 'k', '--grip-publish', 'ftp://x/'], {})).toThrow(
       /grip-publish/,
     );
+  });
+
+  it('reads the bytes kept to answer recoveries: 0 keeps none, and a part of a byte is refused', () => {
+    const base = ['--secret', 's', '--http', '127.0.0.1:1', '--grip', 'k'];
+    expect(loadConfig([...base, '--grip-recovery-bytes', '0'], {}).http?.grip?.recoveryBytes).toBe(0);
+    expect(loadConfig(base, { SMARTFEEDS_GRIP_RECOVERY_BYTES: '1048576' }).http?.grip?.recoveryBytes).toBe(
+      1_048_576,
+    );
+    for (const bad of ['-1', '1.5', 'lots'])
+      expect(() => loadConfig([...base, '--grip-recovery-bytes', bad], {})).toThrow(/grip-recovery-bytes/);
   });
 
   it('leaves HTTP off unless --http is given, and reads HOST:PORT and the limits', () => {

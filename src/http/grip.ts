@@ -8,6 +8,8 @@ export interface GripOptions {
   key: string;
   /** Pushpin's publish endpoint (`http://127.0.0.1:5561/publish/`); none: nothing is published. */
   publishUrl?: string;
+  /** Bytes of recent changes kept to answer recovery requests exactly (gripRecovery.ts); 0: none. */
+  recoveryBytes?: number;
 }
 
 /**

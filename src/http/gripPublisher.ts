@@ -5,6 +5,7 @@ import { ANONYMOUS } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import { channelOf } from './grip.ts';
+import { GRIP_RECOVERY_BYTES, type Recovered, RecoveryLog } from './gripRecovery.ts';
 import { activityJson } from './render/json.ts';
 
 /** One item of Pushpin's publish API. */
@@ -35,7 +36,8 @@ const VIEW_IDLE_MS = 10 * 60_000;
  * an item with an audience never reaches a channel anyone can hold, and nothing is published of a
  * node closed to anyone (its held streams are ended). A publish that fails is
  * logged and dropped: writes never wait for Pushpin, and the next publish's `prev-id` shows
- * Pushpin the gap, which it fills from the feed's recovery link.
+ * Pushpin the gap, which it fills from the feed's recovery link. What it published lately it
+ * keeps (gripRecovery.ts), so that a recovery gives every change since the stream's position.
  */
 export class GripPublisher {
   private readonly queue: PublishItem[] = [];
@@ -45,16 +47,39 @@ export class GripPublisher {
   /** Filtered views held lately, by channel, with when they were last named. */
   private readonly views = new Map<string, { feed: FeedName; seen: number }>();
   private readonly unlisten: () => void;
+  /** What was published lately, by channel: the exact answers to recovery requests. */
+  readonly recovery: RecoveryLog;
   published = 0;
   failed = 0;
   dropped = 0;
 
   constructor(
-    private readonly feeds: Pick<FeedService, 'onEvent' | 'deliveryIn' | 'settings'>,
+    private readonly feeds: Pick<FeedService, 'onEvent' | 'deliveryIn' | 'settings' | 'owns'>,
     private readonly publishUrl: string,
     private readonly log: Log,
+    recoveryBytes = GRIP_RECOVERY_BYTES,
   ) {
+    this.recovery = new RecoveryLog(recoveryBytes);
     this.unlisten = feeds.onEvent((event) => this.onEvent(event));
+  }
+
+  /**
+   * The exact answer to a recovery request of `feed`'s stream at `position`: every change
+   * published since, from this instance's log; undefined when the log does not reach back to it,
+   * or when another instance publishes the node (then the pull answers).
+   */
+  async recover(
+    feed: FeedName,
+    position: string,
+    bounds: { maxEvents: number; maxBytes: number },
+  ): Promise<Recovered | undefined> {
+    if (!(await this.feeds.owns(feed.node))) {
+      this.recovery.missed += 1;
+      return undefined;
+    }
+    // Every change committed before the request is in the log (or has broken its chain).
+    await this.checking;
+    return this.recovery.since(channelOf(feed), position, bounds.maxEvents, bounds.maxBytes);
   }
 
   /** A hold named a feed view: its channel is published to from now on. */
@@ -76,8 +101,15 @@ export class GripPublisher {
       });
     } else if (event.type === 'item-changed' && event.deliver !== false) {
       const { change } = event;
-      // A purge's tombstones are not pushed one by one: the next publish shows the gap.
-      if (change.changed && !change.quiet) this.next(() => this.publish(change));
+      if (!change.changed) return;
+      // A purge's tombstones are not pushed one by one: the next publish shows the gap, and a
+      // recovery across them is a pull.
+      if (change.quiet) this.next(async () => this.recovery.forgetNode(change.node));
+      else this.next(() => this.publish(change));
+    } else if (event.type === 'node-behind') {
+      // Another instance committed to the node: what this one published of it is no longer the end.
+      const node = event.node;
+      this.next(async () => this.recovery.forgetNode(node));
     }
   }
 
@@ -90,7 +122,10 @@ export class GripPublisher {
 
   /** Publishes a change to the node's channels while anyone may read the node. */
   private async publish(change: Change): Promise<void> {
-    if (!(await this.readable(change.node))) return;
+    if (!(await this.readable(change.node))) {
+      this.recovery.forgetNode(change.node);
+      return;
+    }
     for (const feed of this.feedsOf(change.node)) this.enqueue(change, feed);
     this.kick();
   }
@@ -104,6 +139,7 @@ export class GripPublisher {
   }
 
   private close(node: string): void {
+    this.recovery.forgetNode(node);
     for (const feed of this.feedsOf(node)) {
       this.queue.push({
         channel: channelOf(feed),
@@ -117,8 +153,11 @@ export class GripPublisher {
     const out: FeedName[] = ORDERS.map((order) => ({ node, order, requested: node }));
     const now = Date.now();
     for (const [channel, view] of this.views) {
-      if (now - view.seen > VIEW_IDLE_MS) this.views.delete(channel);
-      else if (view.feed.node === node) out.push(view.feed);
+      if (now - view.seen > VIEW_IDLE_MS) {
+        this.views.delete(channel);
+        // Its changes are published no more: a recovery of it is a pull.
+        this.recovery.forgetChannel(channel);
+      } else if (view.feed.node === node) out.push(view.feed);
     }
     return out;
   }
@@ -129,12 +168,15 @@ export class GripPublisher {
     const item = { ...told.item, cursor: told.cursor };
     const data = activityJson(item).split('\n').join('\ndata: ');
     const event = item.deleted ? 'tombstone' : 'item';
+    const channel = channelOf(feed);
+    const content = `id: ${told.cursor}\nevent: ${event}\ndata: ${data}\n\n`;
+    this.recovery.append(change.node, channel, told.cursor, told.previous, content);
     this.queue.push({
-      channel: channelOf(feed),
+      channel,
       id: told.cursor,
       ...(told.previous !== undefined ? { 'prev-id': told.previous } : {}),
       formats: {
-        'http-stream': { content: `id: ${told.cursor}\nevent: ${event}\ndata: ${data}\n\n` },
+        'http-stream': { content },
         'http-response': { action: 'hint' },
       },
     });

@@ -97,7 +97,7 @@ export class HttpBinding {
       publisher:
         options.grip.publishUrl === undefined
           ? undefined
-          : new GripPublisher(feeds, options.grip.publishUrl, log),
+          : new GripPublisher(feeds, options.grip.publishUrl, log, options.grip.recoveryBytes),
       retryMs: this.streams.options.retryMs,
     };
     this.pages =
@@ -344,14 +344,29 @@ export class HttpBinding {
 
   /** Answers every held long poll at once, lets the requests in flight finish, closes. */
   async stop(): Promise<void> {
+    await this.close();
+    await this.stopPublishing();
+  }
+
+  /**
+   * Stops taking requests (held long polls answered at once, the requests in flight finished), but
+   * goes on publishing to Pushpin the changes still committed through other bindings: a process
+   * that stops calls `stopPublishing` once nothing more can be written, so that Pushpin is told of
+   * every change up to its last.
+   */
+  async close(): Promise<void> {
     this.stopping = true;
     this.polls.releaseAll();
     this.streams.releaseAll();
     await this.app.close();
     await this.sharing.stop();
     await this.hub.stop();
+    this.unlisten();
+  }
+
+  /** Stops publishing to Pushpin, once what is queued is sent. */
+  async stopPublishing(): Promise<void> {
     this.grip?.publisher?.stop();
     await this.grip?.publisher?.flush();
-    this.unlisten();
   }
 }

@@ -48,8 +48,10 @@ function cursorOf(since: string | undefined): string | undefined {
 /**
  * The stream behind Pushpin: what follows the client's position now, in the answer, with
  * `Grip-Hold: stream` on the feed view's channel at the cursor the answer leaves it at, and the
- * recovery link (this stream since that cursor) that Pushpin fetches when it sees a gap. A
- * recovery request names its position in `Grip-Last`, which wins.
+ * recovery link (this stream since that cursor) that Pushpin fetches when it sees a gap, and on
+ * its own. A recovery request names its position in `Grip-Last`, which wins; it is answered with
+ * every change published since, from the publisher's log, and by a pull when the log does not
+ * reach back to it (protocol.md 14).
  */
 export async function gripStream(
   deps: { feeds: Pick<FeedService, 'read' | 'limits'>; grip: GripDeps },
@@ -65,11 +67,23 @@ export async function gripStream(
   const last = lastIdOf(x.request.headers, channel);
   if (last !== undefined && !CURSOR.test(last))
     throw problems.badRequest(`Grip-Last must name a cursor of this feed, not ${JSON.stringify(last)}`);
-  let since = last !== undefined ? `cursor:${last}` : startOf(x, query);
   const max = query.max ?? deps.feeds.limits.defaultPageItems;
   if (max === 0) throw problems.badRequest('a stream takes a max of at least 1');
-  let body = `retry: ${deps.grip.retryMs}\n\n`;
-  for (let pages = 0; pages < GRIP_PAGES; pages += 1) {
+  const { limits } = deps.feeds;
+  const recovered =
+    last === undefined
+      ? undefined
+      : await deps.grip.publisher?.recover(feed, last, {
+          maxEvents: GRIP_PAGES * Math.min(max, limits.maxPageItems),
+          maxBytes: GRIP_PAGES * limits.maxPageBytes,
+        });
+  let since = recovered
+    ? `cursor:${recovered.end}`
+    : last !== undefined
+      ? `cursor:${last}`
+      : startOf(x, query);
+  let body = `retry: ${deps.grip.retryMs}\n\n${recovered?.events ?? ''}`;
+  for (let pages = 0; !recovered && pages < GRIP_PAGES; pages += 1) {
     const page = await deps.feeds.read(reader, feed, { ...(since !== undefined ? { since } : {}), max });
     body += pageEvents(page).toString();
     const end = page.items[page.items.length - 1];
