@@ -25,6 +25,8 @@ export interface PushpinOptions {
   sigKey?: string;
   /** Start without waiting for a request to reach the origin (one not up yet: see `reachesOrigin`). */
   originLater?: boolean;
+  /** `x_forwarded_for` of `[proxy]`: how Pushpin tells the origin who the client is (`truncate:0,append`). */
+  xForwardedFor?: string;
 }
 
 export interface RunningPushpin {
@@ -73,7 +75,12 @@ function routesText(origins: string[]): string {
   return `* ${origins.join(' ')}\n`;
 }
 
-async function configText(dir: string, sigKey: string, ports: Record<string, number>): Promise<string> {
+async function configText(
+  dir: string,
+  sigKey: string,
+  ports: Record<string, number>,
+  xForwardedFor = '',
+): Promise<string> {
   const sections = internalSections();
   const set = (section: string, entries: Record<string, string | number>) => {
     const s = sections.get(section) ?? new Map<string, string>();
@@ -99,6 +106,7 @@ async function configText(dir: string, sigKey: string, ports: Record<string, num
     sig_iss: 'pushpin',
     sig_key: sigKey,
     updates_check: 'off',
+    x_forwarded_for: xForwardedFor,
   });
   set('handler', {
     push_in_spec: `tcp://127.0.0.1:${ports.pushIn}`,
@@ -164,7 +172,7 @@ export async function startPushpin(opts: PushpinOptions): Promise<RunningPushpin
   for (const sub of ['run', 'log']) await mkdir(path.join(dir, sub));
   const conf = path.join(dir, 'pushpin.conf');
   const routes = path.join(dir, 'routes');
-  await writeFile(conf, await configText(dir, sigKey, ports));
+  await writeFile(conf, await configText(dir, sigKey, ports, opts.xForwardedFor));
   await writeFile(routes, routesText(typeof opts.origin === 'string' ? [opts.origin] : opts.origin));
   const consoleFile = path.join(dir, 'console.log');
   await chownAll(ids, [dir, path.join(dir, 'run'), path.join(dir, 'log'), conf, routes]);
