@@ -27,6 +27,8 @@ export interface PushpinOptions {
   originLater?: boolean;
   /** Pushpin's `log_level`: 2 (info, the default) or 3 (debug: each publish, hold and recovery request). */
   logLevel?: 2 | 3;
+  /** `x_forwarded_for` of `[proxy]`: how Pushpin tells the origin who the client is (`truncate:0,append`). */
+  xForwardedFor?: string;
 }
 
 export interface RunningPushpin {
@@ -86,6 +88,7 @@ async function configText(
   sigKey: string,
   ports: Record<string, number>,
   logLevel: number,
+  xForwardedFor = '',
 ): Promise<string> {
   const sections = internalSections();
   const set = (section: string, entries: Record<string, string | number>) => {
@@ -112,6 +115,7 @@ async function configText(
     sig_iss: 'pushpin',
     sig_key: sigKey,
     updates_check: 'off',
+    x_forwarded_for: xForwardedFor,
   });
   set('handler', {
     push_in_spec: `tcp://127.0.0.1:${ports.pushIn}`,
@@ -177,7 +181,7 @@ export async function startPushpin(opts: PushpinOptions): Promise<RunningPushpin
   for (const sub of ['run', 'log']) await mkdir(path.join(dir, sub));
   const conf = path.join(dir, 'pushpin.conf');
   const routes = path.join(dir, 'routes');
-  await writeFile(conf, await configText(dir, sigKey, ports, opts.logLevel ?? 2));
+  await writeFile(conf, await configText(dir, sigKey, ports, opts.logLevel ?? 2, opts.xForwardedFor));
   await writeFile(routes, routesText(typeof opts.origin === 'string' ? [opts.origin] : opts.origin));
   const consoleFile = path.join(dir, 'console.log');
   await chownAll(ids, [dir, path.join(dir, 'run'), path.join(dir, 'log'), conf, routes]);

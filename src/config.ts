@@ -21,6 +21,8 @@ import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
 import { parentDomain } from './feed/jid.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
 import { GRIP_RECOVERY_BYTES } from './http/gripRecovery.ts';
+import { CLIENT_BOUND_DEFAULTS, type ClientBoundOptions } from './http/clientBounds.ts';
+import { CLIENT_HEADERS, isAddressOrRange } from './http/clientKey.ts';
 import { LEVELS, type Level, LOG_FORMATS, type LogFormat } from './log.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
 
@@ -96,8 +98,20 @@ export interface HttpConfig {
    * Its key is never logged.
    */
   grip: { key: string; publishUrl: string | undefined; recoveryBytes: number } | undefined;
-  /** The WebSub hub: private callbacks allowed, default lease, queue bound, retry time. */
-  websub: { allowPrivate: boolean; leaseSeconds: number; maxQueue: number; retryForMs: number };
+  /** Who a client is (trusted proxies and their header), and each client's bounds. */
+  clients: Omit<ClientBoundOptions, 'now'>;
+  /**
+   * The WebSub hub: private callbacks allowed, default lease, queue bound, retry time, and each
+   * client's share of its subscriptions and verifications.
+   */
+  websub: {
+    allowPrivate: boolean;
+    leaseSeconds: number;
+    maxQueue: number;
+    retryForMs: number;
+    maxClientSubscriptions: number;
+    maxClientVerifying: number;
+  };
   /** The origin clients reach the service at, behind a TLS proxy (`--public-url`). */
   publicUrl: string | undefined;
   /** FASPs' GETs of shared objects and actors must be signed and verified (`--fasp-signed-fetch`). */
@@ -117,7 +131,13 @@ export interface FaspProviderConfig {
 }
 
 export const HTTP_DEFAULTS = { maxHeld: 10_000, maxTimeoutSeconds: 120, maxStreams: 10_000 };
-export const WEBSUB_DEFAULTS = { leaseSeconds: 864_000, maxQueue: 1_000, retrySeconds: 3_600 };
+export const WEBSUB_DEFAULTS = {
+  leaseSeconds: 864_000,
+  maxQueue: 1_000,
+  retrySeconds: 3_600,
+  maxClientSubscriptions: 200,
+  maxClientVerifying: 8,
+};
 
 export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
   enabled: true,
@@ -219,6 +239,12 @@ export const SERVE_OPTIONS = {
   'http-max-held': { type: 'string' },
   'http-max-timeout': { type: 'string' },
   'http-max-streams': { type: 'string' },
+  'http-trusted-proxy': { type: 'string', multiple: true },
+  'http-client-header': { type: 'string' },
+  'http-client-streams': { type: 'string' },
+  'http-client-held': { type: 'string' },
+  'http-client-reads': { type: 'string' },
+  'http-client-writes': { type: 'string' },
   grip: { type: 'string' },
   'grip-publish': { type: 'string' },
   'grip-recovery-bytes': { type: 'string' },
@@ -226,8 +252,12 @@ export const SERVE_OPTIONS = {
   'websub-lease': { type: 'string' },
   'websub-queue': { type: 'string' },
   'websub-retry': { type: 'string' },
+  'websub-client-subscriptions': { type: 'string' },
+  'websub-client-verifications': { type: 'string' },
   'public-url': { type: 'string' },
   'fasp-signed-fetch': { type: 'boolean' },
+  'fasp-client-registrations': { type: 'string' },
+  'fasp-client-announcements': { type: 'string' },
   metrics: { type: 'string' },
   'metrics-access': { type: 'string' },
   'fasp-provider': { type: 'string' },
@@ -392,6 +422,7 @@ function httpConfig(src: Sources): HttpConfig | undefined {
     maxTimeoutSeconds: seconds('http-max-timeout', HTTP_DEFAULTS.maxTimeoutSeconds),
     maxStreams: src.read('http-max-streams', positive, 'a positive whole number', HTTP_DEFAULTS.maxStreams),
     grip: gripConfig(src),
+    clients: clientsConfig(src),
     websub: {
       allowPrivate: src.read('websub-allow-private', onOff, 'true or false', false),
       leaseSeconds: src.read(
@@ -402,10 +433,52 @@ function httpConfig(src: Sources): HttpConfig | undefined {
       ),
       maxQueue: src.read('websub-queue', positive, 'a positive whole number', WEBSUB_DEFAULTS.maxQueue),
       retryForMs: 1000 * seconds('websub-retry', WEBSUB_DEFAULTS.retrySeconds),
+      maxClientSubscriptions: src.read(
+        'websub-client-subscriptions',
+        positive,
+        'a positive whole number',
+        WEBSUB_DEFAULTS.maxClientSubscriptions,
+      ),
+      maxClientVerifying: src.read(
+        'websub-client-verifications',
+        positive,
+        'a positive whole number',
+        WEBSUB_DEFAULTS.maxClientVerifying,
+      ),
     },
     publicUrl: src.read('public-url', origin, 'an origin like https://feeds.example', undefined),
     faspSignedFetch: src.read('fasp-signed-fetch', onOff, 'true or false', false),
     faspProvider: faspProviderConfig(src),
+  };
+}
+
+/** A list of addresses and CIDR ranges (trusted proxies). */
+const addressRanges = list.pipe(
+  z.array(z.string().refine(isAddressOrRange, 'must list addresses or CIDR ranges (10.0.0.0/8, fd00::/8)')),
+);
+
+/** Who a client is and the bounds of each (src/http/clientBounds.ts). */
+function clientsConfig(src: Sources): HttpConfig['clients'] {
+  const d = CLIENT_BOUND_DEFAULTS;
+  const proxies = src.find('http-trusted-proxies', 'http-trusted-proxy');
+  const count = (key: string, fallback: number) =>
+    src.read(key, positive, 'a positive whole number', fallback);
+  const rate = (key: string, fallback: number) =>
+    src.read(key, nonNegative, 'a number of zero or more', fallback);
+  return {
+    trustedProxies: proxies === undefined ? [] : checked(proxies, addressRanges, 'addresses or CIDR ranges'),
+    clientHeader: src.read(
+      'http-client-header',
+      z.enum(CLIENT_HEADERS),
+      CLIENT_HEADERS.join(' or '),
+      d.clientHeader,
+    ),
+    streams: count('http-client-streams', d.streams),
+    longPolls: count('http-client-held', d.longPolls),
+    reads: rate('http-client-reads', d.reads),
+    writes: rate('http-client-writes', d.writes),
+    faspRegistrations: rate('fasp-client-registrations', d.faspRegistrations),
+    faspAnnouncements: rate('fasp-client-announcements', d.faspAnnouncements),
   };
 }
 

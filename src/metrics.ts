@@ -22,6 +22,8 @@ export interface ObservedHttp {
   /** Server-Sent Event streams. */
   streams: { readonly open: number; readonly eventsSent: number; readonly slowClosed: number };
   hub: { pending(): number };
+  /** Requests refused because their client was past one of its bounds, by bound. */
+  bounds: { readonly refused: Readonly<Record<string, number>> };
   /** GRIP behind Pushpin: its publisher, when `--grip-publish` is set. */
   grip?:
     | {
@@ -287,7 +289,10 @@ export class Metrics {
     );
   }
 
-  /** Long polls held, WebSub deliveries and FASP announcements waiting, read when scraped. */
+  /**
+   * Long polls held, WebSub deliveries and FASP announcements waiting, and the refusals of
+   * clients past their bounds, read when scraped.
+   */
   observeHttp(http: ObservedHttp): void {
     const registers = [this.registry];
     new Gauge({
@@ -310,6 +315,12 @@ export class Metrics {
       },
     });
     this.observeOutbox(http.sharing.outbox);
+    this.countsByLabel(
+      'smartfeeds_http_client_refusals_total',
+      'HTTP requests refused (429) because their client was past one of its own bounds, by bound',
+      'bound',
+      () => http.bounds.refused,
+    );
   }
 
   /** Event streams open, events sent, and streams closed for reading too slowly. */

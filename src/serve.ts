@@ -177,6 +177,7 @@ function httpBinding(
       maxHeld: http.maxHeld,
       maxTimeoutSeconds: http.maxTimeoutSeconds,
       streams: { maxStreams: http.maxStreams },
+      clients: http.clients,
       ...(http.grip
         ? {
             grip: {

@@ -38,6 +38,8 @@ export interface FaspDependencies {
   isAdmin(bare: string): boolean;
   /** The public origin (`https://host`) a request addressed: the `@target-uri` it was signed for. */
   origin(request: FastifyRequest): string;
+  /** Counts a registration against its client's bound; throws its refusal (a 429 HttpProblem). */
+  admitRegistration?(request: FastifyRequest): void;
   log: Log;
 }
 
@@ -207,6 +209,7 @@ function adminCheck(deps: FaspDependencies): (request: FastifyRequest) => void {
 
 function registerRegistration(scope: FastifyInstance, store: ProviderStore, deps: FaspDependencies): void {
   scope.post(`${FASP_BASE}/registration`, async (request, reply) => {
+    deps.admitRegistration?.(request);
     // Registration exchanges the keys, so it cannot be signed; a digest sent is checked.
     if (request.headers['content-digest'] !== undefined)
       checkContentDigest(request.headers, bodyBytes(request));

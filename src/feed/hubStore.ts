@@ -41,6 +41,11 @@ export interface HubSubscription {
    * anonymous reader). Each delivery is checked against the node's access as it is then.
    */
   reader?: string;
+  /**
+   * Who asked for it, as the HTTP binding counts a client against its bound of subscriptions (a
+   * bearer token's JID or an address); none in records stored before it was kept.
+   */
+  client?: string;
   /** When the lease ends, in ms since the epoch. */
   expires: number;
 }
@@ -177,6 +182,7 @@ export function readHubSubscription(value: Buffer): HubSubscription | undefined 
   const order = v.order === 'modified' || v.order === 'created';
   const secret = v.secret === undefined || typeof v.secret === 'string';
   const reader = v.reader === undefined || typeof v.reader === 'string';
-  if (!strings || !order || !secret || !reader || typeof v.expires !== 'number') return undefined;
+  const client = v.client === undefined || typeof v.client === 'string';
+  if (!strings || !order || !secret || !reader || !client || typeof v.expires !== 'number') return undefined;
   return v as HubSubscription;
 }

@@ -67,6 +67,9 @@ export const problems = {
   unsupportedMediaType: (wanted: string) =>
     new HttpProblem(415, 'unsupported-media-type', `the body must be ${wanted}`),
   busy: (detail: string) => new HttpProblem(503, 'service-unavailable', detail, { 'retry-after': '1' }),
+  /** One client past one of its bounds (clientBounds.ts); the others are still served. */
+  tooManyRequests: (detail: string, retryAfterSeconds: number) =>
+    new HttpProblem(429, 'too-many-requests', detail, { 'retry-after': String(retryAfterSeconds) }),
 };
 
 /** Turns any failure into the problem to answer with (an unexpected one is a 500 without details). */

@@ -135,7 +135,8 @@ const sorted = (m: Map<string, string>) => [...m].sort(([a], [b]) => a.localeCom
 describe('a stream shows its reader exactly the model view', () => {
   it('live and caught up, anonymous, filtered and with a token', async () => {
     const engine = await FeedEngine.inMemory();
-    const http = await startHttp({ engine });
+    // Hundreds of reads from one address, as fast as the rounds go: its rate of reads is raised.
+    const http = await startHttp({ engine, http: { clients: { reads: 1000 } } });
     try {
       let round = 0;
       await fc.assert(

@@ -25,6 +25,8 @@ export interface ProviderRouteDependencies {
   requireAdmin(request: FastifyRequest): void;
   /** The public origin a request addressed: the `@target-uri` it was signed for. */
   origin(request: FastifyRequest): string;
+  /** Counts an announcement against its server's bound; throws its refusal (a 429 HttpProblem). */
+  admitAnnouncement?(serverId: string): void;
   log: Log;
 }
 
@@ -64,7 +66,7 @@ export function registerProviderRoutes(
         reply.header(name, value);
       return payload;
     });
-    registerServerCalls(scope, provider, authenticate);
+    registerServerCalls(scope, provider, authenticate, deps.admitAnnouncement);
     registerActor(scope, provider);
     registerAdmin(scope, provider, deps);
   });
@@ -115,6 +117,7 @@ function registerServerCalls(
   scope: FastifyInstance,
   provider: FaspProvider,
   authenticate: (request: FastifyRequest) => Promise<SharingServer>,
+  admitAnnouncement: (serverId: string) => void = () => undefined,
 ): void {
   scope.get(`${PROVIDER_PATH}/provider_info`, async (request, reply) => {
     await authenticate(request);
@@ -137,6 +140,8 @@ function registerServerCalls(
   scope.delete(`${PROVIDER_PATH}/capabilities/:id/:version/activation`, activation(false));
   scope.post(`${PROVIDER_PATH}/data_sharing/v0/announcements`, async (request, reply) => {
     const server = await authenticate(request);
+    // Each announcement queues up to a thousand URIs to fetch: a server's rate of them is bounded.
+    admitAnnouncement(server.serverId);
     const announcement = parseAnnouncement(jsonBody(request));
     if (typeof announcement === 'string') throw new HttpProblem(422, 'unprocessable-content', announcement);
     if (server.status !== 'active')
@@ -220,6 +225,7 @@ export function providerExtension(
     registerProviderRoutes(app, provider, {
       log: binding.log,
       origin: (request) => binding.originOf(request),
+      admitAnnouncement: (serverId) => binding.bounds.take('fasp-announcements', `fasp:${serverId}`),
       requireAdmin: (request) => {
         const actor = binding.credentials.actor(request.headers.authorization);
         if (actor.kind !== 'user')

@@ -89,6 +89,7 @@ export function holdRead(
     // Shared among polls of one reader of one feed (filter and view included) only: the read
     // checks its right to read, and a reader's view is theirs.
     shared: `${describe(reader)}\n${canonicalFeedName(feed)}\n${query.since ?? ''}\n${query.max ?? ''}`,
+    client: x.client(reader),
     read: () => deps.feeds.read(reader, feed, readQuery(query)),
     recheck: async () => {
       await deps.feeds.settings(reader, feed.node);

@@ -9,6 +9,7 @@ import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import type { Metrics } from '../../metrics.ts';
 import { problems } from '../errors.ts';
+import { type AdmissionBounds, HubAdmission } from './admission.ts';
 import { callCallback } from './callback.ts';
 import { DeliveryQueue, type Outcome, type ToldChange } from './delivery.ts';
 import type { Intent } from './intent.ts';
@@ -33,6 +34,12 @@ export interface HubOptions {
   maxSubscriptions: number;
   /** Verifications in progress; a request beyond it is refused (503). */
   maxVerifying: number;
+  /** Subscriptions one client holds or has being verified; a new one beyond it is refused (429). */
+  maxClientSubscriptions: number;
+  /** Verifications in progress for one client; a request beyond it is refused (429). */
+  maxClientVerifying: number;
+  /** The refusal of a client past one of its bounds, counted (ClientBounds.refuse). */
+  refuse?: AdmissionBounds['refuse'];
   /** Told of each delivery's outcome and of each one dropped (src/metrics.ts). */
   metrics?: Pick<Metrics, 'websubDelivery' | 'websubDrop'>;
 }
@@ -49,6 +56,8 @@ export const HUB_DEFAULTS: HubOptions = {
   maxQueue: 1_000,
   maxSubscriptions: 10_000,
   maxVerifying: 64,
+  maxClientSubscriptions: 200,
+  maxClientVerifying: 8,
 };
 
 /** Timers cannot wait longer; a lease beyond it is looked at again when the timer fires. */
@@ -71,6 +80,8 @@ export class Hub {
   private readonly byFeed = new Map<string, Map<string, Active>>();
   /** Verifications per subscription run one after another, in the order they were asked. */
   private readonly verifying = new Map<string, Promise<void>>();
+  /** The bounds on what it takes: its own, and each client's share. */
+  private readonly admission: HubAdmission;
   private readonly inFlight = new Set<Promise<void>>();
   /** Changes being checked against the access of their subscribers, one after another. */
   private pushing: Promise<void> = Promise.resolve();
@@ -90,6 +101,7 @@ export class Hub {
   ) {
     this.store = feeds.hubSubscriptions;
     this.options = { ...HUB_DEFAULTS, ...options };
+    this.admission = new HubAdmission(this.options);
   }
 
   /** Loads the stored subscriptions and starts listening to the service's events. */
@@ -291,23 +303,20 @@ export class Hub {
 
   /**
    * Takes a checked subscription request: its verification runs after the answer (WebSub's hub
-   * answers 202 and calls back). Refused (503) beyond the bounds on verifications and subscriptions.
+   * answers 202 and calls back). Refused beyond the bounds on verifications and subscriptions: the
+   * hub's own (503), and the client's own share of them (429), so that one client's slow callbacks
+   * or many subscriptions leave room for the others.
    */
   accept(intent: Intent): void {
     if (this.stopping) throw problems.busy('the server is shutting down');
-    const key = `${feedKey(intent.feed?.node ?? '', intent.feed?.order ?? 'modified')} ${hubSlot({ ...intent.feed, callback: intent.callback.href })}`;
-    // Every subscription holds a queue and timers, every verification a request: both are bounded.
-    if (this.verifying.size >= this.options.maxVerifying && !this.verifying.has(key))
-      throw problems.busy('too many subscription requests are being verified; retry later');
-    if (intent.mode === 'subscribe' && intent.feed) {
-      const known = this.byFeed
-        .get(feedKey(intent.feed.node, intent.feed.order))
-        ?.has(hubSlot({ ...intent.feed, callback: intent.callback.href }));
-      let count = 0;
-      for (const feed of this.byFeed.values()) count += feed.size;
-      if (!known && count >= this.options.maxSubscriptions)
-        throw problems.busy(`the hub holds ${count} subscriptions, its limit`);
-    }
+    const slot = hubSlot({ ...intent.feed, callback: intent.callback.href });
+    const key = `${feedKey(intent.feed?.node ?? '', intent.feed?.order ?? 'modified')} ${slot}`;
+    const known = intent.feed && this.byFeed.get(feedKey(intent.feed.node, intent.feed.order))?.has(slot);
+    const verified = this.admission.admit(intent.client, key, {
+      verifying: this.verifying,
+      adds: intent.mode === 'subscribe' && intent.feed !== undefined && !known,
+      held: () => this.subscriptions(),
+    });
     const run = (this.verifying.get(key) ?? Promise.resolve()).then(() => this.verify(intent));
     const tracked = run.catch((e) => this.log.error('websub verification failed', { error: String(e) }));
     this.verifying.set(key, tracked);
@@ -315,6 +324,7 @@ export class Hub {
     void tracked.then(() => {
       this.inFlight.delete(tracked);
       if (this.verifying.get(key) === tracked) this.verifying.delete(key);
+      verified();
     });
   }
 
@@ -379,6 +389,7 @@ export class Hub {
       expires: Date.now() + intent.leaseSeconds * 1000,
       ...(intent.secret !== undefined ? { secret: intent.secret } : {}),
       ...(reader !== undefined ? { reader } : {}),
+      client: intent.client,
     };
     await this.store.put(sub);
     this.activate(sub);
@@ -491,7 +502,8 @@ function sameLease(a: HubSubscription, b: HubSubscription): boolean {
     a.secret === b.secret &&
     a.reader === b.reader &&
     a.topic === b.topic &&
-    a.hub === b.hub
+    a.hub === b.hub &&
+    a.client === b.client
   );
 }
 
