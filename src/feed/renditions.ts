@@ -190,7 +190,11 @@ export function jsonHead(item: Pick<Item, 'id' | 'cursor'>): string {
   return `{"id":${JSON.stringify(item.id)},"cursor":${JSON.stringify(item.cursor)},`;
 }
 
-/** The Atom entry with what RFC 4287 requires added and `fo:id` appended, split after its start tag. */
+/**
+ * The Atom entry with what RFC 4287 (4.1.2) requires added and `fo:id` appended, split after its
+ * start tag: a title (empty), an updated date (the modified stamp), and an author (the publisher;
+ * a name left empty when the item has none) unless the entry or its source names one.
+ */
 function atomParts(item: Item): { head: string; tail: string; hasId: boolean } {
   const el = parse(item.entry);
   const hasId = el.getChild('id', ATOM_NS) !== undefined;
@@ -198,6 +202,10 @@ function atomParts(item: Item): { head: string; tail: string; hasId: boolean } {
   if (!el.getChild('title', ATOM_NS)) missing.push(createElement('title', { xmlns: ATOM_NS }));
   if (!el.getChild('updated', ATOM_NS))
     missing.push(createElement('updated', { xmlns: ATOM_NS }, new Date(item.modified).toISOString()));
+  if (!el.getChild('author', ATOM_NS) && !el.getChild('source', ATOM_NS)?.getChild('author', ATOM_NS)) {
+    const name = createElement('name', {}, ...(item.publisher === undefined ? [] : [item.publisher]));
+    missing.push(createElement('author', { xmlns: ATOM_NS }, name));
+  }
   el.children.unshift(...missing);
   el.append(foId(item.id));
   const text = el.toString();
@@ -206,10 +214,16 @@ function atomParts(item: Item): { head: string; tail: string; hasId: boolean } {
   return { head: text.slice(0, end), tail: text.slice(end), hasId };
 }
 
+/**
+ * The tombstone as `at:deleted-entry` with `fo:id`. Its children (an imported one's `at:by`,
+ * `at:comment`) keep the default namespace they had, not the Atom one of the feed around them.
+ */
 function tombstoneOf(item: Item): string {
   const stored = parse(item.entry);
   const el = createElement('at:deleted-entry', { 'xmlns:at': TOMBSTONE_NS });
-  for (const [name, value] of Object.entries(stored.attrs)) if (name !== 'xmlns') el.attrs[name] = value;
+  if (stored.children.length > 0) el.attrs.xmlns = stored.attrs.xmlns ?? '';
+  for (const [name, value] of Object.entries(stored.attrs))
+    if (name !== 'xmlns' && name !== 'xmlns:at') el.attrs[name] = value;
   for (const child of stored.children) el.cnode(child);
   el.append(foId(item.id));
   return el.toString();
@@ -219,6 +233,8 @@ function tombstoneOf(item: Item): string {
 function foId(id: string): Element {
   return createElement('fo:id', { 'xmlns:fo': FANOUT_NS }, id);
 }
+
+const ALTERNATE = new Set(['alternate', 'http://www.iana.org/assignments/relation/alternate']);
 
 /** The ActivityStreams fields an Atom entry gives, where it has them. */
 function entryFields(entry: Element): Record<string, unknown> {
@@ -234,8 +250,9 @@ function entryFields(entry: Element): Record<string, unknown> {
     if (html !== undefined) out[name] = html;
   }
   const links = entry.getChildren('link', ATOM_NS);
-  // RFC 4287: a link without rel is an alternate; prefer a web page among several.
-  const alternates = links.filter((l) => (l.attrs.rel ?? 'alternate') === 'alternate' && l.attrs.href);
+  // RFC 4287 4.2.7.2: a link without rel is an alternate, and so is the registry's IRI for it;
+  // prefer a web page among several.
+  const alternates = links.filter((l) => ALTERNATE.has(l.attrs.rel ?? 'alternate') && l.attrs.href);
   const link = alternates.find((l) => l.attrs.type === 'text/html') ?? alternates[0];
   if (link) out.url = link.attrs.href as string;
   const name = entry.getChild('author', ATOM_NS)?.getChildText('name', ATOM_NS)?.trim();
