@@ -20,9 +20,9 @@ import { ConfigError, checked, readFile, Sources } from './configSources.ts';
 import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
 import { parentDomain } from './feed/jid.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
-import { GRIP_RECOVERY_BYTES } from './http/gripRecovery.ts';
 import { CLIENT_BOUND_DEFAULTS, type ClientBoundOptions } from './http/clientBounds.ts';
 import { CLIENT_HEADERS, isAddressOrRange } from './http/clientKey.ts';
+import { GRIP_RECOVERY_BYTES } from './http/gripRecovery.ts';
 import { LEVELS, type Level, LOG_FORMATS, type LogFormat } from './log.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
 
