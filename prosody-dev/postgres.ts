@@ -20,7 +20,17 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import pg from 'pg';
-import { chownAll, freePort, isAlive, readPidFile, signal, sleep, userIds, waitFor } from './process.ts';
+import {
+  chownAll,
+  descendants,
+  freePort,
+  isAlive,
+  readPidFile,
+  signal,
+  sleep,
+  userIds,
+  waitFor,
+} from './process.ts';
 
 const execFileP = promisify(execFile);
 
@@ -53,8 +63,12 @@ export interface RunningPostgres {
   createDatabase(name?: string): Promise<string>;
   /** Drops a database (by name or URL), closing its connections first. */
   dropDatabase(name: string): Promise<void>;
-  /** Fast shutdown (SIGINT), SIGQUIT after a grace period; `immediate` goes straight to SIGQUIT. */
-  stop(options?: { immediate?: boolean }): Promise<void>;
+  /**
+   * Fast shutdown (SIGINT), SIGQUIT after a grace period; `immediate` goes straight to SIGQUIT
+   * (PostgreSQL's immediate shutdown: recovery at the next start); `kill` crashes it: SIGKILL to
+   * the postmaster and each of its processes, by pid, as a power cut to the processes would.
+   */
+  stop(options?: { immediate?: boolean; kill?: boolean }): Promise<void>;
   /** Starts it again after stop(): same directory, port and data. No-op when running. */
   start(): Promise<void>;
   /** Stops it and removes its directory. */
@@ -148,9 +162,16 @@ export async function startPostgres(opts: PostgresOptions = {}): Promise<Running
     watchdog = startWatchdog(pid);
   };
 
-  const stop = async (options: { immediate?: boolean } = {}): Promise<void> => {
+  const stop = async (options: { immediate?: boolean; kill?: boolean } = {}): Promise<void> => {
     const target = pid;
     if (target === undefined) return;
+    if (options.kill && isAlive(target)) {
+      // Its processes first seen, then all killed at once: none is left to finish a commit.
+      const all = [target, ...descendants(target)];
+      for (const one of all) signal(one, 'SIGKILL');
+      if (!(await waitFor(() => all.every((one) => !isAlive(one)), STOP_GRACE_MS)))
+        throw new Error(`PostgreSQL (pid ${target}) did not exit after SIGKILL`);
+    }
     if (isAlive(target)) {
       signal(target, options.immediate ? 'SIGQUIT' : 'SIGINT');
       if (!(await waitFor(() => !isAlive(target), STOP_GRACE_MS))) {
