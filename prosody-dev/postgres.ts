@@ -150,7 +150,8 @@ export async function startPostgres(opts: PostgresOptions = {}): Promise<Running
       await Promise.race([exited, sleep(50)]);
       if (gone) throw new Error(`PostgreSQL exited during startup\n${await logTail(files.log, 30)}`);
       pid = await postmasterPid(files.pid);
-      if (pid !== undefined && (await isReady(files.pid))) break;
+      // A killed postmaster leaves its pid file behind, saying it was ready: not this one.
+      if (pid !== undefined && isAlive(pid) && (await isReady(files.pid))) break;
       if (Date.now() > deadline) {
         signal(proc.pid ?? 0, 'SIGQUIT');
         throw new Error(
