@@ -194,20 +194,20 @@ async function main(): Promise<void> {
       const readyAfter = probes
         .filter((p) => p.path === '/readyz' && p.status === 200 && p.start >= back)
         .reduce((m, p) => Math.min(m, p.start), Number.POSITIVE_INFINITY);
-      report.push(
+      const line =
         `${outage.text}: down ${s(back - down)} s; ${during.length} writes answered while it was down or started then: ` +
-          `${[...byStatus].map(([k, v]) => `${v}x${k}`).join(' ')}; answer time p50 ${s(pct(lat, 50))} s, p99 ${s(pct(lat, 99))} s, max ${s(lat.at(-1) ?? 0)} s; ` +
-          `over 15 s: ${lat.filter((l) => l > 15_000).length}; first ack ${s(firstAckAfter - back)} s after it was back ` +
-          `(first write started after it was back acked ${s(firstOk - back)} s after); ` +
-          `/readyz while down: ${ready.length} asked, ${[...readyStatus].map(([k, v]) => `${v}x${k || 'no answer'}`).join(' ')}, ` +
-          `answer time p50 ${s(pct(readyLat, 50))} s max ${s(readyLat.at(-1) ?? 0)} s, over 1 s: ${readyLat.filter((l) => l > 1000).length}; ` +
-          `ready again ${s(readyAfter - back)} s after; /healthz max ${s(healthLat.at(-1) ?? 0)} s`,
-      );
+        `${[...byStatus].map(([k, v]) => `${v}x${k}`).join(' ')}; answer time p50 ${s(pct(lat, 50))} s, p99 ${s(pct(lat, 99))} s, max ${s(lat.at(-1) ?? 0)} s; ` +
+        `over 15 s: ${lat.filter((l) => l > 15_000).length}; first ack ${s(firstAckAfter - back)} s after it was back ` +
+        `(first write started after it was back acked ${s(firstOk - back)} s after); ` +
+        `/readyz while down: ${ready.length} asked, ${[...readyStatus].map(([k, v]) => `${v}x${k || 'no answer'}`).join(' ')}, ` +
+        `answer time p50 ${s(pct(readyLat, 50))} s max ${s(readyLat.at(-1) ?? 0)} s, over 1 s: ${readyLat.filter((l) => l > 1000).length}; ` +
+        `ready again ${s(readyAfter - back)} s after; /healthz max ${s(healthLat.at(-1) ?? 0)} s`;
+      report.push(line);
+      console.error(line);
       const sample = during.find((w) => w.status >= 500);
       if (sample) report.push(`  e.g. ${sample.status}: ${sample.detail}`);
       const readySample = ready.find((p) => p.status === 503);
       if (readySample) report.push(`  e.g. /readyz ${readySample.status}: ${readySample.detail}`);
-      console.error(report.at(-2) ?? '');
     }
     stopping = true;
     await Promise.all(writers);
