@@ -45,6 +45,8 @@ export interface ObservedEngine {
   handoffs(): { sent: number; taken: number; here: number; lost: number } | undefined;
   /** Among several instances, the changes this one pushed, by where it took them (FeedEngine.pushedFrom). */
   pushedFrom(): { memory: number; log: number } | undefined;
+  /** On PostgreSQL, publishes and retractions refused for the database, by what is known of them. */
+  storageRefusals(): { not_written: number; unknown: number };
 }
 
 const PUBSUB = 'http://jabber.org/protocol/pubsub';
@@ -217,6 +219,12 @@ export class Metrics {
       'Among several instances, changes and node events this instance pushed, by where it took them',
       'from',
       () => engine.pushedFrom(),
+    );
+    this.countsByLabel(
+      'smartfeeds_storage_refusals_total',
+      'On PostgreSQL, publishes and retractions refused because the database failed or did not answer by their deadline (--write-timeout): not_written, or unknown (committed whole or not at all)',
+      'outcome',
+      () => engine.storageRefusals(),
     );
     return engine.onChange((change) => {
       if (!change.changed) return;

@@ -131,7 +131,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
  * instances on that database (docs/operations.md "Several instances"), else LevelDB at --data, this process's own.
  */
 async function openEngine(config: Config): Promise<FeedEngine> {
-  const options = { limits: config.limits, sync: config.sync };
+  const options = { limits: config.limits, sync: config.sync, writeTimeoutMs: config.writeTimeoutMs };
   if (config.store === undefined) return FeedEngine.open(config.data, options);
   const { openSharedPostgresStore } = await import('./feed/store/postgresShared.ts');
   return FeedEngine.openStore(await openSharedPostgresStore(config.store), options);
