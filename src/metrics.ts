@@ -233,6 +233,18 @@ export class Metrics {
     });
   }
 
+  /** Whether the database answers, as the background check of /readyz last found it (1 or 0). */
+  observeDatabase(ok: () => boolean): void {
+    new Gauge({
+      name: 'smartfeeds_database_up',
+      help: '1 while the database answers the background check of /readyz in time, else 0',
+      registers: [this.registry],
+      collect() {
+        this.set(ok() ? 1 : 0);
+      },
+    });
+  }
+
   /** The component's stream state, reconnects and notification fan-out, read when scraped. */
   observeComponent(component: ObservedComponent): void {
     let onlineBefore = false;

@@ -5,7 +5,13 @@ import type { FeedBot } from './bot/bot.ts';
 import { type Config, withoutPassword } from './config.ts';
 import { FeedEngine } from './feed/engine.ts';
 import { FeedService } from './feed/service/service.ts';
-import { type MetricsExposure, OperationsListener, operationsRoutes, type Readiness } from './http/health.ts';
+import {
+  DatabaseWatch,
+  type MetricsExposure,
+  OperationsListener,
+  operationsRoutes,
+  type Readiness,
+} from './http/health.ts';
 import { HttpBinding } from './http/server.ts';
 import { webRoutes } from './http/web/routes.ts';
 import type { Log } from './log.ts';
@@ -63,9 +69,13 @@ export async function serve(config: Config, reread: () => Config = () => config)
       );
   logStart(config, log);
   if (pubsub) metrics.observeComponent(pubsub);
+  // Read in the background: /readyz answers at once, whatever the database does.
+  const watch = new DatabaseWatch(() => engine.ping());
+  await watch.start();
+  metrics.observeDatabase(() => watch.status() === 'ok');
   const readiness: Readiness = {
-    database: () => engine.listNodes({ max: 1 }),
-    xmppOnline: () => pubsub === undefined || pubsub.xmpp.status === 'online',
+    database: () => watch.status(),
+    xmpp: () => (pubsub === undefined ? 'off' : pubsub.xmpp.status === 'online' ? 'ok' : 'stream down'),
   };
   const exposure: MetricsExposure = { metrics, ...config.metrics, admins: config.admins };
   const operations = config.metrics.listen
@@ -120,6 +130,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
   await pubsub?.stop();
   feeds.close();
   await operations?.stop();
+  watch.stop();
   unobserve();
   await engine.close();
   log.info('stopped');
