@@ -33,7 +33,10 @@ export class WriteDeadlines {
     if (deadline === undefined) return step;
     return byDeadline(step, deadline, () => {
       this.refusals.not_written += 1;
-      return new WriteTimedOut();
+      // Its checks read the database and wait for the notifications ahead of it (write gates).
+      return new WriteTimedOut(
+        'its checks did not end in time (the database, or the notifications ahead of it)',
+      );
     });
   }
 
