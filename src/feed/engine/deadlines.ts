@@ -1,5 +1,6 @@
-import { byDeadline, type Deadline } from '../deadline.ts';
-import { NotWritten, OutcomeUnknown, WriteTimedOut } from '../errors.ts';
+import { byDeadline, type Deadline, passed } from '../deadline.ts';
+import { FeedError, NotWritten, OutcomeUnknown, WriteTimedOut } from '../errors.ts';
+import type { QueuedWrite } from './state.ts';
 
 /** Publishes and retractions refused for the database so far, by what is known of them. */
 export interface StorageRefusals {
@@ -48,4 +49,54 @@ export class WriteDeadlines {
       throw e;
     });
   }
+}
+
+// ---- in the write queue (writeQueue.ts) ----------------------------------------------------
+
+/**
+ * A shared store's failure as a round's writes are told. The store commits a round whole or not
+ * at all and says when it cannot tell (OutcomeUnknown): any other failure left nothing written.
+ */
+export function sharedRefusal(e: unknown): Error {
+  if (e instanceof NotWritten || e instanceof OutcomeUnknown) return e;
+  if (e instanceof FeedError && e.code !== 'storage') return e;
+  return new NotWritten(`the database failed: ${(e as Error).message}`, { cause: e });
+}
+
+/** The earliest deadline of a round's writes: the round is answered by then. */
+export function earliest(batch: readonly QueuedWrite[]): Deadline | undefined {
+  let first: Deadline | undefined;
+  for (const { deadline } of batch)
+    if (deadline !== undefined && (first === undefined || deadline < first)) first = deadline;
+  return first;
+}
+
+/** Refuses `w`, unwritten, at `deadline` unless a round has taken it by then. */
+export function expireAt(w: QueuedWrite, deadline: Deadline): void {
+  w.expiry = setTimeout(
+    () => {
+      w.expiry = undefined;
+      w.expired = true;
+      w.reject(new WriteTimedOut());
+    },
+    Math.max(0, deadline - Date.now()),
+  );
+}
+
+/**
+ * The writes of `batch` a round takes, no longer timed: those not refused at their deadline (one
+ * whose deadline has passed, its timer not yet run, is refused here).
+ */
+export function taken(batch: QueuedWrite[]): QueuedWrite[] {
+  const out: QueuedWrite[] = [];
+  for (const w of batch) {
+    if (w.expired) continue;
+    clearTimeout(w.expiry);
+    w.expiry = undefined;
+    if (passed(w.deadline)) {
+      w.expired = true;
+      w.reject(new WriteTimedOut());
+    } else out.push(w);
+  }
+  return out;
 }

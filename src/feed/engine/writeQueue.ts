@@ -1,19 +1,12 @@
 import type { Deadline } from '../deadline.ts';
-import {
-  FeedError,
-  NodeExists,
-  NodeNotFound,
-  NotWritten,
-  OutcomeUnknown,
-  StorageError,
-  WriteTimedOut,
-} from '../errors.ts';
+import { FeedError, NodeExists, NodeNotFound, StorageError } from '../errors.ts';
 import { deletedKey, indexKey, itemKey, metaKey } from '../keys.ts';
 import type { Change, ItemRecord } from '../model.ts';
 import { decodeRecord, encodeRecord } from '../record.ts';
 import type { Op, StoreReader } from '../store/store.ts';
 import { changedMessage, headKey, logEntry, logOps, positionOf, seqValue } from './changeLog.ts';
 import { cursorOf } from './cursors.ts';
+import { earliest, expireAt, sharedRefusal, taken } from './deadlines.ts';
 import { viewFields, writeViews } from './filters.ts';
 import type { Instances, RoundPush } from './instances.ts';
 import type { NodeRegistry } from './nodes.ts';
@@ -54,24 +47,6 @@ function storageError(e: unknown, what: 'read' | 'write'): Error {
   return e instanceof FeedError
     ? e
     : new StorageError(`database ${what} failed: ${(e as Error).message}`, { cause: e });
-}
-
-/**
- * A shared store's failure as a round's writes are told. The store commits a round whole or not
- * at all and says when it cannot tell (OutcomeUnknown): any other failure left nothing written.
- */
-function sharedRefusal(e: unknown): Error {
-  if (e instanceof NotWritten || e instanceof OutcomeUnknown) return e;
-  if (e instanceof FeedError && e.code !== 'storage') return e;
-  return new NotWritten(`the database failed: ${(e as Error).message}`, { cause: e });
-}
-
-/** The earliest deadline of a round's writes: the round is answered by then. */
-function earliest(batch: readonly QueuedWrite[]): Deadline | undefined {
-  let first: Deadline | undefined;
-  for (const { deadline } of batch)
-    if (deadline !== undefined && (first === undefined || deadline < first)) first = deadline;
-  return first;
 }
 
 /** Most writes a pump computes in one round (see pump). */
@@ -571,28 +546,4 @@ export class WriteQueue {
     };
     return { change, rec, value };
   }
-}
-
-/** Refuses `w`, unwritten, at `deadline` unless a round has taken it by then. */
-function expireAt(w: QueuedWrite, deadline: Deadline): void {
-  w.expiry = setTimeout(
-    () => {
-      w.expiry = undefined;
-      w.expired = true;
-      w.reject(new WriteTimedOut());
-    },
-    Math.max(0, deadline - Date.now()),
-  );
-}
-
-/** The writes of `batch` a round takes: those not refused at their deadline, no longer timed. */
-function taken(batch: QueuedWrite[]): QueuedWrite[] {
-  const out: QueuedWrite[] = [];
-  for (const w of batch) {
-    if (w.expired) continue;
-    clearTimeout(w.expiry);
-    w.expiry = undefined;
-    out.push(w);
-  }
-  return out;
 }
