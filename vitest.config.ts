@@ -55,6 +55,7 @@ const STORE_SUITES = ['test/feed/**/*.test.ts', 'test/service/**/*.test.ts'];
 const POSTGRES_ONLY = [
   'test/postgres*.test.ts',
   'test/cli/migrate*.test.ts',
+  'test/cli/exportAcrossStores.test.ts',
   'test/instances/postgres*.test.ts',
 ];
 

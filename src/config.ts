@@ -59,6 +59,8 @@ export interface Config {
   xmpp: boolean;
   /** How long a push lease lasts without renewal: how long a dead instance's pushes wait for another. */
   pushLeaseMs: number;
+  /** On PostgreSQL, the longest a publish or retraction waits for its answer, however it waits. */
+  writeTimeoutMs: number;
   /**
    * Where this instance takes the writes other instances hand it (several instances on one
    * database: a node's writes go to the instance pushing it); port 0: a free one. Undefined: off.
@@ -193,6 +195,7 @@ const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'st
   sync: false,
   xmpp: true,
   pushLeaseMs: 10_000,
+  writeTimeoutMs: 15_000,
   handoff: { host: '127.0.0.1', port: 0 },
   rateLimit: DEFAULT_RATE_LIMIT,
   bot: DEFAULT_BOT,
@@ -220,6 +223,7 @@ export const SERVE_OPTIONS = {
   sync: { type: 'boolean' },
   'no-xmpp': { type: 'boolean' },
   'push-lease': { type: 'string' },
+  'write-timeout': { type: 'string' },
   handoff: { type: 'string' },
   'rate-limit': { type: 'string' },
   'rate-burst': { type: 'string' },
@@ -353,6 +357,12 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     sync: src.read('sync', onOff, 'true or false', DEFAULTS.sync),
     xmpp,
     pushLeaseMs: src.read('push-lease', milliseconds, 'a number of seconds above 0', DEFAULTS.pushLeaseMs),
+    writeTimeoutMs: src.read(
+      'write-timeout',
+      milliseconds,
+      'a number of seconds above 0',
+      DEFAULTS.writeTimeoutMs,
+    ),
     handoff,
     rateLimit: {
       rate: src.read('rate-limit', nonNegative, 'a number of zero or more', DEFAULTS.rateLimit.rate),

@@ -234,6 +234,13 @@ export const OPTION_GROUPS: OptionGroup[] = [
         'off',
         'fsync every write batch: survives power loss, not only a killed process',
       ),
+      opt(
+        'write-timeout',
+        'SECONDS',
+        '15',
+        'on PostgreSQL, the longest a publish or retraction waits for its answer',
+        "Counted from when the write is taken, across every wait (its checks, the hand-off to the instance holding its node, its node's queue, PostgreSQL coming back). A write not committed by then is refused with a `storage` error that says whether it was not written or its outcome is unknown. See [PostgreSQL restarting](operations.md#postgresql-restarting).",
+      ),
     ],
   },
   {

@@ -57,6 +57,8 @@ export interface ObservedEngine {
   handoffs(): { sent: number; taken: number; here: number; lost: number } | undefined;
   /** Among several instances, the changes this one pushed, by where it took them (FeedEngine.pushedFrom). */
   pushedFrom(): { memory: number; log: number } | undefined;
+  /** On PostgreSQL, publishes and retractions refused for the database, by what is known of them. */
+  storageRefusals(): { not_written: number; unknown: number };
 }
 
 const PUBSUB = 'http://jabber.org/protocol/pubsub';
@@ -230,10 +232,28 @@ export class Metrics {
       'from',
       () => engine.pushedFrom(),
     );
+    this.countsByLabel(
+      'smartfeeds_storage_refusals_total',
+      'On PostgreSQL, publishes and retractions refused because the database failed or did not answer by their deadline (--write-timeout): not_written, or unknown (committed whole or not at all)',
+      'outcome',
+      () => engine.storageRefusals(),
+    );
     return engine.onChange((change) => {
       if (!change.changed) return;
       this.commits.inc({ kind: change.kind });
       this.commitLatency.observe(Math.max(0, Date.now() - change.item.modified) / 1000);
+    });
+  }
+
+  /** Whether the database answers, as the background check of /readyz last found it (1 or 0). */
+  observeDatabase(ok: () => boolean): void {
+    new Gauge({
+      name: 'smartfeeds_database_up',
+      help: '1 while the database answers the background check of /readyz in time, else 0',
+      registers: [this.registry],
+      collect() {
+        this.set(ok() ? 1 : 0);
+      },
     });
   }
 

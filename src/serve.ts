@@ -5,7 +5,13 @@ import type { FeedBot } from './bot/bot.ts';
 import { type Config, withoutPassword } from './config.ts';
 import { FeedEngine } from './feed/engine.ts';
 import { FeedService } from './feed/service/service.ts';
-import { type MetricsExposure, OperationsListener, operationsRoutes, type Readiness } from './http/health.ts';
+import {
+  DatabaseWatch,
+  type MetricsExposure,
+  OperationsListener,
+  operationsRoutes,
+  type Readiness,
+} from './http/health.ts';
 import { HttpBinding } from './http/server.ts';
 import { webRoutes } from './http/web/routes.ts';
 import type { Log } from './log.ts';
@@ -63,9 +69,13 @@ export async function serve(config: Config, reread: () => Config = () => config)
       );
   logStart(config, log);
   if (pubsub) metrics.observeComponent(pubsub);
+  // Read in the background: /readyz answers at once, whatever the database does.
+  const watch = new DatabaseWatch(() => engine.ping());
+  await watch.start();
+  metrics.observeDatabase(() => watch.status() === 'ok');
   const readiness: Readiness = {
-    database: () => engine.listNodes({ max: 1 }),
-    xmppOnline: () => pubsub === undefined || pubsub.xmpp.status === 'online',
+    database: () => watch.status(),
+    xmpp: () => (pubsub === undefined ? 'off' : pubsub.xmpp.status === 'online' ? 'ok' : 'stream down'),
   };
   const exposure: MetricsExposure = { metrics, ...config.metrics, admins: config.admins };
   const operations = config.metrics.listen
@@ -122,6 +132,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
   await http?.stopPublishing();
   feeds.close();
   await operations?.stop();
+  watch.stop();
   unobserve();
   await engine.close();
   log.info('stopped');
@@ -133,7 +144,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
  * instances on that database (docs/operations.md "Several instances"), else LevelDB at --data, this process's own.
  */
 async function openEngine(config: Config): Promise<FeedEngine> {
-  const options = { limits: config.limits, sync: config.sync };
+  const options = { limits: config.limits, sync: config.sync, writeTimeoutMs: config.writeTimeoutMs };
   if (config.store === undefined) return FeedEngine.open(config.data, options);
   const { openSharedPostgresStore } = await import('./feed/store/postgresShared.ts');
   return FeedEngine.openStore(await openSharedPostgresStore(config.store), options);

@@ -1,5 +1,7 @@
 import type { Element } from 'ltx';
+import type { Deadline } from './deadline.ts';
 import { enableAudience } from './engine/audience.ts';
+import type { StorageRefusals } from './engine/deadlines.ts';
 import type { HandoffCounts, PeerLink } from './engine/handoff.ts';
 import type { PushLeaseOptions } from './engine/leases.ts';
 import { type EngineOptions, EngineParts } from './engine/parts.ts';
@@ -427,8 +429,14 @@ export class FeedEngine {
    * Publishes an Atom entry as a new item or a new version of an existing one. Resolves once the
    * change is durable. appendOnly: an existing id is refused (`item-exists`).
    */
-  publish(node: string, input: PublishInput, options: PublishGuards = {}): Promise<Change> {
-    return this.p.writes.publishRouted(node, input, options);
+  publish(
+    node: string,
+    input: PublishInput,
+    options: PublishGuards = {},
+    deadline?: Deadline,
+  ): Promise<Change> {
+    if (deadline === undefined) return this.p.writes.publishRouted(node, input, options);
+    return this.p.deadlines.counted(this.p.writes.publishRouted(node, input, options, deadline));
   }
 
   /** Checks an entry as publish would (an Atom entry, within the payload limits) without writing. */
@@ -441,8 +449,38 @@ export class FeedEngine {
     node: string,
     id: string,
     options: { publisher?: string; quiet?: boolean; appendOnly?: boolean; notify?: boolean } = {},
+    deadline?: Deadline,
   ): Promise<Change> {
-    return this.p.writes.retractRouted(node, id, options);
+    if (deadline === undefined) return this.p.writes.retractRouted(node, id, options);
+    return this.p.deadlines.counted(this.p.writes.retractRouted(node, id, options, deadline));
+  }
+
+  /**
+   * The deadline of a publish or retraction taken now (deadline.ts): on a shared store, now plus
+   * the write time (`writeTimeoutMs`); none on a store of this instance's own.
+   */
+  writeDeadline(): Deadline | undefined {
+    return this.p.deadlines.next();
+  }
+
+  /** A write's checks before it reaches publish or retract, refused (not written) at its deadline. */
+  beforeDeadline<T>(step: Promise<T>, deadline: Deadline | undefined): Promise<T> {
+    return this.p.deadlines.before(step, deadline);
+  }
+
+  /**
+   * Whether the database answers, asked once (a health check): rejects at once when PostgreSQL is
+   * away, where other reads wait for it to come back.
+   */
+  async ping(): Promise<void> {
+    const { store } = this.p.s;
+    if (store.ping) await store.ping();
+    else await store.get(SERVICE_KEY);
+  }
+
+  /** Publishes and retractions refused for the database so far (metrics). */
+  storageRefusals(): StorageRefusals {
+    return { ...this.p.deadlines.refusals };
   }
 
   // ---- reads (engine/reads.ts, engine/positions.ts) ----------------------------------------

@@ -108,6 +108,37 @@ export class StorageError extends FeedError {
   }
 }
 
+/** A write refused that is known not to be committed, and never will be: sending it again is safe. */
+export class NotWritten extends StorageError {
+  /** `told`: `why` is the whole message, as another instance gave it (a hand-off's answer). */
+  constructor(why: string, options?: { cause?: unknown; told?: true }) {
+    super(options?.told ? why : `not written: ${why}; nothing of it was committed, send it again`, options);
+  }
+}
+
+/** A write refused at its deadline (see deadline.ts), the database not having answered: not written. */
+export class WriteTimedOut extends NotWritten {
+  constructor(why = 'the database did not answer in time') {
+    super(why);
+  }
+}
+
+/**
+ * A write whose commit was sent and whose answer never came (lost with the connection, or not
+ * there by its deadline): it is either committed whole or not at all, and which is not known.
+ */
+export class OutcomeUnknown extends StorageError {
+  /** `told`: `why` is the whole message, as another instance gave it (a hand-off's answer). */
+  constructor(why: string, options?: { cause?: unknown; told?: true }) {
+    super(
+      options?.told
+        ? why
+        : `outcome unknown: ${why}; the write is either committed whole or not at all, send it again with the same item id to be sure`,
+      options,
+    );
+  }
+}
+
 /** Refused by the rights table (access.ts): the code says which of XEP-0060's refusals it is. */
 export class AccessDenied extends FeedError {
   // biome-ignore lint/complexity/noUselessConstructor: it narrows the codes to the refusals

@@ -148,7 +148,10 @@ describe('requests per second per client', () => {
         http: {
           clients: { reads: 2, now: () => clock.now },
           extend: (app, binding) =>
-            operationsRoutes({ readiness: { database: async () => undefined }, metrics })(app, binding),
+            operationsRoutes({ readiness: { database: () => 'ok', xmpp: () => 'off' }, metrics })(
+              app,
+              binding,
+            ),
         },
       },
       async (s) => {

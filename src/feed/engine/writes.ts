@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Element } from 'ltx';
 import { type AtomEntry, readAtomElementText, readAtomEntry, tombstone } from '../atom.ts';
+import type { Deadline } from '../deadline.ts';
 import {
   AccessDenied,
   AppendOnly,
@@ -50,9 +51,14 @@ export class Writes {
   ) {}
 
   /** A publish as FeedEngine makes it: handed to the node's holder when another instance holds it. */
-  publishRouted(node: string, input: PublishInput, options: PublishGuards = {}): Promise<Change> {
+  publishRouted(
+    node: string,
+    input: PublishInput,
+    options: PublishGuards = {},
+    deadline?: Deadline,
+  ): Promise<Change> {
     const { handoff } = this;
-    if (!handoff) return this.publish(node, input, options);
+    if (!handoff) return this.publish(node, input, options, undefined, undefined, deadline);
     let name: string;
     try {
       name = this.baseName(node);
@@ -84,14 +90,20 @@ export class Writes {
           },
         };
       },
-      () => this.publish(name, fixed, options, generated),
+      () => this.publish(name, fixed, options, generated, undefined, deadline),
+      deadline,
     );
   }
 
   /** A retraction as FeedEngine makes it (see publishRouted). */
-  retractRouted(node: string, id: string, options: RetractOptions = {}): Promise<Change> {
+  retractRouted(
+    node: string,
+    id: string,
+    options: RetractOptions = {},
+    deadline?: Deadline,
+  ): Promise<Change> {
     const { handoff } = this;
-    if (!handoff) return this.retract(node, id, options);
+    if (!handoff) return this.retract(node, id, options, deadline);
     let name: string;
     try {
       name = this.baseName(node);
@@ -101,15 +113,33 @@ export class Writes {
     return handoff.route(
       name,
       () => ({ op: 'retract', node: name, id, options }),
-      () => this.retract(name, id, options),
+      () => this.retract(name, id, options, deadline),
+      deadline,
     );
   }
 
-  /** A write another instance handed here: committed here, whoever holds its node now. */
+  /**
+   * A write another instance handed here: committed here, whoever holds its node now, within the
+   * time it has left (its budget, at most this instance's own write time).
+   */
   handed(request: Handed): Promise<Change> {
-    if (request.op === 'retract') return this.retract(request.node, request.id, request.options);
+    const { budget } = request;
+    const left =
+      typeof budget === 'number' && Number.isFinite(budget)
+        ? Math.min(Math.max(budget, 0), this.s.writeTimeoutMs)
+        : this.s.writeTimeoutMs;
+    const deadline = Date.now() + left;
+    if (request.op === 'retract') return this.retract(request.node, request.id, request.options, deadline);
     const { checked } = request;
-    if (!checked) return this.publish(request.node, request.input, request.options, request.generated);
+    if (!checked)
+      return this.publish(
+        request.node,
+        request.input,
+        request.options,
+        request.generated,
+        undefined,
+        deadline,
+      );
     const { atomId, categories } = checked;
     if (
       (atomId !== undefined && typeof atomId !== 'string') ||
@@ -117,11 +147,18 @@ export class Writes {
         !(Array.isArray(categories) && categories.every((c) => typeof c === 'string')))
     )
       return Promise.reject(new InvalidPayload('a handed entry with malformed checked fields'));
-    return this.publish(request.node, request.input, request.options, request.generated, {
-      entry: request.input.entry,
-      atomId,
-      ...(categories !== undefined ? { categories } : {}),
-    });
+    return this.publish(
+      request.node,
+      request.input,
+      request.options,
+      request.generated,
+      {
+        entry: request.input.entry,
+        atomId,
+        ...(categories !== undefined ? { categories } : {}),
+      },
+      deadline,
+    );
   }
 
   /**
@@ -140,6 +177,8 @@ export class Writes {
     givenGenerated?: true,
     /** The entry as another instance checked it (handed): `input.entry` is not parsed again. */
     checked?: AtomEntry,
+    /** When it must be answered by, on a shared store (deadline.ts). */
+    deadline?: Deadline,
   ): Promise<Change> {
     // Not an async function: the promise of the write itself is returned, one fewer per publish.
     let name: string;
@@ -158,7 +197,7 @@ export class Writes {
       if (checked === undefined && typeof input.entry === 'string' && this.busy()) {
         // Busy: the text is parsed on the parse thread while this one computes and writes.
         const parsed = this.s.parser.parse(input.entry);
-        return this.publishParsed(name, { id, generated }, parsed, input, options);
+        return this.publishParsed(name, { id, generated, deadline }, parsed, input, options);
       }
       body = this.bodyOf(
         checked ??
@@ -169,11 +208,12 @@ export class Writes {
       return Promise.reject(e);
     }
     if (!options.appendOnly && options.onlyOwnBy === undefined)
-      return this.queue.submit(name, options.autoCreate === true, { id, generated, version: body });
+      return this.queue.submit(name, options.autoCreate === true, { id, generated, deadline, version: body });
     const fresh = body;
     return this.queue.submit(name, options.autoCreate === true, {
       id,
       generated,
+      deadline,
       version: (old) => {
         guard(name, id, old, options);
         return fresh;
@@ -226,7 +266,7 @@ export class Writes {
    */
   publishParsed(
     name: string,
-    { id, generated }: { id: string; generated: true | undefined },
+    { id, generated, deadline }: { id: string; generated: true | undefined; deadline: Deadline | undefined },
     parsed: Promise<AtomEntry>,
     input: Pick<PublishInput, 'publisher' | 'audience'>,
     options: PublishGuards,
@@ -246,6 +286,7 @@ export class Writes {
     return this.queue.submit(name, options.autoCreate === true, {
       id,
       generated,
+      deadline,
       ready,
       version: (old) => {
         guard(name, id, old, options);
@@ -269,6 +310,8 @@ export class Writes {
      * carries `notify` (subscribers are told whatever the node's settings).
      */
     options: RetractOptions = {},
+    /** When it must be answered by, on a shared store (deadline.ts). */
+    deadline?: Deadline,
   ): Promise<Change> {
     const name = parseFeedName(node).node;
     checkItemId(id);
@@ -276,6 +319,7 @@ export class Writes {
     return this.queue.submit(name, false, {
       id,
       quiet: options.quiet === true,
+      deadline,
       ...(options.notify ? { notify: true as const } : {}),
       version: (old, stamp) => {
         if (!old || old.d === 1) return undefined;

@@ -1,4 +1,5 @@
 import type { Element } from 'ltx';
+import type { Deadline } from '../deadline.ts';
 import { BadRequest, NodeExists, NodeNotFound } from '../errors.ts';
 import { type FeedName, parseFeedName } from '../feedName.ts';
 import { bareJid } from '../jid.ts';
@@ -32,6 +33,12 @@ export interface PublishOptions {
   /** Throws unless an existing node's configuration meets the publish's preconditions. */
   preconditions?: (config: NodeConfig) => void;
 }
+
+/**
+ * When a write must be answered by: taken when the service is asked (engine.writeDeadline), it
+ * bounds the write's checks here and every layer below (deadline.ts).
+ */
+type Taken = { deadline?: Deadline | undefined };
 
 /** The operator (the CLI's corrections, the feed bot's updates) may change an append-only node's items. */
 function keepsAppendOnly(actor: Actor, config: NodeConfig): boolean {
@@ -79,35 +86,46 @@ export async function publish(
   options: PublishOptions = {},
   /** Called once the write is in the engine's queue, which keeps the order writes reach it in. */
   queued: () => void = () => undefined,
+  { deadline }: Taken = { deadline: ctx.engine.writeDeadline() },
 ): Promise<Change> {
   const { node } = feedOf(feedName);
   // JIDs are checked first: a refused publish makes no node.
   const audience = input.audience ? checkAudience(input.audience) : undefined;
   const given = actor.kind === 'operator' ? input.publisher : undefined;
   const publisher = given !== undefined ? bareJid(given, 'the publisher') : jidOf(actor);
-  const created = await autoCreate(ctx, actor, node, input, options);
-  const { config } = await ctx.rights.check(node, actor, 'publish');
-  // A node just made with them has them; one that was there already must meet them.
-  if (!created) options.preconditions?.(config);
-  // An append-only node's archives are documents that never change, for anyone who may read it.
-  if (input.audience && config.appendOnly)
-    throw new BadRequest(
-      'an append-only node takes no item with an audience (its archives are for every reader)',
-    );
-  if (audience) await ctx.engine.enableAudience(node);
-  await ctx.engine.writable();
+  // The checks read the database: refused, unwritten, should it not answer by the deadline.
+  const guards = await ctx.engine.beforeDeadline(
+    (async () => {
+      const created = await autoCreate(ctx, actor, node, input, options);
+      const { config } = await ctx.rights.check(node, actor, 'publish');
+      // A node just made with them has them; one that was there already must meet them.
+      if (!created) options.preconditions?.(config);
+      // An append-only node's archives are documents that never change, for anyone who may read it.
+      if (input.audience && config.appendOnly)
+        throw new BadRequest(
+          'an append-only node takes no item with an audience (its archives are for every reader)',
+        );
+      if (audience) await ctx.engine.enableAudience(node);
+      await ctx.engine.writable();
+      // A publisher who is not the node's (publish_model open or subscribers) replaces only their
+      // own items, hidden from them or not (protocol.md 11); decided with the write, in the engine.
+      const own =
+        actor.kind === 'user' && input.id !== undefined && (await readerOf(ctx, node, actor)) !== '*';
+      return { appendOnly: keepsAppendOnly(actor, config), ...(own ? { onlyOwnBy: actor.jid } : {}) };
+    })(),
+    deadline,
+  );
   const item = {
     entry: input.entry,
     ...(input.id !== undefined ? { id: input.id } : {}),
     ...(audience ? { audience } : {}),
   };
-  // A publisher who is not the node's (publish_model open or subscribers) replaces only their own
-  // items, hidden from them or not (protocol.md 11); decided with the write, in the engine.
-  const own = actor.kind === 'user' && input.id !== undefined && (await readerOf(ctx, node, actor)) !== '*';
-  const write = ctx.engine.publish(node, publisher === undefined ? item : { ...item, publisher }, {
-    appendOnly: keepsAppendOnly(actor, config),
-    ...(own ? { onlyOwnBy: actor.jid } : {}),
-  });
+  const write = ctx.engine.publish(
+    node,
+    publisher === undefined ? item : { ...item, publisher },
+    guards,
+    deadline,
+  );
   queued();
   return write;
 }
@@ -123,19 +141,31 @@ export async function retract(
   id: string,
   options: { notify?: boolean } = {},
   queued: () => void = () => undefined,
+  { deadline }: Taken = { deadline: ctx.engine.writeDeadline() },
 ): Promise<Change> {
   const { node } = feedOf(feedName);
   const who = jidOf(actor);
-  // Whose item it is is read in the actor's view: an item they may not see is not theirs to retract.
-  const [item] = await ctx.engine.getItems(node, [id], await readerOf(ctx, node, actor));
-  const own = item !== undefined && who !== undefined && item.publisher === who;
-  const { config } = await ctx.rights.check(node, actor, own ? 'retract-own' : 'retract');
-  await ctx.engine.writable();
-  const write = ctx.engine.retract(node, id, {
-    ...(who !== undefined ? { publisher: who } : {}),
-    appendOnly: keepsAppendOnly(actor, config),
-    ...(options.notify ? { notify: true } : {}),
-  });
+  const appendOnly = await ctx.engine.beforeDeadline(
+    (async () => {
+      // Whose item it is is read in the actor's view: an item they may not see is not theirs to retract.
+      const [item] = await ctx.engine.getItems(node, [id], await readerOf(ctx, node, actor));
+      const own = item !== undefined && who !== undefined && item.publisher === who;
+      const { config } = await ctx.rights.check(node, actor, own ? 'retract-own' : 'retract');
+      await ctx.engine.writable();
+      return keepsAppendOnly(actor, config);
+    })(),
+    deadline,
+  );
+  const write = ctx.engine.retract(
+    node,
+    id,
+    {
+      ...(who !== undefined ? { publisher: who } : {}),
+      appendOnly,
+      ...(options.notify ? { notify: true } : {}),
+    },
+    deadline,
+  );
   queued();
   return write;
 }
@@ -159,7 +189,9 @@ export interface OrderedWriter {
  */
 export function orderedWriter(ctx: ServiceContext): OrderedWriter {
   let turn: Promise<void> = Promise.resolve();
-  const inTurn = (write: (queued: () => void) => Promise<Change>): Promise<Change> => {
+  const inTurn = (write: (queued: () => void, taken: Taken) => Promise<Change>): Promise<Change> => {
+    // Taken now: the turn it waits for counts in its time.
+    const taken = { deadline: ctx.engine.writeDeadline() };
     let release: () => void = () => undefined;
     const next = new Promise<void>((resolve) => {
       release = resolve;
@@ -167,16 +199,16 @@ export function orderedWriter(ctx: ServiceContext): OrderedWriter {
     const start = turn;
     turn = next;
     return start.then(() => {
-      const done = write(release);
+      const done = write(release, taken);
       done.then(release, release);
       return done;
     });
   };
   return {
     publish: (actor, feed, input, options = {}) =>
-      inTurn((queued) => publish(ctx, actor, feed, input, options, queued)),
+      inTurn((queued, taken) => publish(ctx, actor, feed, input, options, queued, taken)),
     retract: (actor, feed, id, options = {}) =>
-      inTurn((queued) => retract(ctx, actor, feed, id, options, queued)),
+      inTurn((queued, taken) => retract(ctx, actor, feed, id, options, queued, taken)),
   };
 }
 
