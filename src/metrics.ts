@@ -58,6 +58,8 @@ const XMPP_OUTCOMES: Record<string, Outcome> = {
   'item-not-found': 'not_found',
   conflict: 'conflict',
   'resource-constraint': 'busy',
+  // A bound per account (HTTP answers it 429, counted busy too).
+  'policy-violation': 'busy',
   'service-unavailable': 'busy',
   'internal-server-error': 'error',
 };

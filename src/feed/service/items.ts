@@ -6,6 +6,7 @@ import type { Change, ReadQuery } from '../model.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import { type Actor, jidOf } from './actor.ts';
 import { checkAudience, presentItem, presentPage, readerOf } from './audience.ts';
+import type { WriteCharge } from './bounds.ts';
 import type { ServiceContext } from './context.ts';
 import type { ReaderItem, ReaderPage } from './visible.ts';
 
@@ -55,6 +56,7 @@ async function autoCreate(
   ctx.engine.checkEntry(input.entry);
   const config = options.configure?.() ?? {};
   const owner = jidOf(actor);
+  const refund = ctx.bounds.createNode(actor);
   const made =
     owner === undefined
       ? ctx.engine
@@ -64,7 +66,24 @@ async function autoCreate(
   return made.then(
     () => true,
     (e) => {
+      refund();
       if (e instanceof NodeExists) return false;
+      throw e;
+    },
+  );
+}
+
+/** The bytes a write stored (the new version's payload), charged to its writer's allowance. */
+function charged(write: Promise<Change>, charge: WriteCharge | undefined): Promise<Change> {
+  if (!charge) return write;
+  return write.then(
+    (change) => {
+      if (change.changed) charge.written(Buffer.byteLength(change.item.entry, 'utf8'));
+      else charge.failed();
+      return change;
+    },
+    (e) => {
+      charge.failed();
       throw e;
     },
   );
@@ -85,6 +104,22 @@ export async function publish(
   const audience = input.audience ? checkAudience(input.audience) : undefined;
   const given = actor.kind === 'operator' ? input.publisher : undefined;
   const publisher = given !== undefined ? bareJid(given, 'the publisher') : jidOf(actor);
+  // Before auto-create: a writer whose allowance is spent makes no node either.
+  const charge = ctx.bounds.write(actor);
+  return charged(publishWithin(ctx, actor, node, input, options, queued, audience, publisher), charge);
+}
+
+/** publish, once its writer's allowance has room: the write itself, queued in the engine. */
+async function publishWithin(
+  ctx: ServiceContext,
+  actor: Actor,
+  node: string,
+  input: PublishInput,
+  options: PublishOptions,
+  queued: () => void,
+  audience: string[] | undefined,
+  publisher: string | undefined,
+): Promise<Change> {
   const created = await autoCreate(ctx, actor, node, input, options);
   const { config } = await ctx.rights.check(node, actor, 'publish');
   // A node just made with them has them; one that was there already must meet them.
@@ -131,11 +166,16 @@ export async function retract(
   const own = item !== undefined && who !== undefined && item.publisher === who;
   const { config } = await ctx.rights.check(node, actor, own ? 'retract-own' : 'retract');
   await ctx.engine.writable();
-  const write = ctx.engine.retract(node, id, {
-    ...(who !== undefined ? { publisher: who } : {}),
-    appendOnly: keepsAppendOnly(actor, config),
-    ...(options.notify ? { notify: true } : {}),
-  });
+  // A tombstone is a write like any other: it counts against the writer's allowance.
+  const charge = ctx.bounds.write(actor);
+  const write = charged(
+    ctx.engine.retract(node, id, {
+      ...(who !== undefined ? { publisher: who } : {}),
+      appendOnly: keepsAppendOnly(actor, config),
+      ...(options.notify ? { notify: true } : {}),
+    }),
+    charge,
+  );
   queued();
   return write;
 }
