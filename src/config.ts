@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { BotOptions } from './bot/bot.ts';
 import { serveUsage } from './configOptions.ts';
 import {
+  count,
   handoffAddress,
   hostPort,
   list,
@@ -19,6 +20,7 @@ import { ConfigError, checked, readFile, Sources } from './configSources.ts';
 import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
 import { parentDomain } from './feed/jid.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
+import { type AccountBounds, DEFAULT_ACCOUNT_BOUNDS } from './feed/service/bounds.ts';
 import { LEVELS, type Level, LOG_FORMATS, type LogFormat } from './log.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
 
@@ -62,6 +64,8 @@ export interface Config {
   handoff: { host: string; port: number } | undefined;
   /** Requests per second and burst allowed to each sender (bare JID); a rate of 0 is no limit. */
   rateLimit: RateLimitOptions;
+  /** What one account may take: nodes created, writes, subscriptions held (absent: no bound). */
+  bounds: AccountBounds;
   /** The feed bot (src/bot/): on unless turned off. */
   bot: BotOptions & { enabled: boolean };
   /** The HTTP binding; undefined when `--http` is not given. */
@@ -170,6 +174,7 @@ const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'st
   pushLeaseMs: 10_000,
   handoff: { host: '127.0.0.1', port: 0 },
   rateLimit: DEFAULT_RATE_LIMIT,
+  bounds: DEFAULT_ACCOUNT_BOUNDS,
   bot: DEFAULT_BOT,
 };
 
@@ -198,6 +203,12 @@ export const SERVE_OPTIONS = {
   handoff: { type: 'string' },
   'rate-limit': { type: 'string' },
   'rate-burst': { type: 'string' },
+  'account-window': { type: 'string' },
+  'account-nodes': { type: 'string' },
+  'account-items': { type: 'string' },
+  'account-bytes': { type: 'string' },
+  'account-node-subscriptions': { type: 'string' },
+  'account-subscriptions': { type: 'string' },
   bot: { type: 'string' },
   'allow-private-addresses': { type: 'boolean' },
   'bot-schemes': { type: 'string' },
@@ -322,9 +333,32 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
       rate: src.read('rate-limit', nonNegative, 'a number of zero or more', DEFAULTS.rateLimit.rate),
       burst: limit('rate-burst', DEFAULTS.rateLimit.burst),
     },
+    bounds: boundsConfig(src),
     bot: botConfig(src),
     http: httpConfig(src),
     metrics: metricsConfig(src),
+  };
+}
+
+/** The bounds per account: each a count (0: off); nodes, items and bytes per one window. */
+function boundsConfig(src: Sources): AccountBounds {
+  const d = DEFAULT_ACCOUNT_BOUNDS;
+  const windowMs = src.read('account-window', milliseconds, 'a number of seconds above 0', d.nodes.windowMs);
+  const n = (key: string, fallback: number): number | undefined => {
+    const value = src.read(key, count, 'a whole number, zero or more', fallback);
+    return value === 0 ? undefined : value;
+  };
+  const nodes = n('account-nodes', d.nodes.count);
+  const items = n('account-items', d.items.count);
+  const bytes = n('account-bytes', d.bytes.count);
+  const nodeSubscriptions = n('account-node-subscriptions', d.nodeSubscriptions);
+  const subscriptions = n('account-subscriptions', d.subscriptions);
+  return {
+    ...(nodes !== undefined ? { nodes: { count: nodes, windowMs } } : {}),
+    ...(items !== undefined ? { items: { count: items, windowMs } } : {}),
+    ...(bytes !== undefined ? { bytes: { count: bytes, windowMs } } : {}),
+    ...(nodeSubscriptions !== undefined ? { nodeSubscriptions } : {}),
+    ...(subscriptions !== undefined ? { subscriptions } : {}),
   };
 }
 

@@ -36,6 +36,12 @@ export interface ObservedHttp {
   };
 }
 
+/** What the metrics read from the feed service. */
+export interface ObservedService {
+  /** Refusals by each bound per account so far (feed/service/bounds.ts). */
+  boundRefusals(): Readonly<Record<string, number>>;
+}
+
 /** What the metrics listen to on the engine. */
 export interface ObservedEngine {
   onChange(
@@ -225,6 +231,16 @@ export class Metrics {
       this.commits.inc({ kind: change.kind });
       this.commitLatency.observe(Math.max(0, Date.now() - change.item.modified) / 1000);
     });
+  }
+
+  /** Refusals by the bounds per account, read when scraped. */
+  observeService(service: ObservedService): void {
+    this.countsByLabel(
+      'smartfeeds_account_bound_refusals_total',
+      'Requests refused by a bound per account (nodes created, items or bytes written, subscriptions held to a node or in all), by bound',
+      'bound',
+      () => service.boundRefusals(),
+    );
   }
 
   /** The component's stream state, reconnects and notification fan-out, read when scraped. */

@@ -6,6 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { QuotaExceeded, SubscriptionLimit } from '../../src/feed/errors.ts';
 import { OPERATOR, onBehalfOf, user } from '../../src/feed/service/actor.ts';
 import { type AccountBounds, WindowBuckets } from '../../src/feed/service/bounds.ts';
+import { Metrics } from '../../src/metrics.ts';
 import { ADMIN, admin, alice, entry, type Harness, openService } from './support.ts';
 
 const MALLORY = 'mallory@example.org';
@@ -118,6 +119,11 @@ describe('nodes created per account', () => {
     await service.publish(alice, 'a1', { entry: entry('auto') });
     expect(await service.hasNode('a1')).toBe(true);
     expect(service.boundRefusals().nodes).toBe(2);
+    const metrics = new Metrics({ processFigures: false });
+    metrics.observeService(service);
+    expect((await metrics.scrape()).body).toContain(
+      'smartfeeds_account_bound_refusals_total{bound="nodes"} 2',
+    );
     // A third of the window later, one more.
     now.t += HOUR / 3;
     await service.create(mallory, 'm3');
