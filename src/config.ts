@@ -23,6 +23,7 @@ import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
 import { type AccountBounds, DEFAULT_ACCOUNT_BOUNDS } from './feed/service/bounds.ts';
 import { LEVELS, type Level, LOG_FORMATS, type LogFormat } from './log.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
+import { DEFAULT_STANZA_LIMIT } from './xmpp/replyBounds.ts';
 
 /** Everything `smartfeeds serve` runs with. */
 export interface Config {
@@ -64,6 +65,8 @@ export interface Config {
   handoff: { host: string; port: number } | undefined;
   /** Requests per second and burst allowed to each sender (bare JID); a rate of 0 is no limit. */
   rateLimit: RateLimitOptions;
+  /** The largest stanza the XMPP server takes from the component, in bytes. */
+  xmppStanzaLimit: number;
   /** What one account may take: nodes created, writes, subscriptions held (absent: no bound). */
   bounds: AccountBounds;
   /** The feed bot (src/bot/): on unless turned off. */
@@ -174,6 +177,7 @@ const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'st
   pushLeaseMs: 10_000,
   handoff: { host: '127.0.0.1', port: 0 },
   rateLimit: DEFAULT_RATE_LIMIT,
+  xmppStanzaLimit: DEFAULT_STANZA_LIMIT,
   bounds: DEFAULT_ACCOUNT_BOUNDS,
   bot: DEFAULT_BOT,
 };
@@ -203,6 +207,7 @@ export const SERVE_OPTIONS = {
   handoff: { type: 'string' },
   'rate-limit': { type: 'string' },
   'rate-burst': { type: 'string' },
+  'xmpp-stanza-limit': { type: 'string' },
   'account-window': { type: 'string' },
   'account-nodes': { type: 'string' },
   'account-items': { type: 'string' },
@@ -333,6 +338,13 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
       rate: src.read('rate-limit', nonNegative, 'a number of zero or more', DEFAULTS.rateLimit.rate),
       burst: limit('rate-burst', DEFAULTS.rateLimit.burst),
     },
+    // Room for an error reply and a page (--page-bytes) at least.
+    xmppStanzaLimit: src.read(
+      'xmpp-stanza-limit',
+      positive.pipe(z.number().min(16 * 1024)),
+      'a whole number of bytes, 16384 or more',
+      DEFAULTS.xmppStanzaLimit,
+    ),
     bounds: boundsConfig(src),
     bot: botConfig(src),
     http: httpConfig(src),

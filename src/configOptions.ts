@@ -199,6 +199,13 @@ export const OPTION_GROUPS: OptionGroup[] = [
       ),
       opt('rate-limit', 'N', '50', 'XMPP requests per second per sender (bare JID); 0 turns it off'),
       opt('rate-burst', 'N', '200', 'requests a sender may make at once beyond 64 unanswered ones'),
+      opt(
+        'xmpp-stanza-limit',
+        'BYTES',
+        '524288',
+        'the largest stanza the XMPP server takes from the component',
+        "An answer that would be larger is replaced by an error, or not sent: a larger one makes the server close the component's stream. 512 KiB is Prosody's `component_stanza_size_limit` and the `max_stanza_size` of the ejabberd lines in [xmpp.md](xmpp.md#connecting-to-ejabberd).",
+      ),
     ],
   },
   {

@@ -14,6 +14,8 @@ export interface ObservedComponent {
   xmpp: { status: string; on(event: 'online', listener: () => void): unknown };
   notifier: { readonly stats: { sent: number; dropped: number }; readonly queued: number };
   receipts: { readonly stats: { pings: number; answered: number; givenUp: number } };
+  /** Answers kept within the server's stanza limit (xmpp/replyBounds.ts). */
+  trimmed: { readonly payload: number; readonly replaced: number; readonly unsent: number };
 }
 
 /** What the metrics read from the HTTP binding. */
@@ -286,6 +288,13 @@ export class Metrics {
         this.inc(notifier.stats.dropped);
       },
     });
+    const { trimmed } = component;
+    this.countsByLabel(
+      'smartfeeds_xmpp_replies_trimmed_total',
+      "Answers kept within what the XMPP server takes from the component: error replies without the request's large payload, answers over the stanza limit replaced by an error, stanzas over it not sent",
+      'what',
+      () => ({ payload: trimmed.payload, replaced: trimmed.replaced, unsent: trimmed.unsent }),
+    );
     const { stats } = component.receipts;
     this.countsByLabel(
       'smartfeeds_xmpp_receipts_total',

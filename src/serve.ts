@@ -51,6 +51,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
           secret: config.secret,
           serverDomain: config.localDomain,
           rateLimit: config.rateLimit,
+          stanzaLimit: config.xmppStanzaLimit,
           metrics,
           ...(botModule
             ? {
