@@ -146,7 +146,8 @@ const describeWindow = (ms: number) =>
  *
  * Kept in this process's memory: after a restart the buckets start full, and among several
  * instances each keeps its own (an account spread over N instances may take N times as much of
- * the windows). Subscriptions are counted in the store, so their bounds hold across both.
+ * the windows). Subscriptions are counted in the store, so their bounds hold across restarts and,
+ * but for one account's subscribes racing through two instances at once, across instances.
  */
 export class AccountLimits {
   /** Refusals so far, by bound. */
