@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { BotOptions } from './bot/bot.ts';
 import { serveUsage } from './configOptions.ts';
 import {
+  count,
   handoffAddress,
   hostPort,
   list,
@@ -20,11 +21,13 @@ import { ConfigError, checked, readFile, Sources } from './configSources.ts';
 import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
 import { parentDomain } from './feed/jid.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
+import { type AccountBounds, DEFAULT_ACCOUNT_BOUNDS } from './feed/service/bounds.ts';
 import { CLIENT_BOUND_DEFAULTS, type ClientBoundOptions } from './http/clientBounds.ts';
 import { CLIENT_HEADERS, isAddressOrRange } from './http/clientKey.ts';
 import { GRIP_RECOVERY_BYTES } from './http/gripRecovery.ts';
 import { LEVELS, type Level, LOG_FORMATS, type LogFormat } from './log.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
+import { DEFAULT_STANZA_LIMIT } from './xmpp/replyBounds.ts';
 
 /** Everything `smartfeeds serve` runs with. */
 export interface Config {
@@ -68,6 +71,10 @@ export interface Config {
   handoff: { host: string; port: number } | undefined;
   /** Requests per second and burst allowed to each sender (bare JID); a rate of 0 is no limit. */
   rateLimit: RateLimitOptions;
+  /** The largest stanza the XMPP server takes from the component, in bytes. */
+  xmppStanzaLimit: number;
+  /** What one account may take: nodes created, writes, subscriptions held (absent: no bound). */
+  bounds: AccountBounds;
   /** The feed bot (src/bot/): on unless turned off. */
   bot: BotOptions & { enabled: boolean };
   /** The HTTP binding; undefined when `--http` is not given. */
@@ -198,6 +205,8 @@ const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'st
   writeTimeoutMs: 15_000,
   handoff: { host: '127.0.0.1', port: 0 },
   rateLimit: DEFAULT_RATE_LIMIT,
+  xmppStanzaLimit: DEFAULT_STANZA_LIMIT,
+  bounds: DEFAULT_ACCOUNT_BOUNDS,
   bot: DEFAULT_BOT,
 };
 
@@ -227,6 +236,13 @@ export const SERVE_OPTIONS = {
   handoff: { type: 'string' },
   'rate-limit': { type: 'string' },
   'rate-burst': { type: 'string' },
+  'xmpp-stanza-limit': { type: 'string' },
+  'account-window': { type: 'string' },
+  'account-nodes': { type: 'string' },
+  'account-items': { type: 'string' },
+  'account-bytes': { type: 'string' },
+  'account-node-subscriptions': { type: 'string' },
+  'account-subscriptions': { type: 'string' },
   bot: { type: 'string' },
   'allow-private-addresses': { type: 'boolean' },
   'bot-schemes': { type: 'string' },
@@ -368,9 +384,39 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
       rate: src.read('rate-limit', nonNegative, 'a number of zero or more', DEFAULTS.rateLimit.rate),
       burst: limit('rate-burst', DEFAULTS.rateLimit.burst),
     },
+    // Room for an error reply and a page (--page-bytes) at least.
+    xmppStanzaLimit: src.read(
+      'xmpp-stanza-limit',
+      positive.pipe(z.number().min(16 * 1024)),
+      'a whole number of bytes, 16384 or more',
+      DEFAULTS.xmppStanzaLimit,
+    ),
+    bounds: boundsConfig(src),
     bot: botConfig(src),
     http: httpConfig(src),
     metrics: metricsConfig(src),
+  };
+}
+
+/** The bounds per account: each a count (0: off); nodes, items and bytes per one window. */
+function boundsConfig(src: Sources): AccountBounds {
+  const d = DEFAULT_ACCOUNT_BOUNDS;
+  const windowMs = src.read('account-window', milliseconds, 'a number of seconds above 0', d.nodes.windowMs);
+  const n = (key: string, fallback: number): number | undefined => {
+    const value = src.read(key, count, 'a whole number, zero or more', fallback);
+    return value === 0 ? undefined : value;
+  };
+  const nodes = n('account-nodes', d.nodes.count);
+  const items = n('account-items', d.items.count);
+  const bytes = n('account-bytes', d.bytes.count);
+  const nodeSubscriptions = n('account-node-subscriptions', d.nodeSubscriptions);
+  const subscriptions = n('account-subscriptions', d.subscriptions);
+  return {
+    ...(nodes !== undefined ? { nodes: { count: nodes, windowMs } } : {}),
+    ...(items !== undefined ? { items: { count: items, windowMs } } : {}),
+    ...(bytes !== undefined ? { bytes: { count: bytes, windowMs } } : {}),
+    ...(nodeSubscriptions !== undefined ? { nodeSubscriptions } : {}),
+    ...(subscriptions !== undefined ? { subscriptions } : {}),
   };
 }
 

@@ -258,6 +258,53 @@ export const OPTION_GROUPS: OptionGroup[] = [
       ),
       opt('rate-limit', 'N', '50', 'XMPP requests per second per sender (bare JID); 0 turns it off'),
       opt('rate-burst', 'N', '200', 'requests a sender may make at once beyond 64 unanswered ones'),
+      opt(
+        'xmpp-stanza-limit',
+        'BYTES',
+        '524288',
+        'the largest stanza the XMPP server takes from the component',
+        "An answer that would be larger is replaced by an error, or not sent: a larger one makes the server close the component's stream. 512 KiB is Prosody's `component_stanza_size_limit` and the `max_stanza_size` of the ejabberd lines in [xmpp.md](xmpp.md#connecting-to-ejabberd).",
+      ),
+    ],
+  },
+  {
+    title: 'Bounds per account',
+    options: [
+      opt(
+        'account-window',
+        'SECONDS',
+        '3600',
+        'the window of the allowances below (nodes, items, bytes)',
+        'Each allowance is a bucket of N refilled evenly over the window: N at once, then N per window. See [On the open internet](operations.md#on-the-open-internet-xmpp-and-storage-bounds).',
+      ),
+      opt(
+        'account-nodes',
+        'N',
+        '100',
+        'nodes one account (bare JID) may create per window; 0: no bound',
+        'Over XMPP, HTTP (auto-create) and the feed bot (for the user who asked) alike. Administrators and the command line are not bounded.',
+      ),
+      opt(
+        'account-items',
+        'N',
+        '1000',
+        'items one account may write (publish or retract) per window; 0: no bound',
+      ),
+      opt(
+        'account-bytes',
+        'N',
+        '16777216',
+        'bytes of the versions one account may write per window; 0: no bound',
+        'Counted as each write stores it (the entry as serialized); a write starts while any are left.',
+      ),
+      opt(
+        'account-node-subscriptions',
+        'N',
+        '16',
+        'subscriptions one account may hold to one node, whatever JIDs it names; 0: no bound',
+        "Every resource, order and filter counts, pending ones too: the account's share of a publish's fan-out.",
+      ),
+      opt('account-subscriptions', 'N', '1000', 'subscriptions one account may hold in all; 0: no bound'),
     ],
   },
   {

@@ -14,6 +14,8 @@ export interface ObservedComponent {
   xmpp: { status: string; on(event: 'online', listener: () => void): unknown };
   notifier: { readonly stats: { sent: number; dropped: number }; readonly queued: number };
   receipts: { readonly stats: { pings: number; answered: number; givenUp: number } };
+  /** Answers kept within the server's stanza limit (xmpp/replyBounds.ts). */
+  trimmed: { readonly payload: number; readonly replaced: number; readonly unsent: number };
 }
 
 /** What the metrics read from the HTTP binding. */
@@ -48,6 +50,12 @@ export interface ObservedHttp {
   };
 }
 
+/** What the metrics read from the feed service. */
+export interface ObservedService {
+  /** Refusals by each bound per account so far (feed/service/bounds.ts). */
+  boundRefusals(): Readonly<Record<string, number>>;
+}
+
 /** What the metrics listen to on the engine. */
 export interface ObservedEngine {
   onChange(
@@ -72,6 +80,8 @@ const XMPP_OUTCOMES: Record<string, Outcome> = {
   'item-not-found': 'not_found',
   conflict: 'conflict',
   'resource-constraint': 'busy',
+  // A bound per account (HTTP answers it 429, counted busy too).
+  'policy-violation': 'busy',
   'service-unavailable': 'busy',
   'internal-server-error': 'error',
 };
@@ -257,6 +267,16 @@ export class Metrics {
     });
   }
 
+  /** Refusals by the bounds per account, read when scraped. */
+  observeService(service: ObservedService): void {
+    this.countsByLabel(
+      'smartfeeds_account_bound_refusals_total',
+      'Requests refused by a bound per account (nodes created, items or bytes written, subscriptions held to a node or in all), by bound',
+      'bound',
+      () => service.boundRefusals(),
+    );
+  }
+
   /** The component's stream state, reconnects and notification fan-out, read when scraped. */
   observeComponent(component: ObservedComponent): void {
     let onlineBefore = false;
@@ -300,6 +320,13 @@ export class Metrics {
         this.inc(notifier.stats.dropped);
       },
     });
+    const { trimmed } = component;
+    this.countsByLabel(
+      'smartfeeds_xmpp_replies_trimmed_total',
+      "Answers kept within what the XMPP server takes from the component: error replies without the request's large payload, answers over the stanza limit replaced by an error, stanzas over it not sent",
+      'what',
+      () => ({ payload: trimmed.payload, replaced: trimmed.replaced, unsent: trimmed.unsent }),
+    );
     const { stats } = component.receipts;
     this.countsByLabel(
       'smartfeeds_xmpp_receipts_total',

@@ -36,9 +36,11 @@ export async function serve(config: Config, reread: () => Config = () => config)
     create: config.create,
     localDomain: config.localDomain,
     autoCreate: config.autoCreate,
+    bounds: config.bounds,
   });
   const metrics = new Metrics();
   const unobserve = metrics.observeEngine(engine);
+  metrics.observeService(feeds);
   // The bot's fetcher and parser load beside the first connection, not before it, and only when on.
   // The bot speaks through the component: without XMPP there is none.
   const botModule = config.bot.enabled && config.xmpp ? import('./bot/bot.ts') : undefined;
@@ -55,6 +57,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
           secret: config.secret,
           serverDomain: config.localDomain,
           rateLimit: config.rateLimit,
+          stanzaLimit: config.xmppStanzaLimit,
           metrics,
           ...(botModule
             ? {
@@ -160,6 +163,7 @@ function logStart(config: Config, log: Log): void {
     localDomain: config.localDomain,
     autoCreate: config.autoCreate,
     rateLimit: config.rateLimit,
+    bounds: config.bounds,
     bot: config.bot.enabled && config.xmpp,
     xmpp: config.xmpp,
   });

@@ -462,3 +462,41 @@ describe('store option', () => {
     expect(withoutPassword('postgres://u:secretpw@h:5432/db')).toBe('postgres://u:***@h:5432/db');
   });
 });
+
+describe('bounds per account', () => {
+  it('defaults to what a small public server can live with; 0 turns one off; the window is shared', async () => {
+    expect(loadConfig(['--secret', 's'], {}).bounds).toEqual({
+      nodes: { count: 100, windowMs: 3_600_000 },
+      items: { count: 1000, windowMs: 3_600_000 },
+      bytes: { count: 16 * 1024 * 1024, windowMs: 3_600_000 },
+      nodeSubscriptions: 16,
+      subscriptions: 1000,
+    });
+    expect(
+      loadConfig(
+        ['--secret', 's', '--account-window', '60', '--account-nodes', '0', '--account-items', '5'],
+        {
+          SMARTFEEDS_ACCOUNT_NODE_SUBSCRIPTIONS: '0',
+          SMARTFEEDS_ACCOUNT_BYTES: '1000',
+        },
+      ).bounds,
+    ).toEqual({
+      items: { count: 5, windowMs: 60_000 },
+      bytes: { count: 1000, windowMs: 60_000 },
+      subscriptions: 1000,
+    });
+    const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-config-'));
+    try {
+      const file = join(dir, 'c.json');
+      await writeFile(file, JSON.stringify({ secret: 'f', 'account-subscriptions': 20 }));
+      expect(loadConfig(['--config', file], {}).bounds.subscriptions).toBe(20);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    expect(() => loadConfig(['--secret', 's'], { SMARTFEEDS_ACCOUNT_NODES: '-1' })).toThrow(
+      /SMARTFEEDS_ACCOUNT_NODES must be a whole number, zero or more/,
+    );
+    expect(() => loadConfig(['--secret', 's', '--account-items', '1.5'], {})).toThrow(/account-items/);
+    expect(() => loadConfig(['--secret', 's', '--account-window', '0'], {})).toThrow(/account-window/);
+  });
+});

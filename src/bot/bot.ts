@@ -462,7 +462,7 @@ export class FeedBot {
       return `You have ${count} subscriptions, the most one user may have. Unsubscribe from one first.`;
     let rec: FeedRecord;
     try {
-      rec = await this.ingest.add(url);
+      rec = await this.ingest.add(url, bare);
     } catch (e) {
       if (e instanceof IngestRefusal) return `I cannot subscribe you: ${e.message}.`;
       throw e;

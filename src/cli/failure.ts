@@ -44,6 +44,9 @@ const EXIT_CODE: Record<FeedErrorCode, number> = {
   'item-exists': 1,
   'append-only': 1,
   'invalid-jid': 2,
+  // Bounds per account hold users; the command line acts as the operator, whom they do not hold.
+  'quota-exceeded': 1,
+  'subscription-limit': 1,
 };
 
 /** Reports a failure on stderr and gives the exit code: the one place errors become messages. */

@@ -551,6 +551,15 @@ export class FeedEngine {
     return this.p.subs.subscriptionsFor(bareJid, node);
   }
 
+  /** How many subscriptions a user holds to a node and in all, each counted up to its limit. */
+  countSubscriptionsFor(
+    bareJid: string,
+    node: string,
+    limits: { node?: number; total?: number },
+  ): Promise<{ node: number; total: number }> {
+    return this.p.subs.countFor(bareJid, node, limits);
+  }
+
   // ---- export / import (engine/transfer.ts) ------------------------------------------------
 
   /** Every item of the node in `modified` order, with what it takes to restore it exactly. */

@@ -28,7 +28,11 @@ export type FeedErrorCode =
   /** Retracting from an append-only node. */
   | 'append-only'
   /** A subscription request names a JID that is not the requester's own. */
-  | 'invalid-jid';
+  | 'invalid-jid'
+  /** An account's allowance for a window is spent (nodes created, items or bytes written). */
+  | 'quota-exceeded'
+  /** An account holds as many subscriptions as it may (of the node, or in all). */
+  | 'subscription-limit';
 
 export class FeedError extends Error {
   readonly code: FeedErrorCode;
@@ -180,5 +184,28 @@ export class AppendOnly extends FeedError {
 export class InvalidJid extends FeedError {
   constructor(message: string) {
     super('invalid-jid', message);
+  }
+}
+
+/**
+ * An account (a bare JID) has spent what it may do in a window (service/bounds.ts): nodes created,
+ * items or bytes written. It may try again after `retryAfterSeconds`.
+ */
+export class QuotaExceeded extends FeedError {
+  constructor(
+    message: string,
+    readonly retryAfterSeconds: number,
+  ) {
+    super('quota-exceeded', `${message}; try again in ${retryAfterSeconds} s`);
+  }
+}
+
+/**
+ * An account holds as many subscriptions as it may, of one node or in all, however many resources
+ * it names (service/bounds.ts): it must end one before it makes another.
+ */
+export class SubscriptionLimit extends FeedError {
+  constructor(message: string) {
+    super('subscription-limit', message);
   }
 }

@@ -190,6 +190,11 @@ export function userPrefix(bareJid: string): Buffer {
   return Buffer.concat([Buffer.from('u'), Buffer.from(bareJid, 'utf8'), Buffer.from([0])]);
 }
 
+/** The `u` keys of a user's subscriptions to one node (any order, feed or resource). */
+export function userNodePrefix(bareJid: string, nid: number): Buffer {
+  return Buffer.concat([userPrefix(bareJid), withNid('s', nid, 0).subarray(1)]);
+}
+
 export function kvPrefix(namespace: string): Buffer {
   return Buffer.concat([Buffer.from('k'), Buffer.from(namespace, 'utf8'), Buffer.from([0])]);
 }

@@ -8,6 +8,7 @@ import {
   prefixEnd,
   subscriptionKey,
   subscriptionPrefix,
+  userNodePrefix,
   userPrefix,
   userSubscriptionKey,
 } from '../keys.ts';
@@ -224,7 +225,26 @@ export class Subscriptions {
     return out;
   }
 
-  // ---- export / import --------------------------------------------------------------------
+  /**
+   * How many subscriptions a user holds (any resource, order or feed, pending ones too), to one
+   * node and in all, each counted up to its limit (reading no more keys than that; none given:
+   * not counted, 0). Those of a deleted node count in all until the sweep has removed them.
+   */
+  async countFor(
+    bareJid: string,
+    node: string,
+    limits: { node?: number; total?: number },
+  ): Promise<{ node: number; total: number }> {
+    const st = await this.nodes.loadOnce(node);
+    const count = async (prefix: Buffer, limit: number | undefined) =>
+      limit === undefined || limit < 1
+        ? 0
+        : (await this.s.store.keys({ gte: prefix, lt: prefixEnd(prefix), limit })).length;
+    return {
+      node: st ? await count(userNodePrefix(bareJid, st.nid), limits.node) : 0,
+      total: await count(userPrefix(bareJid), limits.total),
+    };
+  }
 }
 
 /** The error for a subscription that is not there. */

@@ -7,6 +7,7 @@ import type { Change, ReadQuery } from '../model.ts';
 import type { NodeConfig } from '../nodeConfig.ts';
 import { type Actor, jidOf } from './actor.ts';
 import { checkAudience, presentItem, presentPage, readerOf } from './audience.ts';
+import type { WriteCharge } from './bounds.ts';
 import type { ServiceContext } from './context.ts';
 import type { ReaderItem, ReaderPage } from './visible.ts';
 
@@ -62,6 +63,7 @@ async function autoCreate(
   ctx.engine.checkEntry(input.entry);
   const config = options.configure?.() ?? {};
   const owner = jidOf(actor);
+  const refund = ctx.bounds.createNode(actor);
   const made =
     owner === undefined
       ? ctx.engine
@@ -71,7 +73,24 @@ async function autoCreate(
   return made.then(
     () => true,
     (e) => {
+      refund();
       if (e instanceof NodeExists) return false;
+      throw e;
+    },
+  );
+}
+
+/** The bytes a write stored (the new version's payload), charged to its writer's allowance. */
+function charged(write: Promise<Change>, charge: WriteCharge | undefined): Promise<Change> {
+  if (!charge) return write;
+  return write.then(
+    (change) => {
+      if (change.changed) charge.written(Buffer.byteLength(change.item.entry, 'utf8'));
+      else charge.failed();
+      return change;
+    },
+    (e) => {
+      charge.failed();
       throw e;
     },
   );
@@ -93,6 +112,26 @@ export async function publish(
   const audience = input.audience ? checkAudience(input.audience) : undefined;
   const given = actor.kind === 'operator' ? input.publisher : undefined;
   const publisher = given !== undefined ? bareJid(given, 'the publisher') : jidOf(actor);
+  // Before auto-create: a writer whose allowance is spent makes no node either.
+  const charge = ctx.bounds.write(actor);
+  return charged(
+    publishWithin(ctx, actor, node, input, options, queued, audience, publisher, deadline),
+    charge,
+  );
+}
+
+/** publish, once its writer's allowance has room: the checks, then the write, queued in the engine. */
+async function publishWithin(
+  ctx: ServiceContext,
+  actor: Actor,
+  node: string,
+  input: PublishInput,
+  options: PublishOptions,
+  queued: () => void,
+  audience: string[] | undefined,
+  publisher: string | undefined,
+  deadline: Deadline | undefined,
+): Promise<Change> {
   // The checks read the database: refused, unwritten, should it not answer by the deadline.
   const guards = await ctx.engine.beforeDeadline(
     (async () => {
@@ -156,15 +195,20 @@ export async function retract(
     })(),
     deadline,
   );
-  const write = ctx.engine.retract(
-    node,
-    id,
-    {
-      ...(who !== undefined ? { publisher: who } : {}),
-      appendOnly,
-      ...(options.notify ? { notify: true } : {}),
-    },
-    deadline,
+  // A tombstone is a write like any other: it counts against the writer's allowance.
+  const charge = ctx.bounds.write(actor);
+  const write = charged(
+    ctx.engine.retract(
+      node,
+      id,
+      {
+        ...(who !== undefined ? { publisher: who } : {}),
+        appendOnly,
+        ...(options.notify ? { notify: true } : {}),
+      },
+      deadline,
+    ),
+    charge,
   );
   queued();
   return write;

@@ -27,10 +27,17 @@ export async function create(
   const node = name ?? randomUUID();
   const given = actor.kind === 'operator' ? options.owner : undefined;
   const owner = given !== undefined ? bareJid(given, 'the owner') : jidOf(actor);
-  if (owner !== undefined) await ctx.policy.createNode(node, owner, settings);
-  else {
-    await ctx.engine.createNode(node);
-    if (Object.keys(settings).length > 0) await ctx.policy.configure(node, settings);
+  // Taken once the request is known good; given back when the node is not made (a taken name).
+  const refund = ctx.bounds.createNode(actor);
+  try {
+    if (owner !== undefined) await ctx.policy.createNode(node, owner, settings);
+    else {
+      await ctx.engine.createNode(node);
+      if (Object.keys(settings).length > 0) await ctx.policy.configure(node, settings);
+    }
+  } catch (e) {
+    refund();
+    throw e;
   }
   return node;
 }

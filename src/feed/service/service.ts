@@ -18,6 +18,7 @@ import {
   publicChange,
   readerOf,
 } from './audience.ts';
+import { type AccountBounds, AccountLimits, type BoundName } from './bounds.ts';
 import type { ServiceContext } from './context.ts';
 import { type HubSubscriptions, hubSubscriptions } from './hubSubscriptions.ts';
 import * as items from './items.ts';
@@ -39,6 +40,10 @@ export interface FeedServiceOptions {
   localDomain?: string;
   /** Publishing to a missing node creates it, for those who may create (default true). */
   autoCreate?: boolean;
+  /** What one account may take (bounds.ts); a part left out, or all of it, is not bounded. */
+  bounds?: AccountBounds;
+  /** The clock of the bounds' windows, in ms (default: performance.now; tests give their own). */
+  now?: () => number;
 }
 
 /**
@@ -67,10 +72,12 @@ export class FeedService {
       create: options.create ?? 'admins',
       localDomain: options.localDomain ?? 'localhost',
     });
+    const admins = this.rights.options.admins;
     this.ctx = {
       engine,
       policy: this.policy,
       rights: this.rights,
+      bounds: new AccountLimits(options.bounds ?? {}, (bare) => admins.has(bare), options.now),
       autoCreate: options.autoCreate ?? true,
       emit: (event) => this.emit(event),
       changed: async (change, event) => {
@@ -346,6 +353,11 @@ export class FeedService {
 
   get limits(): Limits {
     return this.engine.limits;
+  }
+
+  /** Requests refused so far by each bound per account (bounds.ts), for the metrics. */
+  boundRefusals(): Readonly<Record<BoundName, number>> {
+    return this.ctx.bounds.refused;
   }
 
   /**
