@@ -1,0 +1,316 @@
+import { Agent, errors, fetch, type Response } from 'undici';
+import type { z } from 'zod';
+import { type AddressPolicy, AddressRefused, checkLiteral, guardedLookup } from './addresses.ts';
+import { checkOutside, parseOutside } from './outsideJson.ts';
+
+/** Who makes outbound requests: the label of their metrics. */
+export type OutboundUser = 'bot' | 'websub' | 'fasp' | 'fasp-provider' | 'grip';
+
+/** Why a request got no answer (`answered` in metrics: it got one, whatever its status). */
+export type OutboundFailure = 'refused' | 'timeout' | 'too_large' | 'redirects' | 'failed' | 'aborted';
+export type OutboundOutcome = 'answered' | OutboundFailure;
+
+/** Told of each request's outcome, and of each answer refused by its schema (src/metrics.ts). */
+export interface OutboundObserver {
+  request(user: OutboundUser, outcome: OutboundOutcome): void;
+  answerRefused(user: OutboundUser): void;
+}
+
+export interface OutboundLimits {
+  /** Opening a connection (TCP and TLS). */
+  connectTimeoutMs: number;
+  /** From sending the request to the answer's headers. */
+  headersTimeoutMs: number;
+  /** The whole exchange: waiting for a connection to the host, every redirect, the body's last byte. */
+  timeoutMs: number;
+  /** Largest body, after decompression. */
+  maxResponseBytes: number;
+  /** Redirects followed, each checked as the first request; 0: a redirect is the answer. */
+  maxRedirects: number;
+  /** Connections to one origin at once; further requests wait for one. */
+  hostConnections: number;
+}
+
+/** What every user starts from; each sets what differs (src/config.ts sets the shared ones). */
+export const OUTBOUND_DEFAULTS: OutboundLimits = {
+  connectTimeoutMs: 10_000,
+  headersTimeoutMs: 15_000,
+  timeoutMs: 10_000,
+  maxResponseBytes: 1024 * 1024,
+  maxRedirects: 0,
+  hostConnections: 8,
+};
+
+/** The limits every user shares, from the configuration (`--outbound-…`). */
+export type SharedOutboundLimits = Pick<
+  OutboundLimits,
+  'connectTimeoutMs' | 'headersTimeoutMs' | 'hostConnections'
+>;
+
+/** What each user is given by `serve`: the shared limits, and where outcomes are counted. */
+export interface OutboundSettings extends Partial<SharedOutboundLimits> {
+  observer?: OutboundObserver | undefined;
+}
+
+/** A user's limits: the defaults, the shared settings over them, its own over both. */
+export function limitsFor(
+  settings: OutboundSettings | undefined,
+  own: Partial<OutboundLimits>,
+): OutboundLimits {
+  const shared: Partial<OutboundLimits> = {};
+  if (settings?.connectTimeoutMs !== undefined) shared.connectTimeoutMs = settings.connectTimeoutMs;
+  if (settings?.headersTimeoutMs !== undefined) shared.headersTimeoutMs = settings.headersTimeoutMs;
+  if (settings?.hostConnections !== undefined) shared.hostConnections = settings.hostConnections;
+  return { ...OUTBOUND_DEFAULTS, ...shared, ...own };
+}
+
+export interface OutboundOptions {
+  user: OutboundUser;
+  /** Where it may connect: `publicAddresses(…)` for URLs strangers give, `CONFIGURED` for the operator's. */
+  addresses: AddressPolicy;
+  limits: OutboundLimits;
+  userAgent: string;
+  /** URL schemes requested; http and https unless fewer are given. */
+  schemes?: readonly string[];
+  observer?: OutboundObserver | undefined;
+}
+
+export interface OutboundRequest {
+  method?: 'GET' | 'POST' | 'DELETE';
+  headers?: Record<string, string>;
+  body?: string;
+  /** Ends the request early (the user stops); the request fails as `aborted`. */
+  signal?: AbortSignal;
+  /** A body over the limit: refused (the default), or cut to its start (only its start matters). */
+  overLimit?: 'refuse' | 'cut';
+  /** Whether the body of an answer with this status is read (by default every one is). */
+  bodyFor?: (status: number) => boolean;
+  /** Tighter limits for this request (a small document among larger ones). */
+  limits?: Partial<Pick<OutboundLimits, 'timeoutMs' | 'maxResponseBytes' | 'maxRedirects'>>;
+}
+
+export interface OutboundAnswer {
+  /** Where the answer came from, after every redirect. */
+  url: string;
+  status: number;
+  /** Header names in lower case; repeated fields joined with `, `. */
+  headers: Record<string, string>;
+  body: Buffer;
+  /** The body was longer than the limit and was cut (`overLimit: 'cut'`). */
+  cut: boolean;
+  /** Each redirect followed, in order: its status and where it led. */
+  redirects: { status: number; to: string }[];
+}
+
+/** A request that got no answer, or an answer refused; `reason` is its metric's outcome. */
+export class OutboundError extends Error {
+  override readonly name = 'OutboundError';
+  constructor(
+    readonly reason: OutboundFailure | 'invalid',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+/** Headers not carried to another origin by a redirect. */
+const CREDENTIALS = ['authorization', 'cookie', 'proxy-authorization'];
+
+/**
+ * The one outbound HTTP client (undici): each user (the bot, WebSub, FASP, GRIP) makes one with
+ * its limits. Every URL is checked before each request (scheme, credentials, a literal address
+ * against the policy), every host name's addresses when the socket connects (so that DNS cannot
+ * point a public name at an inner host), and every redirect as a new request; timeouts for
+ * connecting, for the headers and for the whole exchange; the body's size after decompression;
+ * and a pool of connections per origin.
+ */
+export class OutboundClient {
+  private readonly agent: Agent;
+  readonly limits: OutboundLimits;
+  private readonly schemes: readonly string[];
+
+  constructor(private readonly options: OutboundOptions) {
+    this.limits = options.limits;
+    this.schemes = options.schemes ?? ['http', 'https'];
+    this.agent = new Agent({
+      connections: this.limits.hostConnections,
+      headersTimeout: this.limits.headersTimeoutMs,
+      // Between two chunks of the body; the whole exchange has its own deadline.
+      bodyTimeout: this.limits.timeoutMs,
+      connect: { timeout: this.limits.connectTimeoutMs, lookup: guardedLookup(options.addresses) },
+    });
+  }
+
+  get user(): OutboundUser {
+    return this.options.user;
+  }
+
+  /** Refuses a URL this client will not request: its scheme, credentials, or a literal address. */
+  check(url: URL): void {
+    const scheme = url.protocol.slice(0, -1);
+    if (!this.schemes.includes(scheme))
+      throw new OutboundError('refused', `${scheme}: addresses are not requested`);
+    if (url.username !== '' || url.password !== '')
+      throw new OutboundError('refused', 'addresses with credentials are not requested');
+    try {
+      checkLiteral(url, this.options.addresses);
+    } catch (e) {
+      if (e instanceof AddressRefused) throw new OutboundError('refused', e.message);
+      throw e;
+    }
+  }
+
+  /** One exchange, redirects followed as the limits allow; rejects with an OutboundError. */
+  async request(target: string | URL, init: OutboundRequest = {}): Promise<OutboundAnswer> {
+    const limits = { ...this.limits, ...init.limits };
+    const deadline = new AbortController();
+    const timer = setTimeout(() => deadline.abort(), limits.timeoutMs);
+    const signal = init.signal ? AbortSignal.any([init.signal, deadline.signal]) : deadline.signal;
+    try {
+      const answer = await this.follow(target, init, limits, signal);
+      this.options.observer?.request(this.user, 'answered');
+      return answer;
+    } catch (e) {
+      const error = this.failure(e, limits, deadline.signal.aborted, init.signal?.aborted === true);
+      this.options.observer?.request(this.user, error.reason === 'invalid' ? 'failed' : error.reason);
+      throw error;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /**
+   * An answer's body through its schema: the value, or an OutboundError (`invalid`) naming the
+   * exact place and reason, counted as an answer refused.
+   */
+  json<T>(answer: Pick<OutboundAnswer, 'url' | 'body'>, schema: z.ZodType<T>, what: string): T {
+    const checked = parseOutside(answer.body, schema, what);
+    if (checked.ok) return checked.value;
+    return this.refuseAnswer(`${answer.url}: ${checked.error}`);
+  }
+
+  /** A value already parsed (an answer's JSON read before its signature was checked), by its schema. */
+  checkJson<T>(url: string, value: unknown, schema: z.ZodType<T>, what: string): T {
+    const checked = checkOutside(value, schema, what);
+    if (checked.ok) return checked.value;
+    return this.refuseAnswer(`${url}: ${checked.error}`);
+  }
+
+  private refuseAnswer(message: string): never {
+    this.options.observer?.answerRefused(this.user);
+    throw new OutboundError('invalid', message);
+  }
+
+  async close(): Promise<void> {
+    await this.agent.close().catch(() => undefined);
+  }
+
+  private async follow(
+    target: string | URL,
+    init: OutboundRequest,
+    limits: OutboundLimits,
+    signal: AbortSignal,
+  ): Promise<OutboundAnswer> {
+    let url = new URL(target);
+    let method = init.method ?? 'GET';
+    let body = init.body;
+    const headers: Record<string, string> = { 'user-agent': this.options.userAgent, ...init.headers };
+    const redirects: OutboundAnswer['redirects'] = [];
+    for (;;) {
+      this.check(url);
+      const res = await fetch(url, {
+        method,
+        headers,
+        ...(body === undefined ? {} : { body }),
+        redirect: 'manual',
+        dispatcher: this.agent,
+        signal,
+      });
+      const location = res.headers.get('location');
+      if (!REDIRECTS.has(res.status) || limits.maxRedirects === 0 || location === null)
+        return { url: url.href, status: res.status, redirects, ...(await this.read(res, url, init, limits)) };
+      await res.body?.cancel().catch(() => undefined);
+      if (redirects.length >= limits.maxRedirects)
+        throw new OutboundError('redirects', `more than ${limits.maxRedirects} redirects`);
+      let next: URL;
+      try {
+        next = new URL(location, url);
+      } catch {
+        throw new OutboundError('failed', `${url.href} redirects to ${JSON.stringify(location)}, not a URL`);
+      }
+      next.hash = '';
+      redirects.push({ status: res.status, to: next.href });
+      // As browsers do: 303, and 301/302 after a POST, are followed with a GET and no body.
+      if (res.status === 303 || (method === 'POST' && (res.status === 301 || res.status === 302))) {
+        method = 'GET';
+        body = undefined;
+        delete headers['content-type'];
+      }
+      if (next.origin !== url.origin) for (const name of CREDENTIALS) delete headers[name];
+      url = next;
+    }
+  }
+
+  private async read(
+    res: Response,
+    url: URL,
+    init: OutboundRequest,
+    limits: OutboundLimits,
+  ): Promise<Pick<OutboundAnswer, 'headers' | 'body' | 'cut'>> {
+    const max = limits.maxResponseBytes;
+    const headers = Object.fromEntries(res.headers);
+    if (init.bodyFor && !init.bodyFor(res.status)) {
+      await res.body?.cancel().catch(() => undefined);
+      return { headers, body: Buffer.alloc(0), cut: false };
+    }
+    const cut = init.overLimit === 'cut';
+    const tooLarge = () =>
+      new OutboundError('too_large', `the answer of ${url.href} is larger than ${max} bytes`);
+    // Without a content coding the length announced is the body's: refused before it is read.
+    const length = Number(res.headers.get('content-length') ?? Number.NaN);
+    if (!cut && !res.headers.has('content-encoding') && Number.isFinite(length) && length > max) {
+      await res.body?.cancel().catch(() => undefined);
+      throw tooLarge();
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    if (res.body) {
+      for await (const chunk of res.body) {
+        const bytes = Buffer.from(chunk);
+        if (size + bytes.length > max) {
+          await res.body.cancel().catch(() => undefined);
+          if (!cut) throw tooLarge();
+          chunks.push(bytes.subarray(0, max - size));
+          return { headers, body: Buffer.concat(chunks), cut: true };
+        }
+        size += bytes.length;
+        chunks.push(bytes);
+      }
+    }
+    return { headers, body: Buffer.concat(chunks), cut: false };
+  }
+
+  /** Any failure as an OutboundError whose reason says what happened. */
+  private failure(e: unknown, limits: OutboundLimits, timedOut: boolean, stopped: boolean): OutboundError {
+    if (e instanceof OutboundError) return e;
+    if (stopped) return new OutboundError('aborted', 'the request was ended');
+    if (timedOut) return new OutboundError('timeout', `no complete answer within ${limits.timeoutMs} ms`);
+    const cause = e instanceof Error && e.cause instanceof Error ? e.cause : e;
+    if (cause instanceof AddressRefused) return new OutboundError('refused', cause.message);
+    if (cause instanceof errors.ConnectTimeoutError)
+      return new OutboundError('timeout', `no connection within ${this.limits.connectTimeoutMs} ms`);
+    if (cause instanceof errors.HeadersTimeoutError)
+      return new OutboundError('timeout', `no answer within ${this.limits.headersTimeoutMs} ms`);
+    if (cause instanceof errors.BodyTimeoutError)
+      return new OutboundError('timeout', `no complete answer within ${limits.timeoutMs} ms`);
+    return new OutboundError('failed', messageOf(cause));
+  }
+}
+
+/** An error's message; a connection tried on several addresses fails with all their errors. */
+function messageOf(e: unknown): string {
+  if (e instanceof AggregateError && e.message === '')
+    return e.errors.map(messageOf).join('; ') || 'the connection failed';
+  return e instanceof Error ? e.message : String(e);
+}
