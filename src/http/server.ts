@@ -12,6 +12,7 @@ import type { FeedEvent } from '../feed/events.ts';
 import { jidOf, user } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
+import type { OutboundSettings } from '../net/outbound.ts';
 import { Credentials } from './credentials.ts';
 import { problemBody, problems, toProblem } from './errors.ts';
 import { EventStreams, STREAM_DEFAULTS, type StreamOptions } from './eventStreams.ts';
@@ -47,6 +48,8 @@ export interface HttpOptions {
   sharing?: SharingOptions;
   /** GRIP behind Pushpin: its signing key and publish endpoint (docs/operations.md). */
   grip?: GripOptions;
+  /** The outbound client's shared limits and its metrics, for WebSub, FASP and GRIP (src/net/). */
+  outbound?: OutboundSettings;
   /** More routes and hooks (the reader page, health, metrics: src/http/web/, health.ts). */
   extend?: (app: FastifyInstance, binding: HttpBinding) => void;
 }
@@ -95,7 +98,7 @@ export class HttpBinding {
       publisher:
         options.grip.publishUrl === undefined
           ? undefined
-          : new GripPublisher(feeds, options.grip.publishUrl, log),
+          : new GripPublisher(feeds, options.grip.publishUrl, log, options.outbound),
       retryMs: this.streams.options.retryMs,
     };
     this.pages =
@@ -107,7 +110,7 @@ export class HttpBinding {
       this.pages?.onEvent(event);
       this.wakePolls(event);
     });
-    this.hub = new Hub(feeds, options.websub ?? {}, log);
+    this.hub = new Hub(feeds, { outbound: options.outbound, ...options.websub }, log);
     this.app = fastify({
       // Fastify's own lines go to our sink; one line per request would drown the service's own.
       loggerInstance: log.pino,
@@ -139,6 +142,7 @@ export class HttpBinding {
       log,
       caller: (authorization) => jidOf(this.credentials.actor(authorization)),
       origin: (request) => this.originOf(request),
+      ...(options.outbound ? { outbound: options.outbound } : {}),
     });
     // Public feeds shared with FASPs: data_sharing, and nodes and items as ActivityPub resources.
     this.sharing = new FaspSharing(
@@ -333,8 +337,7 @@ export class HttpBinding {
     await this.app.close();
     await this.sharing.stop();
     await this.hub.stop();
-    this.grip?.publisher?.stop();
-    await this.grip?.publisher?.flush();
+    await this.grip?.publisher?.stop();
     this.unlisten();
   }
 }
