@@ -40,6 +40,12 @@ export function isPublicAddress(address: string): boolean {
   return rangeOf(address) === 'unicast';
 }
 
+/** Whether an address is in one of the private ranges (reached only where they are allowed). */
+export function isPrivateAddress(address: string): boolean {
+  const range = rangeOf(address);
+  return range !== undefined && PRIVATE_RANGES.has(range);
+}
+
 /** Whether an address is public unicast or, when `allowPrivate`, in one of the private ranges. */
 export function addressAllowed(address: string, allowPrivate: boolean): boolean {
   const range = rangeOf(address);
@@ -65,15 +71,17 @@ export class AddressRefused extends Error {
   override readonly name = 'AddressRefused';
 }
 
-function hint(policy: AddressPolicy): string {
-  return policy.allowedBy === undefined ? '' : ` (the service allows those with ${policy.allowedBy})`;
+/** The option that would allow what was refused: only for private addresses, which one can allow. */
+function hint(policy: AddressPolicy, refused: readonly string[]): string {
+  if (policy.allowedBy === undefined || !refused.some(isPrivateAddress)) return '';
+  return ` (the service allows those with ${policy.allowedBy})`;
 }
 
 /** Refuses a URL whose host is a literal address the policy does not allow. */
 export function checkLiteral(url: URL, policy: AddressPolicy): void {
   const literal = literalAddress(url.hostname);
   if (literal !== undefined && !policy.allows(literal))
-    throw new AddressRefused(`${literal} is not a public address${hint(policy)}`);
+    throw new AddressRefused(`${literal} is not a public address${hint(policy, [literal])}`);
 }
 
 /**
@@ -94,9 +102,11 @@ export function guardedLookup(policy: AddressPolicy): LookupFunction {
       const allowed = found.filter((a) => policy.allows(a.address));
       if (allowed.length === 0)
         return callback(
-          Object.assign(
-            new AddressRefused(`${hostname} resolves only to non-public addresses${hint(policy)}`),
-            { code: 'EREFUSEDADDRESS' },
+          new AddressRefused(
+            `${hostname} resolves only to non-public addresses${hint(
+              policy,
+              found.map((a) => a.address),
+            )}`,
           ),
           [],
         );

@@ -22,11 +22,17 @@ function pathOf(path: readonly PropertyKey[]): string {
 
 /** What a schema refused, one `path: reason` per issue, after the name of what was checked. */
 export function describeIssues(what: string, error: z.ZodError): string {
-  const shown = error.issues.slice(0, SHOWN_ISSUES).map((issue) => {
-    const at = pathOf(issue.path);
-    return at === '' ? issue.message : `${at}: ${issue.message}`;
-  });
-  const more = error.issues.length - shown.length;
+  // Two checks of one field may say the same (a number neither whole nor in range): said once.
+  const said = [
+    ...new Set(
+      error.issues.map((issue) => {
+        const at = pathOf(issue.path);
+        return at === '' ? issue.message : `${at}: ${issue.message}`;
+      }),
+    ),
+  ];
+  const shown = said.slice(0, SHOWN_ISSUES);
+  const more = said.length - shown.length;
   return `${what} is not valid: ${shown.join('; ')}${more > 0 ? ` (and ${more} more)` : ''}`;
 }
 
