@@ -32,7 +32,12 @@ const httpUrl = z
   }, 'must be an absolute http(s) URL');
 
 /** An identifier a peer gave: a string, or a number some servers send, kept as a string. */
-const peerId = z.union([text(256), z.int().nonnegative()]).transform(String);
+const ID_ERROR = 'must be a string of 1 to 256 characters or a whole number';
+const peerId = z
+  .union([z.string().min(1, ID_ERROR).max(256, ID_ERROR), z.int(ID_ERROR).nonnegative(ID_ERROR)], {
+    error: ID_ERROR,
+  })
+  .transform(String);
 
 /** A whole number from 1 to MAX_NUMBER. */
 export const count = z
@@ -163,13 +168,16 @@ export const announcement = z
     moreObjectsAvailable: z.boolean().optional(),
   })
   .superRefine((a, ctx) => {
-    if (a.source.subscription !== undefined && a.eventType === undefined)
+    const { subscription, backfillRequest } = a.source;
+    // Naming both (or neither) is said of `source` alone.
+    if ((subscription === undefined) === (backfillRequest === undefined)) return;
+    if (subscription !== undefined && a.eventType === undefined)
       ctx.addIssue({
         code: 'custom',
         path: ['eventType'],
         message: 'an announcement for a subscription needs one of new, update, delete, trending',
       });
-    if (a.source.backfillRequest !== undefined && a.moreObjectsAvailable === undefined)
+    if (backfillRequest !== undefined && a.moreObjectsAvailable === undefined)
       ctx.addIssue({
         code: 'custom',
         path: ['moreObjectsAvailable'],
@@ -184,11 +192,9 @@ export const serverToRegister = z.object({ url: httpUrl });
 
 const publicKey = z.object({ id: z.string().max(MAX_URL).optional(), publicKeyPem: z.string().max(16_384) });
 
-/** An actor document's keys (one, or a list), as a provider's key id names one. */
+/** An actor document's keys (one, or a list: one is read as a list of one), as a key id names one. */
 export const actorKeys = z.object({
-  publicKey: z
-    .union([publicKey, z.array(publicKey).min(1).max(20)])
-    .transform((k) => (Array.isArray(k) ? k : [k])),
+  publicKey: z.preprocess((k) => (Array.isArray(k) ? k : [k]), z.array(publicKey).min(1).max(20)),
 });
 
 /** A `tag` of an ActivityStreams object that is a hashtag. */

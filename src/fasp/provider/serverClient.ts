@@ -48,7 +48,7 @@ export class ServerClient {
     const { links } = await this.getJson(
       new URL('/.well-known/nodeinfo', url).href,
       nodeInfoLinks,
-      'the NodeInfo links',
+      'the NodeInfo discovery document',
     );
     const link = links.find((l) => /nodeinfo\.diaspora\.software\/ns\/schema\/2\./.test(l.rel));
     if (!link) throw new ServerCallError(0, `${url.origin} publishes no NodeInfo 2.x`);
