@@ -1,4 +1,6 @@
-import { Agent, errors, fetch, type Response } from 'undici';
+import type { Readable } from 'node:stream';
+import { createBrotliDecompress, createGunzip, createInflate } from 'node:zlib';
+import { Agent, type Dispatcher, errors, request } from 'undici';
 import type { z } from 'zod';
 import { type AddressPolicy, AddressRefused, checkLiteral, guardedLookup } from './addresses.ts';
 import { checkOutside, parseOutside } from './outsideJson.ts';
@@ -114,6 +116,14 @@ export class OutboundError extends Error {
 }
 
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
+/** The content codings decoded (node:zlib's); the size limit applies to what they decode to. */
+const DECODERS: Record<string, () => NodeJS.ReadWriteStream & Readable> = {
+  gzip: createGunzip,
+  'x-gzip': createGunzip,
+  deflate: createInflate,
+  br: createBrotliDecompress,
+};
+const ACCEPTED_CODINGS = 'gzip, deflate, br';
 /** Headers not carried to another origin by a redirect. */
 const CREDENTIALS = ['authorization', 'cookie', 'proxy-authorization'];
 
@@ -215,22 +225,30 @@ export class OutboundClient {
     let url = new URL(target);
     let method = init.method ?? 'GET';
     let body = init.body;
-    const headers: Record<string, string> = { 'user-agent': this.options.userAgent, ...init.headers };
+    const headers: Record<string, string> = {
+      'user-agent': this.options.userAgent,
+      'accept-encoding': ACCEPTED_CODINGS,
+      ...init.headers,
+    };
     const redirects: OutboundAnswer['redirects'] = [];
     for (;;) {
       this.check(url);
-      const res = await fetch(url, {
+      const res = await request(url, {
         method,
         headers,
         ...(body === undefined ? {} : { body }),
-        redirect: 'manual',
         dispatcher: this.agent,
         signal,
       });
-      const location = res.headers.get('location');
-      if (!REDIRECTS.has(res.status) || limits.maxRedirects === 0 || location === null)
-        return { url: url.href, status: res.status, redirects, ...(await this.read(res, url, init, limits)) };
-      await res.body?.cancel().catch(() => undefined);
+      const location = header(res.headers, 'location');
+      if (!REDIRECTS.has(res.statusCode) || limits.maxRedirects === 0 || location === undefined)
+        return {
+          url: url.href,
+          status: res.statusCode,
+          redirects,
+          ...(await this.read(res, url, init, limits)),
+        };
+      await skip(res);
       if (redirects.length >= limits.maxRedirects)
         throw new OutboundError('redirects', `more than ${limits.maxRedirects} redirects`);
       let next: URL;
@@ -240,9 +258,12 @@ export class OutboundClient {
         throw new OutboundError('failed', `${url.href} redirects to ${JSON.stringify(location)}, not a URL`);
       }
       next.hash = '';
-      redirects.push({ status: res.status, to: next.href });
+      redirects.push({ status: res.statusCode, to: next.href });
       // As browsers do: 303, and 301/302 after a POST, are followed with a GET and no body.
-      if (res.status === 303 || (method === 'POST' && (res.status === 301 || res.status === 302))) {
+      if (
+        res.statusCode === 303 ||
+        (method === 'POST' && (res.statusCode === 301 || res.statusCode === 302))
+      ) {
         method = 'GET';
         body = undefined;
         delete headers['content-type'];
@@ -253,33 +274,39 @@ export class OutboundClient {
   }
 
   private async read(
-    res: Response,
+    res: Dispatcher.ResponseData,
     url: URL,
     init: OutboundRequest,
     limits: OutboundLimits,
   ): Promise<Pick<OutboundAnswer, 'headers' | 'body' | 'cut'>> {
     const max = limits.maxResponseBytes;
-    const headers = Object.fromEntries(res.headers);
-    if (init.bodyFor && !init.bodyFor(res.status)) {
-      await res.body?.cancel().catch(() => undefined);
+    const headers: Record<string, string> = {};
+    for (const name of Object.keys(res.headers)) {
+      const value = header(res.headers, name);
+      if (value !== undefined) headers[name] = value;
+    }
+    if (init.bodyFor && !init.bodyFor(res.statusCode)) {
+      await skip(res);
       return { headers, body: Buffer.alloc(0), cut: false };
     }
     const cut = init.overLimit === 'cut';
     const tooLarge = () =>
       new OutboundError('too_large', `the answer of ${url.href} is larger than ${max} bytes`);
+    const coding = headers['content-encoding'];
     // Without a content coding the length announced is the body's: refused before it is read.
-    const length = Number(res.headers.get('content-length') ?? Number.NaN);
-    if (!cut && !res.headers.has('content-encoding') && Number.isFinite(length) && length > max) {
-      await res.body?.cancel().catch(() => undefined);
+    const length = Number(headers['content-length'] ?? Number.NaN);
+    if (!cut && coding === undefined && Number.isFinite(length) && length > max) {
+      res.body.destroy();
       throw tooLarge();
     }
     const chunks: Buffer[] = [];
     let size = 0;
-    if (res.body) {
-      for await (const chunk of res.body) {
-        const bytes = Buffer.from(chunk);
+    let decoded: Readable = res.body;
+    try {
+      decoded = decode(res.body, coding);
+      for await (const chunk of decoded) {
+        const bytes = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk);
         if (size + bytes.length > max) {
-          await res.body.cancel().catch(() => undefined);
           if (!cut) throw tooLarge();
           chunks.push(bytes.subarray(0, max - size));
           return { headers, body: Buffer.concat(chunks), cut: true };
@@ -287,6 +314,10 @@ export class OutboundClient {
         size += bytes.length;
         chunks.push(bytes);
       }
+    } finally {
+      // Whatever was not read (over the limit, or a failure) is not waited for.
+      if (!res.body.readableEnded) res.body.destroy();
+      if (decoded !== res.body) decoded.destroy();
     }
     return { headers, body: Buffer.concat(chunks), cut: false };
   }
@@ -313,4 +344,36 @@ function messageOf(e: unknown): string {
   if (e instanceof AggregateError && e.message === '')
     return e.errors.map(messageOf).join('; ') || 'the connection failed';
   return e instanceof Error ? e.message : String(e);
+}
+
+/** A header's value; a repeated one joined with `, `. */
+function header(headers: Dispatcher.ResponseData['headers'], name: string): string | undefined {
+  const value = headers[name];
+  return Array.isArray(value) ? value.join(', ') : value;
+}
+
+/** Lets a body go without reading it: a short one is drained (the connection is kept), a long one cut. */
+async function skip(res: Dispatcher.ResponseData): Promise<void> {
+  await res.body.dump({ limit: 64 * 1024 }).catch(() => undefined);
+}
+
+/**
+ * A body decoded through its content codings, last applied first (RFC 9110 8.4). undici's
+ * request() leaves bodies as sent, and its decompressing interceptor is still experimental.
+ */
+function decode(body: Readable, coding: string | undefined): Readable {
+  if (coding === undefined) return body;
+  const codings = coding
+    .split(',')
+    .map((c) => c.trim().toLowerCase())
+    .filter((c) => c !== '' && c !== 'identity');
+  let out: Readable = body;
+  for (const name of codings.reverse()) {
+    const make = DECODERS[name];
+    if (!make) throw new OutboundError('failed', `the answer is in the content coding ${name}, not read`);
+    const decoder = make();
+    out.on('error', (e) => decoder.destroy(e));
+    out = out.pipe(decoder);
+  }
+  return out;
 }
