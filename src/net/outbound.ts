@@ -174,19 +174,27 @@ export class OutboundClient {
   /** One exchange, redirects followed as the limits allow; rejects with an OutboundError. */
   async request(target: string | URL, init: OutboundRequest = {}): Promise<OutboundAnswer> {
     const limits = { ...this.limits, ...init.limits };
-    const deadline = new AbortController();
-    const timer = setTimeout(() => deadline.abort(), limits.timeoutMs);
-    const signal = init.signal ? AbortSignal.any([init.signal, deadline.signal]) : deadline.signal;
+    // One controller ends the request: at the deadline (the flag says so), or when its user stops.
+    const end = new AbortController();
+    let timedOut = false;
+    const timer = setTimeout(() => {
+      timedOut = true;
+      end.abort();
+    }, limits.timeoutMs);
+    const stop = () => end.abort();
+    if (init.signal?.aborted) end.abort();
+    init.signal?.addEventListener('abort', stop, { once: true });
     try {
-      const answer = await this.follow(target, init, limits, signal);
+      const answer = await this.follow(target, init, limits, end.signal);
       this.options.observer?.request(this.user, 'answered');
       return answer;
     } catch (e) {
-      const error = this.failure(e, limits, deadline.signal.aborted, init.signal?.aborted === true);
+      const error = this.failure(e, limits, timedOut, init.signal?.aborted === true);
       this.options.observer?.request(this.user, error.reason === 'invalid' ? 'failed' : error.reason);
       throw error;
     } finally {
       clearTimeout(timer);
+      init.signal?.removeEventListener('abort', stop);
     }
   }
 
