@@ -32,6 +32,14 @@ module.exports = {
       to: { path: `${BINDINGS}|^src/client/` },
     },
     {
+      name: 'net-imports-feed-or-a-binding',
+      severity: 'error',
+      comment:
+        'src/net is the one outbound HTTP client, a room of its own: the bindings use it, it knows none of them nor the feeds.',
+      from: { path: '^src/net/' },
+      to: { path: `${BINDINGS}|^src/feed/|^src/client/|^src/(serve|config|metrics|log)\\.ts$` },
+    },
+    {
       name: 'client-imports-the-engine',
       severity: 'error',
       comment: 'The sync client speaks the protocol only, as any outside client would.',

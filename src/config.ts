@@ -26,6 +26,7 @@ import { CLIENT_BOUND_DEFAULTS, type ClientBoundOptions } from './http/clientBou
 import { CLIENT_HEADERS, isAddressOrRange } from './http/clientKey.ts';
 import { GRIP_RECOVERY_BYTES } from './http/gripRecovery.ts';
 import { LEVELS, type Level, LOG_FORMATS, type LogFormat } from './log.ts';
+import { OUTBOUND_DEFAULTS, type SharedOutboundLimits } from './net/outbound.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
 import { DEFAULT_STANZA_LIMIT } from './xmpp/replyBounds.ts';
 
@@ -81,6 +82,8 @@ export interface Config {
   http: HttpConfig | undefined;
   /** `/metrics`: on a listener of its own (`--metrics`), else on the HTTP binding; who may scrape. */
   metrics: MetricsConfig;
+  /** What every outbound HTTP request shares (src/net/): connect and headers timeouts, connections per origin. */
+  outbound: SharedOutboundLimits;
 }
 
 export interface MetricsConfig {
@@ -189,7 +192,7 @@ export function withoutPassword(url: string): string {
 
 const postgresUrl = z.string().refine(isPostgresUrl, 'must be a postgres:// URL');
 
-const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'store'> = {
+const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'store' | 'outbound'> = {
   service: 'xmpp://127.0.0.1:5347',
   domain: 'feeds.localhost',
   data: './data',
@@ -284,6 +287,9 @@ export const SERVE_OPTIONS = {
   'fasp-provider-name': { type: 'string' },
   'fasp-provider-url': { type: 'string' },
   'fasp-provider-allow-private': { type: 'boolean' },
+  'outbound-connect-timeout': { type: 'string' },
+  'outbound-headers-timeout': { type: 'string' },
+  'outbound-host-connections': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -395,6 +401,22 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     bot: botConfig(src),
     http: httpConfig(src),
     metrics: metricsConfig(src),
+    outbound: outboundConfig(src),
+  };
+}
+
+function outboundConfig(src: Sources): SharedOutboundLimits {
+  const ms = (key: string, fallbackMs: number) =>
+    src.read(key, milliseconds, 'a number of seconds above 0', fallbackMs);
+  return {
+    connectTimeoutMs: ms('outbound-connect-timeout', OUTBOUND_DEFAULTS.connectTimeoutMs),
+    headersTimeoutMs: ms('outbound-headers-timeout', OUTBOUND_DEFAULTS.headersTimeoutMs),
+    hostConnections: src.read(
+      'outbound-host-connections',
+      positive,
+      'a positive whole number',
+      OUTBOUND_DEFAULTS.hostConnections,
+    ),
   };
 }
 

@@ -308,6 +308,31 @@ export const OPTION_GROUPS: OptionGroup[] = [
     ],
   },
   {
+    title: 'Outbound HTTP',
+    options: [
+      opt(
+        'outbound-connect-timeout',
+        'SECONDS',
+        '10',
+        'opening a connection to another server (the bot, WebSub, FASP, Pushpin)',
+        'Each user also has a deadline for the whole exchange: see [outbound HTTP](operations.md#outbound-http).',
+      ),
+      opt(
+        'outbound-headers-timeout',
+        'SECONDS',
+        '15',
+        "another server's answer to begin, once the request is sent",
+      ),
+      opt(
+        'outbound-host-connections',
+        'N',
+        '8',
+        'connections to one origin at once, for WebSub, FASP and Pushpin; more requests wait',
+        'The feed bot has its own, `--bot-host-connections`.',
+      ),
+    ],
+  },
+  {
     title: 'Feed bot',
     options: [
       opt(
@@ -322,6 +347,7 @@ export const OPTION_GROUPS: OptionGroup[] = [
         undefined,
         'off',
         'let the bot fetch loopback and private addresses (to try it locally)',
+        'Private as in [outbound HTTP](operations.md#outbound-http): loopback, RFC 1918, link-local, unique local and 100.64/10; never unspecified, multicast or reserved ones.',
       ),
       opt('bot-schemes', 'LIST', 'http,https', 'URL schemes the bot fetches'),
       opt('bot-user-subscriptions', 'N', '100', 'chat subscriptions one user may hold'),
@@ -342,7 +368,7 @@ export const OPTION_GROUPS: OptionGroup[] = [
         undefined,
         'off',
         'callbacks may be loopback, private or link-local addresses',
-        'For a hub on a LAN only.',
+        'For a hub on a LAN only. The same private ranges as `--allow-private-addresses`.',
       ),
       opt('websub-lease', 'SECONDS', '864000', 'the lease of a subscription that asks none (10 days)'),
       opt(
@@ -402,7 +428,8 @@ export const OPTION_GROUPS: OptionGroup[] = [
         'fasp-provider-allow-private',
         undefined,
         'off',
-        'fetch announced objects on loopback or private addresses (tests only)',
+        'reach fediverse servers and announced objects on loopback or private addresses (tests only)',
+        'The same private ranges as `--allow-private-addresses`.',
       ),
     ],
   },

@@ -1,5 +1,6 @@
 import type { Element } from 'ltx';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type { OutboundObserver } from './net/outbound.ts';
 
 /** Where a request came in. */
 export type Binding = 'xmpp' | 'http' | 'bot';
@@ -115,6 +116,8 @@ export class Metrics {
   private readonly websub: Counter<'outcome'>;
   private readonly websubDropped: Counter;
   private readonly fetches: Counter<'outcome'>;
+  /** Counts every outbound HTTP request (src/net/), by user and outcome, and answers refused. */
+  readonly outbound: OutboundObserver;
 
   constructor(options: { processFigures?: boolean } = {}) {
     const registers = [this.registry];
@@ -164,6 +167,22 @@ export class Metrics {
       labelNames: ['outcome'],
       registers,
     });
+    const outbound = new Counter({
+      name: 'smartfeeds_outbound_requests_total',
+      help: 'Outbound HTTP requests (bot, WebSub, FASP, Pushpin), by user and outcome: answered, refused (address or scheme), timeout, too_large, redirects, failed, aborted',
+      labelNames: ['user', 'outcome'],
+      registers,
+    });
+    const refusedAnswers = new Counter({
+      name: 'smartfeeds_outbound_answers_refused_total',
+      help: 'Answers to outbound requests whose JSON did not fit its schema, by user',
+      labelNames: ['user'],
+      registers,
+    });
+    this.outbound = {
+      request: (user, outcome) => outbound.inc({ user, outcome }),
+      answerRefused: (user) => refusedAnswers.inc({ user }),
+    };
   }
 
   request(binding: Binding, operation: Operation, outcome: Outcome): void {

@@ -86,7 +86,11 @@ export async function serve(config: Config, reread: () => Config = () => config)
     : undefined;
   // The service as a FASP (src/fasp/provider/), loaded only when configured.
   const provider = config.http?.faspProvider
-    ? await (await import('./fasp/provider/mount.ts')).openProvider(feeds, config.http.faspProvider, log)
+    ? await (await import('./fasp/provider/mount.ts')).openProvider(
+        feeds,
+        { ...config.http.faspProvider, outbound: { ...config.outbound, observer: metrics.outbound } },
+        log,
+      )
     : undefined;
   const http = config.http
     ? httpBinding(config, config.http, feeds, exposure, readiness, operations, log, provider?.extension)
@@ -203,6 +207,7 @@ function httpBinding(
           }
         : {}),
       websub: { ...http.websub, metrics },
+      outbound: { ...config.outbound, observer: metrics.outbound },
       ...(http.publicUrl !== undefined ? { publicUrl: http.publicUrl } : {}),
       sharing: { requireSignedFetch: http.faspSignedFetch },
       extend: (app, binding) => {
@@ -225,7 +230,8 @@ async function startBot(
   pubsub: PubsubComponent,
   log: Log,
 ): Promise<FeedBot> {
-  const bot = new module.FeedBot(feeds, config.domain, { ...config.bot, metrics }, log, (stanza) =>
+  const outbound = { ...config.outbound, observer: metrics.outbound };
+  const bot = new module.FeedBot(feeds, config.domain, { ...config.bot, metrics, outbound }, log, (stanza) =>
     sendStanza(pubsub, stanza),
   );
   await bot.start();

@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { KeyValueStore } from '../feed/kv.ts';
 import { HttpProblem } from '../http/errors.ts';
 import type { Log } from '../log.ts';
+import type { OutboundSettings } from '../net/outbound.ts';
 import { ProviderAdministration, ProviderConflict, ProviderNotFound } from './administration.ts';
 import { ProviderCallError, ProviderClient } from './client.ts';
 import {
@@ -41,6 +42,8 @@ export interface FaspDependencies {
   /** Counts a registration against its client's bound; throws its refusal (a 429 HttpProblem). */
   admitRegistration?(request: FastifyRequest): void;
   log: Log;
+  /** The outbound client's shared limits and its metrics (src/net/). */
+  outbound?: OutboundSettings;
 }
 
 /** What a signed FASP route receives: the confirmed provider that signed, and the JSON body. */
@@ -123,7 +126,7 @@ function send(reply: FastifyReply, status: number, body?: unknown): FastifyReply
  */
 export function registerFasp(app: FastifyInstance, deps: FaspDependencies): Fasp {
   const store = new ProviderStore(deps.kv);
-  const client = new ProviderClient(store);
+  const client = new ProviderClient(store, deps.outbound);
   const administration = new ProviderAdministration(store, client, deps.log);
   const authenticate = authenticator(store, deps);
   const signedRoutes: SignedRoute[] = [];

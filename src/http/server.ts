@@ -12,6 +12,7 @@ import type { FeedEvent } from '../feed/events.ts';
 import { type Actor, jidOf, user } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
+import type { OutboundSettings } from '../net/outbound.ts';
 import { type ClientBoundOptions, ClientBounds } from './clientBounds.ts';
 import { Credentials } from './credentials.ts';
 import { HttpProblem, problemBody, problems, toProblem } from './errors.ts';
@@ -50,6 +51,8 @@ export interface HttpOptions {
   sharing?: SharingOptions;
   /** GRIP behind Pushpin: its signing key and publish endpoint (docs/operations.md). */
   grip?: GripOptions;
+  /** The outbound client's shared limits and its metrics, for WebSub, FASP and GRIP (src/net/). */
+  outbound?: OutboundSettings;
   /** More routes and hooks (the reader page, health, metrics: src/http/web/, health.ts). */
   extend?: (app: FastifyInstance, binding: HttpBinding) => void;
 }
@@ -111,7 +114,13 @@ export class HttpBinding {
       publisher:
         options.grip.publishUrl === undefined
           ? undefined
-          : new GripPublisher(feeds, options.grip.publishUrl, log, options.grip.recoveryBytes),
+          : new GripPublisher(
+              feeds,
+              options.grip.publishUrl,
+              log,
+              options.grip.recoveryBytes,
+              options.outbound,
+            ),
       retryMs: this.streams.options.retryMs,
     };
     this.pages =
@@ -125,7 +134,11 @@ export class HttpBinding {
     });
     this.hub = new Hub(
       feeds,
-      { ...options.websub, refuse: (bound, detail, retry) => this.bounds.refuse(bound, detail, retry) },
+      {
+        outbound: options.outbound,
+        ...options.websub,
+        refuse: (bound, detail, retry) => this.bounds.refuse(bound, detail, retry),
+      },
       log,
     );
     this.app = fastify({
@@ -163,6 +176,7 @@ export class HttpBinding {
       origin: (request) => this.originOf(request),
       admitRegistration: (request) =>
         this.bounds.take('fasp-registrations', this.bounds.keys.address(request)),
+      ...(options.outbound ? { outbound: options.outbound } : {}),
     });
     // Public feeds shared with FASPs: data_sharing, and nodes and items as ActivityPub resources.
     this.sharing = new FaspSharing(
@@ -416,7 +430,6 @@ export class HttpBinding {
 
   /** Stops publishing to Pushpin, once what is queued is sent. */
   async stopPublishing(): Promise<void> {
-    this.grip?.publisher?.stop();
-    await this.grip?.publisher?.flush();
+    await this.grip?.publisher?.stop();
   }
 }

@@ -254,6 +254,21 @@ describe('refusals', () => {
     await strict.close();
   });
 
+  it('with private addresses allowed, fetches the ranges WebSub admits, never the unspecified address', async () => {
+    // LIMITS allow private addresses. 0.0.0.0 would reach this machine's own servers.
+    server.document('/lan.xml', () => fixture('rss2.xml'));
+    const port = new URL(server.base).port;
+    await expect(fetcher.fetch(`http://0.0.0.0:${port}/lan.xml`)).rejects.toThrow(
+      new FetchError('0.0.0.0 is not a public address'),
+    );
+    await expect(fetcher.fetch('http://224.0.0.1/feed')).rejects.toThrow('224.0.0.1 is not a public address');
+    // A redirect is a new request, checked again.
+    server.redirect('/to-zero', `http://0.0.0.0:${port}/lan.xml`, 302);
+    await expect(fetcher.fetch(server.url('/to-zero'))).rejects.toThrow('0.0.0.0 is not a public address');
+    expect(server.hits.get('/lan.xml')).toBeUndefined();
+    expect((await fetcher.fetch(server.url('/lan.xml'))).kind).toBe('ok');
+  });
+
   it('the global feed cap', async () => {
     const capped = makeIngest({ maxFeeds: 1 });
     await capped.load();

@@ -94,6 +94,8 @@ export class TestFasp {
   /** Misbehaviour, to see the service refuse it: answers with a digest and no signature. */
   unsignedAnswers = false;
   capabilities = [{ id: 'data_sharing', version: '0.1' }];
+  /** Misbehaviour: a provider_info of this JSON instead of the right one. */
+  info: unknown;
   faspId = '';
   servicePublicKey = '';
   registrationCompletionUri = '';
@@ -189,7 +191,9 @@ export class TestFasp {
     if (req.method === 'GET' && path === '/provider_info')
       return {
         status: 200,
-        body: JSON.stringify({ name: this.name, privacyPolicy: [], capabilities: this.capabilities }),
+        body: JSON.stringify(
+          this.info ?? { name: this.name, privacyPolicy: [], capabilities: this.capabilities },
+        ),
       };
     const activation = /^\/capabilities\/([^/]+)\/([^/]+)\/activation$/.exec(path);
     if (activation && (req.method === 'POST' || req.method === 'DELETE')) {

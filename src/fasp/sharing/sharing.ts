@@ -96,6 +96,7 @@ export class FaspSharing {
     this.signedFetch = new SignedFetch({
       required: options.requireSignedFetch === true,
       providers: () => deps.fasp.store.list(),
+      outbound: deps.fasp.client.outbound,
     });
     this.addRoutes();
   }

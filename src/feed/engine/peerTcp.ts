@@ -57,6 +57,9 @@ function frames(socket: Socket, each: (frame: Frame) => void): void {
       buffered = buffered.slice(end + 1);
       if (line.length > 0) {
         try {
+          // Cast, not parsed by a schema: past the first line, frames come only from instances
+          // that proved the shared secret (our own code); a first line that is not a hello, or
+          // any line that throws, closes the connection here.
           each(JSON.parse(line) as Frame);
         } catch {
           socket.destroy();

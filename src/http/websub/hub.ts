@@ -8,9 +8,10 @@ import { type HubSubscription, type HubSubscriptions, hubSlot } from '../../feed
 import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import type { Metrics } from '../../metrics.ts';
+import type { OutboundClient, OutboundSettings } from '../../net/outbound.ts';
 import { problems } from '../errors.ts';
 import { type AdmissionBounds, HubAdmission } from './admission.ts';
-import { callCallback } from './callback.ts';
+import { callbackClient, callCallback } from './callback.ts';
 import { DeliveryQueue, type Outcome, type ToldChange } from './delivery.ts';
 import type { Intent } from './intent.ts';
 
@@ -42,6 +43,8 @@ export interface HubOptions {
   refuse?: AdmissionBounds['refuse'];
   /** Told of each delivery's outcome and of each one dropped (src/metrics.ts). */
   metrics?: Pick<Metrics, 'websubDelivery' | 'websubDrop'>;
+  /** The outbound client's shared limits and its metrics (src/net/). */
+  outbound?: OutboundSettings;
 }
 
 export const HUB_DEFAULTS: HubOptions = {
@@ -88,6 +91,8 @@ export class Hub {
   /** Re-reads of stored subscriptions queued on `pushing` and not done yet. */
   private resyncs = 0;
   private readonly abort = new AbortController();
+  /** Every verification and delivery goes through it (src/net/). */
+  private readonly callbacks: OutboundClient;
   private unlisten: (() => void) | undefined;
   private stopping = false;
 
@@ -102,6 +107,7 @@ export class Hub {
     this.store = feeds.hubSubscriptions;
     this.options = { ...HUB_DEFAULTS, ...options };
     this.admission = new HubAdmission(this.options);
+    this.callbacks = callbackClient(this.options, this.options.outbound);
   }
 
   /** Loads the stored subscriptions and starts listening to the service's events. */
@@ -176,6 +182,7 @@ export class Hub {
       }
     this.byFeed.clear();
     await Promise.allSettled([...this.inFlight]);
+    await this.callbacks.close();
   }
 
   /** Active subscriptions (for tests and the log): feed key → callbacks. */
@@ -331,13 +338,10 @@ export class Hub {
   /** A GET to a subscriber's callback with the hub's parameters (verification, denial). */
   private ask(callback: string, params: Record<string, string>) {
     return callCallback(
+      this.callbacks,
       withHubParams(callback, params),
       { method: 'GET' },
-      {
-        allowPrivate: this.options.allowPrivate,
-        timeoutMs: this.options.timeoutMs,
-        signal: this.abort.signal,
-      },
+      this.abort.signal,
     );
   }
 
@@ -410,8 +414,7 @@ export class Hub {
       new DeliveryQueue(
         sub,
         {
-          allowPrivate: this.options.allowPrivate,
-          timeoutMs: this.options.timeoutMs,
+          client: this.callbacks,
           backoff: { initialMs: this.options.retryInitialMs, maxMs: this.options.retryMaxMs },
           retryForMs: this.options.retryForMs,
           maxQueue: this.options.maxQueue,
