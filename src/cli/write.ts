@@ -180,7 +180,7 @@ ${COMMON_DETAILS}`,
 export const create: Command = {
   summary: 'create an empty node',
   synopsis: 'NODE [--owner JID]',
-  details: `Creates the node NODE (a base name: no "?") with the default configuration. A node that
+  details: `Creates the node NODE (a base name: a "?" in it only as "?;") with the default configuration. A node that
 exists already: exit 1.
 
   --owner JID      the node's owner (a bare JID), who manages it over XMPP; without one, only

@@ -260,6 +260,22 @@ describe('GET /feeds/{node}: parameters and errors', () => {
     }
   });
 
+  it('serves an attachment node named after an XMPP URI ("?;" in the path), parameters in the query', async () => {
+    // protocol.md 1: the "?;" of XEP-0470's node names belongs to the base name.
+    const node = 'urn:xmpp:pubsub-attachments:1/xmpp:feeds.localhost?;node=blog;item=p1';
+    await s.engine.publish(node, { id: 'one', entry: entry('One') }, { autoCreate: true });
+    await s.engine.publish(node, { id: 'two', entry: entry('Two') });
+    await s.engine.publish(node, { id: 'one', entry: entry('One again') });
+    const ids = async (query: string) =>
+      ((await get(feedUrl(s.origin, node, query))).json as Collection).items.map((i) => i.displayName);
+    expect(await ids('')).toEqual(['Two', 'One again']);
+    expect(await ids('order=created')).toEqual(['One again', 'Two']);
+    // The path names a base name: a "?" that starts parameters there is refused, not read.
+    const inPath = await get(feedUrl(s.origin, 'rich?order=created'));
+    expect(inPath.status).toBe(400);
+    expect((inPath.json as Problem).detail).toContain('"?;"');
+  });
+
   it('returns an empty page at once for timeout=0 and for a read bounded by until', async () => {
     const last = ((await get(feedUrl(s.origin, 'rich'))).json as Collection).last_cursor;
     const empty = await get(feedUrl(s.origin, 'rich', `since=cursor:${last}&timeout=0`));
