@@ -431,9 +431,9 @@ export class FeedEngine {
     return this.p.writes.publishRouted(node, input, options);
   }
 
-  /** Checks an entry as publish would (an Atom entry, within the payload limits) without writing. */
-  checkEntry(entry: string | Element): void {
-    this.p.writes.checkEntry(entry);
+  /** Checks an entry as a publish to `node` would (its kind of payload, within the limits) without writing. */
+  checkEntry(node: string, entry: string | Element): void {
+    this.p.writes.checkEntry(node, entry);
   }
 
   /** Turns an item into an RFC 6721 tombstone. Retracting a tombstone changes nothing. */

@@ -190,9 +190,20 @@ export function jsonHead(item: Pick<Item, 'id' | 'cursor'>): string {
   return `{"id":${JSON.stringify(item.id)},"cursor":${JSON.stringify(item.cursor)},`;
 }
 
-/** The Atom entry with what RFC 4287 requires added and `fo:id` appended, split after its start tag. */
+/**
+ * The Atom entry with what RFC 4287 requires added and `fo:id` appended, split after its start tag.
+ * Another payload (XEP-0470 attachments, protocol.md 1) is the XML content of an entry of its own.
+ */
 function atomParts(item: Item): { head: string; tail: string; hasId: boolean } {
-  const el = parse(item.entry);
+  const stored = parse(item.entry);
+  const el =
+    stored.getName() === 'entry' && stored.getNS() === ATOM_NS
+      ? stored
+      : createElement(
+          'entry',
+          { xmlns: ATOM_NS },
+          createElement('content', { type: 'application/xml' }, stored),
+        );
   const hasId = el.getChild('id', ATOM_NS) !== undefined;
   const missing: Element[] = [];
   if (!el.getChild('title', ATOM_NS)) missing.push(createElement('title', { xmlns: ATOM_NS }));

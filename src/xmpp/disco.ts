@@ -86,7 +86,7 @@ export const discoInfo: Handler = async (binding, req) => {
   }
   const feed = parseFeedName(node);
   // The total is the feed's as named (filtered or not), as the asker sees it.
-  const { config, owners, total, filters } = await binding.feeds.describe(req.actor, node);
+  const { config, owners, total, payloads, filters } = await binding.feeds.describe(req.actor, node);
   const meta = configForm(config, 'result', `${NS.pubsub}#meta-data`);
   meta.append(xml('field', { var: 'pubsub#type' }, xml('value', {}, NS.atom)));
   meta.append(
@@ -96,7 +96,7 @@ export const discoInfo: Handler = async (binding, req) => {
     { var: 'position_specs', type: 'list-multi', values: ['cursor', 'id', 'time'] },
     { var: 'orders', type: 'list-multi', values: ['created', 'modified'] },
     { var: 'order', values: [feed.order] },
-    { var: 'item_format', values: ['atom'] },
+    { var: 'item_format', values: [payloads] },
     // protocol.md 11: the filter parameters the node's feeds take, and the views.
     { var: 'filters', type: 'list-multi', values: [...filters] },
     { var: 'views', type: 'list-multi', values: ['summary'] },

@@ -52,7 +52,7 @@ async function autoCreate(
   if (await ctx.engine.hasNode(node)) return false;
   if (!ctx.autoCreate) throw new NodeNotFound(node);
   ctx.rights.requireCreate(actor);
-  ctx.engine.checkEntry(input.entry);
+  ctx.engine.checkEntry(node, input.entry);
   const config = options.configure?.() ?? {};
   const owner = jidOf(actor);
   const made =

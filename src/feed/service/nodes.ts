@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { type PayloadKind, payloadKindOf } from '../atom.ts';
 import { AppendOnly, NodeNotFound } from '../errors.ts';
 import type { NodeEvent } from '../events.ts';
 import { FILTER_KINDS, type FilterKind } from '../feedName.ts';
@@ -112,6 +113,8 @@ export interface NodeDescription {
   config: NodeConfig;
   owners: string[];
   readable: boolean;
+  /** What the node's items hold (protocol.md 1). */
+  payloads: PayloadKind;
   /** Items in the feed described, as the actor sees it (a filtered feed's, or their view's). */
   total?: number;
   /** The filter parameters the node's feeds take (protocol.md 11). */
@@ -130,7 +133,13 @@ export async function describe(ctx: ServiceContext, actor: Actor, name: string):
   const readable = await ctx.rights.may(node, actor, 'retrieve');
   if (!readable && config.accessModel === 'whitelist') await ctx.rights.check(node, actor, 'retrieve');
   const owners = (await ctx.policy.affiliations(node)).filter(([, a]) => a === 'owner').map(([j]) => j);
-  const out: NodeDescription = { config, owners, readable, filters: FILTER_KINDS };
+  const out: NodeDescription = {
+    config,
+    owners,
+    readable,
+    payloads: payloadKindOf(node),
+    filters: FILTER_KINDS,
+  };
   if (readable) out.total = (await ctx.engine.read(feed, { max: 0 }, await readerOf(ctx, node, actor))).total;
   return out;
 }

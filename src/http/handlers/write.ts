@@ -1,4 +1,4 @@
-import { readAtomEntry } from '../../feed/atom.ts';
+import { payloadKindOf, readPayload } from '../../feed/atom.ts';
 import { AccessDenied } from '../../feed/errors.ts';
 import { checkItemId, checkNodeName } from '../../feed/feedName.ts';
 import type { Change } from '../../feed/model.ts';
@@ -77,7 +77,7 @@ export function postItem(deps: WriteDeps): RouteHandler {
     const node = baseOf(x);
     // The item id is the entry's Atom id when that can be one, so that posting an entry again
     // replaces it rather than duplicating it.
-    const { atomId } = readAtomEntry(requireBody(x));
+    const { atomId } = readPayload(requireBody(x), payloadKindOf(node));
     // Without one (or one longer than an item id may be), the engine makes a new id: a new
     // item, whose write reads no previous version.
     let id: string | undefined;
