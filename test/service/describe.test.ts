@@ -1,9 +1,12 @@
-// What the service tells of a node (disco#info's meta-data): what its items hold, Atom entries or,
-// in a XEP-0470 attachment node, attachments (protocol.md 1). On the in-memory store, no XMPP
-// server.
+// What the service tells of a node (disco#info's meta-data): its subscribers, counted as XEP-0060
+// counts them, and told only to those who may read its items; and what its items hold, Atom
+// entries or, in a XEP-0470 attachment node, attachments (protocol.md 1). On the in-memory store,
+// no XMPP server.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { AccessModel } from '../../src/feed/access.ts';
 import { InvalidPayload } from '../../src/feed/errors.ts';
-import { alice, bob, entry, type Harness, openService } from './support.ts';
+import { type Actor, user } from '../../src/feed/service/actor.ts';
+import { admin, alice, bob, carol, entry, type Harness, openService } from './support.ts';
 
 let h: Harness;
 beforeEach(async () => {
@@ -11,6 +14,72 @@ beforeEach(async () => {
 });
 afterEach(async () => {
   await h.close();
+});
+
+const dave = user('dave@example.org');
+const subscribers = async (who: Actor, node = 'n') => (await h.service.describe(who, node)).subscribers;
+
+describe('the number of subscribers', () => {
+  it('counts each JID with an approved subscription once, whatever the feeds it follows', async () => {
+    await h.service.create(alice, 'n');
+    expect(await subscribers(alice)).toBe(0);
+    await h.service.subscribe(bob, 'n', 'bob@example.org');
+    await h.service.subscribe(bob, 'n?order=created', 'bob@example.org');
+    await h.service.subscribe(bob, 'n?view=summary', 'bob@example.org');
+    expect(await subscribers(alice)).toBe(1);
+    // Another resource is another subscribed entity (XEP-0060 subscribes JIDs).
+    await h.service.subscribe(bob, 'n', 'bob@example.org/phone');
+    await h.service.subscribe(carol, 'n', 'carol@example.org');
+    expect(await subscribers(alice)).toBe(3);
+    await h.service.unsubscribe(bob, 'n', 'bob@example.org');
+    expect(await subscribers(alice)).toBe(3);
+    await h.service.unsubscribe(bob, 'n?order=created', 'bob@example.org');
+    await h.service.unsubscribe(bob, 'n?view=summary', 'bob@example.org');
+    expect(await subscribers(alice)).toBe(2);
+  });
+
+  it('does not count a subscription waiting for approval', async () => {
+    await h.service.create(alice, 'n', { accessModel: 'authorize' });
+    await h.service.subscribe(bob, 'n', 'bob@example.org');
+    expect(await subscribers(alice)).toBe(0);
+    await h.service.approve(alice, 'n', 'bob@example.org', true);
+    expect(await subscribers(alice)).toBe(1);
+  });
+
+  // Who is told, by access model: those who may read the items (written out from the rights
+  // table of docs/xmpp.md, not computed by it). undefined: described without the count;
+  // 'closed': not described at all.
+  const TOLD: Record<AccessModel, Record<string, number | undefined | 'closed'>> = {
+    open: { owner: 1, admin: 1, member: 1, subscriber: 1, stranger: 1, outcast: undefined },
+    authorize: { owner: 1, admin: 1, member: 1, subscriber: 1, stranger: undefined, outcast: undefined },
+    whitelist: { owner: 1, admin: 1, member: 1, subscriber: 1, stranger: 'closed', outcast: 'closed' },
+  };
+  for (const [model, expected] of Object.entries(TOLD) as [AccessModel, (typeof TOLD)[AccessModel]][])
+    it(`is told, on a node whose access model is ${model}, to those who may read its items`, async () => {
+      await h.service.create(alice, 'n', { accessModel: model });
+      await h.service.setAffiliations(alice, 'n', [
+        ['bob@example.org', 'member'],
+        ['dave@example.org', 'outcast'],
+      ]);
+      // The one subscriber: carol, approved where the node asks for it, a member where it must be.
+      if (model === 'whitelist')
+        await h.service.setAffiliations(alice, 'n', [['carol@example.org', 'member']]);
+      await h.service.subscribe(carol, 'n', 'carol@example.org');
+      if (model === 'authorize') await h.service.approve(alice, 'n', 'carol@example.org', true);
+      const stranger = user('erin@example.org');
+      const who: Record<string, Actor> = {
+        owner: alice,
+        admin,
+        member: bob,
+        subscriber: carol,
+        stranger,
+        outcast: dave,
+      };
+      for (const [role, actor] of Object.entries(who)) {
+        const told = await subscribers(actor).catch(() => 'closed' as const);
+        expect(told, role).toBe(expected[role]);
+      }
+    });
 });
 
 describe('attachment nodes (XEP-0470)', () => {

@@ -108,7 +108,7 @@ export async function purge(
   await ctx.engine.purgeNode(node, { wait: options.wait === true });
 }
 
-/** What disco#info tells of a node; `total` only to those who may read its items. */
+/** What disco#info tells of a node; `total` and `subscribers` only to those who may read its items. */
 export interface NodeDescription {
   config: NodeConfig;
   owners: string[];
@@ -117,8 +117,19 @@ export interface NodeDescription {
   payloads: PayloadKind;
   /** Items in the feed described, as the actor sees it (a filtered feed's, or their view's). */
   total?: number;
+  /**
+   * The node's subscribers, as XEP-0060 counts them: each JID with an approved subscription to
+   * any feed of the node counts once (a pending one is no subscriber yet).
+   */
+  subscribers?: number;
   /** The filter parameters the node's feeds take (protocol.md 11). */
   filters: readonly FilterKind[];
+}
+
+async function subscriberCount(ctx: ServiceContext, node: string): Promise<number> {
+  const jids = new Set<string>();
+  for (const s of await ctx.engine.subscriptionsOf(node)) if (!s.pending) jids.add(s.jid);
+  return jids.size;
 }
 
 /**
@@ -140,7 +151,13 @@ export async function describe(ctx: ServiceContext, actor: Actor, name: string):
     payloads: payloadKindOf(node),
     filters: FILTER_KINDS,
   };
-  if (readable) out.total = (await ctx.engine.read(feed, { max: 0 }, await readerOf(ctx, node, actor))).total;
+  // Who reads the items may know how many they are, and how many follow them: the access model
+  // decides both (a whitelist node's members, an authorize node's approved subscribers, anyone
+  // of an open node but its outcasts).
+  if (readable) {
+    out.total = (await ctx.engine.read(feed, { max: 0 }, await readerOf(ctx, node, actor))).total;
+    out.subscribers = await subscriberCount(ctx, node);
+  }
   return out;
 }
 
