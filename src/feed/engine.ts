@@ -508,6 +508,11 @@ export class FeedEngine {
     return this.p.subs.subscriptionsOf(node);
   }
 
+  /** How many JIDs hold an approved subscription to any feed of the node. */
+  subscriberCount(node: string): Promise<number> {
+    return this.p.subs.subscriberCount(node);
+  }
+
   /** A user's subscriptions (any of their resources), across nodes, optionally of one node. */
   subscriptionsFor(bareJid: string, node?: string): Promise<Subscription[]> {
     return this.p.subs.subscriptionsFor(bareJid, node);

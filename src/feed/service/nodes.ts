@@ -126,12 +126,6 @@ export interface NodeDescription {
   filters: readonly FilterKind[];
 }
 
-async function subscriberCount(ctx: ServiceContext, node: string): Promise<number> {
-  const jids = new Set<string>();
-  for (const s of await ctx.engine.subscriptionsOf(node)) if (!s.pending) jids.add(s.jid);
-  return jids.size;
-}
-
 /**
  * Describes a node (named with parameters or not). A whitelist node is hidden from strangers:
  * they get its refusal.
@@ -156,7 +150,7 @@ export async function describe(ctx: ServiceContext, actor: Actor, name: string):
   // of an open node but its outcasts).
   if (readable) {
     out.total = (await ctx.engine.read(feed, { max: 0 }, await readerOf(ctx, node, actor))).total;
-    out.subscribers = await subscriberCount(ctx, node);
+    out.subscribers = await ctx.engine.subscriberCount(node);
   }
   return out;
 }
