@@ -115,4 +115,28 @@ describe('attachment nodes (XEP-0470)', () => {
     expect((await h.service.describe(alice, 'blog')).payloads).toBe('atom');
     await expect(h.service.publish(alice, 'blog', { entry: attachments() })).rejects.toThrow(InvalidPayload);
   });
+
+  it('meet the other features of a feed: audiences, filters, the summary view', async () => {
+    await h.service.create(alice, NODE, { publishModel: 'open' });
+    await h.service.publish(bob, NODE, { id: 'bob@example.org', entry: attachments() });
+    // An item for alice alone (and the node's owners): carol does not see it, nor count it.
+    await h.service.publish(alice, NODE, {
+      id: 'alice@example.org',
+      entry: attachments('<reactions/>'),
+      audience: ['alice@example.org'],
+    });
+    const ids = async (who: typeof alice, feed: string) =>
+      (await h.service.read(who, feed)).items.map((i) => i.id);
+    expect(await ids(alice, NODE)).toEqual(['bob@example.org', 'alice@example.org']);
+    expect(await ids(carol, NODE)).toEqual(['bob@example.org']);
+    expect((await h.service.describe(carol, NODE)).total).toBe(1);
+    // No categories: a category feed of it is empty; a publisher feed holds that user's item.
+    expect(await ids(alice, `${NODE}?category=x`)).toEqual([]);
+    expect(await ids(alice, `${NODE}?publisher=bob%40example.org`)).toEqual(['bob@example.org']);
+    // The summary view cuts Atom entries only: attachments stay whole.
+    const [summary] = (await h.service.read(alice, `${NODE}?view=summary`)).items;
+    expect(summary?.entry).toBe(
+      `<attachments xmlns="urn:xmpp:pubsub-attachments:1"><noticed/></attachments>`,
+    );
+  });
 });

@@ -15,7 +15,7 @@ export const feedOf = (name: string | FeedName): FeedName =>
 export interface PublishInput {
   /** The item id; one is generated when absent. */
   id?: string;
-  /** One Atom entry: XML text, or an element a binding has parsed already. */
+  /** One Atom entry (in an attachment node, XEP-0470 attachments): XML text, or an element a binding has parsed already. */
   entry: string | Element;
   /** The publisher to record: the operator's only (a user's publishes are recorded as theirs). */
   publisher?: string;
