@@ -8,6 +8,7 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { type Libervia, startLibervia } from '../support/libervia.ts';
 import { Stack } from '../xmpp/stack.ts';
 
@@ -147,19 +148,25 @@ describe('Libervia 0.9 against the component and against Prosody mod_pubsub', { 
   });
 
   it('describes a node (`info disco`): each service sends a meta-data form Libervia reads', async () => {
-    interface Disco {
-      identities: string[][];
-      extensions: Record<string, [{ var: string }, string[]][]>;
-      items: string[][];
-    }
+    // `info disco -O json`, as Libervia 0.9 writes it: each form field is [its attributes, values].
+    const Disco = z.object({
+      identities: z.array(z.array(z.string())),
+      extensions: z.record(
+        z.string(),
+        z.array(z.tuple([z.object({ var: z.string() }), z.array(z.string())])),
+      ),
+      items: z.array(z.tuple([z.string(), z.string(), z.string()])),
+    });
     const described: Record<string, unknown> = {};
     for (const service of SERVICES) {
       // As the command is usually given (the backend may answer from its cache), then uncached.
       const cached = await libervia.cli(['info', 'disco', ...PROFILE, '-n', 'bar', service]);
       expect(cached.code, `${service}: ${cached.stderr}`).toBe(0);
-      const fresh = JSON.parse(
-        await libervia.ok(['info', 'disco', ...PROFILE, '-n', 'bar', '-C', '-O', 'json', service]),
-      ) as Disco;
+      const fresh = Disco.parse(
+        JSON.parse(
+          await libervia.ok(['info', 'disco', ...PROFILE, '-n', 'bar', '-C', '-O', 'json', service]),
+        ),
+      );
       const meta = Object.fromEntries(
         (fresh.extensions['http://jabber.org/protocol/pubsub#meta-data'] ?? []).map(([f, v]) => [f.var, v]),
       );
