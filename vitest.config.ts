@@ -15,6 +15,8 @@ const WITHOUT_SERVER = new Set([
   'follower.test.ts',
   'connectionTrouble.test.ts',
   'replyBounds.test.ts',
+  'names.test.ts',
+  'strictForm.test.ts',
 ]);
 const SERVER_DIRS = ['test/xmpp', 'test/client'];
 // Files that run after all the others, one at a time: those that time the component's answers

@@ -4,6 +4,37 @@ import { InvalidPayload } from './errors.ts';
 
 export const ATOM_NS = 'http://www.w3.org/2005/Atom';
 export const TOMBSTONE_NS = 'http://purl.org/atompub/tombstones/1.0';
+/** XEP-0470: the namespace of an item's attachments, and the start of attachment nodes' names. */
+export const ATTACHMENTS_NS = 'urn:xmpp:pubsub-attachments:1';
+
+/**
+ * What a node's items hold (protocol.md 1): Atom entries, or, in a XEP-0470 attachment node (its
+ * base name starts with `urn:xmpp:pubsub-attachments:1/`), `<attachments>` elements.
+ */
+export type PayloadKind = 'atom' | 'attachments';
+
+/** The payloads of the node of that base name. */
+export function payloadKindOf(node: string): PayloadKind {
+  return node.startsWith(`${ATTACHMENTS_NS}/`) ? 'attachments' : 'atom';
+}
+
+/** The root element of each kind of payload: local name and namespace. */
+const ROOTS: Record<PayloadKind, { local: string; ns: string }> = {
+  atom: { local: 'entry', ns: ATOM_NS },
+  attachments: { local: 'attachments', ns: ATTACHMENTS_NS },
+};
+
+/** The namespace of a kind of payload (disco's `pubsub#type`). */
+export function payloadNamespace(kind: PayloadKind): string {
+  return ROOTS[kind].ns;
+}
+
+/** The refusal of a payload whose root is not its node's kind. */
+function notOfKind(kind: PayloadKind, name: string): InvalidPayload {
+  const { local, ns } = ROOTS[kind];
+  const what = kind === 'atom' ? 'an Atom' : 'a XEP-0470';
+  return new InvalidPayload(`payload must be ${what} <${local} xmlns='${ns}'>, not <${name}>`);
+}
 
 /** A checked entry: its canonical XML text, its Atom `<id>` if any, its category terms if any. */
 export interface AtomEntry {
@@ -182,10 +213,18 @@ class StrictReader {
  * always well-formed XML that can be embedded in a stanza as it is.
  */
 export function readAtomEntry(xml: string): AtomEntry {
+  return readPayload(xml, 'atom');
+}
+
+/**
+ * Checks that XML text is exactly one payload of that kind (an Atom entry, or XEP-0470
+ * attachments, which have no Atom id nor categories) and returns it re-serialized.
+ */
+export function readPayload(xml: string, kind: PayloadKind): AtomEntry {
   const { name, local, ns, atomId, canonical, categories } = parseStrict(xml);
-  if (local !== 'entry' || ns !== ATOM_NS) {
-    throw new InvalidPayload(`payload must be an Atom <entry xmlns='${ATOM_NS}'>, not <${name}>`);
-  }
+  const root = ROOTS[kind];
+  if (local !== root.local || ns !== root.ns) throw notOfKind(kind, name);
+  if (kind !== 'atom') return { entry: canonical, atomId: undefined };
   return categories.length > 0 ? { entry: canonical, atomId, categories } : { entry: canonical, atomId };
 }
 
@@ -219,21 +258,25 @@ function atomIdOf(entry: Element): string | undefined {
 }
 
 /** The same check on an element a binding has parsed already (it is well-formed by construction). */
-export function readAtomElement(el: Element): { atomId: string | undefined } {
-  if (el.getName() !== 'entry' || el.getNS() !== ATOM_NS) {
-    throw new InvalidPayload(`payload must be an Atom <entry xmlns='${ATOM_NS}'>, not <${el.name}>`);
-  }
-  return { atomId: atomIdOf(el) };
+function readElement(el: Element, kind: PayloadKind): { atomId: string | undefined } {
+  const root = ROOTS[kind];
+  if (el.getName() !== root.local || el.getNS() !== root.ns) throw notOfKind(kind, el.name);
+  return { atomId: kind === 'atom' ? atomIdOf(el) : undefined };
+}
+
+/** readPayloadElement for an Atom entry. */
+export function readAtomElementText(el: Element): AtomEntry {
+  return readPayloadElement(el, 'atom');
 }
 
 /**
- * Checks a parsed entry and serializes it on its own: a copy that declares the namespaces it
- * inherited from the stanza around it (the caller's element is left as it is).
+ * Checks a parsed payload of that kind and serializes it on its own: a copy that declares the
+ * namespaces it inherited from the stanza around it (the caller's element is left as it is).
  */
-export function readAtomElementText(el: Element): AtomEntry {
-  const { atomId } = readAtomElement(el);
+export function readPayloadElement(el: Element, kind: PayloadKind): AtomEntry {
+  const { atomId } = readElement(el, kind);
   const copy = clone(el);
-  if (copy.attrs.xmlns === undefined && !copy.name.includes(':')) copy.attrs.xmlns = ATOM_NS;
+  if (copy.attrs.xmlns === undefined && !copy.name.includes(':')) copy.attrs.xmlns = ROOTS[kind].ns;
   // Only the prefixes the entry uses: the stream's own (xmlns:stream) is no part of the payload.
   const used = prefixesUsed(copy);
   for (let up = el.parent; up; up = up.parent) {
@@ -248,11 +291,12 @@ export function readAtomElementText(el: Element): AtomEntry {
     while (up && up.attrs.xmlns === undefined) up = up.parent;
     if (up?.attrs.xmlns) copy.attrs.xmlns = up.attrs.xmlns;
   }
+  const entry = serialize(copy);
+  if (kind !== 'atom') return { entry, atomId };
   const categories = el
     .getChildren('category', ATOM_NS)
     .map((c) => c.attrs.term)
     .filter((t): t is string => typeof t === 'string' && t !== '');
-  const entry = serialize(copy);
   return categories.length > 0 ? { entry, atomId, categories } : { entry, atomId };
 }
 

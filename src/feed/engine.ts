@@ -439,9 +439,9 @@ export class FeedEngine {
     return this.p.deadlines.counted(this.p.writes.publishRouted(node, input, options, deadline));
   }
 
-  /** Checks an entry as publish would (an Atom entry, within the payload limits) without writing. */
-  checkEntry(entry: string | Element): void {
-    this.p.writes.checkEntry(entry);
+  /** Checks an entry as a publish to `node` would (its kind of payload, within the limits) without writing. */
+  checkEntry(node: string, entry: string | Element): void {
+    this.p.writes.checkEntry(node, entry);
   }
 
   /** Turns an item into an RFC 6721 tombstone. Retracting a tombstone changes nothing. */
@@ -544,6 +544,11 @@ export class FeedEngine {
   /** Every subscription to a node, any order (for fan-out). */
   subscriptionsOf(node: string): Promise<Subscription[]> {
     return this.p.subs.subscriptionsOf(node);
+  }
+
+  /** How many JIDs hold an approved subscription to any feed of the node. */
+  subscriberCount(node: string): Promise<number> {
+    return this.p.subs.subscriberCount(node);
   }
 
   /** A user's subscriptions (any of their resources), across nodes, optionally of one node. */

@@ -49,9 +49,32 @@ function checkText(kind: string, text: string): void {
   if (/\p{Cs}/u.test(text)) throw new BadRequest(`${kind} contains a lone surrogate`);
 }
 
+/**
+ * Where a node name's parameters start (protocol.md 1): at the first `?` not followed by `;`, or
+ * -1 when there is none. A `?;` opens an XMPP URI's query (RFC 5122), which XEP-0470 attachment
+ * nodes carry in their names (`urn:xmpp:pubsub-attachments:1/xmpp:SERVICE?;node=N;item=I`): it
+ * belongs to the base name.
+ */
+export function parametersStart(name: string): number {
+  for (let q = name.indexOf('?'); q >= 0; q = name.indexOf('?', q + 1)) if (name[q + 1] !== ';') return q;
+  return -1;
+}
+
+/** A node name cut into its base name and its parameters (form-encoded, without the `?`; '' for none). */
+export function splitFeedName(name: string): { base: string; parameters: string } {
+  const q = parametersStart(name);
+  return q < 0 ? { base: name, parameters: '' } : { base: name.slice(0, q), parameters: name.slice(q + 1) };
+}
+
+/** Whether a node name carries parameters (even an empty list: `blog?`). */
+export function hasParameters(name: string): boolean {
+  return parametersStart(name) >= 0;
+}
+
 export function checkNodeName(node: string): void {
   checkText('node name', node);
-  if (node.includes('?')) throw new BadRequest('a base node name cannot contain "?"');
+  if (hasParameters(node))
+    throw new BadRequest('a base node name holds "?" only as the start of an XMPP URI\'s query ("?;")');
 }
 
 export function checkItemId(id: string): void {
@@ -87,11 +110,14 @@ function readParameter(out: Omit<FeedName, 'node' | 'requested'>, key: string, v
   }
 }
 
-/** Parses `base?order=created&category=x&view=summary`; unknown parameters or values are a bad request naming them. */
+/**
+ * Parses `base?order=created&category=x&view=summary` (the parameters start where
+ * parametersStart says); unknown parameters or values are a bad request naming them.
+ */
 export function parseFeedName(requested: string): FeedName {
-  const q = requested.indexOf('?');
+  const q = parametersStart(requested);
   const node = q < 0 ? requested : requested.slice(0, q);
-  checkNodeName(node);
+  checkText('node name', node);
   const out: Omit<FeedName, 'node' | 'requested'> = { order: 'modified' };
   if (q >= 0) {
     const seen = new Set<string>();
@@ -102,6 +128,15 @@ export function parseFeedName(requested: string): FeedName {
     }
   }
   return { node, ...out, requested };
+}
+
+/**
+ * The feed of a base name and its parameters given apart (form-encoded, '' for none), as an HTTP
+ * path and its query give them: the base name must be one (a `?` in it only as `?;`).
+ */
+export function feedFromParts(node: string, parameters: string): FeedName {
+  checkNodeName(node);
+  return parseFeedName(parameters === '' ? node : `${node}?${parameters}`);
 }
 
 /** The filter's part of a key: '' without a filter, else `kind=value` (values never hold U+0000 or U+0001). */

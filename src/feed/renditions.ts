@@ -194,9 +194,18 @@ export function jsonHead(item: Pick<Item, 'id' | 'cursor'>): string {
  * The Atom entry with what RFC 4287 (4.1.2) requires added and `fo:id` appended, split after its
  * start tag: a title (empty), an updated date (the modified stamp), and an author (the publisher;
  * a name left empty when the item has none) unless the entry or its source names one.
+ * Another payload (XEP-0470 attachments, protocol.md 1) is the XML content of an entry of its own.
  */
 function atomParts(item: Item): { head: string; tail: string; hasId: boolean } {
-  const el = parse(item.entry);
+  const stored = parse(item.entry);
+  const el =
+    stored.getName() === 'entry' && stored.getNS() === ATOM_NS
+      ? stored
+      : createElement(
+          'entry',
+          { xmlns: ATOM_NS },
+          createElement('content', { type: 'application/xml' }, stored),
+        );
   const hasId = el.getChild('id', ATOM_NS) !== undefined;
   const missing: Element[] = [];
   if (!el.getChild('title', ATOM_NS)) missing.push(createElement('title', { xmlns: ATOM_NS }));

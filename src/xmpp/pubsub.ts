@@ -70,7 +70,7 @@ function publishedEntry(verb: Element): { id: string | undefined; entry: Element
   const payloads = item.getChildElements();
   if (payloads.length !== 1) {
     throw errors.badRequest(
-      `an item holds exactly one Atom entry, not ${payloads.length} elements`,
+      `an item holds exactly one payload (an Atom entry), not ${payloads.length} elements`,
       'invalid-payload',
     );
   }

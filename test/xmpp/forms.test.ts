@@ -63,6 +63,10 @@ describe('the node configuration form', () => {
       [{ 'pubsub#purge_offline': 'sometimes' }],
       [{ 'pubsub#itemreply': 'everyone' }],
       [{ 'pubsub#type': ['a', 'b'] }],
+      [{ 'pubsub#contact': ['not a jid'] }],
+      [{ 'pubsub#contact': ['a@example.org/'] }],
+      [{ 'pubsub#contact': ['a@example.org', 'a@example.org'] }],
+      [{ 'pubsub#roster_groups_allowed': ['g', 'g'] }],
       [{}, 'http://jabber.org/protocol/pubsub#publish-options'],
     ] as [Record<string, string | string[]>, string?][])
       expect(() => parse(fields, formType), JSON.stringify(fields)).toThrow(NotAcceptable);

@@ -42,7 +42,7 @@ export function walkReader(feeds: Pick<FeedService, 'listNodes' | 'read' | 'sett
       (await feeds.listNodes(ANONYMOUS, { ...(after !== undefined ? { after } : {}), max: 1 }))[0],
     shareable: async (node) => {
       try {
-        return nodeShareable(await feeds.settings(ANONYMOUS, node));
+        return nodeShareable(node, await feeds.settings(ANONYMOUS, node));
       } catch (e) {
         if (e instanceof FeedError) return false;
         throw e;

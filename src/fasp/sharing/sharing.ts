@@ -142,7 +142,7 @@ export class FaspSharing {
   async sharedConfig(node: string): Promise<NodeConfig | undefined> {
     try {
       const config = await this.deps.feeds.settings(ANONYMOUS, node);
-      return nodeShareable(config) ? config : undefined;
+      return nodeShareable(node, config) ? config : undefined;
     } catch (e) {
       if (e instanceof FeedError) return undefined;
       throw e;

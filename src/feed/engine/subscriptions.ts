@@ -50,6 +50,13 @@ function putOps(
   ];
 }
 
+/**
+ * The subscriber count of each cached subscription map, counted at its first use after a change:
+ * disco#info asks for it, and counting a large node's subscriptions on every ask would cost each
+ * ask as much as a publish's fan-out.
+ */
+const counted = new WeakMap<Map<string, Subscription>, number>();
+
 /** Durable subscriptions of JIDs to feeds, cached per node once read. */
 export class Subscriptions {
   constructor(
@@ -111,6 +118,7 @@ export class Subscriptions {
       }
       if (written.cached === null) st.subscriptions?.delete(key.toString('latin1'));
       else if (written.cached) st.subscriptions?.set(key.toString('latin1'), written.cached);
+      if (st.subscriptions && written.cached !== undefined) counted.delete(st.subscriptions);
       return written.result;
     });
   }
@@ -208,6 +216,22 @@ export class Subscriptions {
   async subscriptionsOf(node: string): Promise<Subscription[]> {
     const st = await this.nodes.requireNode(node);
     return [...(await this.subscriptionMap(st)).values()];
+  }
+
+  /**
+   * The node's subscribers as XEP-0060 counts them: each JID with an approved subscription to any
+   * of its feeds, once (a pending subscription is no subscriber yet).
+   */
+  async subscriberCount(node: string): Promise<number> {
+    const subs = await this.subscriptionMap(await this.nodes.requireNode(node));
+    let n = counted.get(subs);
+    if (n === undefined) {
+      const jids = new Set<string>();
+      for (const s of subs.values()) if (!s.pending) jids.add(s.jid);
+      n = jids.size;
+      counted.set(subs, n);
+    }
+    return n;
   }
 
   /** A user's subscriptions (any of their resources), across nodes, optionally of one node. */

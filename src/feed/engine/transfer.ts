@@ -1,4 +1,4 @@
-import { readAtomEntry, readTombstone } from '../atom.ts';
+import { payloadKindOf, readPayload, readTombstone } from '../atom.ts';
 import { BadRequest, NodeExists, NodeNotEmpty, NodeNotFound, StorageError } from '../errors.ts';
 import { checkItemId, checkNodeName } from '../feedName.ts';
 import { bareJid } from '../jid.ts';
@@ -86,6 +86,7 @@ export class Transfer {
     records: AsyncIterable<ExportRecord> | Iterable<ExportRecord>,
   ): Promise<number> {
     checkNodeName(node);
+    const kind = payloadKindOf(node);
     if (!(await this.nodes.loadNode(node))) {
       await this.nodes.createNodeWith(node).catch((e) => {
         if (!(e instanceof NodeExists)) throw e;
@@ -132,7 +133,7 @@ export class Transfer {
           if (m < lastModified) throw bad('lines are not in modified order');
           if (typeof r.entry !== 'string') throw bad('no entry');
           // Stored as the engine would have stored it: canonical, well-formed XML.
-          const parsed = r.deleted ? undefined : readAtomEntry(r.entry);
+          const parsed = r.deleted ? undefined : readPayload(r.entry, kind);
           const entry = parsed ? parsed.entry : readTombstone(r.entry);
           seen.add(r.id);
           seqs.add(r.modifiedSeq);

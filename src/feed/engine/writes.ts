@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Element } from 'ltx';
-import { type AtomEntry, readAtomElementText, readAtomEntry, tombstone } from '../atom.ts';
+import { type AtomEntry, payloadKindOf, readPayload, readPayloadElement, tombstone } from '../atom.ts';
 import type { Deadline } from '../deadline.ts';
 import {
   AccessDenied,
@@ -19,7 +19,10 @@ import type { WriteQueue } from './writeQueue.ts';
 export interface PublishInput {
   /** The item id; one is generated when absent. */
   id?: string;
-  /** One Atom entry: XML text, or an element a binding has parsed already. */
+  /**
+   * One Atom entry (or, in an attachment node, XEP-0470 attachments): XML text, or an element a
+   * binding has parsed already.
+   */
   entry: string | Element;
   /** The publisher's bare JID. */
   publisher?: string;
@@ -80,7 +83,7 @@ export class Writes {
         };
         if (typeof input.entry === 'string') return { ...base, input: { ...fixed, entry: input.entry } };
         // Parsed already (XMPP): checked and made canonical here, so the holder parses nothing.
-        const { entry, atomId, categories } = readAtomElementText(input.entry);
+        const { entry, atomId, categories } = readPayloadElement(input.entry, payloadKindOf(name));
         return {
           ...base,
           input: { ...fixed, entry },
@@ -194,14 +197,17 @@ export class Writes {
       if (typeof input.entry === 'string' && input.entry.length > this.s.limits.maxPayloadBytes + 1024) {
         throw new PayloadTooBig(Buffer.byteLength(input.entry, 'utf8'), this.s.limits.maxPayloadBytes);
       }
-      if (checked === undefined && typeof input.entry === 'string' && this.busy()) {
+      const kind = payloadKindOf(name);
+      if (checked === undefined && typeof input.entry === 'string' && kind === 'atom' && this.busy()) {
         // Busy: the text is parsed on the parse thread while this one computes and writes.
         const parsed = this.s.parser.parse(input.entry);
         return this.publishParsed(name, { id, generated, deadline }, parsed, input, options);
       }
       body = this.bodyOf(
         checked ??
-          (typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry)),
+          (typeof input.entry === 'string'
+            ? readPayload(input.entry, kind)
+            : readPayloadElement(input.entry, kind)),
         input,
       );
     } catch (e) {
@@ -235,11 +241,13 @@ export class Writes {
   }
 
   /**
-   * Checks an entry as publish would (an Atom entry, within the payload limits) without writing:
-   * for a binding that must refuse a payload before it acts on the publish (e.g. creates a node).
+   * Checks an entry as a publish to `node` would (its node's kind of payload, within the payload
+   * limits) without writing: for a binding that must refuse a payload before it acts on the
+   * publish (e.g. creates a node).
    */
-  checkEntry(entry: string | Element): void {
-    this.bodyOf(typeof entry === 'string' ? readAtomEntry(entry) : readAtomElementText(entry), {});
+  checkEntry(node: string, entry: string | Element): void {
+    const kind = payloadKindOf(this.baseName(node));
+    this.bodyOf(typeof entry === 'string' ? readPayload(entry, kind) : readPayloadElement(entry, kind), {});
   }
 
   /** A checked entry's record body; refuses one whose canonical form is over the limit. */

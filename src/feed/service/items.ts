@@ -17,7 +17,7 @@ export const feedOf = (name: string | FeedName): FeedName =>
 export interface PublishInput {
   /** The item id; one is generated when absent. */
   id?: string;
-  /** One Atom entry: XML text, or an element a binding has parsed already. */
+  /** One Atom entry (in an attachment node, XEP-0470 attachments): XML text, or an element a binding has parsed already. */
   entry: string | Element;
   /** The publisher to record: the operator's only (a user's publishes are recorded as theirs). */
   publisher?: string;
@@ -60,7 +60,7 @@ async function autoCreate(
   if (await ctx.engine.hasNode(node)) return false;
   if (!ctx.autoCreate) throw new NodeNotFound(node);
   ctx.rights.requireCreate(actor);
-  ctx.engine.checkEntry(input.entry);
+  ctx.engine.checkEntry(node, input.entry);
   const config = options.configure?.() ?? {};
   const owner = jidOf(actor);
   const refund = ctx.bounds.createNode(actor);

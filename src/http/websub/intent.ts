@@ -1,5 +1,5 @@
 import { FeedError } from '../../feed/errors.ts';
-import { type FeedName, parseFeedName } from '../../feed/feedName.ts';
+import { type FeedName, feedFromParts } from '../../feed/feedName.ts';
 import type { Actor } from '../../feed/service/actor.ts';
 import { problems } from '../errors.ts';
 import { HUB_PATH } from '../paths.ts';
@@ -119,7 +119,7 @@ async function topicFeed(topic: string, context: IntentContext, reader: Actor): 
   } catch {
     throw new Error('the topic is not a feed of this hub');
   }
-  const feed = parseFeedName(url.search ? `${node}?${url.search.slice(1)}` : node);
+  const feed = feedFromParts(node, url.search.slice(1));
   await context.mayRead(feed.node, reader);
   return feed;
 }
