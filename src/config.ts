@@ -18,9 +18,9 @@ import {
   wholeOrZero,
 } from './configSchemas.ts';
 import { ConfigError, checked, readFile, Sources } from './configSources.ts';
-import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
-import { parentDomain } from './feed/jid.ts';
-import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
+import { CREATE_POLICIES, type CreatePolicy } from './feed/model/access.ts';
+import { DEFAULT_LIMITS, type Limits } from './feed/model/feed.ts';
+import { parentDomain } from './feed/model/jid.ts';
 import { type AccountBounds, DEFAULT_ACCOUNT_BOUNDS } from './feed/service/bounds.ts';
 import { CLIENT_BOUND_DEFAULTS, type ClientBoundOptions } from './http/clientBounds.ts';
 import { CLIENT_HEADERS, isAddressOrRange } from './http/clientKey.ts';

@@ -1,8 +1,8 @@
 import jid from '@xmpp/jid';
 import xml from '@xmpp/xml';
 import { type Element, parse as parseXml } from 'ltx';
-import { FeedError } from '../feed/errors.ts';
-import type { Change } from '../feed/model.ts';
+import { FeedError } from '../feed/model/errors.ts';
+import type { Change } from '../feed/model/feed.ts';
 import { OPERATOR, user } from '../feed/service/actor.ts';
 import type { FeedService, KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';

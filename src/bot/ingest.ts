@@ -1,4 +1,4 @@
-import { NodeExists, QuotaExceeded } from '../feed/errors.ts';
+import { NodeExists, QuotaExceeded } from '../feed/model/errors.ts';
 import { type Actor, OPERATOR, onBehalfOf } from '../feed/service/actor.ts';
 import type { FeedService, KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';

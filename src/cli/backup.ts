@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { restoreBackup } from '../feed/backup.ts';
+import { restoreBackup } from '../feed/service/maintenance.ts';
 import { problemDetail } from '../net/outsideJson.ts';
 
 const USAGE = `Usage: smartfeeds backup --to DIR [--url URL] [--token TOKEN]

@@ -5,7 +5,7 @@
  */
 import { AuthenticationError, FeedRequestError } from '../client/client.ts';
 import { ConfigError } from '../config.ts';
-import { FeedError, type FeedErrorCode } from '../feed/errors.ts';
+import { FeedError, type FeedErrorCode } from '../feed/model/errors.ts';
 
 /** The command line is wrong: exit 2, with a pointer to the command's help. */
 export class UsageError extends Error {}

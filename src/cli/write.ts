@@ -1,9 +1,9 @@
 // The writing commands: publish (one entry or JSON lines), retract, create, import.
-import { payloadKindOf, readPayload } from '../feed/atom.ts';
-import { FeedError, NodeNotFound, PayloadTooBig } from '../feed/errors.ts';
-import { checkItemId, parseFeedName } from '../feed/feedName.ts';
-import { bareJid } from '../feed/jid.ts';
-import type { Change, ExportRecord } from '../feed/model.ts';
+import { payloadKindOf, readPayload } from '../feed/model/atom.ts';
+import { FeedError, NodeNotFound, PayloadTooBig } from '../feed/model/errors.ts';
+import type { Change, ExportRecord } from '../feed/model/feed.ts';
+import { checkItemId, parseFeedName } from '../feed/model/feedName.ts';
+import { bareJid } from '../feed/model/jid.ts';
 import { OPERATOR } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import { COMMON_DETAILS, type Command, type Context, str, withService } from './command.ts';

@@ -4,7 +4,7 @@
  */
 import { ClassicLevel } from 'classic-level';
 import { z } from 'zod';
-import { splitFeedName } from '../feed/feedName.ts';
+import { splitFeedName } from '../feed/model/feedName.ts';
 import type { FeedClient } from './client.ts';
 import { FeedFollower, type FeedSink, type FollowOptions, type SinkItem } from './follow.ts';
 

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { KeyValueStore } from '../feed/kv.ts';
+import type { KeyValueStore } from '../feed/service/service.ts';
 import { HttpProblem } from '../http/errors.ts';
 import type { Log } from '../log.ts';
 import type { OutboundSettings } from '../net/outbound.ts';

@@ -1,5 +1,5 @@
-import type { FeedErrorCode } from '../feed/errors.ts';
-import { FeedError, QuotaExceeded } from '../feed/errors.ts';
+import type { FeedErrorCode } from '../feed/model/errors.ts';
+import { FeedError, QuotaExceeded } from '../feed/model/errors.ts';
 
 /** An RFC 9457 problem to answer with: status, a short code (the `type` ends with it), detail. */
 export class HttpProblem extends Error {

@@ -1,7 +1,7 @@
 import type { ServerResponse } from 'node:http';
-import type { Order } from '../feed/feedName.ts';
-import type { Change } from '../feed/model.ts';
-import type { ReaderPage } from '../feed/service/visible.ts';
+import type { Change } from '../feed/model/feed.ts';
+import type { Order } from '../feed/model/feedName.ts';
+import type { ReaderPage } from '../feed/model/visible.ts';
 import type { HeldPerClient } from './clientBounds.ts';
 import { problemBody, toProblem } from './errors.ts';
 import { LongPolls, type Watch } from './longPoll.ts';

@@ -1,6 +1,6 @@
-import { type FeedName, feedFromParts } from '../feed/feedName.ts';
-import { parsePositionSpec } from '../feed/positionSpec.ts';
-import { parseMax } from '../feed/query.ts';
+import { type FeedName, feedFromParts } from '../feed/model/feedName.ts';
+import { parsePositionSpec } from '../feed/model/positionSpec.ts';
+import { parseMax } from '../feed/model/query.ts';
 import { problems } from './errors.ts';
 
 /** A `GET /feeds/{node}` request, checked. */

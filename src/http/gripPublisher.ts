@@ -1,6 +1,6 @@
 import type { FeedEvent } from '../feed/events.ts';
-import { type FeedName, ORDERS } from '../feed/feedName.ts';
-import type { Change } from '../feed/model.ts';
+import type { Change } from '../feed/model/feed.ts';
+import { type FeedName, ORDERS } from '../feed/model/feedName.ts';
 import { ANONYMOUS } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';

@@ -1,7 +1,7 @@
-import type { Order } from '../feed/feedName.ts';
-import { ORDERS } from '../feed/feedName.ts';
-import type { Change } from '../feed/model.ts';
-import type { ReaderPage } from '../feed/service/visible.ts';
+import type { Change } from '../feed/model/feed.ts';
+import type { Order } from '../feed/model/feedName.ts';
+import { ORDERS } from '../feed/model/feedName.ts';
+import type { ReaderPage } from '../feed/model/visible.ts';
 import type { HeldPerClient } from './clientBounds.ts';
 import { problems } from './errors.ts';
 

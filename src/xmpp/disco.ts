@@ -1,8 +1,8 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { payloadNamespace } from '../feed/atom.ts';
-import { parseFeedName } from '../feed/feedName.ts';
-import type { ReadQuery } from '../feed/model.ts';
+import { payloadNamespace } from '../feed/model/atom.ts';
+import type { ReadQuery } from '../feed/model/feed.ts';
+import { parseFeedName } from '../feed/model/feedName.ts';
 import type { NodeRange } from '../feed/service/nodes.ts';
 import { type FormField, metaDataForm, resultForm } from './forms.ts';
 import { MAM_FEATURES } from './mam.ts';

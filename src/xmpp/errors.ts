@@ -1,7 +1,7 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import type { FeedErrorCode } from '../feed/errors.ts';
-import { FeedError } from '../feed/errors.ts';
+import type { FeedErrorCode } from '../feed/model/errors.ts';
+import { FeedError } from '../feed/model/errors.ts';
 import { NS } from './namespaces.ts';
 
 type ErrorType = 'auth' | 'cancel' | 'continue' | 'modify' | 'wait';

@@ -1,8 +1,8 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { ACCESS_MODELS, PUBLISH_MODELS } from '../feed/access.ts';
-import { NotAcceptable, PreconditionNotMet } from '../feed/errors.ts';
-import { MAX_ARCHIVE_SIZE, type NodeConfig } from '../feed/nodeConfig.ts';
+import { ACCESS_MODELS, PUBLISH_MODELS } from '../feed/model/access.ts';
+import { NotAcceptable, PreconditionNotMet } from '../feed/model/errors.ts';
+import { MAX_ARCHIVE_SIZE, type NodeConfig } from '../feed/model/nodeConfig.ts';
 import { errors } from './errors.ts';
 import { INERT_FIELDS, inertValues, readInertField } from './inertFields.ts';
 import { NS } from './namespaces.ts';

@@ -1,5 +1,5 @@
-import { NotAcceptable } from '../feed/errors.ts';
-import { bareJid } from '../feed/jid.ts';
+import { NotAcceptable } from '../feed/model/errors.ts';
+import { bareJid } from '../feed/model/jid.ts';
 
 /**
  * The standard `pubsub#node_config` fields (XEP-0060's registry) that have no effect on a Smart

@@ -1,12 +1,12 @@
 import jid from '@xmpp/jid';
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { parseCursor } from '../feed/cursor.ts';
-import { canonicalFeedName, type FeedName, hasParameters } from '../feed/feedName.ts';
-import type { ReadQuery } from '../feed/model.ts';
-import type { NodeConfig } from '../feed/nodeConfig.ts';
-import { formatTime, parsePositionSpec } from '../feed/positionSpec.ts';
-import type { ReaderItem, ReaderPage } from '../feed/service/visible.ts';
+import { parseCursor } from '../feed/model/cursor.ts';
+import type { ReadQuery } from '../feed/model/feed.ts';
+import { canonicalFeedName, type FeedName, hasParameters } from '../feed/model/feedName.ts';
+import type { NodeConfig } from '../feed/model/nodeConfig.ts';
+import { formatTime, parsePositionSpec } from '../feed/model/positionSpec.ts';
+import type { ReaderItem, ReaderPage } from '../feed/model/visible.ts';
 import { errors } from './errors.ts';
 import { parseForm } from './forms.ts';
 import { itemXml, rawElement } from './items.ts';

@@ -1,7 +1,7 @@
 import { escapeXML } from 'ltx';
-import { canonicalFeedName, type Order, splitFeedName } from '../feed/feedName.ts';
-import type { Change, Subscription } from '../feed/model.ts';
-import type { NodeConfig } from '../feed/nodeConfig.ts';
+import type { Change, Subscription } from '../feed/model/feed.ts';
+import { canonicalFeedName, type Order, splitFeedName } from '../feed/model/feedName.ts';
+import type { NodeConfig } from '../feed/model/nodeConfig.ts';
 import type { Delivery, DeliveryFor } from '../feed/service/audience.ts';
 import type { Log } from '../log.ts';
 import { itemXml } from './items.ts';

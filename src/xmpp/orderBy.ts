@@ -1,5 +1,5 @@
 import type { Element } from 'ltx';
-import { type FeedName, hasParameters, type Order } from '../feed/feedName.ts';
+import { type FeedName, hasParameters, type Order } from '../feed/model/feedName.ts';
 import { errors } from './errors.ts';
 
 /**

@@ -2,7 +2,7 @@ import { type Component, component } from '@xmpp/component';
 import type { IqContext } from '@xmpp/connection';
 import jid from '@xmpp/jid';
 import type { Element } from 'ltx';
-import { parentDomain } from '../feed/jid.ts';
+import { parentDomain } from '../feed/model/jid.ts';
 import { user } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';

@@ -8,7 +8,7 @@ import { FetchError, Fetcher, type FetchLimits } from '../../src/bot/fetcher.ts'
 import { FeedIngest, type FeedRecord, type IngestOptions } from '../../src/bot/ingest.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import type { FeedEvent } from '../../src/feed/events.ts';
-import type { Change } from '../../src/feed/model.ts';
+import type { Change } from '../../src/feed/model/feed.ts';
 import { FeedService, type FeedServiceOptions } from '../../src/feed/service/service.ts';
 import { createLog } from '../../src/log.ts';
 import { FeedServer, fixture, rss } from './feedServer.ts';

@@ -2,7 +2,7 @@
 // set through the XMPP node configuration form.
 import { describe, expect, it } from 'vitest';
 import { nodeShareable } from '../../src/fasp/sharing/shareable.ts';
-import { DEFAULT_NODE_CONFIG, readNodeConfig } from '../../src/feed/nodeConfig.ts';
+import { DEFAULT_NODE_CONFIG, readNodeConfig } from '../../src/feed/model/nodeConfig.ts';
 import { configForm, parseConfigForm, parseForm } from '../../src/xmpp/forms.ts';
 
 const parsed = (form: ReturnType<typeof configForm>) =>

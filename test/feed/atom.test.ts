@@ -7,8 +7,8 @@ import {
   readAtomEntry,
   readPayload,
   readPayloadElement,
-} from '../../src/feed/atom.ts';
-import { InvalidPayload } from '../../src/feed/errors.ts';
+} from '../../src/feed/model/atom.ts';
+import { InvalidPayload } from '../../src/feed/model/errors.ts';
 
 const ATOM = 'http://www.w3.org/2005/Atom';
 const nested = (levels: number) =>

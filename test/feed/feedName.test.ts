@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { BadRequest } from '../../src/feed/errors.ts';
+import { BadRequest } from '../../src/feed/model/errors.ts';
 import {
   baseNodeName,
   canonicalFeedName,
@@ -11,7 +11,7 @@ import {
   hasParameters,
   parseFeedName,
   splitFeedName,
-} from '../../src/feed/feedName.ts';
+} from '../../src/feed/model/feedName.ts';
 
 function badRequest(fn: () => unknown): BadRequest {
   let caught: unknown;

@@ -2,7 +2,7 @@
 // (docs/http.md, "Reading": the JSON item and the Atom entry) and from the specifications it
 // cites: RFC 4287 (Atom: text constructs, content, the elements an entry must have) and RFC 6721
 // (tombstones). Nothing here is computed: a renderer's mistake shows as a difference.
-import type { Item } from '../../src/feed/model.ts';
+import type { Item } from '../../src/feed/model/feed.ts';
 
 export const A = 'http://www.w3.org/2005/Atom';
 export const X = 'http://www.w3.org/1999/xhtml';

@@ -1,9 +1,9 @@
 import fc from 'fast-check';
 import { type Element, parse } from 'ltx';
 import { describe, expect, it } from 'vitest';
-import type { Item } from '../../src/feed/model.ts';
-import { Renditions } from '../../src/feed/renditions.ts';
-import { PageItem, VersionMemo } from '../../src/feed/versionMemo.ts';
+import { PageItem, VersionMemo } from '../../src/feed/engine/versionMemo.ts';
+import type { Item } from '../../src/feed/model/feed.ts';
+import { Renditions } from '../../src/render/renditions.ts';
 import { feedUrls, item } from './itemArbitrary.ts';
 import { A, FEED, FIXTURES, FO, OTHER_FEED, T } from './renditionFixtures.ts';
 

@@ -1,11 +1,11 @@
-// Pages put together from the items' renditions (src/feed/renditions.ts): the JSON collection and
+// Pages put together from the items' renditions (src/render/renditions.ts): the JSON collection and
 // the Atom feed document of the contract (docs/http.md, "Reading"; the seed's HTTP binding), as
 // text, as bytes and for JSON-P. Fixed pages are written out by hand; any page is checked for
 // what the contract says of every page.
 import fc from 'fast-check';
 import { type Element, parse } from 'ltx';
 import { describe, expect, it } from 'vitest';
-import type { Item } from '../../src/feed/model.ts';
+import type { Item } from '../../src/feed/model/feed.ts';
 import { deletedEntry, entry } from '../../src/http/render/atom.ts';
 import { activityJson } from '../../src/http/render/json.ts';
 import type { PageView } from '../../src/http/render/pageView.ts';

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import { ItemNotFound } from '../../src/feed/errors.ts';
+import { ItemNotFound } from '../../src/feed/model/errors.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import type { FeedService } from '../../src/feed/service/service.ts';
 import { openStream, type SseEvent, type SseStream } from './sseClient.ts';

@@ -1,4 +1,4 @@
-// One deadline per write on a shared store (src/feed/deadline.ts), layer by layer, on the shared
+// One deadline per write on a shared store (src/feed/model/deadline.ts), layer by layer, on the shared
 // in-memory store: a write queued behind a round the store does not answer, a write whose checks
 // wait for the store, a write handed to a holder that does not answer, and rounds waiting for a
 // statement. Each is refused at its deadline, saying whether it was written, and one refused as
@@ -6,7 +6,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { Handed } from '../../src/feed/engine/handoff.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import { OutcomeUnknown, WriteTimedOut } from '../../src/feed/errors.ts';
+import { OutcomeUnknown, WriteTimedOut } from '../../src/feed/model/errors.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { type QueuedRound, RoundBatcher } from '../../src/feed/store/postgresRounds.ts';

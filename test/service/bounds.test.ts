@@ -3,7 +3,7 @@
 // the operator and the operator acting for a user; and the buckets' arithmetic as a property.
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import { QuotaExceeded, SubscriptionLimit } from '../../src/feed/errors.ts';
+import { QuotaExceeded, SubscriptionLimit } from '../../src/feed/model/errors.ts';
 import { OPERATOR, onBehalfOf, user } from '../../src/feed/service/actor.ts';
 import { type AccountBounds, WindowBuckets } from '../../src/feed/service/bounds.ts';
 import { Metrics } from '../../src/metrics.ts';

@@ -3,8 +3,8 @@
 // entries or, in a XEP-0470 attachment node, attachments (protocol.md 1). On the in-memory store,
 // no XMPP server.
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { AccessModel } from '../../src/feed/access.ts';
-import { InvalidPayload } from '../../src/feed/errors.ts';
+import type { AccessModel } from '../../src/feed/model/access.ts';
+import { InvalidPayload } from '../../src/feed/model/errors.ts';
 import { type Actor, user } from '../../src/feed/service/actor.ts';
 import { admin, alice, bob, carol, entry, type Harness, openService } from './support.ts';
 

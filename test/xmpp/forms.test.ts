@@ -1,8 +1,8 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
 import { describe, expect, it } from 'vitest';
-import { NotAcceptable, PreconditionNotMet } from '../../src/feed/errors.ts';
-import { DEFAULT_NODE_CONFIG, readNodeConfig } from '../../src/feed/nodeConfig.ts';
+import { NotAcceptable, PreconditionNotMet } from '../../src/feed/model/errors.ts';
+import { DEFAULT_NODE_CONFIG, readNodeConfig } from '../../src/feed/model/nodeConfig.ts';
 import { StanzaError } from '../../src/xmpp/errors.ts';
 import { checkPreconditions, configForm, parseConfigForm, parseForm } from '../../src/xmpp/forms.ts';
 

@@ -3,7 +3,7 @@
 import xml from '@xmpp/xml';
 import { describe, expect, it } from 'vitest';
 import { modifiedFeed } from '../../src/client/mirror.ts';
-import { parseFeedName } from '../../src/feed/feedName.ts';
+import { parseFeedName } from '../../src/feed/model/feedName.ts';
 import { notificationId, parseNotificationId } from '../../src/xmpp/notifications.ts';
 import { orderedFeed } from '../../src/xmpp/orderBy.ts';
 

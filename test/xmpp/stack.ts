@@ -10,7 +10,7 @@ import { type ServerName, startServer, testServer, type XmppServer } from '../..
 import { type BotOptions, FeedBot } from '../../src/bot/bot.ts';
 import { saslLogin } from '../../src/client/client.ts';
 import { type EngineOptions, FeedEngine } from '../../src/feed/engine.ts';
-import type { Limits } from '../../src/feed/model.ts';
+import type { Limits } from '../../src/feed/model/feed.ts';
 import { FeedService, type FeedServiceOptions } from '../../src/feed/service/service.ts';
 import { createLog } from '../../src/log.ts';
 import { sendStanza } from '../../src/serve.ts';

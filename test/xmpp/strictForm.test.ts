@@ -2,7 +2,7 @@
 // sends (test/xmpp/dataForms.test.ts), and the forms the service builds, read by it here.
 import xml from '@xmpp/xml';
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_NODE_CONFIG, type NodeConfig } from '../../src/feed/nodeConfig.ts';
+import { DEFAULT_NODE_CONFIG, type NodeConfig } from '../../src/feed/model/nodeConfig.ts';
 import { configForm, metaDataForm } from '../../src/xmpp/forms.ts';
 import { INERT_FIELDS } from '../../src/xmpp/inertFields.ts';
 import { DATA_FORMS, strictForm } from '../support/strictForm.ts';

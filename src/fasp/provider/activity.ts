@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import { createElement, type Element } from 'ltx';
 import { z } from 'zod';
-import { ATOM_NS } from '../../feed/atom.ts';
+import { ATOM_NS } from '../../feed/model/atom.ts';
 import { hashtag } from '../wire.ts';
 
 const PUBLIC = new Set(['https://www.w3.org/ns/activitystreams#Public', 'as:Public', 'Public']);

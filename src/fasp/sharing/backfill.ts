@@ -1,5 +1,5 @@
 import { type BackoffOptions, backoffDelay } from '../../backoff.ts';
-import { FeedError } from '../../feed/errors.ts';
+import { FeedError } from '../../feed/model/errors.ts';
 import { ANONYMOUS } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';

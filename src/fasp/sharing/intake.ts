@@ -1,9 +1,9 @@
-import { parseCursor } from '../../feed/cursor.ts';
 import type { FeedEvent } from '../../feed/events.ts';
-import type { KeyValueStore } from '../../feed/kv.ts';
-import type { Change, ChangeKind, Item } from '../../feed/model.ts';
-import type { NodeConfig } from '../../feed/nodeConfig.ts';
-import type { ReaderItem } from '../../feed/service/visible.ts';
+import { parseCursor } from '../../feed/model/cursor.ts';
+import type { Change, ChangeKind, Item } from '../../feed/model/feed.ts';
+import type { NodeConfig } from '../../feed/model/nodeConfig.ts';
+import type { ReaderItem } from '../../feed/model/visible.ts';
+import type { KeyValueStore } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import type { Announcement, KvOp, Outbox } from './outbox.ts';
 import type { Category, EventSubscription, SharingRequests } from './requests.ts';

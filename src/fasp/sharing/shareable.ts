@@ -1,5 +1,5 @@
-import { payloadKindOf } from '../../feed/atom.ts';
-import type { NodeConfig } from '../../feed/nodeConfig.ts';
+import { payloadKindOf } from '../../feed/model/atom.ts';
+import type { NodeConfig } from '../../feed/model/nodeConfig.ts';
 
 /**
  * What may be shared with a discovery provider (protocol.md 12): nodes readable by anyone whose

@@ -1,7 +1,7 @@
 import { generateKeyPair } from 'node:crypto';
 import { promisify } from 'node:util';
-import { FeedError, NodeNotFound } from '../../feed/errors.ts';
-import type { NodeConfig } from '../../feed/nodeConfig.ts';
+import { FeedError, NodeNotFound } from '../../feed/model/errors.ts';
+import type { NodeConfig } from '../../feed/model/nodeConfig.ts';
 import { ANONYMOUS, OPERATOR } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import { HttpProblem } from '../../http/errors.ts';

@@ -1,5 +1,5 @@
-import { byDeadline, type Deadline, passed } from '../deadline.ts';
-import { FeedError, NotWritten, OutcomeUnknown, WriteTimedOut } from '../errors.ts';
+import { byDeadline, type Deadline, passed } from '../model/deadline.ts';
+import { FeedError, NotWritten, OutcomeUnknown, WriteTimedOut } from '../model/errors.ts';
 import type { QueuedWrite } from './state.ts';
 
 /** Publishes and retractions refused for the database so far, by what is known of them. */

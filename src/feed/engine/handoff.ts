@@ -1,6 +1,6 @@
-import { byDeadline, type Deadline, passed } from '../deadline.ts';
-import { FeedError, type FeedErrorCode, NotWritten, OutcomeUnknown, WriteTimedOut } from '../errors.ts';
-import type { Change } from '../model.ts';
+import { byDeadline, type Deadline, passed } from '../model/deadline.ts';
+import { FeedError, type FeedErrorCode, NotWritten, OutcomeUnknown, WriteTimedOut } from '../model/errors.ts';
+import type { Change } from '../model/feed.ts';
 import type { NodeState } from './state.ts';
 
 /**

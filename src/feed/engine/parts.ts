@@ -1,5 +1,5 @@
-import { Committer } from '../commit.ts';
-import { DEFAULT_LIMITS, type Limits } from '../model.ts';
+import { DEFAULT_LIMITS, type Limits } from '../model/feed.ts';
+import { Committer } from '../store/commit.ts';
 import { isShared } from '../store/shared.ts';
 import type { Store } from '../store/store.ts';
 import { WriteDeadlines } from './deadlines.ts';

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
 import { hostname } from 'node:os';
 import { holdForTurn } from '../../heldWrites.ts';
-import type { Deadline } from '../deadline.ts';
+import type { Deadline } from '../model/deadline.ts';
 import { type Handed, type HandedReply, type PeerLink, PeerLost, PeerUnreachable } from './handoff.ts';
 
 /**

@@ -1,10 +1,10 @@
-import type { Committer } from '../commit.ts';
-import type { Deadline } from '../deadline.ts';
-import type { Order } from '../feedName.ts';
-import type { Change, Item, ItemRecord, Limits, Subscription } from '../model.ts';
-import { EntryParser } from '../parsePool.ts';
+import type { Deadline } from '../model/deadline.ts';
+import type { Change, Item, ItemRecord, Limits, Subscription } from '../model/feed.ts';
+import type { Order } from '../model/feedName.ts';
+import type { Committer } from '../store/commit.ts';
 import type { Store } from '../store/store.ts';
-import type { FeedTail } from '../tail.ts';
+import { EntryParser } from './parsePool.ts';
+import type { FeedTail } from './tail.ts';
 import type { NodeViews } from './viewState.ts';
 
 /** A node's counters, as stored (`m NID`). */

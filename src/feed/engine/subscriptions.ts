@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import { InvalidSubid, NodeNotFound, NotSubscribed } from '../errors.ts';
 import type { ChangeEvent } from '../events.ts';
-import { type FeedName, feedParameters, parseFeedName } from '../feedName.ts';
+import { InvalidSubid, NodeNotFound, NotSubscribed } from '../model/errors.ts';
+import type { Subscription } from '../model/feed.ts';
+import { type FeedName, feedParameters, parseFeedName } from '../model/feedName.ts';
 import {
   deletedKey,
   metaKey,
@@ -11,8 +12,7 @@ import {
   userNodePrefix,
   userPrefix,
   userSubscriptionKey,
-} from '../keys.ts';
-import type { Subscription } from '../model.ts';
+} from '../store/keys.ts';
 import type { Op } from '../store/store.ts';
 import { touchedMessage } from './changeLog.ts';
 import type { Instances } from './instances.ts';

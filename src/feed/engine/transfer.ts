@@ -1,10 +1,18 @@
-import { payloadKindOf, readPayload, readTombstone } from '../atom.ts';
-import { BadRequest, NodeExists, NodeNotEmpty, NodeNotFound, StorageError } from '../errors.ts';
-import { checkItemId, checkNodeName } from '../feedName.ts';
-import { bareJid } from '../jid.ts';
-import { audienceFlagKey, deletedKey, indexKey, indexRange, itemKey, keyUnder, metaKey } from '../keys.ts';
-import type { ExportRecord, ItemRecord } from '../model.ts';
-import { decodeRecord, encodeRecord } from '../record.ts';
+import { payloadKindOf, readPayload, readTombstone } from '../model/atom.ts';
+import { BadRequest, NodeExists, NodeNotEmpty, NodeNotFound, StorageError } from '../model/errors.ts';
+import type { ExportRecord, ItemRecord } from '../model/feed.ts';
+import { checkItemId, checkNodeName } from '../model/feedName.ts';
+import { bareJid } from '../model/jid.ts';
+import {
+  audienceFlagKey,
+  deletedKey,
+  indexKey,
+  indexRange,
+  itemKey,
+  keyUnder,
+  metaKey,
+} from '../store/keys.ts';
+import { decodeRecord, encodeRecord } from '../store/record.ts';
 import type { Op } from '../store/store.ts';
 import { changedMessage } from './changeLog.ts';
 import {

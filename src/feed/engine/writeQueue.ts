@@ -1,8 +1,8 @@
-import type { Deadline } from '../deadline.ts';
-import { FeedError, NodeExists, NodeNotFound, StorageError } from '../errors.ts';
-import { deletedKey, indexKey, itemKey, metaKey } from '../keys.ts';
-import type { Change, ItemRecord } from '../model.ts';
-import { decodeRecord, encodeRecord } from '../record.ts';
+import type { Deadline } from '../model/deadline.ts';
+import { FeedError, NodeExists, NodeNotFound, StorageError } from '../model/errors.ts';
+import type { Change, ItemRecord } from '../model/feed.ts';
+import { deletedKey, indexKey, itemKey, metaKey } from '../store/keys.ts';
+import { decodeRecord, encodeRecord } from '../store/record.ts';
 import type { Op, StoreReader } from '../store/store.ts';
 import { changedMessage, headKey, logEntry, logOps, positionOf, seqValue } from './changeLog.ts';
 import { cursorOf } from './cursors.ts';

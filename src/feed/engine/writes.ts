@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Element } from 'ltx';
-import { type AtomEntry, payloadKindOf, readPayload, readPayloadElement, tombstone } from '../atom.ts';
-import type { Deadline } from '../deadline.ts';
+import { type AtomEntry, payloadKindOf, readPayload, readPayloadElement, tombstone } from '../model/atom.ts';
+import type { Deadline } from '../model/deadline.ts';
 import {
   AccessDenied,
   AppendOnly,
@@ -9,9 +9,9 @@ import {
   ItemExists,
   ItemNotFound,
   PayloadTooBig,
-} from '../errors.ts';
-import { checkItemId, parseFeedName } from '../feedName.ts';
-import type { Change, ItemRecord } from '../model.ts';
+} from '../model/errors.ts';
+import type { Change, ItemRecord } from '../model/feed.ts';
+import { checkItemId, parseFeedName } from '../model/feedName.ts';
 import { type Handed, type Handoff, type HandoffCounts, noHandoffs } from './handoff.ts';
 import type { EngineState, RecordBody } from './state.ts';
 import type { WriteQueue } from './writeQueue.ts';

@@ -1,4 +1,4 @@
-import { QuotaExceeded, SubscriptionLimit } from '../errors.ts';
+import { QuotaExceeded, SubscriptionLimit } from '../model/errors.ts';
 import type { Actor } from './actor.ts';
 
 /** So many per window: a bucket of `count`, refilled evenly over `windowMs`. */

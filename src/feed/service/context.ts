@@ -1,6 +1,6 @@
+import type { PolicyStore } from '../engine/policy.ts';
 import type { FeedEngine } from '../engine.ts';
 import type { ChangeEvent, FeedEvent } from '../events.ts';
-import type { PolicyStore } from '../policy.ts';
 import type { AccountLimits } from './bounds.ts';
 import type { Rights } from './rights.ts';
 

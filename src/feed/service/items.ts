@@ -1,15 +1,15 @@
 import type { Element } from 'ltx';
-import type { Deadline } from '../deadline.ts';
-import { BadRequest, NodeExists, NodeNotFound } from '../errors.ts';
-import { type FeedName, parseFeedName } from '../feedName.ts';
-import { bareJid } from '../jid.ts';
-import type { Change, ReadQuery } from '../model.ts';
-import type { NodeConfig } from '../nodeConfig.ts';
+import type { Deadline } from '../model/deadline.ts';
+import { BadRequest, NodeExists, NodeNotFound } from '../model/errors.ts';
+import type { Change, ReadQuery } from '../model/feed.ts';
+import { type FeedName, parseFeedName } from '../model/feedName.ts';
+import { bareJid } from '../model/jid.ts';
+import type { NodeConfig } from '../model/nodeConfig.ts';
+import type { ReaderItem, ReaderPage } from '../model/visible.ts';
 import { type Actor, jidOf } from './actor.ts';
 import { checkAudience, presentItem, presentPage, readerOf } from './audience.ts';
 import type { WriteCharge } from './bounds.ts';
 import type { ServiceContext } from './context.ts';
-import type { ReaderItem, ReaderPage } from './visible.ts';
 
 export const feedOf = (name: string | FeedName): FeedName =>
   typeof name === 'string' ? parseFeedName(name) : name;

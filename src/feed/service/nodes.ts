@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { type PayloadKind, payloadKindOf } from '../atom.ts';
-import { AppendOnly, NodeNotFound } from '../errors.ts';
 import type { NodeEvent } from '../events.ts';
-import { FILTER_KINDS, type FilterKind } from '../feedName.ts';
-import { bareJid } from '../jid.ts';
-import type { NodeConfig } from '../nodeConfig.ts';
+import { type PayloadKind, payloadKindOf } from '../model/atom.ts';
+import { AppendOnly, NodeNotFound } from '../model/errors.ts';
+import { FILTER_KINDS, type FilterKind } from '../model/feedName.ts';
+import { bareJid } from '../model/jid.ts';
+import type { NodeConfig } from '../model/nodeConfig.ts';
 import { type Actor, jidOf } from './actor.ts';
 import { readerOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';

@@ -1,13 +1,14 @@
-import type { Affiliation, CreatePolicy } from '../access.ts';
-import type { BackupPair } from '../backup.ts';
+import type { BackupPair } from '../engine/backup.ts';
+import type { Claim, KeyValueStore } from '../engine/kv.ts';
+import type { PolicyStore } from '../engine/policy.ts';
 import type { FeedEngine } from '../engine.ts';
-import { AccessDenied, NodeExists } from '../errors.ts';
 import type { FeedEvent, FeedEventListener, NodeEvent } from '../events.ts';
-import type { FeedName } from '../feedName.ts';
-import type { Claim, KeyValueStore } from '../kv.ts';
-import type { Change, ExportRecord, Limits, ReadQuery, Subscription } from '../model.ts';
-import type { NodeConfig } from '../nodeConfig.ts';
-import type { PolicyStore } from '../policy.ts';
+import type { Affiliation, CreatePolicy } from '../model/access.ts';
+import { AccessDenied, NodeExists } from '../model/errors.ts';
+import type { Change, ExportRecord, Limits, ReadQuery, Subscription } from '../model/feed.ts';
+import type { FeedName } from '../model/feedName.ts';
+import type { NodeConfig } from '../model/nodeConfig.ts';
+import type { ReaderItem, ReaderPage } from '../model/visible.ts';
 import { type Actor, jidOf } from './actor.ts';
 import * as affiliations from './affiliations.ts';
 import {
@@ -26,8 +27,9 @@ import { feedOf } from './items.ts';
 import * as nodes from './nodes.ts';
 import { Rights } from './rights.ts';
 import * as subscriptions from './subscriptions.ts';
-import type { ReaderItem, ReaderPage } from './visible.ts';
 
+/** The memo of what readers made of an item's version (its entry as UTF-8, its renditions). */
+export { memoOf, type VersionMemo } from '../engine/versionMemo.ts';
 /** A binding's own key-value state (the feed bot's), kept by the service in its store. */
 export type { Claim, KeyValueStore };
 

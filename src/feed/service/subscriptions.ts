@@ -1,13 +1,13 @@
-import { AccessDenied, InvalidJid, NotSubscribed, SubscriptionLimit } from '../errors.ts';
 import type { NodeEvent } from '../events.ts';
-import type { FeedName } from '../feedName.ts';
-import type { Subscription } from '../model.ts';
-import type { NodeConfig } from '../nodeConfig.ts';
+import { AccessDenied, InvalidJid, NotSubscribed, SubscriptionLimit } from '../model/errors.ts';
+import type { Subscription } from '../model/feed.ts';
+import type { FeedName } from '../model/feedName.ts';
+import type { NodeConfig } from '../model/nodeConfig.ts';
+import type { ReaderItem } from '../model/visible.ts';
 import type { Actor } from './actor.ts';
 import { presentItem, readerOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';
 import { feedOf } from './items.ts';
-import type { ReaderItem } from './visible.ts';
 
 /** The bare part of a full JID (bindings pass JIDs canonical). */
 export function bareOf(full: string): string {

@@ -12,8 +12,8 @@
  * by its id once PostgreSQL answers again: a write either commits or fails, never half.
  */
 import pg from 'pg';
-import { byDeadline, type Deadline } from '../deadline.ts';
-import { OutcomeUnknown, StorageError, WriteTimedOut } from '../errors.ts';
+import { byDeadline, type Deadline } from '../model/deadline.ts';
+import { OutcomeUnknown, StorageError, WriteTimedOut } from '../model/errors.ts';
 import { hasStoreTables, migrate, STORE_MIGRATIONS } from './postgresSchema.ts';
 import type { Cursor, Entry, Op, Range, Snapshot, Store, StoreReader, WriteOptions } from './store.ts';
 

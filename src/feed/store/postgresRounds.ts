@@ -1,5 +1,5 @@
-import { type Deadline, passed } from '../deadline.ts';
-import { WriteTimedOut } from '../errors.ts';
+import { type Deadline, passed } from '../model/deadline.ts';
+import { WriteTimedOut } from '../model/errors.ts';
 import { byteaArray, type finalOps } from './postgres.ts';
 import type { ConditionalWrite } from './shared.ts';
 

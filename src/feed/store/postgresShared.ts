@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
-import { byDeadline, type Deadline, passed } from '../deadline.ts';
-import { FeedError, NotWritten, OutcomeUnknown, StorageError, WriteTimedOut } from '../errors.ts';
+import { byDeadline, type Deadline, passed } from '../model/deadline.ts';
+import { FeedError, NotWritten, OutcomeUnknown, StorageError, WriteTimedOut } from '../model/errors.ts';
 import {
   byteaArray,
   collapse,

@@ -1,4 +1,4 @@
-import type { Deadline } from '../deadline.ts';
+import type { Deadline } from '../model/deadline.ts';
 import type { Entry, Op, Store, StoreReader } from './store.ts';
 
 /**

@@ -1,4 +1,4 @@
-import { type FeedName, feedFromParts } from '../../feed/feedName.ts';
+import { type FeedName, feedFromParts } from '../../feed/model/feedName.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import { numberingOf, readDocument } from '../archiveDocuments.ts';
 import { problems } from '../errors.ts';

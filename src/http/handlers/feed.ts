@@ -1,8 +1,8 @@
-import { ItemNotFound } from '../../feed/errors.ts';
-import { canonicalFeedName, checkItemId } from '../../feed/feedName.ts';
+import { ItemNotFound } from '../../feed/model/errors.ts';
+import { canonicalFeedName, checkItemId } from '../../feed/model/feedName.ts';
+import type { ReaderPage } from '../../feed/model/visible.ts';
 import { type Actor, describe } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
-import type { ReaderPage } from '../../feed/service/visible.ts';
 import type { Log } from '../../log.ts';
 import { problems, toProblem } from '../errors.ts';
 import type { EventStreams } from '../eventStreams.ts';

@@ -1,6 +1,6 @@
 import Negotiator from 'negotiator';
-import { canonicalFeedName } from '../../feed/feedName.ts';
-import { parsePositionSpec } from '../../feed/positionSpec.ts';
+import { canonicalFeedName } from '../../feed/model/feedName.ts';
+import { parsePositionSpec } from '../../feed/model/positionSpec.ts';
 import { type Actor, describe } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import { problems } from '../errors.ts';

@@ -1,7 +1,7 @@
-import { payloadKindOf, readPayload } from '../../feed/atom.ts';
-import { AccessDenied } from '../../feed/errors.ts';
-import { checkItemId, checkNodeName } from '../../feed/feedName.ts';
-import type { Change } from '../../feed/model.ts';
+import { payloadKindOf, readPayload } from '../../feed/model/atom.ts';
+import { AccessDenied } from '../../feed/model/errors.ts';
+import type { Change } from '../../feed/model/feed.ts';
+import { checkItemId, checkNodeName } from '../../feed/model/feedName.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import { problems } from '../errors.ts';
 import type { Answer, Exchange, RouteHandler } from '../exchange.ts';

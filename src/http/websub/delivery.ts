@@ -1,7 +1,7 @@
 import { createHmac } from 'node:crypto';
 import type { BackoffOptions } from '../../backoff.ts';
 import { backoffDelay } from '../../backoff.ts';
-import type { Change } from '../../feed/model.ts';
+import type { Change } from '../../feed/model/feed.ts';
 import type { Delivery } from '../../feed/service/audience.ts';
 
 /** A change as one subscription's reader is told it (the hub builds it from the service's Delivery). */

@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto';
-import { FeedError } from '../../feed/errors.ts';
 import type { FeedEvent } from '../../feed/events.ts';
-import type { FeedName } from '../../feed/feedName.ts';
-import type { Change } from '../../feed/model.ts';
+import { FeedError } from '../../feed/model/errors.ts';
+import type { Change } from '../../feed/model/feed.ts';
+import type { FeedName } from '../../feed/model/feedName.ts';
 import { ANONYMOUS, jidOf, user } from '../../feed/service/actor.ts';
 import { type HubSubscription, type HubSubscriptions, hubSlot } from '../../feed/service/hubSubscriptions.ts';
 import type { FeedService } from '../../feed/service/service.ts';

@@ -1,5 +1,5 @@
-import { FeedError } from '../../feed/errors.ts';
-import { type FeedName, feedFromParts } from '../../feed/feedName.ts';
+import { FeedError } from '../../feed/model/errors.ts';
+import { type FeedName, feedFromParts } from '../../feed/model/feedName.ts';
 import type { Actor } from '../../feed/service/actor.ts';
 import { problems } from '../errors.ts';
 import { HUB_PATH } from '../paths.ts';

@@ -1,6 +1,8 @@
-import { AFFILIATIONS, type Affiliation, type Standing } from './access.ts';
-import { BadRequest, NotAcceptable } from './errors.ts';
-import type { ChangeEvent, NodeEvent } from './events.ts';
+import type { ChangeEvent, NodeEvent } from '../events.ts';
+import { AFFILIATIONS, type Affiliation, type Standing } from '../model/access.ts';
+import { BadRequest, NotAcceptable } from '../model/errors.ts';
+import type { Subscription } from '../model/feed.ts';
+import { DEFAULT_NODE_CONFIG, type NodeConfig, readNodeConfig } from '../model/nodeConfig.ts';
 import {
   affiliationKey,
   affiliationPrefix,
@@ -11,10 +13,8 @@ import {
   subscriptionPrefix,
   userAffiliationKey,
   userAffiliationPrefix,
-} from './keys.ts';
-import type { Subscription } from './model.ts';
-import { DEFAULT_NODE_CONFIG, type NodeConfig, readNodeConfig } from './nodeConfig.ts';
-import type { Op, StoreReader } from './store/store.ts';
+} from '../store/keys.ts';
+import type { Op, StoreReader } from '../store/store.ts';
 
 const json = (value: unknown): Buffer => Buffer.from(JSON.stringify(value));
 

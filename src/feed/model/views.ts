@@ -1,4 +1,4 @@
-import type { Change } from './model.ts';
+import type { Change } from './feed.ts';
 
 /**
  * Whether a reader sees an item's current version in a feed with this filter, or its tombstone

@@ -1,6 +1,6 @@
-import { StorageError } from './errors.ts';
-import type { SharedStore } from './store/shared.ts';
-import type { Op, Store } from './store/store.ts';
+import { StorageError } from '../model/errors.ts';
+import type { SharedStore } from './shared.ts';
+import type { Op, Store } from './store.ts';
 
 interface Waiter {
   resolve: () => void;

@@ -1,8 +1,8 @@
-import type { Committer } from './commit.ts';
-import { BadRequest } from './errors.ts';
-import { kvKey, kvPrefix, prefixEnd } from './keys.ts';
-import type { SharedStore } from './store/shared.ts';
-import type { Op, StoreReader } from './store/store.ts';
+import { BadRequest } from '../model/errors.ts';
+import type { Committer } from '../store/commit.ts';
+import { kvKey, kvPrefix, prefixEnd } from '../store/keys.ts';
+import type { SharedStore } from '../store/shared.ts';
+import type { Op, StoreReader } from '../store/store.ts';
 
 /** A queued entry claimed by an instance (its push-lease holder) until sent or put back. */
 export interface Claim<T> {

@@ -1,8 +1,8 @@
 import { createHash, type Hash } from 'node:crypto';
 import { readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
-import { BadRequest } from './errors.ts';
-import { requireFreshDirectory, writeNewLevelStore } from './store/copy.ts';
+import { BadRequest } from '../model/errors.ts';
+import { requireFreshDirectory, writeNewLevelStore } from '../store/copy.ts';
 
 /**
  * The online backup's stream: a header line, then each key and value of one snapshot as

@@ -1,4 +1,4 @@
-import type { ItemRecord } from './model.ts';
+import type { ItemRecord } from '../model/feed.ts';
 
 /**
  * An item record on disk (version 2): a version byte, a flags byte, the four stamps and sequence

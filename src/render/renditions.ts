@@ -1,9 +1,9 @@
 import { createHash } from 'node:crypto';
 import { decodeHTML } from 'entities';
 import { createElement, type Element, escapeXML, parse } from 'ltx';
-import { ATOM_NS, TOMBSTONE_NS } from './atom.ts';
-import type { Item } from './model.ts';
-import { memoOf, type VersionMemo } from './versionMemo.ts';
+import { ATOM_NS, TOMBSTONE_NS } from '../feed/model/atom.ts';
+import type { Item } from '../feed/model/feed.ts';
+import { memoOf, type VersionMemo } from '../feed/service/service.ts';
 
 export const FANOUT_NS = 'http://fanout.org/protocol/atom';
 

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
-import { NodeNotFound } from './errors.ts';
-import { type FeedFilter, type FeedView, feedParameters, type Order } from './feedName.ts';
+import { NodeNotFound } from '../model/errors.ts';
+import { type FeedFilter, type FeedView, feedParameters, type Order } from '../model/feedName.ts';
 import {
   deletedKey,
   familyPrefix,
@@ -9,8 +9,8 @@ import {
   hubVersionKey,
   parseHubKey,
   prefixEnd,
-} from './keys.ts';
-import type { Op, StoreReader } from './store/store.ts';
+} from '../store/keys.ts';
+import type { Op, StoreReader } from '../store/store.ts';
 
 /** What the hub's records need of the engine that owns them (see engine.hubs()). */
 export interface HubHost {

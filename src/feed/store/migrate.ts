@@ -1,8 +1,8 @@
 import { rm } from 'node:fs/promises';
-import { BadRequest, StorageError } from './errors.ts';
-import { requireFreshDirectory, snapshotBatches, writeNewLevelStore } from './store/copy.ts';
-import { isPostgresLocation, openStoreAt } from './store/location.ts';
-import type { Entry, Store } from './store/store.ts';
+import { BadRequest, StorageError } from '../model/errors.ts';
+import { requireFreshDirectory, snapshotBatches, writeNewLevelStore } from './copy.ts';
+import { isPostgresLocation, openStoreAt } from './location.ts';
+import type { Entry, Store } from './store.ts';
 
 /** Pairs per write when copying between stores: one transaction each on PostgreSQL. */
 export const MIGRATE_BATCH = 1000;

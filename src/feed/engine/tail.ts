@@ -1,5 +1,5 @@
 import CRC32 from 'crc-32';
-import { formatCursor } from './cursor.ts';
+import { formatCursor } from '../model/cursor.ts';
 
 /**
  * The ids at a feed's last stamp, in order, with their running checksums: enough to give the

@@ -1,4 +1,4 @@
-import type { Order } from './feedName.ts';
+import type { Order } from '../model/feedName.ts';
 
 /**
  * The LevelDB key layout. Every read is a bounded range scan over one of these prefixes:

@@ -10,8 +10,8 @@ import {
   prefixEnd,
   userAffiliationKey,
   userSubscriptionKey,
-} from './keys.ts';
-import type { Op, Store } from './store/store.ts';
+} from '../store/keys.ts';
+import type { Op, Store } from '../store/store.ts';
 
 /**
  * Removes the keys of every node number marked deleted (`d NID`), `batch` keys per atomic write,

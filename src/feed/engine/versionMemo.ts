@@ -1,4 +1,4 @@
-import type { Item } from './model.ts';
+import type { Item } from '../model/feed.ts';
 
 /**
  * What readers make of one item version (its JSON, its Atom form; its entry as UTF-8 comes with it), kept
@@ -8,7 +8,7 @@ import type { Item } from './model.ts';
  * written, so nothing in a memo is ever invalidated.
  */
 export class VersionMemo {
-  /** Owned by src/feed/renditions.ts: the JSON and Atom pieces of HTTP pages. */
+  /** Owned by src/render/renditions.ts: the JSON and Atom pieces of HTTP pages. */
   rendition: unknown;
 
   /**

@@ -1,4 +1,4 @@
-import type { Item, Page } from '../model.ts';
+import type { Item, Page } from './feed.ts';
 
 declare const seen: unique symbol;
 

@@ -1,6 +1,6 @@
 import { Worker } from 'node:worker_threads';
-import { type AtomEntry, type EntryResult, readAtomEntries, readAtomEntry } from './atom.ts';
-import { InvalidPayload } from './errors.ts';
+import { type AtomEntry, type EntryResult, readAtomEntries, readAtomEntry } from '../model/atom.ts';
+import { InvalidPayload } from '../model/errors.ts';
 
 interface Waiting {
   text: string;
