@@ -45,10 +45,14 @@ export interface ObservedHttp {
           | undefined;
       }
     | undefined;
-  /** FASP data_sharing's durable queue of announcements. */
-  sharing: {
-    outbox: { waiting(): number; readonly sent: number; readonly dropped: number; readonly failures: number };
-  };
+}
+
+/** What the metrics read from FASP data_sharing's durable queue of announcements. */
+export interface ObservedOutbox {
+  waiting(): number;
+  readonly sent: number;
+  readonly dropped: number;
+  readonly failures: number;
 }
 
 /** What the metrics read from the feed service. */
@@ -356,8 +360,8 @@ export class Metrics {
   }
 
   /**
-   * Long polls held, WebSub deliveries and FASP announcements waiting, and the refusals of
-   * clients past their bounds, read when scraped.
+   * Long polls held, WebSub deliveries waiting, and the refusals of clients past their bounds,
+   * read when scraped.
    */
   observeHttp(http: ObservedHttp): void {
     const registers = [this.registry];
@@ -380,7 +384,6 @@ export class Metrics {
         this.set(http.hub.pending());
       },
     });
-    this.observeOutbox(http.sharing.outbox);
     this.countsByLabel(
       'smartfeeds_http_client_refusals_total',
       'HTTP requests refused (429) because their client was past one of its own bounds, by bound',
@@ -464,7 +467,7 @@ export class Metrics {
   }
 
   /** FASP announcements waiting, sent, dropped past the queue's bound, and failed batches. */
-  private observeOutbox(outbox: ObservedHttp['sharing']['outbox']): void {
+  observeFaspOutbox(outbox: ObservedOutbox): void {
     const registers = [this.registry];
     new Gauge({
       name: 'smartfeeds_fasp_announcements_queued',
