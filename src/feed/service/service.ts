@@ -25,6 +25,7 @@ import { type HubSubscriptions, hubSubscriptions } from './hubSubscriptions.ts';
 import * as items from './items.ts';
 import { feedOf } from './items.ts';
 import * as nodes from './nodes.ts';
+import { openReading, type Reading } from './reading.ts';
 import { Rights } from './rights.ts';
 import * as subscriptions from './subscriptions.ts';
 
@@ -280,12 +281,25 @@ export class FeedService {
     return items.orderedWriter(this.ctx);
   }
 
-  read(actor: Actor, feed: string | FeedName, query: ReadQuery = {}): Promise<ReaderPage> {
-    return items.read(this.ctx, actor, feed, query);
+  /**
+   * An actor's read of a node, decided once (rights and the view they read in): a binding that
+   * reads several times for one answer (a page and its total, an archive document) reads
+   * through it rather than asking again.
+   */
+  reading(actor: Actor, node: string): Promise<Reading> {
+    return openReading(this.ctx, actor, node);
   }
 
-  getItems(actor: Actor, feed: string | FeedName, ids: readonly string[]): Promise<ReaderItem[]> {
-    return items.getItems(this.ctx, actor, feed, ids);
+  /** A page of a feed (protocol.md 4), for those who may retrieve the node's items. */
+  async read(actor: Actor, feed: string | FeedName, query: ReadQuery = {}): Promise<ReaderPage> {
+    const name = feedOf(feed);
+    return (await this.reading(actor, name.node)).read(name, query);
+  }
+
+  /** Items by id (unknown ids are left out), for those who may retrieve the node's items. */
+  async getItems(actor: Actor, feed: string | FeedName, ids: readonly string[]): Promise<ReaderItem[]> {
+    const name = feedOf(feed);
+    return (await this.reading(actor, name.node)).getItems(name, ids);
   }
 
   /** The node's configuration, for those who may read its items (HTTP views need its settings). */
@@ -296,17 +310,6 @@ export class FeedService {
   /** Items in the feed (a node, or a filtered feed), tombstones included, as the actor sees it. */
   async total(actor: Actor, feed: string | FeedName): Promise<number> {
     return (await this.read(actor, feed, { max: 0 })).total;
-  }
-
-  /** The id of the `position`th item in created order (Atom archives), for those who may read. */
-  async createdIdAt(
-    actor: Actor,
-    node: string,
-    position: number,
-    stride: number,
-  ): Promise<string | undefined> {
-    await this.rights.check(node, actor, 'retrieve');
-    return this.engine.createdIdAt(node, position, stride);
   }
 
   // ---- import / export (administrators) ---------------------------------------------------
@@ -492,12 +495,6 @@ export class FeedService {
   /** Finishes purges a stop or crash interrupted (their purge-done events follow). */
   resumePurges(): Promise<void> {
     return this.engine.resumePurges();
-  }
-
-  /** The node's incarnation number, for those who may read it: a node made again under its name has another. */
-  async nodeNumber(actor: Actor, node: string): Promise<number> {
-    await this.rights.check(node, actor, 'retrieve');
-    return this.engine.nodeNumber(node);
   }
 
   /** The WebSub hub's stored subscriptions. */
