@@ -22,7 +22,8 @@ import { LongPolls } from './longPoll.ts';
 import { PAGE_CACHE_DEFAULTS, PageCache, type PageCacheOptions } from './pageCache.ts';
 import { routes } from './routes.ts';
 import { etagOf, noneMatch } from './validators.ts';
-import { Hub, type HubOptions } from './websub/hub.ts';
+import { Hub } from './websub/hub.ts';
+import type { HubOptions } from './websub/options.ts';
 
 export interface HttpOptions {
   host: string;
