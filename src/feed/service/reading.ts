@@ -1,9 +1,9 @@
-import type { ReadQuery } from '../model/feed.ts';
+import type { Change, ReadQuery } from '../model/feed.ts';
 import type { FeedName } from '../model/feedName.ts';
 import type { NodeConfig } from '../model/nodeConfig.ts';
 import type { ReaderItem, ReaderPage } from '../model/visible.ts';
 import type { Actor } from './actor.ts';
-import { presentItem, presentPage, viewOf } from './audience.ts';
+import { type Delivery, deliveryIn, presentItem, presentPage, viewOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';
 
 /**
@@ -29,6 +29,8 @@ export interface Reading {
   createdIdAt(position: number, stride: number): Promise<string | undefined>;
   /** The node's incarnation number: a node made again under its name has another. */
   nodeNumber(): Promise<number>;
+  /** What this reader of one of the node's feeds is told of a change (WebSub deliveries). */
+  deliveryIn(change: Change, feed: FeedName): Delivery | undefined;
 }
 
 /** Decides an actor's read of a node (the refusal, or NodeNotFound, is thrown here). */
@@ -52,5 +54,6 @@ export async function openReading(ctx: ServiceContext, actor: Actor, node: strin
     total: async (feed) => (await read(feed, { max: 0 })).total,
     createdIdAt: (position, stride) => ctx.engine.createdIdAt(node, position, stride),
     nodeNumber: () => ctx.engine.nodeNumber(node),
+    deliveryIn: (change, feed) => deliveryIn(ctx, change, ofNode(feed), view),
   };
 }

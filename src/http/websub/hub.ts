@@ -5,6 +5,7 @@ import type { Change } from '../../feed/model/feed.ts';
 import type { FeedName } from '../../feed/model/feedName.ts';
 import { ANONYMOUS, jidOf, user } from '../../feed/service/actor.ts';
 import { type HubSubscription, type HubSubscriptions, hubSlot } from '../../feed/service/hubSubscriptions.ts';
+import type { Reading } from '../../feed/service/reading.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import type { OutboundClient } from '../../net/outbound.ts';
@@ -49,10 +50,7 @@ export class Hub {
   private stopping = false;
 
   constructor(
-    private readonly feeds: Pick<
-      FeedService,
-      'onEvent' | 'settings' | 'hubSubscriptions' | 'readerOf' | 'deliveryIn'
-    >,
+    private readonly feeds: Pick<FeedService, 'onEvent' | 'reading' | 'hubSubscriptions'>,
     options: Partial<HubOptions>,
     private readonly log: Log,
   ) {
@@ -185,21 +183,22 @@ export class Hub {
   /** Queues a change for the subscriptions whose reader may still read the node; ends the others. */
   private async push(change: Change, to: readonly Active[]): Promise<void> {
     if (this.stopping) return;
-    const verdicts = new Map<string | undefined, string | undefined>();
-    const readers = new Map<string | undefined, string>();
+    // One decision per reader for this change: whether they may read the node, and their view.
+    const decided = new Map<string | undefined, Reading | { refused: string }>();
     const told = new Map<string, ToldChange>();
     for (const active of to) {
       const { sub } = active.queue;
       // Ended meanwhile (unsubscribed, expired, its node deleted): nothing to deliver.
       if (this.byFeed.get(feedKey(sub.node, sub.order))?.get(hubSlot(sub)) !== active) continue;
-      if (!verdicts.has(sub.reader)) verdicts.set(sub.reader, await this.refusal(sub.node, sub.reader));
-      const refusal = verdicts.get(sub.reader);
-      if (refusal !== undefined) {
-        await this.revoke(sub, refusal);
+      let reading = decided.get(sub.reader);
+      if (!reading) {
+        reading = await this.decide(sub.node, sub.reader);
+        decided.set(sub.reader, reading);
+      }
+      if ('refused' in reading) {
+        await this.revoke(sub, reading.refused);
         continue;
       }
-      const actor = sub.reader === undefined ? ANONYMOUS : user(sub.reader);
-      if (!readers.has(sub.reader)) readers.set(sub.reader, await this.feeds.readerOf(actor, sub.node));
       // The topic's own feed, as its reader sees it (protocol.md 11): untouched, nothing is sent.
       const feed = {
         node: sub.node,
@@ -208,7 +207,7 @@ export class Hub {
         view: sub.view,
         requested: sub.topic,
       };
-      const d = this.feeds.deliveryIn(change, feed as FeedName, readers.get(sub.reader) as string);
+      const d = reading.deliveryIn(change, feed as FeedName);
       if (!d) continue;
       const key = `${sub.order}\u0000${d.key}`;
       let seen = told.get(key);
@@ -226,14 +225,13 @@ export class Hub {
     }
   }
 
-  /** Why `reader` may not read the node now, or undefined when it may. */
-  private async refusal(node: string, reader: string | undefined): Promise<string | undefined> {
+  /** `reader`'s read of the node now, or why they may not read it. */
+  private async decide(node: string, reader: string | undefined): Promise<Reading | { refused: string }> {
     try {
-      await this.feeds.settings(reader === undefined ? ANONYMOUS : user(reader), node);
-      return undefined;
+      return await this.feeds.reading(reader === undefined ? ANONYMOUS : user(reader), node);
     } catch (e) {
       if (e instanceof FeedError || (e as { status?: number }).status !== undefined)
-        return (e as Error).message;
+        return { refused: (e as Error).message };
       throw e;
     }
   }
