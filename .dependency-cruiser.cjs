@@ -40,6 +40,14 @@ module.exports = {
       to: { path: `${BINDINGS}|^src/feed/|^src/client/|^src/(serve|config|metrics|log)\\.ts$` },
     },
     {
+      name: 'http-imports-fasp',
+      severity: 'error',
+      comment:
+        'FASP is built on the HTTP binding and mounts itself from serve.ts (HttpPlugin): http/ names none of it.',
+      from: { path: '^src/http/' },
+      to: { path: '^src/fasp/' },
+    },
+    {
       name: 'client-imports-the-engine',
       severity: 'error',
       comment: 'The sync client speaks the protocol only, as any outside client would.',

@@ -1,34 +1,30 @@
 import { parseArgs } from 'node:util';
 import { z } from 'zod';
 import type { BotOptions } from './bot/bot.ts';
+import { botConfig, DEFAULT_BOT } from './configBot.ts';
+import { type HttpConfig, httpConfig, type MetricsConfig, metricsConfig } from './configHttp.ts';
 import { serveUsage } from './configOptions.ts';
 import {
   count,
   handoffAddress,
-  hostPort,
   list,
   milliseconds,
   nonEmpty,
   nonNegative,
   onOff,
-  origin,
   positive,
-  schemes,
-  tokens,
-  wholeOrZero,
 } from './configSchemas.ts';
 import { ConfigError, checked, readFile, Sources } from './configSources.ts';
 import { CREATE_POLICIES, type CreatePolicy } from './feed/model/access.ts';
 import { DEFAULT_LIMITS, type Limits } from './feed/model/feed.ts';
 import { parentDomain } from './feed/model/jid.ts';
 import { type AccountBounds, DEFAULT_ACCOUNT_BOUNDS } from './feed/service/bounds.ts';
-import { CLIENT_BOUND_DEFAULTS, type ClientBoundOptions } from './http/clientBounds.ts';
-import { CLIENT_HEADERS, isAddressOrRange } from './http/clientKey.ts';
-import { GRIP_RECOVERY_BYTES } from './http/gripRecovery.ts';
 import { LEVELS, type Level, LOG_FORMATS, type LogFormat } from './log.ts';
 import { OUTBOUND_DEFAULTS, type SharedOutboundLimits } from './net/outbound.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
 import { DEFAULT_STANZA_LIMIT } from './xmpp/replyBounds.ts';
+
+export type { FaspProviderConfig, HttpConfig, MetricsConfig } from './configHttp.ts';
 
 /** Everything `smartfeeds serve` runs with. */
 export interface Config {
@@ -85,92 +81,6 @@ export interface Config {
   /** What every outbound HTTP request shares (src/net/): connect and headers timeouts, connections per origin. */
   outbound: SharedOutboundLimits;
 }
-
-export interface MetricsConfig {
-  listen: { host: string; port: number } | undefined;
-  access: 'admin' | 'loopback';
-  /** The bearer tokens (`--http-token`), for `admin` access. Never logged. */
-  tokens: ReadonlyMap<string, string>;
-}
-
-/** Where and how `serve` answers HTTP. */
-export interface HttpConfig {
-  host: string;
-  port: number;
-  /** Bearer tokens, each acting as a bare JID. Never logged. */
-  tokens: ReadonlyMap<string, string>;
-  /** Long polls held at once; more are refused with 503. */
-  maxHeld: number;
-  /** The longest `timeout` a request may ask, in seconds. */
-  maxTimeoutSeconds: number;
-  /** Server-Sent Event streams open at once; more are refused with 503. */
-  maxStreams: number;
-  /**
-   * GRIP behind Pushpin (`--grip`, `--grip-publish`, `--grip-recovery-bytes`); undefined without.
-   * Its key is never logged.
-   */
-  grip: { key: string; publishUrl: string | undefined; recoveryBytes: number } | undefined;
-  /** Who a client is (trusted proxies and their header), and each client's bounds. */
-  clients: Omit<ClientBoundOptions, 'now'>;
-  /**
-   * The WebSub hub: private callbacks allowed, default lease, queue bound, retry time, and each
-   * client's share of its subscriptions and verifications.
-   */
-  websub: {
-    allowPrivate: boolean;
-    leaseSeconds: number;
-    maxQueue: number;
-    retryForMs: number;
-    maxClientSubscriptions: number;
-    maxClientVerifying: number;
-  };
-  /** The origin clients reach the service at, behind a TLS proxy (`--public-url`). */
-  publicUrl: string | undefined;
-  /** FASPs' GETs of shared objects and actors must be signed and verified (`--fasp-signed-fetch`). */
-  faspSignedFetch: boolean;
-  /** The service as a FASP (src/fasp/provider/); undefined when `--fasp-provider` is off. */
-  faspProvider?: FaspProviderConfig | undefined;
-}
-
-/** The service acting as a fediverse auxiliary service provider (data_sharing v0). */
-export interface FaspProviderConfig {
-  /** The name it registers with fediverse servers. */
-  name: string;
-  /** Its public base URL; by default the HTTP origin and `/fasp-provider`. */
-  baseUrl: string | undefined;
-  /** Announced objects on loopback or private addresses are fetched too. */
-  allowPrivateAddresses: boolean;
-}
-
-export const HTTP_DEFAULTS = { maxHeld: 10_000, maxTimeoutSeconds: 120, maxStreams: 10_000 };
-export const WEBSUB_DEFAULTS = {
-  leaseSeconds: 864_000,
-  maxQueue: 1_000,
-  retrySeconds: 3_600,
-  maxClientSubscriptions: 200,
-  maxClientVerifying: 8,
-};
-
-export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
-  enabled: true,
-  fetch: {
-    timeoutMs: 20_000,
-    maxBytes: 5 * 1024 * 1024,
-    maxRedirects: 5,
-    allowPrivateAddresses: false,
-    hostConnections: 2,
-    schemes: ['http', 'https'],
-    userAgent: 'smartfeeds-bot/0.1 (the feed bot of a Smart Feeds XMPP service)',
-  },
-  pollMinMs: 5 * 60_000,
-  pollMaxMs: 6 * 3600_000,
-  maxFeeds: 1000,
-  userSubscriptions: 100,
-  queueLength: 200,
-  concurrency: 8,
-  // A burst of 10 commands, then one every two seconds.
-  commandRate: { rate: 0.5, burst: 10 },
-};
 
 export { ConfigError };
 
@@ -445,148 +355,4 @@ function boundsConfig(src: Sources): AccountBounds {
 function storeOf(src: Sources): string | undefined {
   const found = src.find('store');
   return found === undefined ? undefined : checked(found, postgresUrl, 'a postgres:// URL', true);
-}
-
-function botConfig(src: Sources): BotOptions & { enabled: boolean } {
-  const d = DEFAULT_BOT;
-  const num = (key: string, fallback: number) => src.read(key, positive, 'a positive whole number', fallback);
-  const ms = (key: string, fallbackMs: number) =>
-    src.read(key, milliseconds, 'a number of seconds above 0', fallbackMs);
-  const pollMinMs = ms('bot-poll-min', d.pollMinMs);
-  const pollMaxMs = ms('bot-poll-max', d.pollMaxMs);
-  if (pollMaxMs < pollMinMs) throw new ConfigError('bot-poll-max must not be less than bot-poll-min');
-  return {
-    enabled: src.read('bot', onOff, 'on or off', d.enabled),
-    fetch: {
-      ...d.fetch,
-      timeoutMs: ms('bot-fetch-timeout', d.fetch.timeoutMs),
-      maxBytes: num('bot-max-bytes', d.fetch.maxBytes),
-      hostConnections: num('bot-host-connections', d.fetch.hostConnections),
-      allowPrivateAddresses: src.read('allow-private-addresses', onOff, 'true or false', false),
-      schemes: src.read('bot-schemes', schemes, 'http, https or both', d.fetch.schemes),
-    },
-    pollMinMs,
-    pollMaxMs,
-    maxFeeds: num('bot-feeds', d.maxFeeds),
-    userSubscriptions: num('bot-user-subscriptions', d.userSubscriptions),
-    queueLength: num('bot-queue', d.queueLength),
-    concurrency: d.concurrency,
-    commandRate: d.commandRate,
-  };
-}
-
-/** Where `/metrics` listens and who may scrape it; the tokens are the HTTP binding's, given or not. */
-function metricsConfig(src: Sources): MetricsConfig {
-  const listen = src.find('metrics');
-  const found = src.find('http-tokens', 'http-token');
-  return {
-    listen: listen === undefined ? undefined : checked(listen, hostPort, 'like HOST:PORT'),
-    access: src.read('metrics-access', z.enum(['admin', 'loopback']), 'admin or loopback', 'loopback'),
-    tokens: found === undefined ? new Map() : checked(found, tokens, 'TOKEN=JID pairs', true),
-  };
-}
-
-/** The HTTP binding's settings, when `http` is set by any source. */
-function httpConfig(src: Sources): HttpConfig | undefined {
-  const at = src.find('http');
-  if (at === undefined) return undefined;
-  const found = src.find('http-tokens', 'http-token');
-  const seconds = (key: string, fallback: number) =>
-    src.read(key, nonNegative, 'a number of seconds, zero or more', fallback);
-  return {
-    ...checked(at, hostPort, 'like HOST:PORT'),
-    tokens: found === undefined ? new Map() : checked(found, tokens, 'TOKEN=JID pairs', true),
-    maxHeld: src.read('http-max-held', positive, 'a positive whole number', HTTP_DEFAULTS.maxHeld),
-    maxTimeoutSeconds: seconds('http-max-timeout', HTTP_DEFAULTS.maxTimeoutSeconds),
-    maxStreams: src.read('http-max-streams', positive, 'a positive whole number', HTTP_DEFAULTS.maxStreams),
-    grip: gripConfig(src),
-    clients: clientsConfig(src),
-    websub: {
-      allowPrivate: src.read('websub-allow-private', onOff, 'true or false', false),
-      leaseSeconds: src.read(
-        'websub-lease',
-        positive,
-        'a positive whole number',
-        WEBSUB_DEFAULTS.leaseSeconds,
-      ),
-      maxQueue: src.read('websub-queue', positive, 'a positive whole number', WEBSUB_DEFAULTS.maxQueue),
-      retryForMs: 1000 * seconds('websub-retry', WEBSUB_DEFAULTS.retrySeconds),
-      maxClientSubscriptions: src.read(
-        'websub-client-subscriptions',
-        positive,
-        'a positive whole number',
-        WEBSUB_DEFAULTS.maxClientSubscriptions,
-      ),
-      maxClientVerifying: src.read(
-        'websub-client-verifications',
-        positive,
-        'a positive whole number',
-        WEBSUB_DEFAULTS.maxClientVerifying,
-      ),
-    },
-    publicUrl: src.read('public-url', origin, 'an origin like https://feeds.example', undefined),
-    faspSignedFetch: src.read('fasp-signed-fetch', onOff, 'true or false', false),
-    faspProvider: faspProviderConfig(src),
-  };
-}
-
-/** A list of addresses and CIDR ranges (trusted proxies). */
-const addressRanges = list.pipe(
-  z.array(z.string().refine(isAddressOrRange, 'must list addresses or CIDR ranges (10.0.0.0/8, fd00::/8)')),
-);
-
-/** Who a client is and the bounds of each (src/http/clientBounds.ts). */
-function clientsConfig(src: Sources): HttpConfig['clients'] {
-  const d = CLIENT_BOUND_DEFAULTS;
-  const proxies = src.find('http-trusted-proxies', 'http-trusted-proxy');
-  const count = (key: string, fallback: number) =>
-    src.read(key, positive, 'a positive whole number', fallback);
-  const rate = (key: string, fallback: number) =>
-    src.read(key, nonNegative, 'a number of zero or more', fallback);
-  return {
-    trustedProxies: proxies === undefined ? [] : checked(proxies, addressRanges, 'addresses or CIDR ranges'),
-    clientHeader: src.read(
-      'http-client-header',
-      z.enum(CLIENT_HEADERS),
-      CLIENT_HEADERS.join(' or '),
-      d.clientHeader,
-    ),
-    streams: count('http-client-streams', d.streams),
-    longPolls: count('http-client-held', d.longPolls),
-    reads: rate('http-client-reads', d.reads),
-    writes: rate('http-client-writes', d.writes),
-    faspRegistrations: rate('fasp-client-registrations', d.faspRegistrations),
-    faspAnnouncements: rate('fasp-client-announcements', d.faspAnnouncements),
-  };
-}
-
-function gripConfig(src: Sources): HttpConfig['grip'] {
-  const key = src.read('grip', nonEmpty, 'a non-empty key', undefined);
-  const url = z.url({ protocol: /^https?$/ });
-  const publishUrl = src.read('grip-publish', url, 'an http(s) URL', undefined);
-  const recoveryBytes = src.read(
-    'grip-recovery-bytes',
-    wholeOrZero,
-    'a whole number of bytes, zero or more',
-    GRIP_RECOVERY_BYTES,
-  );
-  if (key === undefined) {
-    if (publishUrl !== undefined)
-      throw new ConfigError('grip-publish needs grip (the key Pushpin signs with)');
-    return undefined;
-  }
-  return { key, publishUrl, recoveryBytes };
-}
-
-function faspProviderConfig(src: Sources): FaspProviderConfig | undefined {
-  if (!src.read('fasp-provider', onOff, 'on or off', false)) return undefined;
-  const url = z
-    .url({ protocol: /^https?$/ })
-    .refine((u) => !/[?#]/.test(u), 'must have no query or fragment')
-    .transform((u) => u.replace(/\/+$/, ''));
-  return {
-    name: src.read('fasp-provider-name', nonEmpty, 'a non-empty string', 'smartfeeds'),
-    baseUrl: src.read('fasp-provider-url', url, 'an http(s) URL', undefined),
-    allowPrivateAddresses: src.read('fasp-provider-allow-private', onOff, 'true or false', false),
-  };
 }

@@ -1,55 +1,30 @@
 import type { Element } from 'ltx';
-import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+import { countsByLabel, gaugeRead } from './metrics/collect.ts';
+import { type ObservedHttp, type ObservedOutbox, observeFaspOutbox, observeHttp } from './metrics/http.ts';
+import {
+  type Binding,
+  type FetchOutcome,
+  type Operation,
+  type Outcome,
+  PUBSUB,
+  type WebSubOutcome,
+  XMPP_OPERATIONS,
+  xmppOutcome,
+} from './metrics/outcomes.ts';
+import { type ObservedComponent, observeComponent } from './metrics/xmpp.ts';
 import type { OutboundObserver } from './net/outbound.ts';
 
-/** Where a request came in. */
-export type Binding = 'xmpp' | 'http' | 'bot';
-export type Operation = 'publish' | 'retract' | 'read';
-/** One small set of outcomes for every binding, so that a dashboard compares them. */
-export type Outcome = 'ok' | 'refused' | 'not_found' | 'invalid' | 'conflict' | 'busy' | 'error';
-export type WebSubOutcome = 'delivered' | 'gone' | 'given-up';
-export type FetchOutcome = 'ok' | 'not_modified' | 'error';
-
-/** What the metrics read from the XMPP component (structural: no import of the binding). */
-export interface ObservedComponent {
-  xmpp: { status: string; on(event: 'online', listener: () => void): unknown };
-  notifier: { readonly stats: { sent: number; dropped: number }; readonly queued: number };
-  receipts: { readonly stats: { pings: number; answered: number; givenUp: number } };
-  /** Answers kept within the server's stanza limit (xmpp/replyBounds.ts). */
-  trimmed: { readonly payload: number; readonly replaced: number; readonly unsent: number };
-}
-
-/** What the metrics read from the HTTP binding. */
-export interface ObservedHttp {
-  polls: { readonly held: number };
-  /** Server-Sent Event streams. */
-  streams: { readonly open: number; readonly eventsSent: number; readonly slowClosed: number };
-  hub: { pending(): number };
-  /** Requests refused because their client was past one of its bounds, by bound. */
-  bounds: { readonly refused: Readonly<Record<string, number>> };
-  /** GRIP behind Pushpin: its publisher, when `--grip-publish` is set. */
-  grip?:
-    | {
-        readonly publisher:
-          | {
-              readonly published: number;
-              readonly failed: number;
-              readonly dropped: number;
-              /** What it published lately, to answer recovery requests exactly. */
-              readonly recovery: {
-                readonly bytes: number;
-                readonly answered: number;
-                readonly missed: number;
-              };
-            }
-          | undefined;
-      }
-    | undefined;
-  /** FASP data_sharing's durable queue of announcements. */
-  sharing: {
-    outbox: { waiting(): number; readonly sent: number; readonly dropped: number; readonly failures: number };
-  };
-}
+export type { ObservedHttp, ObservedOutbox } from './metrics/http.ts';
+export type {
+  Binding,
+  FetchOutcome,
+  Operation,
+  Outcome,
+  WebSubOutcome,
+} from './metrics/outcomes.ts';
+export { httpOutcome, xmppOutcome } from './metrics/outcomes.ts';
+export type { ObservedComponent } from './metrics/xmpp.ts';
 
 /** What the metrics read from the feed service. */
 export interface ObservedService {
@@ -68,38 +43,6 @@ export interface ObservedEngine {
   pushedFrom(): { memory: number; log: number } | undefined;
   /** On PostgreSQL, publishes and retractions refused for the database, by what is known of them. */
   storageRefusals(): { not_written: number; unknown: number };
-}
-
-const PUBSUB = 'http://jabber.org/protocol/pubsub';
-const XMPP_OPERATIONS: Record<string, Operation> = { publish: 'publish', retract: 'retract', items: 'read' };
-const XMPP_OUTCOMES: Record<string, Outcome> = {
-  forbidden: 'refused',
-  'not-authorized': 'refused',
-  'not-allowed': 'refused',
-  'registration-required': 'refused',
-  'subscription-required': 'refused',
-  'item-not-found': 'not_found',
-  conflict: 'conflict',
-  'resource-constraint': 'busy',
-  // A bound per account (HTTP answers it 429, counted busy too).
-  'policy-violation': 'busy',
-  'service-unavailable': 'busy',
-  'internal-server-error': 'error',
-};
-
-/** An HTTP status as an outcome. */
-export function httpOutcome(status: number): Outcome {
-  if (status < 400) return 'ok';
-  if (status === 401 || status === 403) return 'refused';
-  if (status === 404) return 'not_found';
-  if (status === 409) return 'conflict';
-  if (status === 503 || status === 429) return 'busy';
-  return status >= 500 ? 'error' : 'invalid';
-}
-
-/** A stanza error condition as an outcome; any other client error is `invalid`. */
-export function xmppOutcome(condition: string): Outcome {
-  return XMPP_OUTCOMES[condition] ?? 'invalid';
 }
 
 /**
@@ -227,41 +170,24 @@ export class Metrics {
     this.fetches.inc({ outcome });
   }
 
-  /** A counter read when scraped from counts kept elsewhere, one series per key (none while undefined). */
-  private countsByLabel(
-    name: string,
-    help: string,
-    label: string,
-    read: () => Record<string, number> | undefined,
-  ): void {
-    new Counter({
-      name,
-      help,
-      labelNames: [label],
-      registers: [this.registry],
-      collect() {
-        const counts = read();
-        this.reset();
-        if (counts) for (const [value, n] of Object.entries(counts)) this.inc({ [label]: value }, n);
-      },
-    });
-  }
-
   /** Commit counts and latency from the engine's change stream; returns the remover. */
   observeEngine(engine: ObservedEngine): () => void {
-    this.countsByLabel(
+    countsByLabel(
+      this.registry,
       'smartfeeds_handoff_writes_total',
       'Publishes and retractions routed among several instances, by way',
       'way',
       () => engine.handoffs(),
     );
-    this.countsByLabel(
+    countsByLabel(
+      this.registry,
       'smartfeeds_pushed_changes_total',
       'Among several instances, changes and node events this instance pushed, by where it took them',
       'from',
       () => engine.pushedFrom(),
     );
-    this.countsByLabel(
+    countsByLabel(
+      this.registry,
       'smartfeeds_storage_refusals_total',
       'On PostgreSQL, publishes and retractions refused because the database failed or did not answer by their deadline (--write-timeout): not_written, or unknown (committed whole or not at all)',
       'outcome',
@@ -276,19 +202,18 @@ export class Metrics {
 
   /** Whether the database answers, as the background check of /readyz last found it (1 or 0). */
   observeDatabase(ok: () => boolean): void {
-    new Gauge({
-      name: 'smartfeeds_database_up',
-      help: '1 while the database answers the background check of /readyz in time, else 0',
-      registers: [this.registry],
-      collect() {
-        this.set(ok() ? 1 : 0);
-      },
-    });
+    gaugeRead(
+      this.registry,
+      'smartfeeds_database_up',
+      '1 while the database answers the background check of /readyz in time, else 0',
+      () => (ok() ? 1 : 0),
+    );
   }
 
   /** Refusals by the bounds per account, read when scraped. */
   observeService(service: ObservedService): void {
-    this.countsByLabel(
+    countsByLabel(
+      this.registry,
       'smartfeeds_account_bound_refusals_total',
       'Requests refused by a bound per account (nodes created, items or bytes written, subscriptions held to a node or in all), by bound',
       'bound',
@@ -296,208 +221,19 @@ export class Metrics {
     );
   }
 
-  /** The component's stream state, reconnects and notification fan-out, read when scraped. */
+  /** The component's stream state, reconnects and notification fan-out (metrics/xmpp.ts). */
   observeComponent(component: ObservedComponent): void {
-    let onlineBefore = false;
-    component.xmpp.on('online', () => {
-      if (onlineBefore) this.reconnects.inc();
-      onlineBefore = true;
-    });
-    const { notifier, xmpp } = component;
-    const registers = [this.registry];
-    new Gauge({
-      name: 'smartfeeds_xmpp_connected',
-      help: '1 while the XMPP component stream is online, else 0',
-      registers,
-      collect() {
-        this.set(xmpp.status === 'online' ? 1 : 0);
-      },
-    });
-    new Gauge({
-      name: 'smartfeeds_xmpp_notifications_queued',
-      help: 'Changes and messages waiting in the XMPP notification fan-out',
-      registers,
-      collect() {
-        this.set(notifier.queued);
-      },
-    });
-    new Counter({
-      name: 'smartfeeds_xmpp_notifications_sent_total',
-      help: 'XMPP notifications handed to the stream',
-      registers,
-      collect() {
-        this.reset();
-        this.inc(notifier.stats.sent);
-      },
-    });
-    new Counter({
-      name: 'smartfeeds_xmpp_notifications_dropped_total',
-      help: 'XMPP notifications not sent because the stream was down',
-      registers,
-      collect() {
-        this.reset();
-        this.inc(notifier.stats.dropped);
-      },
-    });
-    const { trimmed } = component;
-    this.countsByLabel(
-      'smartfeeds_xmpp_replies_trimmed_total',
-      "Answers kept within what the XMPP server takes from the component: error replies without the request's large payload, answers over the stanza limit replaced by an error, stanzas over it not sent",
-      'what',
-      () => ({ payload: trimmed.payload, replaced: trimmed.replaced, unsent: trimmed.unsent }),
-    );
-    const { stats } = component.receipts;
-    this.countsByLabel(
-      'smartfeeds_xmpp_receipts_total',
-      'Pings that prove the XMPP server has read the pushes (several instances): asked, answered here, given up on',
-      'outcome',
-      () => ({ asked: stats.pings, answered: stats.answered, 'given-up': stats.givenUp }),
-    );
+    observeComponent(this.registry, component, this.reconnects);
   }
 
-  /**
-   * Long polls held, WebSub deliveries and FASP announcements waiting, and the refusals of
-   * clients past their bounds, read when scraped.
-   */
+  /** The HTTP binding's long polls, streams, GRIP, WebSub and client refusals (metrics/http.ts). */
   observeHttp(http: ObservedHttp): void {
-    const registers = [this.registry];
-    new Gauge({
-      name: 'smartfeeds_http_long_polls_held',
-      help: 'HTTP long polls held now',
-      registers,
-      collect() {
-        this.set(http.polls.held);
-      },
-    });
-    this.observeStreams(http.streams);
-    const publisher = http.grip?.publisher;
-    if (publisher) this.observeGrip(publisher);
-    new Gauge({
-      name: 'smartfeeds_websub_deliveries_pending',
-      help: 'WebSub deliveries waiting in subscribers’ queues',
-      registers,
-      collect() {
-        this.set(http.hub.pending());
-      },
-    });
-    this.observeOutbox(http.sharing.outbox);
-    this.countsByLabel(
-      'smartfeeds_http_client_refusals_total',
-      'HTTP requests refused (429) because their client was past one of its own bounds, by bound',
-      'bound',
-      () => http.bounds.refused,
-    );
+    observeHttp(this.registry, http);
   }
 
-  /** Event streams open, events sent, and streams closed for reading too slowly. */
-  private observeStreams(streams: ObservedHttp['streams']): void {
-    const registers = [this.registry];
-    new Gauge({
-      name: 'smartfeeds_http_streams_open',
-      help: 'Server-Sent Event streams open now',
-      registers,
-      collect() {
-        this.set(streams.open);
-      },
-    });
-    const counters: [string, string, () => number][] = [
-      ['http_stream_events_sent', 'Events written to Server-Sent Event streams', () => streams.eventsSent],
-      [
-        'http_streams_slow_closed',
-        'Event streams closed because their client read too slowly',
-        () => streams.slowClosed,
-      ],
-    ];
-    for (const [name, help, read] of counters)
-      new Counter({
-        name: `smartfeeds_${name}_total`,
-        help,
-        registers,
-        collect() {
-          this.reset();
-          this.inc(read());
-        },
-      });
-  }
-
-  /** Items published to Pushpin, and those that failed or were dropped past the queue's bound. */
-  private observeGrip(publisher: NonNullable<NonNullable<ObservedHttp['grip']>['publisher']>): void {
-    const counters: [string, string, () => number][] = [
-      ['grip_published', 'Items published to Pushpin', () => publisher.published],
-      [
-        'grip_publish_failed',
-        'Items whose publish to Pushpin failed (Pushpin recovers them)',
-        () => publisher.failed,
-      ],
-      ['grip_publish_dropped', 'Items dropped past the publish queue bound', () => publisher.dropped],
-    ];
-    for (const [name, help, read] of counters)
-      new Counter({
-        name: `smartfeeds_${name}_total`,
-        help,
-        registers: [this.registry],
-        collect() {
-          this.reset();
-          this.inc(read());
-        },
-      });
-    const { recovery } = publisher;
-    new Counter({
-      name: 'smartfeeds_grip_recoveries_total',
-      help: "Pushpin's recovery requests of streams, by answer: every change since, from the log of what was published (log), or a pull (pull)",
-      labelNames: ['answer'],
-      registers: [this.registry],
-      collect() {
-        this.reset();
-        this.inc({ answer: 'log' }, recovery.answered);
-        this.inc({ answer: 'pull' }, recovery.missed);
-      },
-    });
-    new Gauge({
-      name: 'smartfeeds_grip_recovery_log_bytes',
-      help: 'Bytes of recently published changes kept to answer recovery requests (--grip-recovery-bytes)',
-      registers: [this.registry],
-      collect() {
-        this.set(recovery.bytes);
-      },
-    });
-  }
-
-  /** FASP announcements waiting, sent, dropped past the queue's bound, and failed batches. */
-  private observeOutbox(outbox: ObservedHttp['sharing']['outbox']): void {
-    const registers = [this.registry];
-    new Gauge({
-      name: 'smartfeeds_fasp_announcements_queued',
-      help: 'FASP data_sharing announcements waiting to be sent',
-      registers,
-      collect() {
-        this.set(outbox.waiting());
-      },
-    });
-    const counters: [string, string, () => number][] = [
-      ['announcements_sent', 'FASP announcements a provider accepted', () => outbox.sent],
-      [
-        'announcements_dropped',
-        'FASP announcements dropped because their queue was full',
-        () => outbox.dropped,
-      ],
-      [
-        'announcement_batches_failed',
-        'FASP announcement batches that failed (each retry counts)',
-        () => outbox.failures,
-      ],
-    ];
-    for (const [name, help, read] of counters) {
-      new Counter({
-        name: `smartfeeds_fasp_${name}_total`,
-        help,
-        registers,
-        collect() {
-          this.reset();
-          this.inc(read());
-        },
-      });
-    }
+  /** FASP data sharing's announcements: waiting, sent, dropped, failed batches (metrics/http.ts). */
+  observeFaspOutbox(outbox: ObservedOutbox): void {
+    observeFaspOutbox(this.registry, outbox);
   }
 
   /** The exposition text and its content type. */

@@ -3,6 +3,7 @@ import jid from '@xmpp/jid';
 import type { Element } from 'ltx';
 import type { FeedBot } from './bot/bot.ts';
 import { type Config, withoutPassword } from './config.ts';
+import { FaspServer } from './fasp/server.ts';
 import { FeedEngine } from './feed/engine.ts';
 import { FeedService } from './feed/service/service.ts';
 import {
@@ -12,7 +13,7 @@ import {
   operationsRoutes,
   type Readiness,
 } from './http/health.ts';
-import { HttpBinding } from './http/server.ts';
+import { HttpBinding, type HttpPlugin } from './http/server.ts';
 import { webRoutes } from './http/web/routes.ts';
 import type { Log } from './log.ts';
 import { Metrics } from './metrics.ts';
@@ -92,9 +93,15 @@ export async function serve(config: Config, reread: () => Config = () => config)
         log,
       )
     : undefined;
+  // The service as a fediverse server towards FASPs (src/fasp/): registration, data sharing.
+  const fasp = config.http ? new FaspServer({ requireSignedFetch: config.http.faspSignedFetch }) : undefined;
   const http = config.http
-    ? httpBinding(config, config.http, feeds, exposure, readiness, operations, log, provider?.extension)
+    ? httpBinding(config, config.http, feeds, exposure, readiness, operations, log, {
+        plugins: fasp ? [fasp] : [],
+        ...(provider ? { more: provider.extension } : {}),
+      })
     : undefined;
+  if (fasp) metrics.observeFaspOutbox(fasp.sharing.outbox);
   // Listening before the bot loads: a signal meanwhile stops the server cleanly once it has.
   const stopSignal = new Promise<NodeJS.Signals>((resolve) => {
     process.once('SIGTERM', () => resolve('SIGTERM'));
@@ -184,7 +191,11 @@ function httpBinding(
   readiness: Readiness,
   operations: OperationsListener | undefined,
   log: Log,
-  more?: (app: Parameters<WebExtension>[0], binding: HttpBinding) => void,
+  parts: {
+    plugins: readonly HttpPlugin[];
+    /** More routes on the binding (the FASP provider's). */
+    more?: (app: Parameters<WebExtension>[0], binding: HttpBinding) => void;
+  },
 ): HttpBinding {
   const { metrics } = exposure;
   return new HttpBinding(
@@ -209,12 +220,12 @@ function httpBinding(
       websub: { ...http.websub, metrics },
       outbound: { ...config.outbound, observer: metrics.outbound },
       ...(http.publicUrl !== undefined ? { publicUrl: http.publicUrl } : {}),
-      sharing: { requireSignedFetch: http.faspSignedFetch },
+      plugins: parts.plugins,
       extend: (app, binding) => {
         // The XMPP address is offered only when the component runs (not with --no-xmpp).
         webRoutes(config.xmpp ? config.domain : undefined)(app, binding);
         operationsRoutes({ readiness, metrics, ...(operations ? {} : { exposure }) })(app, binding);
-        more?.(app, binding);
+        parts.more?.(app, binding);
       },
     },
     log,

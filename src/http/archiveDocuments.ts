@@ -1,6 +1,6 @@
 import type { FeedName } from '../feed/model/feedName.ts';
 import type { ReaderItem } from '../feed/model/visible.ts';
-import type { Actor } from '../feed/service/actor.ts';
+import type { Reading } from '../feed/service/reading.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { ArchiveDocument } from './render/archive.ts';
 
@@ -13,8 +13,7 @@ import type { ArchiveDocument } from './render/archive.ts';
 
 /** Reads document `number` of the node, or undefined past the working document. */
 export async function readDocument(
-  feeds: Pick<FeedService, 'read' | 'createdIdAt'>,
-  reader: Actor,
+  reading: Reading,
   feed: FeedName,
   size: number,
   number: number | 'recent',
@@ -30,10 +29,10 @@ export async function readDocument(
   if (count > 0) {
     // The created order never moves an item, so the item before the document is found by position
     // (remembered below the service at every document's end: one read once the node has been walked).
-    let since = start === 0 ? undefined : await feeds.createdIdAt(reader, feed.node, start - 1, size);
+    let since = start === 0 ? undefined : await reading.createdIdAt(start - 1, size);
     if (since !== undefined) since = `id:${since}`;
     while (items.length < count) {
-      const page = await feeds.read(reader, feed, {
+      const page = await reading.read(feed, {
         ...(since !== undefined ? { since } : {}),
         max: count - items.length,
       });
@@ -68,11 +67,11 @@ const numberings = new WeakMap<object, Map<string, Promise<unknown>>>();
 
 /** The node's numbering, with `working` (its working document's number) recorded as shown. */
 export function numberingOf(
-  feeds: Pick<FeedService, 'kv' | 'nodeNumber'>,
-  reader: Actor,
-  node: string,
+  feeds: Pick<FeedService, 'kv'>,
+  reading: Reading,
   working: number,
 ): Promise<Numbering> {
+  const { node } = reading;
   let chains = numberings.get(feeds);
   if (!chains) {
     chains = new Map();
@@ -81,7 +80,7 @@ export function numberingOf(
   const previous = chains.get(node) ?? Promise.resolve();
   const run = previous.then(async () => {
     const store = feeds.kv<Numbering>('archive');
-    const nid = await feeds.nodeNumber(reader, node);
+    const nid = await reading.nodeNumber();
     const stored = await store.get(node);
     const current: Numbering =
       stored?.nid === nid ? stored : { nid, base: stored?.highest ?? 0, highest: stored?.highest ?? 0 };

@@ -93,6 +93,7 @@ export interface HeldRead {
   shared: string;
   /** Who holds it (clientKey.ts): counted against its own bound. */
   client: string;
+  /** Reads with the caller's rights as they are when it reads. */
   read: () => Promise<ReaderPage>;
   /** Throws when the caller may no longer read what it waited for. */
   recheck: () => Promise<void>;
@@ -179,8 +180,8 @@ export class LongPolls {
 
   /**
    * Reads again at each change of the feed until an item comes, time runs out or the client
-   * leaves (undefined). What it answers is checked by `recheck` as things are then: a node closed
-   * to the caller while the request waited gives 403, a deleted one 404.
+   * leaves (undefined). What it answers is checked as things are then (an empty page by
+   * `recheck`): a node closed to the caller while the request waited gives 403, a deleted one 404.
    */
   async hold(poll: HeldRead): Promise<ReaderPage | undefined> {
     const watch = this.watch(poll.node, poll.order, poll.client);
@@ -194,7 +195,9 @@ export class LongPolls {
         const outcome = page.items.length > 0 ? 'found' : await watch.next(deadline - Date.now());
         if (outcome === 'gone') return undefined;
         if (outcome === 'changed') continue;
-        await poll.recheck();
+        // A page read just now was read with the rights as they are; an empty one read before
+        // the wait is checked again.
+        if (outcome !== 'found') await poll.recheck();
         return page;
       }
     } finally {

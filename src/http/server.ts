@@ -5,11 +5,8 @@ import fastify, {
   type FastifyRequest,
   LogController,
 } from 'fastify';
-import { type Fasp, registerFasp } from '../fasp/routes.ts';
-import { apRoutes } from '../fasp/sharing/apRoutes.ts';
-import { FaspSharing, type SharingOptions } from '../fasp/sharing/sharing.ts';
 import type { FeedEvent } from '../feed/events.ts';
-import { type Actor, jidOf, user } from '../feed/service/actor.ts';
+import type { Actor } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import type { OutboundSettings } from '../net/outbound.ts';
@@ -25,7 +22,8 @@ import { LongPolls } from './longPoll.ts';
 import { PAGE_CACHE_DEFAULTS, PageCache, type PageCacheOptions } from './pageCache.ts';
 import { routes } from './routes.ts';
 import { etagOf, noneMatch } from './validators.ts';
-import { Hub, type HubOptions } from './websub/hub.ts';
+import { Hub } from './websub/hub.ts';
+import type { HubOptions } from './websub/options.ts';
 
 export interface HttpOptions {
   host: string;
@@ -47,14 +45,30 @@ export interface HttpOptions {
    * terminates TLS: links, shared object URIs and the `@target-uri` of signed requests use it.
    */
   publicUrl?: string;
-  /** Sharing public feeds with FASPs (src/fasp/sharing/). */
-  sharing?: SharingOptions;
   /** GRIP behind Pushpin: its signing key and publish endpoint (docs/operations.md). */
   grip?: GripOptions;
   /** The outbound client's shared limits and its metrics, for WebSub, FASP and GRIP (src/net/). */
   outbound?: OutboundSettings;
+  /**
+   * Parts made outside the binding that run with it (FASP: src/fasp/server.ts), mounted in this
+   * order while it is built, started before it listens and stopped once it has closed.
+   */
+  plugins?: readonly HttpPlugin[];
   /** More routes and hooks (the reader page, health, metrics: src/http/web/, health.ts). */
   extend?: (app: FastifyInstance, binding: HttpBinding) => void;
+}
+
+/**
+ * A part of the HTTP server that another room makes (serve.ts composes them), so that the binding
+ * names none of them: it mounts its own routes and hooks on `binding.app` and may give rows for
+ * the routes table (served like the binding's own, with their 405s), and has work to start
+ * before the server listens and to stop once it has closed.
+ */
+export interface HttpPlugin {
+  /** Called once, while the binding is built (before it listens). */
+  mount(binding: HttpBinding): readonly Route[];
+  start?(): Promise<void>;
+  stop?(): Promise<void>;
 }
 
 /** Only the Atom body of a write is parsed; everything else is a 415 before any work. */
@@ -82,8 +96,6 @@ export class HttpBinding {
   readonly polls: LongPolls;
   readonly streams: EventStreams;
   readonly hub: Hub;
-  readonly fasp: Fasp;
-  readonly sharing: FaspSharing;
   /** Rendered feed pages by the node's generation (pageCache.ts); undefined when turned off. */
   readonly pages: PageCache | undefined;
   /** GRIP behind Pushpin (`--grip`); undefined without. */
@@ -167,22 +179,7 @@ export class HttpBinding {
       // Closing waits for every connection to end: a kept-alive one would hold it for its idle timeout.
       if (this.stopping) reply.header('connection', 'close');
     });
-    // The FASP base protocol, provider administration and NodeInfo (src/fasp/routes.ts).
-    this.fasp = registerFasp(this.app, {
-      kv: feeds.kv('fasp'),
-      isAdmin: (bare) => feeds.rights.isAdmin(user(bare)),
-      log,
-      caller: (authorization) => jidOf(this.credentials.actor(authorization)),
-      origin: (request) => this.originOf(request),
-      admitRegistration: (request) =>
-        this.bounds.take('fasp-registrations', this.bounds.keys.address(request)),
-      ...(options.outbound ? { outbound: options.outbound } : {}),
-    });
-    // Public feeds shared with FASPs: data_sharing, and nodes and items as ActivityPub resources.
-    this.sharing = new FaspSharing(
-      { feeds, fasp: this.fasp, origin: () => this.options.publicUrl ?? this.origin, log },
-      options.sharing,
-    );
+    const added = (options.plugins ?? []).flatMap((plugin) => plugin.mount(this));
     this.mount(
       routes({
         feeds,
@@ -193,7 +190,7 @@ export class HttpBinding {
         log,
         ...(this.pages ? { pages: this.pages } : {}),
         ...(this.grip ? { grip: this.grip } : {}),
-      }).concat(apRoutes({ feeds, sharing: this.sharing })),
+      }).concat(added),
     );
     options.extend?.(this.app, this);
   }
@@ -386,7 +383,7 @@ export class HttpBinding {
   /** Listens; resolves with the origin (`http://HOST:PORT`). */
   async start(): Promise<string> {
     await this.hub.start();
-    await this.sharing.start();
+    for (const plugin of this.options.plugins ?? []) await plugin.start?.();
     await this.app.listen({ host: this.options.host, port: this.options.port });
     const address = this.app.server.address() as AddressInfo;
     const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
@@ -423,7 +420,7 @@ export class HttpBinding {
     this.polls.releaseAll();
     this.streams.releaseAll();
     await this.app.close();
-    await this.sharing.stop();
+    for (const plugin of this.options.plugins ?? []) await plugin.stop?.();
     await this.hub.stop();
     this.unlisten();
   }

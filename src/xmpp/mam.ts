@@ -3,17 +3,18 @@ import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
 import { parseCursor } from '../feed/model/cursor.ts';
 import type { ReadQuery } from '../feed/model/feed.ts';
-import { canonicalFeedName, type FeedName, hasParameters } from '../feed/model/feedName.ts';
+import { canonicalFeedName, type FeedName, hasParameters, parseFeedName } from '../feed/model/feedName.ts';
 import type { NodeConfig } from '../feed/model/nodeConfig.ts';
 import { formatTime, parsePositionSpec } from '../feed/model/positionSpec.ts';
 import type { ReaderItem, ReaderPage } from '../feed/model/visible.ts';
+import type { Reading } from '../feed/service/reading.ts';
 import { errors } from './errors.ts';
 import { parseForm } from './forms.ts';
 import { itemXml, rawElement } from './items.ts';
 import { NS } from './namespaces.ts';
 import type { EventMessage } from './notifications.ts';
 import { orderedFeed } from './orderBy.ts';
-import { type Binding, type Handler, type Request, requireNode } from './request.ts';
+import { type Binding, type Handler, requireNode } from './request.ts';
 import { parseRsm, type RsmRequest, rsmReply } from './rsm.ts';
 
 /**
@@ -159,8 +160,8 @@ const stampIn = (order: FeedName['order'], item: ReaderItem) =>
 
 /** Whether the range holds anything past the page, in the paging direction (one item's read). */
 async function morePast(
-  binding: Binding,
-  req: Request,
+  reading: Reading,
+  feed: FeedName,
   plan: Plan,
   page: ReaderPage,
   order: FeedName['order'],
@@ -170,18 +171,19 @@ async function morePast(
   if (plan.backward) {
     if (edge) query.until = edge.cursor;
   } else if (edge) query.since = edge.cursor;
-  const next = (await binding.feeds.read(req.actor, plan.feed, query)).items[0];
+  const next = (await reading.read(feed, query)).items[0];
   return next !== undefined && (plan.cutBefore === undefined || stampIn(order, next) >= plan.cutBefore);
 }
 
 /** The page of results and whether it is the last one in the paging direction (`complete`). */
 async function readArchive(
-  binding: Binding,
-  req: Request,
+  reading: Reading,
   plan: Plan,
   order: FeedName['order'],
 ): Promise<{ page: ReaderPage; complete: boolean }> {
-  const read = await binding.feeds.read(req.actor, plan.feed, plan.query);
+  // Parsed once the rights are decided: a refusal comes before a bad `with`.
+  const feed = parseFeedName(plan.feed);
+  const read = await reading.read(feed, plan.query);
   const kept =
     plan.cutBefore === undefined
       ? read.items
@@ -191,7 +193,7 @@ async function readArchive(
   if (cut) return { page, complete: true };
   if (read.truncated) return { page, complete: false };
   if (plan.max > 0 && kept.length < plan.max) return { page, complete: true };
-  return { page, complete: !(await morePast(binding, req, plan, page, order)) };
+  return { page, complete: !(await morePast(reading, feed, plan, page, order)) };
 }
 
 /** One result message's children (XEP-0442 2): the item as its notification would carry it. */
@@ -241,9 +243,10 @@ export const mamQuery: Handler = async (binding, req) => {
   const feed = orderedFeed(req.verb, requireNode(req.verb));
   const filter = parseQueryForm(req.verb);
   const plan = makePlan(binding, feed, filter, parseRsm(req.verb));
-  // The node's notification settings shape the results; reading them checks the retrieve right.
-  const config = await binding.feeds.settings(req.actor, feed.node);
-  const { page, complete } = await readArchive(binding, req, plan, feed.order);
+  // One decision for the query's reads; the node's notification settings shape the results.
+  const reading = await binding.feeds.reading(req.actor, feed.node);
+  const { config } = reading;
+  const { page, complete } = await readArchive(reading, plan, feed.order);
   const queryid = req.verb.attrs.queryid;
   const context = { node: feed.requested, order: feed.order, config, queryid };
   await sendInOrder(
@@ -272,8 +275,9 @@ export const mamForm: Handler = async (_binding, req) => {
 /** `<metadata node=…/>`: the archive's first and last results (XEP-0313 5), or nothing when empty. */
 export const mamMetadata: Handler = async (binding, req) => {
   const feed = requireNode(req.verb);
-  const first = (await binding.feeds.read(req.actor, feed, { max: 1 })).items[0];
-  const last = (await binding.feeds.read(req.actor, feed, { max: 1, last: true })).items[0];
+  const reading = await binding.feeds.reading(req.actor, feed.node);
+  const first = (await reading.read(feed, { max: 1 })).items[0];
+  const last = (await reading.read(feed, { max: 1, last: true })).items[0];
   const out = xml('metadata', { xmlns: NS_MAM, node: feed.requested });
   for (const [name, item] of [
     ['start', first],

@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { type BotOptions, FeedBot } from '../../src/bot/bot.ts';
 import { ChatSubscribers } from '../../src/bot/chatSubscribers.ts';
 import { Delivery } from '../../src/bot/delivery.ts';
-import { DEFAULT_BOT } from '../../src/config.ts';
+import { DEFAULT_BOT } from '../../src/configBot.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
 import { createLog } from '../../src/log.ts';

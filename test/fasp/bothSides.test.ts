@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { itemIdOf } from '../../src/fasp/provider/activity.ts';
 import type { SharingServer } from '../../src/fasp/provider/servers.ts';
+import { FaspServer } from '../../src/fasp/server.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import type { Item } from '../../src/feed/model/feed.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
@@ -65,7 +66,7 @@ describe('smartfeeds sharing with smartfeeds as a FASP', () => {
         tokens: new Map([[TOKENS.admin, 'admin@localhost']]),
         maxHeld: 10,
         maxTimeoutSeconds: 10,
-        sharing: { requireSignedFetch: true },
+        plugins: [new FaspServer({ requireSignedFetch: true })],
       },
       createLog('error', () => undefined),
     );

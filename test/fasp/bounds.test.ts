@@ -43,7 +43,7 @@ describe('FASP registrations per client', () => {
       );
       // Another client registers as ever.
       await honest.register(`${service.origin}/api/fasp`);
-      expect((await service.binding.fasp.store.list()).map((p) => p.name).sort()).toEqual([
+      expect((await service.fasp.fasp.store.list()).map((p) => p.name).sort()).toEqual([
         honest.name,
         'spam 1',
         'spam 2',

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { cavage, createVerifier, httpbis } from 'http-message-signatures';
 import { FaspProvider, PROVIDER_DEFAULTS } from '../../src/fasp/provider/provider.ts';
 import { providerExtension } from '../../src/fasp/provider/routes.ts';
+import { FaspServer } from '../../src/fasp/server.ts';
 import {
   generateEd25519,
   publicKeyFromRaw,
@@ -66,7 +67,14 @@ export async function startProviderService(
   );
   const binding = new HttpBinding(
     feeds,
-    testHttpOptions({ maxHeld: 100, maxTimeoutSeconds: 10, extend: providerExtension(provider), ...http }),
+    // Both FASP sides on one binding, as serve.ts mounts them.
+    testHttpOptions({
+      maxHeld: 100,
+      maxTimeoutSeconds: 10,
+      plugins: [new FaspServer()],
+      extend: providerExtension(provider),
+      ...http,
+    }),
     log,
   );
   const origin = await binding.start();

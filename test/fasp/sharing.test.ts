@@ -41,7 +41,7 @@ describe('data_sharing v0: subscriptions, announcements, backfill', () => {
 
   it('kept the subscription made during the activation call', () => {
     expect(content).toMatch(/^[A-Za-z0-9_-]{12}$/);
-    expect(service.binding.sharing.requests.get(content)).toMatchObject({
+    expect(service.fasp.sharing.requests.get(content)).toMatchObject({
       category: 'content',
       type: 'lifecycle',
       maxBatchSize: 2,
@@ -70,7 +70,7 @@ describe('data_sharing v0: subscriptions, announcements, backfill', () => {
       subscriptionType: 'trends',
       threshold: { shares: 5 },
     });
-    expect(service.binding.sharing.requests.get(trends)?.threshold).toEqual({
+    expect(service.fasp.sharing.requests.get(trends)?.threshold).toEqual({
       timeframe: 15,
       shares: 5,
       likes: 3,
@@ -83,7 +83,7 @@ describe('data_sharing v0: subscriptions, announcements, backfill', () => {
   });
 
   it('refuses a bad signature with 401 and subscribes nobody', async () => {
-    const before = service.binding.sharing.requests.all().length;
+    const before = service.fasp.sharing.requests.all().length;
     const url = `${service.origin}/api/fasp${SUBSCRIPTIONS}`;
     const body = JSON.stringify({ category: 'content', subscriptionType: 'lifecycle' });
     const forged = await fasp.sign('POST', url, '{"category":"account","subscriptionType":"lifecycle"}');
@@ -99,9 +99,9 @@ describe('data_sharing v0: subscriptions, announcements, backfill', () => {
     expect((await fasp.call('DELETE', `${SUBSCRIPTIONS}/${content}`, undefined, wrongTarget)).status).toBe(
       401,
     );
-    expect(service.binding.sharing.requests.get(content)).toBeDefined();
-    expect(service.binding.sharing.requests.all()).toHaveLength(before);
-    expect(await service.binding.sharing.requests.backfills()).toEqual([]);
+    expect(service.fasp.sharing.requests.get(content)).toBeDefined();
+    expect(service.fasp.sharing.requests.all()).toHaveLength(before);
+    expect(await service.fasp.sharing.requests.backfills()).toEqual([]);
   });
 
   it('announces new, update and delete in commit order, batched up to maxBatchSize', async () => {
@@ -234,8 +234,8 @@ describe('data_sharing v0: subscriptions, announcements, backfill', () => {
     expect(off.status).toBe(200);
     await feeds.create(OPERATOR, 'after', { discoverable: true });
     await feeds.publish(OPERATOR, 'after', { id: 'z', entry: entry('z') });
-    await service.binding.sharing.intake.flush();
-    const sharing = service.binding.sharing;
+    await service.fasp.sharing.intake.flush();
+    const sharing = service.fasp.sharing;
     // What the outbox held when the capability went off leaves it (never to this provider).
     for (let i = 0; i < 500 && (sharing.requests.size > 0 || sharing.outbox.waiting() > 0); i += 1) {
       await new Promise((r) => setTimeout(r, 10));

@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createSigner, httpbis } from 'http-message-signatures';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FaspServer } from '../../src/fasp/server.ts';
 import { generateEd25519, rawPublicKey } from '../../src/fasp/signatures.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
@@ -26,6 +27,7 @@ interface Stack {
   engine: FeedEngine;
   feeds: FeedService;
   binding: HttpBinding;
+  fasp: FaspServer;
   origin: string;
   dir: string;
 }
@@ -34,6 +36,7 @@ async function start(options: { requireSignedFetch?: boolean; publicUrl?: string
   const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-share-'));
   const engine = await FeedEngine.open(dir);
   const feeds = new FeedService(engine, { admins: ['admin@localhost'] });
+  const fasp = new FaspServer({ requireSignedFetch: options.requireSignedFetch === true });
   const binding = new HttpBinding(
     feeds,
     {
@@ -43,7 +46,7 @@ async function start(options: { requireSignedFetch?: boolean; publicUrl?: string
       maxHeld: 10,
       maxTimeoutSeconds: 1,
       ...(options.publicUrl ? { publicUrl: options.publicUrl } : {}),
-      sharing: { requireSignedFetch: options.requireSignedFetch === true },
+      plugins: [fasp],
     },
     createLog('error', () => undefined),
   );
@@ -70,7 +73,7 @@ async function start(options: { requireSignedFetch?: boolean; publicUrl?: string
   await feeds.retract(OPERATOR, 'blog', 'gone');
   await feeds.publish(OPERATOR, 'closed', { id: 'secret', entry: entry('secret') });
   await feeds.publish(OPERATOR, 'unlisted', { id: 'u', entry: entry('u') });
-  return { engine, feeds, binding, origin, dir };
+  return { engine, feeds, binding, fasp, origin, dir };
 }
 
 async function stop(stack: Stack): Promise<void> {
@@ -256,7 +259,7 @@ describe('signed GETs required by the administrator', () => {
     await new Promise<void>((resolve) => actorServer.listen(0, '127.0.0.1', resolve));
     faspOrigin = `http://127.0.0.1:${(actorServer.address() as AddressInfo).port}`;
     const key = generateEd25519();
-    await s.binding.fasp.store.put({
+    await s.fasp.fasp.store.put({
       id: 'fasp-1',
       name: 'Signing FASP',
       baseUrl: `${faspOrigin}/fasp`,

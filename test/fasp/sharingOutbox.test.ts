@@ -127,13 +127,7 @@ describe('the announcement outbox', () => {
     outbox.kick(sub.id);
     await until(() => outbox.failures === 1);
     const metrics = new Metrics();
-    metrics.observeHttp({
-      polls: { held: 0 },
-      streams: { open: 0, eventsSent: 0, slowClosed: 0 },
-      hub: { pending: () => 0 },
-      bounds: { refused: {} },
-      sharing: { outbox },
-    });
+    metrics.observeFaspOutbox(outbox);
     const { body } = await metrics.scrape();
     expect(body).toContain('smartfeeds_fasp_announcements_queued 4\n');
     expect(body).toContain('smartfeeds_fasp_announcements_dropped_total 1\n');

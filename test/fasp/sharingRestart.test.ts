@@ -43,13 +43,13 @@ describe('announcements across a restart', () => {
       await feeds.publish(OPERATOR, 'news', { id: `i${i}`, entry: entry(`i${i}`) });
     await feeds.publish(OPERATOR, 'news', { id: 'i1', entry: entry('i1 again') });
     await feeds.retract(OPERATOR, 'news', 'i2');
-    await until(() => first.binding.sharing.outbox.waiting(id) === 7, 'seven queued announcements');
+    await until(() => first.fasp.sharing.outbox.waiting(id) === 7, 'seven queued announcements');
     await first.close();
 
     fasp.answerStatus = 204;
     const second = await startService(first.dir);
     stacks.push(second);
-    expect(second.binding.sharing.outbox.waiting(id)).toBeGreaterThan(0);
+    expect(second.fasp.sharing.outbox.waiting(id)).toBeGreaterThan(0);
     const got = await fasp.announcements(id, 8);
     expect(paths(got)).toEqual([
       'new /ap/nodes/news/items/i0',
@@ -62,7 +62,7 @@ describe('announcements across a restart', () => {
       'delete /ap/nodes/news/items/i2',
     ]);
     expect(got.every((a) => a.objectUris.length <= 2)).toBe(true);
-    await until(() => second.binding.sharing.outbox.waiting(id) === 0, 'an empty queue');
+    await until(() => second.fasp.sharing.outbox.waiting(id) === 0, 'an empty queue');
     // The subscription outlived the restart too: new writes are announced.
     await second.binding.feeds.publish(OPERATOR, 'news', { id: 'i6', entry: entry('i6') });
     expect(paths(await fasp.announcements(id, 9)).at(-1)).toBe('new /ap/nodes/news/items/i6');
@@ -152,8 +152,8 @@ describe('changes the intake did not see', () => {
         'update /ap/nodes/kept/items/a',
         'new /ap/nodes/kept/items/d',
       ]);
-      await last.binding.sharing.intake.flush();
-      await until(() => last.binding.sharing.outbox.waiting(id) === 0, 'an empty queue');
+      await last.fasp.sharing.intake.flush();
+      await until(() => last.fasp.sharing.outbox.waiting(id) === 0, 'an empty queue');
       expect(paths(fasp.received)).toHaveLength(6);
     } finally {
       await fasp.stop();

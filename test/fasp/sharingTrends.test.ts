@@ -51,10 +51,10 @@ describe('trends subscriptions', () => {
       id: 'r4',
       entry: entry('r4', reply(`${service.origin}/ap/nodes/talk/items/r1`)),
     });
-    await service.binding.sharing.intake.flush();
+    await service.fasp.sharing.intake.flush();
     const got = await fasp.announcements(trends, 1);
     // Everything the replies owed is queued by now; wait until it is all delivered.
-    while (service.binding.sharing.outbox.waiting(trends) > 0) await new Promise((r) => setTimeout(r, 20));
+    while (service.fasp.sharing.outbox.waiting(trends) > 0) await new Promise((r) => setTimeout(r, 20));
     expect(fasp.received.filter((a) => a.source.subscription?.id === trends)).toEqual([
       {
         source: { subscription: { id: trends } },

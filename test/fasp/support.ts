@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { SignedRoute } from '../../src/fasp/routes.ts';
+import { FaspServer } from '../../src/fasp/server.ts';
 import {
   contentDigest,
   generateEd25519,
@@ -30,6 +31,8 @@ export { TOKENS };
 export interface ServiceStack {
   engine: FeedEngine;
   binding: HttpBinding;
+  /** FASP on the binding, as serve.ts mounts it. */
+  fasp: FaspServer;
   origin: string;
   dir: string;
   /** Stops the binding and closes the engine; the directory stays for a restart. */
@@ -37,8 +40,8 @@ export interface ServiceStack {
 }
 
 /**
- * The binding on `dir` (a new temporary one by default), with `routes` added before it listens;
- * `http`: options of the binding over the tests' own.
+ * The binding on `dir` (a new temporary one by default) with FASP mounted as serve.ts mounts it,
+ * `routes` added before it listens; `http`: options of the binding over the tests' own.
  */
 export async function startService(
   dir?: string,
@@ -48,16 +51,18 @@ export async function startService(
   const directory = dir ?? (await mkdtemp(join(tmpdir(), 'smartfeeds-fasp-')));
   const engine = await FeedEngine.open(directory);
   const feeds = new FeedService(engine, { admins: ['admin@localhost'] });
+  const fasp = new FaspServer();
   const binding = new HttpBinding(
     feeds,
-    testHttpOptions({ maxHeld: 100, maxTimeoutSeconds: 10, ...http }),
+    testHttpOptions({ maxHeld: 100, maxTimeoutSeconds: 10, plugins: [fasp], ...http }),
     createLog('error', () => undefined),
   );
-  for (const route of routes) binding.fasp.addSignedRoute(route);
+  for (const route of routes) fasp.fasp.addSignedRoute(route);
   const origin = await binding.start();
   return {
     engine,
     binding,
+    fasp,
     origin,
     dir: directory,
     async close() {

@@ -143,6 +143,27 @@ describe('long polls and a node that changes under them', () => {
     }
   });
 
+  it('reads in the view its reader has when the poll is woken, not the one it came with', async () => {
+    await s.feeds.create(OPERATOR, 'view-poll', { accessModel: 'open' }, { owner: 'admin@localhost' });
+    await s.engine.publish('view-poll', { id: 'pub', entry: entry('public') });
+    await s.feeds.publish(OPERATOR, 'view-poll', {
+      id: 'hidden',
+      entry: entry('hidden'),
+      audience: ['carol@localhost'],
+    });
+    const alice = { authorization: `Bearer ${TOKENS.alice}` };
+    const page = (await get(feedUrl(s.origin, 'view-poll'), alice)).json as Collection;
+    expect(page.items.map((i) => i.id)).toEqual(['pub']);
+    const before = s.binding.polls.held;
+    const held = get(feedUrl(s.origin, 'view-poll', `since=cursor:${page.last_cursor}&timeout=20`), alice);
+    await heldReaches(s.binding, before + 1);
+    // A publisher of the node reads every item: the read after the wait decides again.
+    await s.feeds.setAffiliations(OPERATOR, 'view-poll', [['alice@localhost', 'publisher']]);
+    await s.engine.publish('view-poll', { id: 'wake', entry: entry('wake') });
+    const answer = (await held).json as Collection;
+    expect(answer.items.map((i) => i.id)).toEqual(['hidden', 'wake']);
+  });
+
   it('answers 404 at once when the node is deleted while the poll waits', async () => {
     await fill(s.engine, 'doomed', 1);
     const since = await lastCursor('doomed');

@@ -142,6 +142,23 @@ describe('who reads a stream', () => {
     expect(anonymous.events.some((e) => e.data.includes(SECRET))).toBe(false);
   });
 
+  it('reads each change in the view its reader has then, not the one it opened with', async () => {
+    await s.feeds.create(OPERATOR, 'sse-view', { accessModel: 'open' }, { owner: 'admin@localhost' });
+    await s.engine.publish('sse-view', { id: 'pub', entry: entry('public') });
+    await s.feeds.publish(OPERATOR, 'sse-view', {
+      id: 'hidden',
+      entry: entry('hidden'),
+      audience: ['carol@localhost'],
+    });
+    const alice = await stream(feedUrl(s.origin, 'sse-view', `access_token=${TOKENS.alice}`));
+    await alice.until(count(1));
+    // A publisher of the node reads every item: the stream's read after the change decides again.
+    await s.feeds.setAffiliations(OPERATOR, 'sse-view', [['alice@localhost', 'publisher']]);
+    await s.engine.publish('sse-view', { id: 'wake', entry: entry('wake') });
+    await alice.until(count(3));
+    expect(alice.events.map((e) => JSON.parse(e.data).id)).toEqual(['pub', 'hidden', 'wake']);
+  });
+
   it('refuses a query token off streams, beside a header, or unknown', async () => {
     const pull = await fetch(feedUrl(s.origin, 'sse-aud', `access_token=${TOKENS.alice}`));
     expect(pull.status).toBe(400);

@@ -16,11 +16,18 @@ const reads: string[] = [];
 
 beforeAll(async () => {
   s = await startHttp();
-  const feeds = s.feeds as FeedService & { read: FeedService['read'] };
-  const read = feeds.read.bind(feeds);
-  feeds.read = (reader, feed, query) => {
-    reads.push(`${typeof feed === 'string' ? feed : feed.requested} ${reader.kind}`);
-    return read(reader, feed, query);
+  // Reads go through a reading, the request's decision of the reader's rights and view.
+  const feeds = s.feeds as FeedService & { reading: FeedService['reading'] };
+  const reading = feeds.reading.bind(feeds);
+  feeds.reading = async (reader, node) => {
+    const decided = await reading(reader, node);
+    return {
+      ...decided,
+      read: (feed, query) => {
+        reads.push(`${feed.requested} ${reader.kind}`);
+        return decided.read(feed, query);
+      },
+    };
   };
   await s.feeds.create(OPERATOR, 'fan', { accessModel: 'open' });
   await s.engine.publish('fan', { id: 'first', entry: entry('first', undefined, "<category term='hot'/>") });

@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import type { Collection } from '../../src/http/render/json.ts';
-import type { HubOptions } from '../../src/http/websub/hub.ts';
+import type { HubOptions } from '../../src/http/websub/options.ts';
 import { entry, feedUrl, type HttpStack, startHttp, TOKENS } from './support.ts';
 
 const FO = 'http://fanout.org/protocol/atom';

@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { afterAll, describe, expect, it } from 'vitest';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import type { HubOptions } from '../../src/http/websub/hub.ts';
+import type { HubOptions } from '../../src/http/websub/options.ts';
 import { feedUrl, type HttpStack, type Problem, startHttp } from './support.ts';
 
 const ABUSER = '127.0.0.2';

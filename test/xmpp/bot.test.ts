@@ -7,7 +7,7 @@ import { xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { BotOptions } from '../../src/bot/bot.ts';
-import { DEFAULT_BOT } from '../../src/config.ts';
+import { DEFAULT_BOT } from '../../src/configBot.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { FeedServer, rss } from '../bot/feedServer.ts';
 import { itemsOf, NS, pubsub, rsm, SERVICE, Stack, type User } from './stack.ts';

@@ -7,8 +7,8 @@ declare const seen: unique symbol;
  * service's reader view made it for one reader (a named user, `*` for owners, or '' for anyone:
  * the audience of everything public, which FASP, ActivityPub and public archives read as).
  *
- * - Made only in service/audience.ts (`visible`, not exported): `FeedService.read`, `getItems`,
- *   `deliveryIn` and `audience().deliver` return them. Nothing else builds one, and no binding
+ * - Made only in service/audience.ts (`visible`, not exported): a `Reading`'s reads
+ *   (`FeedService.reading`, `read`, `getItems`), `deliveryIn` and `audience().deliver` return them. Nothing else builds one, and no binding
  *   reads audience fields: what an item's record holds never reaches a serializer otherwise.
  * - Every serializer of an outward path (XMPP items, pushes, MAM; HTTP views, long polls, HTTP
  *   Feeds, archives, WebSub; FASP objects and announcements; the bot's messages) takes

@@ -1,3 +1,4 @@
+import type { Standing } from '../model/access.ts';
 import { tombstone } from '../model/atom.ts';
 import type { Change, ChangeKind, Item, Page, Subscription } from '../model/feed.ts';
 import { type FeedName, filterKey } from '../model/feedName.ts';
@@ -28,14 +29,18 @@ async function readerFinder(ctx: ServiceContext, node: string): Promise<(bare: s
   return (bare) => (everything.has(bare) ? '*' : bare);
 }
 
-/** The view an actor reads a node in (`*`, '' or their bare JID): one standing lookup, as a right check. */
-export async function readerOf(ctx: ServiceContext, node: string, actor: Actor): Promise<string> {
+/** The view an actor reads a node in (`*`, '' or their bare JID), from their standing on it. */
+export function viewOf(actor: Actor, standing: Standing): string {
   if (actor.kind === 'operator') return '*';
   if (actor.kind === 'anonymous') return '';
-  const standing = await ctx.rights.standing(node, actor);
   const everything =
     standing.admin || standing.affiliation === 'owner' || standing.affiliation === 'publisher';
   return everything ? '*' : actor.jid;
+}
+
+/** The view an actor reads a node in: one standing lookup, as a right check. */
+export async function readerOf(ctx: ServiceContext, node: string, actor: Actor): Promise<string> {
+  return viewOf(actor, await ctx.rights.standing(node, actor));
 }
 
 /**

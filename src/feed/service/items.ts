@@ -1,13 +1,12 @@
 import type { Element } from 'ltx';
 import type { Deadline } from '../model/deadline.ts';
 import { BadRequest, NodeExists, NodeNotFound } from '../model/errors.ts';
-import type { Change, ReadQuery } from '../model/feed.ts';
+import type { Change } from '../model/feed.ts';
 import { type FeedName, parseFeedName } from '../model/feedName.ts';
 import { bareJid } from '../model/jid.ts';
 import type { NodeConfig } from '../model/nodeConfig.ts';
-import type { ReaderItem, ReaderPage } from '../model/visible.ts';
 import { type Actor, jidOf } from './actor.ts';
-import { checkAudience, presentItem, presentPage, readerOf } from './audience.ts';
+import { checkAudience, readerOf } from './audience.ts';
 import type { WriteCharge } from './bounds.ts';
 import type { ServiceContext } from './context.ts';
 
@@ -254,29 +253,4 @@ export function orderedWriter(ctx: ServiceContext): OrderedWriter {
     retract: (actor, feed, id, options = {}) =>
       inTurn((queued, taken) => retract(ctx, actor, feed, id, options, queued, taken)),
   };
-}
-
-/** A page of a feed (protocol.md 4), for those who may retrieve the node's items. */
-export async function read(
-  ctx: ServiceContext,
-  actor: Actor,
-  feedName: string | FeedName,
-  query: ReadQuery = {},
-): Promise<ReaderPage> {
-  const feed = feedOf(feedName);
-  await ctx.rights.check(feed.node, actor, 'retrieve');
-  return presentPage(feed, await ctx.engine.read(feed, query, await readerOf(ctx, feed.node, actor)));
-}
-
-/** Items by id (unknown ids are left out), for those who may retrieve the node's items. */
-export async function getItems(
-  ctx: ServiceContext,
-  actor: Actor,
-  feedName: string | FeedName,
-  ids: readonly string[],
-): Promise<ReaderItem[]> {
-  const feed = feedOf(feedName);
-  await ctx.rights.check(feed.node, actor, 'retrieve');
-  const items = await ctx.engine.getItems(feed, ids, await readerOf(ctx, feed.node, actor));
-  return items.map((i) => presentItem(feed, i));
 }

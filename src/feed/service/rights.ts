@@ -55,17 +55,18 @@ export class Rights {
 
   /**
    * Throws the refusal unless the actor may take the action; returns `approval` for a
-   * subscription an owner must approve, and the node's configuration.
+   * subscription an owner must approve, the node's configuration and the standing decided on.
    */
   async check(
     node: string,
     actor: Actor,
     action: Action,
-  ): Promise<{ decision: 'allow' | 'approval'; config: NodeConfig }> {
+  ): Promise<{ decision: 'allow' | 'approval'; config: NodeConfig; standing: Standing }> {
     const config = await this.policy.config(node);
     if (actor.kind === 'anonymous' && WRITES.has(action))
       throw new AccessDenied('forbidden', `${action}: anonymous requests may only read`);
-    return { decision: enforce(action, await this.standing(node, actor), config), config };
+    const standing = await this.standing(node, actor);
+    return { decision: enforce(action, standing, config), config, standing };
   }
 
   /** Whether the actor may take the action (a missing node: no). */

@@ -4,7 +4,6 @@ import type { PolicyStore } from '../engine/policy.ts';
 import type { FeedEngine } from '../engine.ts';
 import type { FeedEvent, FeedEventListener, NodeEvent } from '../events.ts';
 import type { Affiliation, CreatePolicy } from '../model/access.ts';
-import { AccessDenied, NodeExists } from '../model/errors.ts';
 import type { Change, ExportRecord, Limits, ReadQuery, Subscription } from '../model/feed.ts';
 import type { FeedName } from '../model/feedName.ts';
 import type { NodeConfig } from '../model/nodeConfig.ts';
@@ -25,8 +24,10 @@ import { type HubSubscriptions, hubSubscriptions } from './hubSubscriptions.ts';
 import * as items from './items.ts';
 import { feedOf } from './items.ts';
 import * as nodes from './nodes.ts';
+import { openReading, type Reading } from './reading.ts';
 import { Rights } from './rights.ts';
 import * as subscriptions from './subscriptions.ts';
+import * as transfer from './transfer.ts';
 
 /** The memo of what readers made of an item's version (its entry as UTF-8, its renditions). */
 export { memoOf, type VersionMemo } from '../engine/versionMemo.ts';
@@ -280,12 +281,25 @@ export class FeedService {
     return items.orderedWriter(this.ctx);
   }
 
-  read(actor: Actor, feed: string | FeedName, query: ReadQuery = {}): Promise<ReaderPage> {
-    return items.read(this.ctx, actor, feed, query);
+  /**
+   * An actor's read of a node, decided once (rights and the view they read in): a binding that
+   * reads several times for one answer (a page and its total, an archive document) reads
+   * through it rather than asking again.
+   */
+  reading(actor: Actor, node: string): Promise<Reading> {
+    return openReading(this.ctx, actor, node);
   }
 
-  getItems(actor: Actor, feed: string | FeedName, ids: readonly string[]): Promise<ReaderItem[]> {
-    return items.getItems(this.ctx, actor, feed, ids);
+  /** A page of a feed (protocol.md 4), for those who may retrieve the node's items. */
+  async read(actor: Actor, feed: string | FeedName, query: ReadQuery = {}): Promise<ReaderPage> {
+    const name = feedOf(feed);
+    return (await this.reading(actor, name.node)).read(name, query);
+  }
+
+  /** Items by id (unknown ids are left out), for those who may retrieve the node's items. */
+  async getItems(actor: Actor, feed: string | FeedName, ids: readonly string[]): Promise<ReaderItem[]> {
+    const name = feedOf(feed);
+    return (await this.reading(actor, name.node)).getItems(name, ids);
   }
 
   /** The node's configuration, for those who may read its items (HTTP views need its settings). */
@@ -298,57 +312,23 @@ export class FeedService {
     return (await this.read(actor, feed, { max: 0 })).total;
   }
 
-  /** The id of the `position`th item in created order (Atom archives), for those who may read. */
-  async createdIdAt(
-    actor: Actor,
-    node: string,
-    position: number,
-    stride: number,
-  ): Promise<string | undefined> {
-    await this.rights.check(node, actor, 'retrieve');
-    return this.engine.createdIdAt(node, position, stride);
-  }
-
-  // ---- import / export (administrators) ---------------------------------------------------
+  // ---- import / export, online backup (administrators): transfer.ts -----------------------
 
   exportNode(actor: Actor, node: string): AsyncGenerator<ExportRecord> {
-    const engine = this.engine;
-    const rights = this.rights;
-    return (async function* () {
-      if (!rights.isAdmin(actor)) await rights.check(node, actor, 'configure');
-      yield* engine.exportNode(node);
-    })();
+    return transfer.exportNode(this.ctx, actor, node);
   }
 
-  async importNode(
+  importNode(
     actor: Actor,
     node: string,
     records: AsyncIterable<ExportRecord> | Iterable<ExportRecord>,
   ): Promise<number> {
-    if (!this.rights.isAdmin(actor)) throw new AccessDenied('forbidden', 'only administrators import items');
-    // A node the import makes is removed again when it fails: a failed import leaves nothing.
-    const made =
-      !(await this.engine.hasNode(node)) && (await this.engine.createNode(node).then(() => true, exists));
-    try {
-      return await this.engine.importNode(node, records);
-    } catch (e) {
-      // The import's own failure is the one to report, whatever becomes of the removal.
-      if (made) await nodes.deleteNode(this.ctx, actor, node).catch(() => undefined);
-      throw e;
-    }
+    return transfer.importNode(this.ctx, actor, node, records);
   }
 
-  // ---- online backup (administrators) -----------------------------------------------------
-
-  /**
-   * Every key and value of the database from one snapshot taken now, in key order, in bounded
-   * batches, while writes go on (backup.ts frames them): administrators and the operator only.
-   * Whoever reads it stops it with `return()` (a `for await` does), releasing the snapshot.
-   */
+  /** The whole database from one snapshot, in bounded batches (transfer.ts). */
   backup(actor: Actor): AsyncIterableIterator<BackupPair[]> {
-    if (!this.rights.isAdmin(actor))
-      throw new AccessDenied('forbidden', 'only administrators may back up the database');
-    return this.engine.snapshotPairs();
+    return transfer.backup(this.ctx, actor);
   }
 
   // ---- for bindings: limits, the fan-out, delivery ----------------------------------------
@@ -494,12 +474,6 @@ export class FeedService {
     return this.engine.resumePurges();
   }
 
-  /** The node's incarnation number, for those who may read it: a node made again under its name has another. */
-  async nodeNumber(actor: Actor, node: string): Promise<number> {
-    await this.rights.check(node, actor, 'retrieve');
-    return this.engine.nodeNumber(node);
-  }
-
   /** The WebSub hub's stored subscriptions. */
   get hubSubscriptions(): HubSubscriptions {
     this.hubs ??= hubSubscriptions(this.engine);
@@ -515,10 +489,4 @@ export class FeedService {
   jidOf(actor: Actor): string | undefined {
     return jidOf(actor);
   }
-}
-
-/** A creation that lost the race to another: false (the node is not this caller's); else it throws. */
-function exists(e: unknown): false {
-  if (e instanceof NodeExists) return false;
-  throw e;
 }

@@ -9,7 +9,7 @@ import { etagOf } from '../validators.ts';
 
 /** What the archive view needs. */
 export interface ArchiveDeps {
-  feeds: Pick<FeedService, 'settings' | 'total' | 'read' | 'createdIdAt' | 'nodeNumber' | 'kv'>;
+  feeds: Pick<FeedService, 'reading' | 'kv'>;
 }
 
 /** Complete archive documents never change. */
@@ -35,20 +35,22 @@ export function readArchive(deps: ArchiveDeps): RouteHandler {
       throw problems.badRequest(`an archive document is numbered from 1, not ${JSON.stringify(wanted)}`);
     const origin = x.origin();
     const reader = x.caller();
-    const config = await feeds.settings(reader, feed.node);
+    // Decided once for every read of this answer: the total, the numbering, the document's pages.
+    const reading = await feeds.reading(reader, feed.node);
+    const { config } = reading;
     if (!config.appendOnly)
       throw problems.notFound(
         `node ${JSON.stringify(feed.node)} is not append-only: it has no archive documents`,
       );
     const created: FeedName = { node: feed.node, order: 'created', requested: `${feed.node}?order=created` };
     // Items written from here on wait for the next answer.
-    const total = await feeds.total(reader, feed.node);
+    const total = await reading.total(feed);
     const working = Math.floor(total / config.archiveSize) + 1;
-    const numbering = await numberingOf(feeds, reader, feed.node, working);
+    const numbering = await numberingOf(feeds, reading, working);
     const number = wanted === undefined ? 'recent' : Number(wanted) - numbering.base;
     const doc =
       number === 'recent' || number >= 1
-        ? await readDocument(feeds, reader, created, config.archiveSize, number, total)
+        ? await readDocument(reading, created, config.archiveSize, number, total)
         : undefined;
     if (!doc) throw problems.notFound(`node ${JSON.stringify(feed.node)} has no archive document ${wanted}`);
     doc.base = numbering.base;

@@ -1,7 +1,8 @@
 import { ItemNotFound } from '../../feed/model/errors.ts';
 import { canonicalFeedName, checkItemId } from '../../feed/model/feedName.ts';
 import type { ReaderPage } from '../../feed/model/visible.ts';
-import { type Actor, describe } from '../../feed/service/actor.ts';
+import { describe } from '../../feed/service/actor.ts';
+import type { Reading } from '../../feed/service/reading.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import { problems, toProblem } from '../errors.ts';
@@ -21,7 +22,7 @@ import { type GripDeps, gripHoldHeaders, gripRequest, gripStream, gripStreamEnd 
 
 /** What the Smart Feeds pull views need. */
 export interface FeedViewDeps {
-  feeds: Pick<FeedService, 'read' | 'getItems' | 'settings' | 'limits'>;
+  feeds: Pick<FeedService, 'reading' | 'settings' | 'limits'>;
   polls: LongPolls;
   /** Server-Sent Event streams of feeds (protocol.md 14). */
   streams: EventStreams;
@@ -73,30 +74,41 @@ function readQuery(query: Pick<FeedQuery, 'since' | 'until' | 'max'>) {
 
 /**
  * Holds a read of an empty page until the feed has something for it; undefined when the client
- * left. What it answers is checked against the node's access as it is then.
+ * left. `reading`, the request's decision, serves the read the hold makes as it starts; each read
+ * after a wait decides again, and what it answers is checked against the node's access as it is
+ * then (access and the reader's view may have changed meanwhile).
  */
 export function holdRead(
   deps: Pick<FeedViewDeps, 'feeds' | 'polls' | 'log'>,
   x: Exchange,
   query: Pick<FeedQuery, 'feed' | 'since' | 'max'> & { timeoutMs: number },
-  reader: Actor,
+  reading: Reading,
 ): Promise<ReaderPage | undefined> {
   const { feed } = query;
+  const reader = reading.actor;
   deps.log.debug('long poll held', { feed: feed.requested, held: deps.polls.held });
-  return deps.polls.hold({
+  let opening: Reading | undefined = reading;
+  const held = deps.polls.hold({
     node: feed.node,
     order: feed.order,
     // Shared among polls of one reader of one feed (filter and view included) only: the read
     // checks its right to read, and a reader's view is theirs.
     shared: `${describe(reader)}\n${canonicalFeedName(feed)}\n${query.since ?? ''}\n${query.max ?? ''}`,
     client: x.client(reader),
-    read: () => deps.feeds.read(reader, feed, readQuery(query)),
+    read: async () => {
+      const current = opening ?? (await deps.feeds.reading(reader, feed.node));
+      return current.read(feed, readQuery(query));
+    },
     recheck: async () => {
       await deps.feeds.settings(reader, feed.node);
     },
     timeoutMs: query.timeoutMs,
     onGone: (gone) => x.onGone(gone),
   });
+  // The hold made its first read as it started (it joins the feed's watchers, then reads at once):
+  // every read from here on follows a wait.
+  opening = undefined;
+  return held;
 }
 
 /**
@@ -107,23 +119,29 @@ export function holdRead(
 async function startRead(
   deps: FeedViewDeps,
   x: Exchange,
-): Promise<{ answer: Answer } | { query: FeedQuery; reader: Actor; grip: GripDeps | undefined }> {
+): Promise<{ answer: Answer } | { query: FeedQuery; reading: Reading; grip: GripDeps | undefined }> {
   const { feeds } = deps;
   const through = await gripRequest(deps.grip, x);
   const query = parseFeedQuery(x.params.node ?? '', through.search, deps.maxTimeoutSeconds);
   const stream = through.recovery || wantsStream(x);
   const reader = callerOf(x, query, stream);
-  if (through.recovery) {
-    // Pushpin ends a held stream whose recovery answer holds no more: the node gone or closed.
-    const refused = await feeds.settings(reader, query.feed.node).then(() => undefined, toProblem);
-    if (refused) return { answer: gripStreamEnd(refused) };
-  } else await feeds.settings(reader, query.feed.node);
+  // The request's one decision: its rights and the view it reads in, for every read it makes.
+  const decided = await feeds.reading(reader, query.feed.node).then(
+    (reading) => ({ reading }),
+    (e: unknown) => {
+      // Pushpin ends a held stream whose recovery answer holds no more: the node gone or closed.
+      if (through.recovery) return { refused: toProblem(e) };
+      throw e;
+    },
+  );
+  if ('refused' in decided) return { answer: gripStreamEnd(decided.refused) };
+  const { reading } = decided;
   // Pushpin holds anonymous views only: its recovery requests carry no credentials.
   const grip = reader.kind === 'anonymous' ? through.grip : undefined;
   if (stream && grip)
-    return { answer: await gripStream({ feeds, grip }, x, query, reader, feedUrl(x.origin(), query)) };
-  if (stream) return { answer: streamFeed(deps, x, query, reader) };
-  return { query, reader, grip };
+    return { answer: await gripStream({ feeds, grip }, x, query, reading, feedUrl(x.origin(), query)) };
+  if (stream) return { answer: streamFeed(deps, x, query, reading) };
+  return { query, reading, grip };
 }
 
 /** `GET /feeds/{node}`: a page in JSON, Atom or JSON-P, held while the feed has nothing new. */
@@ -132,7 +150,8 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
   return async (x) => {
     const started = await startRead(deps, x);
     if ('answer' in started) return started.answer;
-    const { query, reader, grip } = started;
+    const { query, reading, grip } = started;
+    const reader = reading.actor;
     const origin = x.origin();
     const representation = negotiate(x.request.headers.accept, query.callback !== undefined);
     // Read before the engine read: an answer read across a write is stored under a past generation.
@@ -149,7 +168,7 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
     ]);
     const cached = key === undefined ? undefined : deps.pages?.get(key);
     if (cached) return cached;
-    let page: ReaderPage | undefined = await feeds.read(reader, query.feed, readQuery(query));
+    let page: ReaderPage | undefined = await reading.read(query.feed, readQuery(query));
     const pageItems = Math.min(query.max ?? feeds.limits.defaultPageItems, feeds.limits.maxPageItems);
     // Only a read towards the feed's end can wait for what comes next.
     const holdable =
@@ -159,7 +178,7 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
       query.timeout > 0 &&
       x.request.method === 'GET';
     if (holdable && !grip)
-      page = await holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, reader);
+      page = await holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, reading);
     if (!page) return undefined;
     const url = feedUrl(origin, query);
     const hub = `${origin}${HUB_PATH}`;
@@ -201,9 +220,9 @@ export function readItem(deps: Pick<FeedViewDeps, 'feeds'>): RouteHandler {
     const id = x.params.id ?? '';
     checkItemId(id);
     const reader = x.caller();
-    await deps.feeds.settings(reader, query.feed.node);
+    const reading = await deps.feeds.reading(reader, query.feed.node);
     const representation = negotiate(x.request.headers.accept, false);
-    const [item] = await deps.feeds.getItems(reader, query.feed, [id]);
+    const [item] = await reading.getItems(query.feed, [id]);
     // The service's own refusal, so that GET and DELETE name an unknown item alike.
     if (!item)
       throw new ItemNotFound(`no item ${JSON.stringify(id)} in node ${JSON.stringify(query.feed.node)}`);

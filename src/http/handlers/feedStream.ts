@@ -2,6 +2,7 @@ import Negotiator from 'negotiator';
 import { canonicalFeedName } from '../../feed/model/feedName.ts';
 import { parsePositionSpec } from '../../feed/model/positionSpec.ts';
 import { type Actor, describe } from '../../feed/service/actor.ts';
+import type { Reading } from '../../feed/service/reading.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import { problems } from '../errors.ts';
 import type { EventStreams } from '../eventStreams.ts';
@@ -51,16 +52,19 @@ export function startOf(x: Exchange, query: FeedQuery): string | undefined {
 
 /** What a stream needs of the binding. */
 export interface StreamDeps {
-  feeds: Pick<FeedService, 'read' | 'limits'>;
+  feeds: Pick<FeedService, 'reading' | 'limits'>;
   streams: EventStreams;
 }
 
 /**
  * `GET /feeds/{node}` with `Accept: text/event-stream`: the feed from `since` (or `Last-Event-ID`)
  * on, in pages, then each change as it commits (protocol.md 14). Checked like a pull before
- * anything is sent; the items come from the same service reads as the pull's.
+ * anything is sent (`reading`, the request's decision, reads its first page); the items come
+ * from the same service reads as the pull's, and each later page is read with its rights decided
+ * again: a stream ends once its reader may no longer read the node.
  */
-export function streamFeed(deps: StreamDeps, x: Exchange, query: FeedQuery, reader: Actor): Answer {
+export function streamFeed(deps: StreamDeps, x: Exchange, query: FeedQuery, reading: Reading): Answer {
+  const reader = reading.actor;
   for (const name of ['until', 'callback'] as const)
     if (query[name] !== undefined) throw problems.badRequest(`a stream takes no ${name}`);
   const since = startOf(x, query);
@@ -68,14 +72,17 @@ export function streamFeed(deps: StreamDeps, x: Exchange, query: FeedQuery, read
   const max = query.max ?? deps.feeds.limits.defaultPageItems;
   if (max === 0) throw problems.badRequest('a stream takes a max of at least 1');
   const watch = deps.streams.join(feed, x.client(reader));
+  let opening: Reading | undefined = reading;
   const plan = {
     node: feed.node,
     order: feed.order,
     // Shared among streams of one reader of one feed (filter and view included) only.
     shared: `${describe(reader)}\n${canonicalFeedName(feed)}\n${max}`,
     since,
-    read: (from: string | undefined) =>
-      deps.feeds.read(reader, feed, { ...(from !== undefined ? { since: from } : {}), max }),
+    read: async (from: string | undefined) => {
+      const current = opening ?? (await deps.feeds.reading(reader, feed.node));
+      return current.read(feed, { ...(from !== undefined ? { since: from } : {}), max });
+    },
   };
   return {
     status: 200,
@@ -84,6 +91,11 @@ export function streamFeed(deps: StreamDeps, x: Exchange, query: FeedQuery, read
     cache: reader.kind === 'anonymous' ? 'no-store' : 'private, no-store',
     // A stream's end is its connection's: the next one starts from its last event id.
     headers: { vary: 'Accept, Authorization', 'x-accel-buffering': 'no', connection: 'close' },
-    takeover: (res) => deps.streams.run(watch, plan, res),
+    takeover: (res) => {
+      const running = deps.streams.run(watch, plan, res);
+      // The stream made its first read as it started: the open's decision is spent.
+      opening = undefined;
+      return running;
+    },
   };
 }

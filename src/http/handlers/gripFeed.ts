@@ -1,4 +1,4 @@
-import type { Actor } from '../../feed/service/actor.ts';
+import type { Reading } from '../../feed/service/reading.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import { type HttpProblem, problemBody, problems } from '../errors.ts';
 import { pageEvents } from '../eventStreams.ts';
@@ -54,10 +54,11 @@ function cursorOf(since: string | undefined): string | undefined {
  * reach back to it (protocol.md 14).
  */
 export async function gripStream(
-  deps: { feeds: Pick<FeedService, 'read' | 'limits'>; grip: GripDeps },
+  deps: { feeds: Pick<FeedService, 'limits'>; grip: GripDeps },
   x: Exchange,
   query: FeedQuery,
-  reader: Actor,
+  /** The request's decision: every page of the answer is read through it. */
+  reading: Reading,
   base: string,
 ): Promise<Answer> {
   for (const name of ['until', 'callback'] as const)
@@ -84,7 +85,7 @@ export async function gripStream(
       : startOf(x, query);
   let body = `retry: ${deps.grip.retryMs}\n\n${recovered?.events ?? ''}`;
   for (let pages = 0; !recovered && pages < GRIP_PAGES; pages += 1) {
-    const page = await deps.feeds.read(reader, feed, { ...(since !== undefined ? { since } : {}), max });
+    const page = await reading.read(feed, { ...(since !== undefined ? { since } : {}), max });
     body += pageEvents(page).toString();
     const end = page.items[page.items.length - 1];
     if (end) since = `cursor:${end.cursor}`;

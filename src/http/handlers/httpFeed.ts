@@ -15,12 +15,13 @@ export function readHttpFeed(deps: FeedViewDeps): RouteHandler {
     // Every check a request can fail comes before it may be held.
     const origin = x.origin();
     const reader = x.caller();
-    const { eventType } = await feeds.settings(reader, query.feed.node);
+    const reading = await feeds.reading(reader, query.feed.node);
+    const { eventType } = reading.config;
     const max = feeds.limits.maxPageItems;
     const read = { ...(query.since !== undefined ? { since: query.since } : {}), max };
-    let page: ReaderPage | undefined = await feeds.read(reader, query.feed, read);
+    let page: ReaderPage | undefined = await reading.read(query.feed, read);
     if (page.items.length === 0 && query.timeoutMs > 0 && x.request.method === 'GET')
-      page = await holdRead(deps, x, { ...query, max }, reader);
+      page = await holdRead(deps, x, { ...query, max }, reading);
     if (!page) return undefined;
     const params = canonicalParameters(query.feed);
     const source = `${nodeUrl(origin, 'http-feeds', query.feed.node)}${params === '' ? '' : `?${params}`}`;

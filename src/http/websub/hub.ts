@@ -5,63 +5,16 @@ import type { Change } from '../../feed/model/feed.ts';
 import type { FeedName } from '../../feed/model/feedName.ts';
 import { ANONYMOUS, jidOf, user } from '../../feed/service/actor.ts';
 import { type HubSubscription, type HubSubscriptions, hubSlot } from '../../feed/service/hubSubscriptions.ts';
+import type { Reading } from '../../feed/service/reading.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
-import type { Metrics } from '../../metrics.ts';
-import type { OutboundClient, OutboundSettings } from '../../net/outbound.ts';
+import type { OutboundClient } from '../../net/outbound.ts';
 import { problems } from '../errors.ts';
-import { type AdmissionBounds, HubAdmission } from './admission.ts';
+import { HubAdmission } from './admission.ts';
 import { callbackClient, callCallback } from './callback.ts';
 import { DeliveryQueue, type Outcome, type ToldChange } from './delivery.ts';
 import type { Intent } from './intent.ts';
-
-export interface HubOptions {
-  /** Callbacks may be on loopback, private and link-local addresses (never by default). */
-  allowPrivate: boolean;
-  /** Lease given when the subscriber asks none, and the bounds of what it may ask, in seconds. */
-  leaseSeconds: number;
-  minLeaseSeconds: number;
-  maxLeaseSeconds: number;
-  /** Longest wait for a subscriber's answer (verification or delivery), in ms. */
-  timeoutMs: number;
-  /** First and largest delay between attempts of one delivery, in ms. */
-  retryInitialMs: number;
-  retryMaxMs: number;
-  /** How long one delivery is retried before it is given up, in ms. */
-  retryForMs: number;
-  /** Deliveries waiting per subscription; beyond it the oldest are dropped. */
-  maxQueue: number;
-  /** Active subscriptions the hub holds; a new one beyond it is refused (503). */
-  maxSubscriptions: number;
-  /** Verifications in progress; a request beyond it is refused (503). */
-  maxVerifying: number;
-  /** Subscriptions one client holds or has being verified; a new one beyond it is refused (429). */
-  maxClientSubscriptions: number;
-  /** Verifications in progress for one client; a request beyond it is refused (429). */
-  maxClientVerifying: number;
-  /** The refusal of a client past one of its bounds, counted (ClientBounds.refuse). */
-  refuse?: AdmissionBounds['refuse'];
-  /** Told of each delivery's outcome and of each one dropped (src/metrics.ts). */
-  metrics?: Pick<Metrics, 'websubDelivery' | 'websubDrop'>;
-  /** The outbound client's shared limits and its metrics (src/net/). */
-  outbound?: OutboundSettings;
-}
-
-export const HUB_DEFAULTS: HubOptions = {
-  allowPrivate: false,
-  leaseSeconds: 10 * 86_400,
-  minLeaseSeconds: 60,
-  maxLeaseSeconds: 365 * 86_400,
-  timeoutMs: 10_000,
-  retryInitialMs: 1_000,
-  retryMaxMs: 5 * 60_000,
-  retryForMs: 60 * 60_000,
-  maxQueue: 1_000,
-  maxSubscriptions: 10_000,
-  maxVerifying: 64,
-  maxClientSubscriptions: 200,
-  maxClientVerifying: 8,
-};
+import { HUB_DEFAULTS, type HubOptions } from './options.ts';
 
 /** Timers cannot wait longer; a lease beyond it is looked at again when the timer fires. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -97,10 +50,7 @@ export class Hub {
   private stopping = false;
 
   constructor(
-    private readonly feeds: Pick<
-      FeedService,
-      'onEvent' | 'settings' | 'hubSubscriptions' | 'readerOf' | 'deliveryIn'
-    >,
+    private readonly feeds: Pick<FeedService, 'onEvent' | 'reading' | 'hubSubscriptions'>,
     options: Partial<HubOptions>,
     private readonly log: Log,
   ) {
@@ -233,21 +183,22 @@ export class Hub {
   /** Queues a change for the subscriptions whose reader may still read the node; ends the others. */
   private async push(change: Change, to: readonly Active[]): Promise<void> {
     if (this.stopping) return;
-    const verdicts = new Map<string | undefined, string | undefined>();
-    const readers = new Map<string | undefined, string>();
+    // One decision per reader for this change: whether they may read the node, and their view.
+    const decided = new Map<string | undefined, Reading | { refused: string }>();
     const told = new Map<string, ToldChange>();
     for (const active of to) {
       const { sub } = active.queue;
       // Ended meanwhile (unsubscribed, expired, its node deleted): nothing to deliver.
       if (this.byFeed.get(feedKey(sub.node, sub.order))?.get(hubSlot(sub)) !== active) continue;
-      if (!verdicts.has(sub.reader)) verdicts.set(sub.reader, await this.refusal(sub.node, sub.reader));
-      const refusal = verdicts.get(sub.reader);
-      if (refusal !== undefined) {
-        await this.revoke(sub, refusal);
+      let reading = decided.get(sub.reader);
+      if (!reading) {
+        reading = await this.decide(sub.node, sub.reader);
+        decided.set(sub.reader, reading);
+      }
+      if ('refused' in reading) {
+        await this.revoke(sub, reading.refused);
         continue;
       }
-      const actor = sub.reader === undefined ? ANONYMOUS : user(sub.reader);
-      if (!readers.has(sub.reader)) readers.set(sub.reader, await this.feeds.readerOf(actor, sub.node));
       // The topic's own feed, as its reader sees it (protocol.md 11): untouched, nothing is sent.
       const feed = {
         node: sub.node,
@@ -256,7 +207,7 @@ export class Hub {
         view: sub.view,
         requested: sub.topic,
       };
-      const d = this.feeds.deliveryIn(change, feed as FeedName, readers.get(sub.reader) as string);
+      const d = reading.deliveryIn(change, feed as FeedName);
       if (!d) continue;
       const key = `${sub.order}\u0000${d.key}`;
       let seen = told.get(key);
@@ -274,14 +225,13 @@ export class Hub {
     }
   }
 
-  /** Why `reader` may not read the node now, or undefined when it may. */
-  private async refusal(node: string, reader: string | undefined): Promise<string | undefined> {
+  /** `reader`'s read of the node now, or why they may not read it. */
+  private async decide(node: string, reader: string | undefined): Promise<Reading | { refused: string }> {
     try {
-      await this.feeds.settings(reader === undefined ? ANONYMOUS : user(reader), node);
-      return undefined;
+      return await this.feeds.reading(reader === undefined ? ANONYMOUS : user(reader), node);
     } catch (e) {
       if (e instanceof FeedError || (e as { status?: number }).status !== undefined)
-        return (e as Error).message;
+        return { refused: (e as Error).message };
       throw e;
     }
   }
