@@ -6,14 +6,22 @@
  *
  *   npx tsx bench/peers.ts [--server ejabberd|prosody] [--only own,null,smartfeeds] [--items N] [--warmup N]
  *     [--subs K] [--window W] [--size BYTES] [--peerbench DIR] [--cpu-prof DIR] [--rate-limit-off]
- *     [--reads R] [--page P] [--trace FILE]
+ *     [--reads R] [--page P] [--trace FILE] [--rounds N]
+ *     [--node-flag F]...
  *
  * DIR (default shared/peers/peerbench) must hold nullpubsub.mjs and peerbench.mjs with their
  * node_modules (`npm ci` there, or in a copy of it). smartfeeds runs with its default per-sender
- * limit unless --rate-limit-off. `--cpu-prof DIR` writes smartfeeds' CPU profile there.
+ * limit unless --rate-limit-off. `--cpu-prof DIR` writes smartfeeds' CPU profile there; each
+ * `--node-flag F` is handed to smartfeeds' node (`--perf-basic-prof` names JavaScript functions
+ * for `perf record -p PID`, which samples CPU time only: V8's profile counts the time a busy
+ * machine keeps the process waiting for a core too).
  * Needs root (the harness runs the servers as their own users). Prints one JSON line per service.
  * `--warmup N` first runs the same workload with N items on a node of its own against every
  * service, not reported, so that each process has compiled its hot paths before it is measured.
+ * `--rounds N` (default 1) runs the measured workload N times, each time on a new node, the
+ * services taking turns (the order flips each round), and prints smartfeeds' publish and
+ * notification rates as ratios of the null component's, round by round and their median: on a
+ * shared machine a neighbour's busy minute then falls on both services alike.
  *
  * peerbench reads each node back once, in well under a second: one busy moment of a neighbour
  * decides that figure. So after every service has run it, the bench reads each node back R more
@@ -25,7 +33,7 @@
  * `--trace FILE` writes every page request's id, send and reply times (same clock) there.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -34,7 +42,15 @@ import { parseArgs, promisify } from 'node:util';
 import { freePort } from '../prosody-dev/process.ts';
 import { type ServerName, startServer, type XmppServer } from '../prosody-dev/servers.ts';
 import { cpuSeconds } from './cpu.ts';
-import { connectReader, loadAverage, type ReadRun, ratios, readTogether, summarize } from './peerReads.ts';
+import {
+  connectReader,
+  loadAverage,
+  median,
+  type ReadRun,
+  ratios,
+  readTogether,
+  summarize,
+} from './peerReads.ts';
 import { printUsage } from './usage.ts';
 
 const PROJECT = fileURLToPath(new URL('..', import.meta.url));
@@ -59,6 +75,8 @@ const { values } = parseArgs({
     reads: { type: 'string', default: '5' },
     page: { type: 'string', default: '250' },
     trace: { type: 'string' },
+    rounds: { type: 'string', default: '1' },
+    'node-flag': { type: 'string', multiple: true, default: [] },
   },
 });
 if (values.help) printUsage(import.meta.url);
@@ -111,6 +129,32 @@ async function addPeers(xmpp: XmppServer, nullPort: number): Promise<void> {
     '',
   ].join('\n');
   await writeFile(file, config);
+}
+
+/** CLOCK_MONOTONIC in ms, as V8 stamps its profiles (for `bench/profileTop.ts --from --to`). */
+const monotonicMs = () => Number(process.hrtime.bigint() / 1000n) / 1000;
+
+/** CPU seconds of each thread of a process so far, summed by thread name, from /proc. */
+function threadSeconds(pid: number | undefined): Record<string, number> {
+  const out: Record<string, number> = {};
+  if (pid === undefined) return out;
+  let tasks: string[];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return out;
+  }
+  for (const task of tasks) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${task}/stat`, 'utf8');
+      const name = task === String(pid) ? 'main' : stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      out[name] = (out[name] ?? 0) + (Number(fields[11]) + Number(fields[12])) / 100;
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return out;
 }
 
 function node(args: string[], env: NodeJS.ProcessEnv = process.env): ChildProcess {
@@ -202,6 +246,7 @@ try {
   }
   if (only.has('smartfeeds')) {
     const profile = values['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${values['cpu-prof']}`] : [];
+    profile.push(...values['node-flag']);
     const env = values['rate-limit-off'] ? { ...process.env, SMARTFEEDS_RATE_LIMIT: '0' } : process.env;
     const smartfeeds = node(
       [
@@ -224,6 +269,8 @@ try {
       env,
     );
     children.push(smartfeeds);
+    // For a profiler started from outside (perf record -p PID).
+    process.stderr.write(`smartfeeds pid ${smartfeeds.pid}\n`);
     targets.push(['smartfeeds', FEEDS_DOMAIN, [], 'smartfeeds', smartfeeds.pid]);
   }
   await new Promise((resolve) => setTimeout(resolve, 4000));
@@ -234,8 +281,7 @@ try {
     args.push('--items', items, '--node', node, ...extra);
     return promisify(execFile)(process.execPath, args, { timeout: 900_000 });
   };
-  for (const [name, jid, extra, key, pid] of targets) {
-    const nodeName = `peers-${key}-${Date.now()}`;
+  for (const [name, jid, extra, key] of targets) {
     try {
       // The same workload on a node of its own first, not reported: the service's process has
       // compiled its paths once, as a server that has run for a while has.
@@ -244,30 +290,73 @@ try {
     } catch (e) {
       console.log(JSON.stringify({ server, target: name, warmupError: String(e).slice(0, 600) }));
     }
-    const load = loadAverage();
-    // CPU seconds of the service's process (none for the server's own pubsub) and of the server.
-    const cpu = () => [cpuSeconds(pid), cpuSeconds(xmpp.pid)] as const;
-    const before = cpu();
-    try {
-      const { stdout } = await peerbench(jid, nodeName, values.items, extra);
-      const after = cpu();
-      const line = stdout.trim().split('\n').at(-1) ?? '{}';
-      const perItem = (i: 0 | 1) =>
-        Number((((after[i] - before[i]) * 1000) / Number(values.items)).toFixed(3));
-      console.log(
-        JSON.stringify({
-          server,
-          target: name,
-          load: [load, loadAverage()],
-          // Over the whole run (publishes, fan-out and the read back), per item published.
-          cpuMsPerItem: { service: pid === undefined ? null : perItem(0), server: perItem(1) },
-          ...JSON.parse(line),
-        }),
-      );
-      filled.push({ name, jid, key, node: nodeName });
-    } catch (e) {
-      console.log(JSON.stringify({ server, target: name, error: String(e).slice(0, 600) }));
+  }
+  const rounds = Math.max(1, Number(values.rounds));
+  /** Each round's peerbench figures, per service key. */
+  const measured = new Map<string, Record<string, unknown>[]>();
+  for (let round = 1; round <= rounds; round++) {
+    const order = round % 2 === 1 ? targets : [...targets].reverse();
+    for (const [name, jid, extra, key, pid] of order) {
+      const nodeName = `peers-${key}-${round}-${Date.now()}`;
+      const load = loadAverage();
+      // CPU seconds of the service's process (none for the server's own pubsub) and of the server.
+      const cpu = () => [cpuSeconds(pid), cpuSeconds(xmpp.pid)] as const;
+      const before = cpu();
+      const threadsBefore = threadSeconds(pid);
+      const window = [monotonicMs()];
+      try {
+        const { stdout } = await peerbench(jid, nodeName, values.items, extra);
+        const after = cpu();
+        window.push(monotonicMs());
+        const threads = threadSeconds(pid);
+        const line = stdout.trim().split('\n').at(-1) ?? '{}';
+        const perItem = (i: 0 | 1) =>
+          Number((((after[i] - before[i]) * 1000) / Number(values.items)).toFixed(3));
+        const figures: Record<string, unknown> = JSON.parse(line);
+        console.log(
+          JSON.stringify({
+            server,
+            target: name,
+            round,
+            load: [load, loadAverage()],
+            // Over the whole run (publishes, fan-out and the read back), per item published.
+            cpuMsPerItem: { service: pid === undefined ? null : perItem(0), server: perItem(1) },
+            // The service's CPU by thread name: its main thread (the JavaScript), libuv's pool
+            // (the database's reads and writes), V8's helpers (the garbage collector), LevelDB's.
+            serviceThreadsMsPerItem: Object.fromEntries(
+              Object.entries(threads).map(([name, s]) => [
+                name,
+                Number((((s - (threadsBefore[name] ?? 0)) * 1000) / Number(values.items)).toFixed(3)),
+              ]),
+            ),
+            windowMs: window.map((x) => Math.round(x)),
+            ...figures,
+          }),
+        );
+        measured.set(key, [...(measured.get(key) ?? []), figures]);
+        // The last round's nodes are the ones read back again.
+        if (round === rounds) filled.push({ name, jid, key, node: nodeName });
+      } catch (e) {
+        console.log(JSON.stringify({ server, target: name, round, error: String(e).slice(0, 600) }));
+      }
     }
+  }
+  const base = measured.get('null');
+  const sf = measured.get('smartfeeds');
+  if (base && sf && base.length === sf.length) {
+    const ratio = (field: string) => {
+      const each = sf.map((x, i) => Number((Number(x[field]) / Number(base[i]?.[field])).toFixed(2)));
+      return { median: median(each), min: Math.min(...each), max: Math.max(...each), each };
+    };
+    console.log(
+      JSON.stringify({
+        server,
+        rounds,
+        publishRatio: ratio('publishPerS'),
+        notificationRatio: ratio('notificationsPerS'),
+        readOnceRatio: ratio('readPerS'),
+      }),
+    );
   }
   await readRounds(filled);
 } finally {

@@ -22,6 +22,8 @@ export interface SocketWriter {
   buffered(): number;
   /** Resolves when the socket can take more, or is gone. */
   drained(): Promise<void>;
+  /** Whether the socket holds its high-water mark or more: `drained` would wait. */
+  full(): boolean;
 }
 
 /** Writes straight to the current socket, unlike send() which hides its backpressure. */
@@ -36,6 +38,9 @@ export function socketWriter(xmpp: Component): SocketWriter {
     },
     buffered() {
       return xmpp.socket?.writableLength ?? 0;
+    },
+    full() {
+      return xmpp.socket?.writableNeedDrain ?? false;
     },
     drained() {
       const socket = xmpp.socket;

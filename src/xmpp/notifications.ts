@@ -14,6 +14,8 @@ export interface Outlet {
   write(xml: string): boolean;
   /** Resolves when the connection can take more (or is gone). */
   drained(): Promise<void>;
+  /** Whether the connection holds as much as it should: wait for `drained` before writing more. */
+  full(): boolean;
   /** Bytes written but not yet taken by the operating system. */
   buffered(): number;
   /** The service JID notifications come from. */
@@ -25,9 +27,46 @@ export function notificationId(
   sub: Pick<Subscription, 'node' | 'order' | 'filter' | 'view'>,
   serial: number,
 ): string {
+  return `sf.${sub.order === 'created' ? 'c' : 'm'}.${serial.toString(36)}.${feedTag(sub)}`;
+}
+
+/** The feed part of a notification id: its name with filter and view, as base64url. */
+function feedTag(sub: Pick<Subscription, 'node' | 'filter' | 'view'>): string {
   // The filter and view go with the node name: a bounce ends that feed's subscription.
   const named = canonicalFeedName({ node: sub.node, filter: sub.filter, view: sub.view, order: 'modified' });
-  return `sf.${sub.order === 'created' ? 'c' : 'm'}.${serial.toString(36)}.${Buffer.from(named, 'utf8').toString('base64url')}`;
+  return Buffer.from(named, 'utf8').toString('base64url');
+}
+
+/** A subscription's own part of each notification's stanza: its escaped JID and its id's parts. */
+interface Addressed {
+  to: string;
+  /** `sf.c.` or `sf.m.`: what comes before the serial in the id. */
+  idStart: string;
+  /** `.` and the feed tag: what comes after the serial. */
+  idEnd: string;
+}
+
+/**
+ * Built once per subscription (the engine keeps a node's subscriptions as the same objects until
+ * they change): a fan-out to many subscribers would otherwise encode each feed name again for
+ * every notification.
+ */
+const addressedCache = new WeakMap<
+  Pick<Subscription, 'node' | 'order' | 'filter' | 'view' | 'jid'>,
+  Addressed
+>();
+
+function addressed(sub: Pick<Subscription, 'node' | 'order' | 'filter' | 'view' | 'jid'>): Addressed {
+  let a = addressedCache.get(sub);
+  if (!a) {
+    a = {
+      to: escapeXML(sub.jid),
+      idStart: `sf.${sub.order === 'created' ? 'c' : 'm'}.`,
+      idEnd: `.${feedTag(sub)}`,
+    };
+    addressedCache.set(sub, a);
+  }
+  return a;
 }
 
 /** The feed a notification was for: its base node, order, and its name with every parameter. */
@@ -176,7 +215,7 @@ export class Notifier {
         continue;
       }
       this.stats.sent += 1;
-      await this.outlet.drained();
+      if (this.outlet.full()) await this.outlet.drained();
     }
   }
 
@@ -198,15 +237,17 @@ export class Notifier {
         inner = body(d, sub.feed, config);
         bodies.set(key, inner);
       }
-      const id = notificationId(sub, this.serial++);
-      const stanza = `<message type='${config.notificationType}' from='${from}' to='${escapeXML(sub.jid)}' id='${id}'>${inner}</message>`;
+      const { to, idStart, idEnd } = addressed(sub);
+      const id = `${idStart}${(this.serial++).toString(36)}${idEnd}`;
+      const stanza = `<message type='${config.notificationType}' from='${from}' to='${to}' id='${id}'>${inner}</message>`;
       if (!this.outlet.write(stanza)) {
         this.stats.dropped += 1;
         continue;
       }
       this.stats.sent += 1;
       this.stats.maxBuffered = Math.max(this.stats.maxBuffered, this.outlet.buffered());
-      await this.outlet.drained();
+      // Awaited only when full: a fan-out within the socket's room takes no turn per message.
+      if (this.outlet.full()) await this.outlet.drained();
     }
   }
 }
