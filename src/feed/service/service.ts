@@ -83,7 +83,7 @@ export class FeedService {
       autoCreate: options.autoCreate ?? true,
       emit: (event) => this.emit(event),
       changed: async (change, event) => {
-        if (!engine.shared) {
+        if (!engine.coordinator.shared) {
           const done = await change();
           const told = await event(done);
           if (told) this.emit(told);
@@ -102,24 +102,26 @@ export class FeedService {
     // Item changes and purges are told by the engine as they commit: re-emitted in that order.
     // On a store shared with other instances every change is seen here (deliver: false), and
     // the ones this instance pushes come again from the change log, in commit order (onPush).
-    const offChange = engine.shared
+    const offChange = engine.coordinator.shared
       ? engine.onChange((change) => this.emit({ type: 'item-changed', change, deliver: false }))
       : engine.onChange((change) => this.emit({ type: 'item-changed', change }));
     // Node events too: logged with the node's changes, told here (deliver: false) and pushed from the log.
-    const offPush = engine.shared
-      ? engine.onPush((change) => this.emit({ type: 'item-changed', change }), {
+    const offPush = engine.coordinator.shared
+      ? engine.coordinator.onPush((change) => this.emit({ type: 'item-changed', change }), {
           drained: () => this.delivered(),
           received: () => this.received(),
           events: (event) => this.emit(event),
         })
       : () => true;
-    const local = engine.shared ? ({ deliver: false } as const) : {};
+    const local = engine.coordinator.shared ? ({ deliver: false } as const) : {};
     const offStart = engine.onPurgeStart((node) => this.emit({ type: 'purge-started', node, ...local }));
     const offDone = engine.onPurge((node) => this.emit({ type: 'purge-done', node, ...local }));
-    const offHubs = engine.onHubsChanged((node) =>
+    const offHubs = engine.coordinator.onHubsChanged((node) =>
       this.emit({ type: 'hub-subscriptions-changed', ...(node !== undefined ? { node } : {}) }),
     );
-    const offBehind = engine.onBehind((node) => this.emit({ type: 'node-behind', node, deliver: false }));
+    const offBehind = engine.coordinator.onBehind((node) =>
+      this.emit({ type: 'node-behind', node, deliver: false }),
+    );
     this.unlisten = () => {
       offBehind();
       offHubs();
@@ -188,7 +190,7 @@ export class FeedService {
 
   /** Whether a node of that name exists (no right needed: publishing to it may create it). */
   hasNode(node: string): Promise<boolean> {
-    return this.engine.hasNode(node);
+    return this.engine.nodes.hasNode(node);
   }
 
   // ---- affiliations -----------------------------------------------------------------------
@@ -306,7 +308,7 @@ export class FeedService {
     stride: number,
   ): Promise<string | undefined> {
     await this.rights.check(node, actor, 'retrieve');
-    return this.engine.createdIdAt(node, position, stride);
+    return this.engine.positions.createdIdAt(node, position, stride);
   }
 
   // ---- import / export (administrators) ---------------------------------------------------
@@ -316,7 +318,7 @@ export class FeedService {
     const rights = this.rights;
     return (async function* () {
       if (!rights.isAdmin(actor)) await rights.check(node, actor, 'configure');
-      yield* engine.exportNode(node);
+      yield* engine.transfer.exportNode(node);
     })();
   }
 
@@ -328,9 +330,10 @@ export class FeedService {
     if (!this.rights.isAdmin(actor)) throw new AccessDenied('forbidden', 'only administrators import items');
     // A node the import makes is removed again when it fails: a failed import leaves nothing.
     const made =
-      !(await this.engine.hasNode(node)) && (await this.engine.createNode(node).then(() => true, exists));
+      !(await this.engine.nodes.hasNode(node)) &&
+      (await this.engine.nodes.createNode(node).then(() => true, exists));
     try {
-      return await this.engine.importNode(node, records);
+      return await this.engine.transfer.importNode(node, records);
     } catch (e) {
       // The import's own failure is the one to report, whatever becomes of the removal.
       if (made) await nodes.deleteNode(this.ctx, actor, node).catch(() => undefined);
@@ -367,7 +370,7 @@ export class FeedService {
    * poll compares it with what it read).
    */
   lastCursorNow(feed: string | FeedName): string | undefined {
-    return this.engine.lastCursorNow(feed);
+    return this.engine.nodes.lastCursorNow(feed);
   }
 
   /**
@@ -376,7 +379,7 @@ export class FeedService {
    * something here waits on). No rights are involved: nothing is returned.
    */
   catchUp(node: string): Promise<void> {
-    return this.engine.catchUp(node);
+    return this.engine.coordinator.catchUp(node);
   }
 
   /**
@@ -402,7 +405,7 @@ export class FeedService {
   ): Promise<{ config: NodeConfig; subscriptions: Subscription[]; deliver: DeliveryFor }> {
     return {
       config: await this.policy.config(node),
-      subscriptions: await this.engine.subscriptionsOf(node),
+      subscriptions: await this.engine.subscriptions.subscriptionsOf(node),
       deliver: await deliveries(this.ctx, node),
     };
   }
@@ -445,25 +448,9 @@ export class FeedService {
     await Promise.all([...this.receipts].map((received) => received()));
   }
 
-  /**
-   * Joins the instances that push changes (on a store shared by several instances: this one
-   * takes its share of the nodes by leases); on a store of its own, every change is pushed here.
-   */
-  startDelivering(options: Parameters<FeedEngine['startPushing']>[0] = {}): Promise<void> {
-    return this.engine.startPushing(options);
-  }
-
-  /**
-   * Among several instances, for one that does not push (no XMPP component): its publishes and
-   * retractions go to the instance holding their node (FeedEngine.startRouting).
-   */
-  startRouting(options: Parameters<FeedEngine['startRouting']>[0]): Promise<void> {
-    return this.engine.startRouting(options);
-  }
-
   /** Whether the store is shared with other instances (several `smartfeeds serve` on one database). */
   get shared(): boolean {
-    return this.engine.shared;
+    return this.engine.coordinator.shared;
   }
 
   /**
@@ -472,12 +459,7 @@ export class FeedService {
    * through the store (the feed bot's presence) trust an entry while the instance that wrote it lives.
    */
   pushers(): Promise<{ self: string | undefined; live: Set<string> } | undefined> {
-    return this.engine.pushers();
-  }
-
-  /** Leaves the pushers: the other instances take this one's share. */
-  stopDelivering(): Promise<void> {
-    return this.engine.stopPushing();
+    return this.engine.coordinator.pushers();
   }
 
   /**
@@ -486,18 +468,18 @@ export class FeedService {
    * it holds the node's share.
    */
   owns(node: string): Promise<boolean> {
-    return this.engine.owns(node);
+    return this.engine.coordinator.owns(node);
   }
 
   /** Finishes purges a stop or crash interrupted (their purge-done events follow). */
   resumePurges(): Promise<void> {
-    return this.engine.resumePurges();
+    return this.engine.purges.resumePurges();
   }
 
   /** The node's incarnation number, for those who may read it: a node made again under its name has another. */
   async nodeNumber(actor: Actor, node: string): Promise<number> {
     await this.rights.check(node, actor, 'retrieve');
-    return this.engine.nodeNumber(node);
+    return this.engine.nodes.nodeNumber(node);
   }
 
   /** The WebSub hub's stored subscriptions. */
