@@ -102,7 +102,7 @@ async function main(): Promise<void> {
     await engine.transfer.importNode(NODE, records());
     const importMs = performance.now() - t;
     t = performance.now();
-    await engine.enableAudience(NODE);
+    await engine.nodes.enableAudience(NODE);
     const audienceMs = performance.now() - t;
     // A few items for the reader alone, among the last ones: the reader's view merges them.
     for (let j = 0; j < 20; j++) {

@@ -1,4 +1,3 @@
-import { enableAudience } from './engine/audience.ts';
 import { type Coordinator, SingleProcess } from './engine/coordinator.ts';
 import type { WriteDeadlines } from './engine/deadlines.ts';
 import type { HubStore } from './engine/hubStore.ts';
@@ -30,21 +29,17 @@ export type { EngineOptions, PublishInput };
  */
 export class FeedEngine<C extends Coordinator = Coordinator> {
   readonly limits: Limits;
-  /** Names, numbers, each node's state; create, look up, list (engine/nodes.ts). */
+  // The parts, each one concern of src/feed/engine/: nodes (names, numbers, each node's state),
+  // writes (publish, retract), reads (pages and items as a reader sees them), positions (of the
+  // created order, for archives), subscriptions, transfer (export, import), purges (deletions,
+  // purges, the sweep), deadlines (of writes where the store may be away, and their refusals).
   readonly nodes: NodeRegistry;
-  /** Publishes and retractions (engine/writes.ts). */
   readonly writes: Writes;
-  /** Pages and items as a reader sees them (engine/reads.ts). */
   readonly reads: Reads;
-  /** Created-order positions, for archive documents (engine/positions.ts). */
   readonly positions: CreatedPositions;
-  /** Durable subscriptions of JIDs to feeds (engine/subscriptions.ts). */
   readonly subscriptions: Subscriptions;
-  /** Export and import of a node's items (engine/transfer.ts). */
   readonly transfer: Transfer;
-  /** Deletions, purges and the sweep of deleted nodes (engine/purge.ts). */
   readonly purges: Purges;
-  /** The deadlines of writes where the store may be away, and their refusals (engine/deadlines.ts). */
   readonly deadlines: WriteDeadlines;
   readonly coordinator: C;
   private readonly p: EngineParts;
@@ -64,10 +59,7 @@ export class FeedEngine<C extends Coordinator = Coordinator> {
     this.coordinator = coordinator;
   }
 
-  /**
-   * Opens (creating if needed) the database at `location`: a postgres:// URL, else a LevelDB
-   * directory (a LevelDB database in use is refused).
-   */
+  /** Opens (creating if needed) the database at `location`: a postgres:// URL, else a LevelDB directory. */
   static async open(location: string, options: EngineOptions = {}): Promise<FeedEngine> {
     return FeedEngine.openStore(await openStoreAt(location), options);
   }
@@ -118,11 +110,6 @@ export class FeedEngine<C extends Coordinator = Coordinator> {
     return new KeyValueStore<T>(this.p.s.store, this.p.s.committer, namespace, this.coordinator.locks);
   }
 
-  /** Makes the node keep public and reader indexes, before its first item with an audience. */
-  enableAudience(node: string): Promise<void> {
-    return enableAudience(this.p.s, this.p.nodes, node);
-  }
-
   /** Registers a listener for every committed change, in commit order. Returns its remover. */
   onChange(listener: ChangeListener): () => void {
     return listen(this.p.s.listeners, listener);
@@ -143,10 +130,7 @@ export class FeedEngine<C extends Coordinator = Coordinator> {
     return listen(this.p.s.purgeStartListeners, listener);
   }
 
-  /**
-   * Registers what writers must wait for before they write: a binding whose fan-out of changes is
-   * bounded (the XMPP notifications) resolves it when it has room. Returns its remover.
-   */
+  /** Registers what writers wait for before they write (a bounded fan-out's room). Returns its remover. */
   addWriteGate(gate: () => Promise<void>): () => void {
     this.p.s.writeGates.add(gate);
     return () => this.p.s.writeGates.delete(gate);
@@ -160,14 +144,10 @@ export class FeedEngine<C extends Coordinator = Coordinator> {
   /** Whether the database answers, asked once (a health check): rejects at once when it is away. */
   async ping(): Promise<void> {
     const { store } = this.p.s;
-    if (store.ping) await store.ping();
-    else await store.get(SERVICE_KEY);
+    await (store.ping ? store.ping() : store.get(SERVICE_KEY));
   }
 
-  /**
-   * Every key and value of the database from one snapshot taken now, in key order, in bounded
-   * batches: an online backup (written into an empty store, the same database).
-   */
+  /** Every key and value from one snapshot taken now, in key order and bounded batches: a backup. */
   snapshotPairs(batch?: number): AsyncIterableIterator<Entry[]> {
     return snapshotBatches(this.p.s.store, batch);
   }

@@ -27,7 +27,7 @@ async function filled(): Promise<string> {
     { autoCreate: true },
   );
   await engine.writes.publish('n', { id: 'b', entry: entry('b', 'y'), publisher: 'p@x' });
-  await engine.enableAudience('n');
+  await engine.nodes.enableAudience('n');
   await engine.writes.publish('n', { id: 'c', entry: entry('c', 'x'), publisher: 'p@x', audience: ['r@x'] });
   await engine.writes.publish('n', { id: 'a', entry: entry('a', 'y'), publisher: 'p@x' });
   await engine.close();

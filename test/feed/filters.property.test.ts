@@ -242,7 +242,7 @@ async function play(
     let change: Change;
     const old = model.items.get(op.id);
     if (op.kind === 'publish') {
-      if (op.audience) await engine.enableAudience('n');
+      if (op.audience) await engine.nodes.enableAudience('n');
       change = await engine.writes.publish('n', {
         id: op.id,
         entry: entryOf(op.id, op.categories),

@@ -32,7 +32,7 @@ import {
   nextEventPosition,
   touchedMessage,
 } from './changeLog.ts';
-import type { PeerLink } from './handoff.ts';
+import type { HandoffCounts, PeerLink } from './handoff.ts';
 import { batchMessages, Instances } from './instances.ts';
 import type { PushLeaseOptions } from './leases.ts';
 import { Pushing } from './pushing.ts';
@@ -70,6 +70,11 @@ export class ClusterCoordinator implements Coordinator {
   private get pushing(): Pushing {
     if (!this.pushingNow) throw new Error('the coordinator is not attached to an engine');
     return this.pushingNow;
+  }
+
+  private get lockedRounds(): LockedRounds {
+    if (!this.rounds) throw new Error('the coordinator is not attached to an engine');
+    return this.rounds;
   }
 
   clock(): () => number {
@@ -219,7 +224,7 @@ export class ClusterCoordinator implements Coordinator {
   // ---- writes ---------------------------------------------------------------------------------
 
   round(st: NodeState, batch: QueuedWrite[]): Promise<void> {
-    return (this.rounds as LockedRounds).round(st, batch);
+    return this.lockedRounds.round(st, batch);
   }
 
   async logEvent(
@@ -329,7 +334,7 @@ export class ClusterCoordinator implements Coordinator {
     return this.pushing.pushers();
   }
 
-  handoffs(): Record<string, number> {
+  handoffs(): HandoffCounts {
     return { ...this.pushing.handoffCounts };
   }
 

@@ -53,12 +53,12 @@ export interface PeerLink {
  * the node or its holder was unreachable (`here`), or sent to a holder that went away before it
  * answered (`lost`: told to the client as a write to send again).
  */
-export interface HandoffCounts {
+export type HandoffCounts = {
   sent: number;
   taken: number;
   here: number;
   lost: number;
-}
+};
 
 export const noHandoffs = (): HandoffCounts => ({ sent: 0, taken: 0, here: 0, lost: 0 });
 

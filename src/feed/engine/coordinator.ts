@@ -174,9 +174,13 @@ export class SingleProcess implements Coordinator {
     this.host = host;
   }
 
-  private get s(): EngineState {
+  private get attached(): CoordinatorHost {
     if (!this.host) throw new Error('the coordinator is not attached to an engine');
-    return this.host.s;
+    return this.host;
+  }
+
+  private get s(): EngineState {
+    return this.attached.s;
   }
 
   async start(): Promise<void> {}
@@ -195,7 +199,7 @@ export class SingleProcess implements Coordinator {
   }
 
   async createNode(_name: string, records: (nid: number) => Op[]): Promise<void> {
-    const nodes = (this.host as CoordinatorHost).nodes;
+    const { nodes } = this.attached;
     await this.s.committer.add(records(nodes.nextNid++));
   }
 

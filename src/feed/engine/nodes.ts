@@ -15,6 +15,7 @@ import {
   stampOfIndexKey,
 } from '../store/keys.ts';
 import type { Op, StoreReader } from '../store/store.ts';
+import { enableAudience } from './audience.ts';
 import type { Coordinator } from './coordinator.ts';
 import { ALL, lastCursorOf, loadViews, resolveView, X_VIEW } from './filters.ts';
 import { type EngineState, json, type NodeMeta, type NodeState, parse, serialize } from './state.ts';
@@ -257,6 +258,11 @@ export class NodeRegistry {
     const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
     const st = this.ready.get(feed.node);
     return st ? resolveView(st.views, filterKey(feed.filter), reader) : undefined;
+  }
+
+  /** Makes the node keep public and reader indexes, before its first item with an audience. */
+  enableAudience(node: string): Promise<void> {
+    return enableAudience(this.s, this, node);
   }
 
   /** Items in the node, tombstones included. */

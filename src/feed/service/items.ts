@@ -144,7 +144,7 @@ async function publishWithin(
         throw new BadRequest(
           'an append-only node takes no item with an audience (its archives are for every reader)',
         );
-      if (audience) await ctx.engine.enableAudience(node);
+      if (audience) await ctx.engine.nodes.enableAudience(node);
       await ctx.engine.writable();
       // A publisher who is not the node's (publish_model open or subscribers) replaces only their
       // own items, hidden from them or not (protocol.md 11); decided with the write, in the engine.
