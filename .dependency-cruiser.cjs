@@ -3,6 +3,7 @@
 const BINDINGS = '^src/(xmpp|http|bot|fasp|render)/|^src/cli(/|\\.ts$)';
 const ENGINE = '^src/feed/engine(\\.ts$|/)';
 const STORE = '^src/feed/store/';
+const CLUSTER = '^src/feed/cluster/';
 // A driver resolved in node_modules, or named without being installed.
 const DRIVERS = '(^|(^|/)node_modules/)(classic-level|memory-level|postgres|pg)(/|$)';
 
@@ -22,7 +23,31 @@ module.exports = {
       comment:
         'A binding calls the feed service; the engine, the store, the key layout and drivers are below it.',
       from: { path: BINDINGS },
-      to: { path: [ENGINE, STORE, DRIVERS] },
+      to: { path: [ENGINE, STORE, CLUSTER, DRIVERS] },
+    },
+    {
+      name: 'engine-imports-the-cluster',
+      severity: 'error',
+      comment:
+        'The cluster sits beside the engine behind one seam (engine/coordinator.ts): it may import the engine, never the reverse.',
+      from: { path: ENGINE },
+      to: { path: CLUSTER },
+    },
+    {
+      name: 'cluster-imports-the-service',
+      severity: 'error',
+      comment:
+        'The cluster coordinates engines: it knows the engine, the store and the model, not the rules above them.',
+      from: { path: CLUSTER },
+      to: { path: '^src/feed/(service|check)/' },
+    },
+    {
+      name: 'feed-imports-above-it',
+      severity: 'error',
+      comment:
+        'src/feed is the bottom of the house: transports (src/peers), sockets and process concerns are handed in from above.',
+      from: { path: '^src/feed/' },
+      to: { path: '^src/', pathNot: '^src/feed/' },
     },
     {
       name: 'feed-imports-a-binding',

@@ -67,7 +67,7 @@ try {
       const batch: Promise<unknown>[] = [];
       for (; written < end && batch.length < 256; written++) {
         const id = `item-${written}`;
-        batch.push(engine.publish(NODE, { id, entry: entryOf(id) }, { appendOnly: true }));
+        batch.push(engine.writes.publish(NODE, { id, entry: entryOf(id) }, { appendOnly: true }));
       }
       await Promise.all(batch);
     }

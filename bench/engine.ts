@@ -125,14 +125,14 @@ interface Depth {
 
 async function publishAll(engine: FeedEngine, depths: Depth[]): Promise<number> {
   const wanted = new Map(depths.map((d) => [d.index, d]));
-  await engine.createNode(NODE);
+  await engine.nodes.createNode(NODE);
   let next = 1;
   const start = performance.now();
   // Each worker publishes one item at a time; ids are taken in order, so the feed is in id order.
   const worker = async () => {
     while (next <= N) {
       const i = next++;
-      const change = await engine.publish(NODE, { id: itemId(i), entry: atomEntry(i) });
+      const change = await engine.writes.publish(NODE, { id: itemId(i), entry: atomEntry(i) });
       const depth = wanted.get(i);
       if (depth) depth.cursor = change.feeds.modified.cursor;
       progress('engine', i);
@@ -151,11 +151,11 @@ interface Latency {
 }
 
 async function readLatency(engine: FeedEngine, label: string, since: string): Promise<Latency> {
-  for (let i = 0; i < 20; i++) await engine.read(NODE, { since, max: PAGE }); // warm-up
+  for (let i = 0; i < 20; i++) await engine.reads.read(NODE, { since, max: PAGE }); // warm-up
   const times: number[] = [];
   for (let i = 0; i < READS; i++) {
     const start = performance.now();
-    const page = await engine.read(NODE, { since, max: PAGE });
+    const page = await engine.reads.read(NODE, { since, max: PAGE });
     times.push(performance.now() - start);
     if (page.items.length !== PAGE) throw new Error(`read at ${label} gave ${page.items.length} items`);
   }
@@ -194,7 +194,7 @@ try {
   let heap = 0;
   try {
     seconds = await publishAll(engine, depths);
-    if ((await engine.total(NODE)) !== N) throw new Error('the node does not hold every item');
+    if ((await engine.nodes.total(NODE)) !== N) throw new Error('the node does not hold every item');
 
     console.error(`(c) page reads (max ${PAGE}), ${READS} per depth`);
     latencies = [];

@@ -87,7 +87,7 @@ async function pageMedian(
     );
     const since = `cursor:${cursorOf(positions[k] as number)}`;
     const t = performance.now();
-    const page = await engine.read(feed, { since, max: 50 }, reader);
+    const page = await engine.reads.read(feed, { since, max: 50 }, reader);
     times.push(performance.now() - t);
     if (page.items.length === 0) throw new Error(`empty page in ${feed} at ${k}`);
   }
@@ -99,14 +99,14 @@ async function main(): Promise<void> {
   try {
     const engine = await FeedEngine.open(dir);
     let t = performance.now();
-    await engine.importNode(NODE, records());
+    await engine.transfer.importNode(NODE, records());
     const importMs = performance.now() - t;
     t = performance.now();
-    await engine.enableAudience(NODE);
+    await engine.nodes.enableAudience(NODE);
     const audienceMs = performance.now() - t;
     // A few items for the reader alone, among the last ones: the reader's view merges them.
     for (let j = 0; j < 20; j++) {
-      await engine.publish(NODE, {
+      await engine.writes.publish(NODE, {
         id: `private-${j}`,
         entry: `<entry xmlns='http://www.w3.org/2005/Atom'><title>For the reader</title><category term='rare'/></entry>`,
         audience: [READER],
@@ -132,7 +132,7 @@ async function main(): Promise<void> {
     const results: number[] = [];
     for (const [r, [label, feed, positions]] of rows.entries()) {
       const reader = readers[r] as string;
-      const total = (await engine.read(feed, { max: 0 }, reader)).total;
+      const total = (await engine.reads.read(feed, { max: 0 }, reader)).total;
       const shallow = await pageMedian(engine, feed, reader, positions, 0.01);
       const deep = await pageMedian(engine, feed, reader, positions, 0.99);
       results.push(shallow, deep);

@@ -1,6 +1,6 @@
 /**
  * The hand-off hop alone: CPU per handed publish on each side of the TCP link between two
- * instances (src/feed/engine/peerTcp.ts), without XMPP, PostgreSQL or rounds. One process sends
+ * instances (src/peers/tcp.ts), without XMPP, PostgreSQL or rounds. One process sends
  * publishes as an instance that does not hold their node does; a second process (forked) answers
  * each with the change an in-memory engine made for the same publish, a turn of the event loop
  * later, as a holder answers after its round. Prints both processes' CPU µs per request.
@@ -10,10 +10,10 @@
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import type { Handed, HandedReply } from '../src/feed/engine/handoff.ts';
-import { TcpPeerLink } from '../src/feed/engine/peerTcp.ts';
+import type { Handed, HandedReply } from '../src/feed/cluster/handoff.ts';
 import { FeedEngine } from '../src/feed/engine.ts';
 import type { Change } from '../src/feed/model/feed.ts';
+import { TcpPeerLink } from '../src/peers/tcp.ts';
 import { printUsage } from './usage.ts';
 
 const { values } = parseArgs({
@@ -43,8 +43,8 @@ type FromHolder = { address: string } | { cpu: NodeJS.CpuUsage };
 async function holder(): Promise<void> {
   // The answer a holder gives: the change of a real publish of the same size.
   const engine = await FeedEngine.inMemory();
-  await engine.createNode('bench');
-  const change: Change = await engine.publish('bench', {
+  await engine.nodes.createNode('bench');
+  const change: Change = await engine.writes.publish('bench', {
     id: 'item-0',
     entry: entry(0),
     publisher: 'pub0@localhost',

@@ -175,7 +175,7 @@ async function benchMode(): Promise<void> {
     // The cursor at each depth (the hit run's page), and for a miss run those of MISS_PAGES items
     // beside it, towards the middle so that each page is still full.
     const cursorsOf = async (from: number, n: number) =>
-      (await engine.getItems(NODE, ids.slice(from, from + n))).map((i) => i.cursor);
+      (await engine.reads.getItems(NODE, ids.slice(from, from + n))).map((i) => i.cursor);
     const depthAt = async (label: string, at: number, towards: 1 | -1) => ({
       label,
       hit: (await cursorsOf(at, 1))[0] as string,
@@ -185,7 +185,7 @@ async function benchMode(): Promise<void> {
       await depthAt('1 %', Math.floor(N * 0.01), 1),
       await depthAt('99 %', Math.floor(N * 0.99), -1),
     ];
-    const last = (await engine.read(NODE, { last: true, max: 1 })).items[0]?.cursor as string;
+    const last = (await engine.reads.read(NODE, { last: true, max: 1 })).items[0]?.cursor as string;
     await engine.close();
 
     const profile = values['cpu-prof'] ? ['--cpu-prof', `--cpu-prof-dir=${values['cpu-prof']}`] : [];
@@ -362,13 +362,13 @@ async function fill(dir: string, n: number): Promise<string[]> {
   const ids = Array.from({ length: n }, (_, i) => `item-${String(i).padStart(width, '0')}`);
   const started = performance.now();
   try {
-    await engine.createNode(NODE);
+    await engine.nodes.createNode(NODE);
     for (let i = 0; i < n; i += 256) {
       await Promise.all(
         ids.slice(i, i + 256).map((id) => {
           const head = `<entry xmlns="http://www.w3.org/2005/Atom"><id>urn:bench:${id}</id><title>Item ${id}</title><content type="text">`;
           const tail = '</content></entry>';
-          return engine.publish(NODE, {
+          return engine.writes.publish(NODE, {
             id,
             entry: head + 'x'.repeat(1024 - head.length - tail.length) + tail,
           });

@@ -61,7 +61,7 @@ try {
   const dataDir = await mkdtemp(join(tmpdir(), 'smartfeeds-bench-mirror-'));
   dirs.push(dataDir);
   engine = await FeedEngine.open(dataDir);
-  await engine.createNode(NODE);
+  await engine.nodes.createNode(NODE);
   log(`filling ${fmt(N)} items of 1 KiB`);
   const e = engine;
   let next = 0;
@@ -69,7 +69,7 @@ try {
     Array.from({ length: 64 }, async () => {
       while (next < N) {
         const i = next++;
-        await e.publish(NODE, { id: `item-${i}`, entry: atomEntry(i) });
+        await e.writes.publish(NODE, { id: `item-${i}`, entry: atomEntry(i) });
       }
     }),
   );
@@ -107,7 +107,7 @@ try {
     await mirror.follower.caughtUp();
     const seconds = (performance.now() - start) / 1000;
     const copied = await store.count();
-    const total = await e.total(NODE);
+    const total = await e.nodes.total(NODE);
     if (copied !== total) throw new Error(`the copy holds ${copied} items, not ${total}`);
     rows.push([
       `copy ${fmt(total)} items, pages of ${pageSize}`,
@@ -118,8 +118,8 @@ try {
     const FOLLOW = 2000;
     const followStart = performance.now();
     for (let i = 0; i < FOLLOW; i++)
-      await e.publish(NODE, { id: `live-${pageSize}-${i}`, entry: atomEntry(i) });
-    const last = (await e.read(NODE, { last: true, max: 1 })).items[0]?.cursor;
+      await e.writes.publish(NODE, { id: `live-${pageSize}-${i}`, entry: atomEntry(i) });
+    const last = (await e.reads.read(NODE, { last: true, max: 1 })).items[0]?.cursor;
     while (store.cursor() !== last) await new Promise((resolve) => setTimeout(resolve, 20));
     const followSeconds = (performance.now() - followStart) / 1000;
     rows.push([

@@ -68,7 +68,7 @@ const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFracti
 
 /** The cursor of the item at `index` (1-based), read through the engine. */
 async function cursorAt(engine: FeedEngine, index: number): Promise<string> {
-  const page = await engine.read(NODE, { since: `id:${itemId(index - 1)}`, max: 1 });
+  const page = await engine.reads.read(NODE, { since: `id:${itemId(index - 1)}`, max: 1 });
   const item = page.items[0];
   if (item?.id !== itemId(index)) throw new Error(`no item ${itemId(index)}`);
   return item.cursor;
@@ -76,11 +76,11 @@ async function cursorAt(engine: FeedEngine, index: number): Promise<string> {
 
 /** Times READS page reads since `since`, after a warm-up; p50 and p99 in ms. */
 async function latency(engine: FeedEngine, since: string): Promise<{ p50: number; p99: number }> {
-  for (let i = 0; i < 20; i++) await engine.read(NODE, { since, max: PAGE });
+  for (let i = 0; i < 20; i++) await engine.reads.read(NODE, { since, max: PAGE });
   const times: number[] = [];
   for (let i = 0; i < READS; i++) {
     const start = performance.now();
-    const page = await engine.read(NODE, { since, max: PAGE });
+    const page = await engine.reads.read(NODE, { since, max: PAGE });
     times.push(performance.now() - start);
     if (page.items.length !== PAGE) throw new Error(`a read gave ${page.items.length} items`);
   }
@@ -95,7 +95,7 @@ try {
   const level = join(dir, 'level');
   let start = performance.now();
   let engine = await FeedEngine.open(level);
-  await engine.importNode(NODE, records());
+  await engine.transfer.importNode(NODE, records());
   await engine.close();
   const importSeconds = (performance.now() - start) / 1000;
   console.error(`  imported into LevelDB in ${fmt(importSeconds, 1)} s; copying into PostgreSQL`);

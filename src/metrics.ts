@@ -37,12 +37,16 @@ export interface ObservedEngine {
   onChange(
     listener: (change: { changed: boolean; kind: string; item: { modified: number } }) => void,
   ): () => void;
-  /** Among several instances, how the writes routed between them went (engine/handoff.ts). */
-  handoffs(): { sent: number; taken: number; here: number; lost: number } | undefined;
-  /** Among several instances, the changes this one pushed, by where it took them (FeedEngine.pushedFrom). */
-  pushedFrom(): { memory: number; log: number } | undefined;
-  /** On PostgreSQL, publishes and retractions refused for the database, by what is known of them. */
-  storageRefusals(): { not_written: number; unknown: number };
+  coordinator: {
+    /** Among several instances, how the writes routed between them went (cluster/handoff.ts). */
+    handoffs(): Record<string, number> | undefined;
+    /** Among several instances, the changes this one pushed, by where it took them. */
+    pushedFrom(): { memory: number; log: number } | undefined;
+  };
+  deadlines: {
+    /** On PostgreSQL, publishes and retractions refused for the database, by what is known of them. */
+    refusalCounts(): { not_written: number; unknown: number };
+  };
 }
 
 /**
@@ -177,21 +181,21 @@ export class Metrics {
       'smartfeeds_handoff_writes_total',
       'Publishes and retractions routed among several instances, by way',
       'way',
-      () => engine.handoffs(),
+      () => engine.coordinator.handoffs(),
     );
     countsByLabel(
       this.registry,
       'smartfeeds_pushed_changes_total',
       'Among several instances, changes and node events this instance pushed, by where it took them',
       'from',
-      () => engine.pushedFrom(),
+      () => engine.coordinator.pushedFrom(),
     );
     countsByLabel(
       this.registry,
       'smartfeeds_storage_refusals_total',
       'On PostgreSQL, publishes and retractions refused because the database failed or did not answer by their deadline (--write-timeout): not_written, or unknown (committed whole or not at all)',
       'outcome',
-      () => engine.storageRefusals(),
+      () => engine.deadlines.refusalCounts(),
     );
     return engine.onChange((change) => {
       if (!change.changed) return;

@@ -4,6 +4,7 @@ import type { Element } from 'ltx';
 import type { FeedBot } from './bot/bot.ts';
 import { type Config, withoutPassword } from './config.ts';
 import { FaspServer } from './fasp/server.ts';
+import type { ClusterCoordinator } from './feed/cluster/coordinator.ts';
 import { FeedEngine } from './feed/engine.ts';
 import { FeedService } from './feed/service/service.ts';
 import {
@@ -17,6 +18,7 @@ import { HttpBinding, type HttpPlugin } from './http/server.ts';
 import { webRoutes } from './http/web/routes.ts';
 import type { Log } from './log.ts';
 import { Metrics } from './metrics.ts';
+import { listenForPeers } from './peers/tcp.ts';
 import { levelledLog, reloadOnHangup } from './reload.ts';
 import { PubsubComponent } from './xmpp/service.ts';
 
@@ -30,7 +32,7 @@ const EARLY_STANZAS = 1000;
 export async function serve(config: Config, reread: () => Config = () => config): Promise<number> {
   const { log, setLevel } = levelledLog(config.logLevel, config.logFormat);
   const stopReloading = reloadOnHangup(config, reread, setLevel, log);
-  const engine = await openEngine(config);
+  const { engine, cluster } = await openEngine(config);
   // The one service every binding calls: it owns the rules; the engine below it owns the data.
   const feeds = new FeedService(engine, {
     admins: config.admins.map((a) => jid(a).bare().toString()),
@@ -113,19 +115,23 @@ export async function serve(config: Config, reread: () => Config = () => config)
   if (pubsub) {
     await pubsub.start();
     // Among several instances on one store, this one takes its share of the pushes (leases).
-    await feeds.startDelivering({
+    const failed = (e: unknown) => log.warn('push leases', { error: String(e) });
+    await cluster?.startPushing({
       holder: `${hostname()}:${process.pid}`,
       ttl: config.pushLeaseMs,
       // The component's secret, which every pushing instance has, admits the others' hand-offs.
-      ...(config.handoff ? { handoff: { ...config.handoff, secret: config.secret } } : {}),
-      failed: (e) => log.warn('push leases', { error: String(e) }),
+      ...(config.handoff
+        ? { handoff: await listenForPeers({ ...config.handoff, secret: config.secret }, failed) }
+        : {}),
+      failed,
     });
-  } else if (config.handoff) {
+  } else if (config.handoff && cluster) {
     // No pushes here, but writes still go to their node's holder (on a shared store).
-    await feeds.startRouting({
+    const failed = (e: unknown) => log.warn('hand-off owners', { error: String(e) });
+    await cluster.startRouting({
       ttl: config.pushLeaseMs,
-      handoff: { ...config.handoff, secret: config.secret },
-      failed: (e) => log.warn('hand-off owners', { error: String(e) }),
+      handoff: await listenForPeers({ ...config.handoff, secret: config.secret }, failed),
+      failed,
     });
   }
   if (pubsub && botModule) {
@@ -140,7 +146,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
   await http?.close();
   await provider?.stop();
   // The other instances take this one's share of the pushes at once.
-  await feeds.stopDelivering();
+  await cluster?.stopPushing();
   await pubsub?.stop();
   // Pushpin is told of every change committed here, up to the last (protocol.md 14).
   await http?.stopPublishing();
@@ -157,11 +163,14 @@ export async function serve(config: Config, reread: () => Config = () => config)
  * The engine on the configured store: PostgreSQL (--store postgres://…) shared with the other
  * instances on that database (docs/operations.md "Several instances"), else LevelDB at --data, this process's own.
  */
-async function openEngine(config: Config): Promise<FeedEngine> {
+async function openEngine(config: Config): Promise<{ engine: FeedEngine; cluster?: ClusterCoordinator }> {
   const options = { limits: config.limits, sync: config.sync, writeTimeoutMs: config.writeTimeoutMs };
-  if (config.store === undefined) return FeedEngine.open(config.data, options);
+  if (config.store === undefined) return { engine: await FeedEngine.open(config.data, options) };
   const { openSharedPostgresStore } = await import('./feed/store/postgresShared.ts');
-  return FeedEngine.openStore(await openSharedPostgresStore(config.store), options);
+  const { openClusterEngine } = await import('./feed/cluster/open.ts');
+  // The coordinator of the instances on that database, made here and handed to the engine.
+  const engine = await openClusterEngine(await openSharedPostgresStore(config.store), options);
+  return { engine, cluster: engine.coordinator };
 }
 
 function logStart(config: Config, log: Log): void {

@@ -87,7 +87,7 @@ afterEach(async () => {
 });
 
 const titles = async (node: string) =>
-  (await engine.read(node, { max: 250 })).items.map((i) => /<title[^>]*>([^<]*)</.exec(i.entry)?.[1]);
+  (await engine.reads.read(node, { max: 250 })).items.map((i) => /<title[^>]*>([^<]*)</.exec(i.entry)?.[1]);
 
 describe('formats', () => {
   it.each([
@@ -105,7 +105,7 @@ describe('formats', () => {
     expect(await policy.affiliation(rec.node, 'feeds.example')).toBe('owner');
     expect(rec.node).toMatch(/^feed:127\.0\.0\.1:\d+:[0-9a-f]{24}$/);
     expect(await titles(rec.node)).toEqual(expected);
-    const [item] = (await engine.read(rec.node, { last: true, max: 1 })).items;
+    const [item] = (await engine.reads.read(rec.node, { last: true, max: 1 })).items;
     expect(item?.entry).toMatch(/^<entry xmlns="http:\/\/www.w3.org\/2005\/Atom">/);
     expect(item?.entry).toContain('<link rel="alternate" href="');
   });
@@ -113,7 +113,7 @@ describe('formats', () => {
   it('keeps content and authors in the Atom entry', async () => {
     server.document('/full.xml', () => fixture('rss2.xml'));
     const rec = await ingest.add(server.url('/full.xml'));
-    const last = (await engine.read(rec.node, { last: true, max: 1 })).items[0]?.entry ?? '';
+    const last = (await engine.reads.read(rec.node, { last: true, max: 1 })).items[0]?.entry ?? '';
     expect(last).toContain(
       '<content type="html">&lt;p&gt;Third &lt;em&gt;body&lt;/em&gt;&lt;/p&gt;</content>',
     );
@@ -131,7 +131,7 @@ describe('formats', () => {
       ),
     );
     const rec = await ingest.add(server.url('/big.xml'));
-    expect(await engine.total(rec.node)).toBe(1000);
+    expect(await engine.nodes.total(rec.node)).toBe(1000);
     const first = await titles(rec.node);
     expect(first.slice(0, 2)).toEqual(['Entry big0000', 'Entry big0001']);
     expect(await ingest.poll(rec.node)).toEqual({ created: 0, updated: 0, notModified: true });
@@ -196,7 +196,7 @@ describe('refusals', () => {
   ])('%s', async (_what, path, setup, message) => {
     setup();
     await expect(ingest.add(path.startsWith('/') ? server.url(path) : path)).rejects.toThrow(message);
-    expect(await engine.listNodes()).toEqual([]);
+    expect(await engine.nodes.listNodes()).toEqual([]);
   });
 
   it('a server that answers too slowly', async () => {
@@ -355,7 +355,7 @@ describe('the bounds of the user who asked (feed/service/bounds.ts)', () => {
     server.document('/five.xml', () => rss('Five', entries));
     const rec = await bounded.add(server.url('/five.xml'), 'mallory@example.org');
     expect(rec.addedBy).toBe('mallory@example.org');
-    expect(await engine.total(rec.node)).toBe(3);
+    expect(await engine.nodes.total(rec.node)).toBe(3);
     // Nothing left in the allowance: the poll publishes nothing, and asks the whole document again.
     expect(await bounded.poll(rec.node)).toEqual({ created: 0, updated: 0, notModified: false });
     clock.t += HOUR;
@@ -364,7 +364,7 @@ describe('the bounds of the user who asked (feed/service/bounds.ts)', () => {
     // Another user's feed is written in full meanwhile.
     server.document('/other.xml', () => rss('Other', entries));
     const other = await bounded.add(server.url('/other.xml'), 'alice@example.org');
-    expect(await engine.total(other.node)).toBe(3);
+    expect(await engine.nodes.total(other.node)).toBe(3);
   });
 });
 
@@ -374,7 +374,7 @@ describe('addresses', () => {
     const a = await ingest.add(server.url('/Norm.xml'));
     const b = await ingest.add(`${server.url('/Norm.xml').replace('http://', 'HTTP://')}#top`);
     expect(b.node).toBe(a.node);
-    expect(await engine.listNodes()).toEqual([a.node]);
+    expect(await engine.nodes.listNodes()).toEqual([a.node]);
   });
 
   it('files a feed under the target of permanent redirects, so /feed and /feed/ meet', async () => {
@@ -408,7 +408,7 @@ describe('identity and change detection', () => {
     doc = rss('Moving', entries(['e5', 'e4']));
     expect(await ingest.poll(rec.node)).toEqual({ created: 0, updated: 0, notModified: false });
     expect(changes).toEqual([]);
-    expect(await engine.total(rec.node)).toBe(5);
+    expect(await engine.nodes.total(rec.node)).toBe(5);
 
     doc = rss('Moving', entries(['e7', 'e6', 'e5', 'e4', 'e3', 'e2', 'e1']));
     expect(await ingest.poll(rec.node)).toMatchObject({ created: 2, updated: 0 });
@@ -416,7 +416,7 @@ describe('identity and change detection', () => {
       ['create', 'Entry e6'],
       ['create', 'Entry e7'],
     ]);
-    expect(await engine.total(rec.node)).toBe(7);
+    expect(await engine.nodes.total(rec.node)).toBe(7);
   });
 
   it('republishes an entry only when its content changed, not its date', async () => {
@@ -485,7 +485,7 @@ describe('identity and change detection', () => {
     server.status('/flaky.xml', 500);
     await ingest.poll(rec.node);
     expect(ingest.feed(rec.node)).toMatchObject({ failures: 2, lastError: 'HTTP 500' });
-    expect(await engine.total(rec.node)).toBe(1);
+    expect(await engine.nodes.total(rec.node)).toBe(1);
     server.document('/flaky.xml', () => rss('Flaky', entries(['f2', 'f1'])));
     expect(await ingest.poll(rec.node)).toMatchObject({ created: 1 });
     expect(ingest.feed(rec.node)).toMatchObject({ failures: 0 });
@@ -500,10 +500,10 @@ describe('identity and change detection', () => {
     const rec = await quick.add(server.url('/quick.xml'));
     quick.start(10);
     doc = rss('Quick', entries(['q2', 'q1']));
-    for (let i = 0; i < 500 && (await engine.total(rec.node)) < 2; i++)
+    for (let i = 0; i < 500 && (await engine.nodes.total(rec.node)) < 2; i++)
       await new Promise((r) => setTimeout(r, 20));
     await quick.stop();
-    expect(await engine.total(rec.node)).toBe(2);
+    expect(await engine.nodes.total(rec.node)).toBe(2);
   });
 
   it('keeps feeds and seen entries across a reopen', async () => {

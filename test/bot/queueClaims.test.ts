@@ -3,8 +3,8 @@
 // send every message; only those a dead instance held may be sent twice.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { openClusterEngine } from '../../src/feed/cluster/open.ts';
 import type { Claim } from '../../src/feed/engine/kv.ts';
-import { FeedEngine } from '../../src/feed/engine.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
 
 const PREFIX = 'u\u0000';
@@ -28,7 +28,7 @@ describe('claims of a shared queue', () => {
         fc.integer({ min: 0, max: 20 }),
         fc.array(step, { maxLength: 30 }),
         async (n, steps) => {
-          const engine = await FeedEngine.openStore((await SharedMemory.create()).connect());
+          const engine = await openClusterEngine((await SharedMemory.create()).connect());
           const queue = engine.kv<number>('q');
           const claims = engine.kv<Claim<number>>('q.claims');
           await queue.batch(Array.from({ length: n }, (_, i) => ({ key: key(i), value: i })));

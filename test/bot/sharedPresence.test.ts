@@ -55,7 +55,10 @@ async function twoInstances(prefix = 'feed:x.example:'): Promise<{ a: Instance; 
   closers.push(() => closeInstance(a));
   const b = await instance(shared, 'b', { push: true, ttl: 300 });
   closers.push(() => closeInstance(b));
-  await until(() => a.engine.pushBuckets().length === 32 && b.engine.pushBuckets().length === 32);
+  await until(
+    () =>
+      a.engine.coordinator.pushBuckets().length === 32 && b.engine.coordinator.pushBuckets().length === 32,
+  );
   let node = '';
   for (let i = 0; !node; i++) {
     await b.service.create(OPERATOR, `${prefix}${i}`);
@@ -198,13 +201,13 @@ describe('the feed bot among several instances', () => {
     // Erin subscribes by chat through a (what a's bot writes), after b read the subscriptions.
     const atA = new ChatSubscribers(a.service.kv('bot.subs'), true);
     await atA.add('erin@localhost', { node, url: 'http://x.example/f', since: 0 });
-    await b.engine.publish(node, { id: 'one', entry: entry('First') });
+    await b.engine.writes.publish(node, { id: 'one', entry: entry('First') });
     await until(() => chatsTo(botB.sent, 'erin@localhost').length === 1);
     expect(chatsTo(botB.sent, 'erin@localhost')[0]).toContain('First');
     // She unsubscribes through a: b stops, and still announces to Frank, who subscribed through a too.
     await atA.add('frank@localhost', { node, url: 'http://x.example/f', since: 0 });
     await atA.remove('erin@localhost', [node]);
-    await b.engine.publish(node, { id: 'two', entry: entry('Second') });
+    await b.engine.writes.publish(node, { id: 'two', entry: entry('Second') });
     await until(() => chatsTo(botB.sent, 'frank@localhost').length === 1);
     expect(chatsTo(botB.sent, 'frank@localhost')[0]).toContain('Second');
     expect(chatsTo(botB.sent, 'erin@localhost')).toHaveLength(1);
@@ -223,7 +226,7 @@ describe('the feed bot among several instances', () => {
     // Carol comes online at a; b, which pushes the node, sends her the entry and keeps Dave's.
     botA.bot.receive(presence('carol@localhost/phone'));
     await until(() => botB.bot.delivery.isOnline('carol@localhost'));
-    await b.engine.publish(node, { id: 'one', entry: entry('First') });
+    await b.engine.writes.publish(node, { id: 'one', entry: entry('First') });
     await until(() => chatsTo(botB.sent, 'carol@localhost').length === 1);
     expect(chatsTo(botB.sent, 'carol@localhost')[0]).toContain('First');
     await until(async () => (await a.service.kv('bot.queue').entries('dave@localhost\0')).length === 1);
@@ -236,7 +239,7 @@ describe('the feed bot among several instances', () => {
     expect(chatsTo(botA.sent, 'dave@localhost')[0]).toContain('First');
     botA.bot.receive(presence('carol@localhost/phone', 'unavailable'));
     await until(async () => !(await botB.bot.delivery.isOnline('carol@localhost')));
-    await b.engine.publish(node, { id: 'two', entry: entry('Second') });
+    await b.engine.writes.publish(node, { id: 'two', entry: entry('Second') });
     await until(() => chatsTo(botB.sent, 'dave@localhost').length === 1);
     expect(chatsTo(botB.sent, 'dave@localhost')[0]).toContain('Second');
     await until(async () => (await b.service.kv('bot.queue').entries('carol@localhost\0')).length === 1);

@@ -69,7 +69,7 @@ async function build(): Promise<string> {
       ...(audience ? { audience } : {}),
     });
   };
-  await engine.createNode('blog');
+  await engine.nodes.createNode('blog');
   await publish('open', 'news');
   await publish('for-alice', 'news', ['alice@x']);
   await publish('for-bob', undefined, ['bob@x']);

@@ -48,16 +48,20 @@ async function build(): Promise<string> {
   const clock = new Clock();
   const engine = await FeedEngine.open(dir, { now: clock.now });
   const pub = (node: string, id: string) =>
-    engine.publish(node, { id, entry: entry(`${node} ${id}`), publisher: 'admin@x' }, { autoCreate: true });
+    engine.writes.publish(
+      node,
+      { id, entry: entry(`${node} ${id}`), publisher: 'admin@x' },
+      { autoCreate: true },
+    );
   for (const id of ['a', 'b', 'c']) await pub('blog', id);
   for (let i = 0; i < 40; i++) {
     clock.t += 1000;
     await pub(i % 3 === 0 ? 'news' : 'blog', `i${i}`);
   }
   await pub('blog', 'b');
-  await engine.retract('blog', 'c');
-  await engine.subscribe('blog', 'alice@x/phone', 'alice@x');
-  await engine.subscribe('news?order=created', 'bob@x', 'bob@x');
+  await engine.writes.retract('blog', 'c');
+  await engine.subscriptions.subscribe('blog', 'alice@x/phone', 'alice@x');
+  await engine.subscriptions.subscribe('news?order=created', 'bob@x', 'bob@x');
   await engine.close();
   return dir;
 }
@@ -68,16 +72,19 @@ async function pages(location: string): Promise<unknown[]> {
   try {
     const seen: unknown[] = [];
     for (const feed of ['blog', 'blog?order=created', 'news', 'news?order=created']) {
-      let page = await engine.read(feed, { max: 7 });
+      let page = await engine.reads.read(feed, { max: 7 });
       seen.push(page);
       while (!page.atEnd) {
         const last = page.items.at(-1)?.cursor as string;
-        page = await engine.read(feed, { since: last, max: 7 });
+        page = await engine.reads.read(feed, { since: last, max: 7 });
         seen.push(page);
       }
-      seen.push(await engine.read(feed, { last: true, max: 5 }));
+      seen.push(await engine.reads.read(feed, { last: true, max: 5 }));
     }
-    seen.push(await engine.subscriptionsOf('blog'), await engine.subscriptionsOf('news'));
+    seen.push(
+      await engine.subscriptions.subscriptionsOf('blog'),
+      await engine.subscriptions.subscriptionsOf('news'),
+    );
     return seen;
   } finally {
     await engine.close();

@@ -33,14 +33,14 @@ type State = Map<string, { entry: string; deleted: boolean }>;
 async function feedState(feed: string): Promise<{ state: State; last: string | undefined }> {
   const state: State = new Map();
   let last: string | undefined;
-  let page = await stack.engine.read(feed, { max: 250 });
+  let page = await stack.engine.reads.read(feed, { max: 250 });
   for (;;) {
     for (const item of page.items) {
       state.set(item.id, { entry: canonicalXml(parse(item.entry)), deleted: item.deleted });
       last = item.cursor;
     }
     if (page.items.length === 0 || page.atEnd) break;
-    page = await stack.engine.read(feed, { since: `cursor:${last}`, max: 250 });
+    page = await stack.engine.reads.read(feed, { since: `cursor:${last}`, max: 250 });
   }
   return { state, last };
 }
@@ -56,7 +56,7 @@ describe(`mirror of a filtered feed on ${SERVER_TITLE}`, () => {
     const node = 'fm';
     const feed = `${node}?category=keep`;
     const random = rng(17);
-    await stack.engine.createNode(node);
+    await stack.engine.nodes.createNode(node);
     let stopped = false;
     let version = 0;
     let ops = 0;
@@ -68,20 +68,20 @@ describe(`mirror of a filtered feed on ${SERVER_TITLE}`, () => {
         if (ids.length < 5 || r < 0.45) {
           const id = `i${ids.length}`;
           ids.push(id);
-          await stack.engine.publish(node, {
+          await stack.engine.writes.publish(node, {
             id,
             entry: atom(id, ++version, category),
             publisher: 'alice@localhost',
           });
         } else if (r < 0.9) {
           const id = ids[Math.floor(random() * ids.length)] as string;
-          await stack.engine.publish(node, {
+          await stack.engine.writes.publish(node, {
             id,
             entry: atom(id, ++version, category),
             publisher: 'alice@localhost',
           });
         } else {
-          await stack.engine.retract(node, ids[Math.floor(random() * ids.length)] as string);
+          await stack.engine.writes.retract(node, ids[Math.floor(random() * ids.length)] as string);
         }
         ops += 1;
         if (random() < 0.3) await sleep(Math.floor(random() * 15));

@@ -70,21 +70,21 @@ class Writer {
       if (this.ids.length < 5 || r < 0.5) {
         const id = `i${this.ids.length}`;
         this.ids.push(id);
-        await engine.publish(this.node, {
+        await engine.writes.publish(this.node, {
           id,
           entry: atom(id, ++this.version),
           publisher: 'alice@localhost',
         });
       } else if (r < 0.85) {
         const id = this.ids[Math.floor(this.random() * this.ids.length)] as string;
-        await engine.publish(this.node, {
+        await engine.writes.publish(this.node, {
           id,
           entry: atom(id, ++this.version),
           publisher: 'alice@localhost',
         });
       } else {
         const id = this.ids[Math.floor(this.random() * this.ids.length)] as string;
-        await engine.retract(this.node, id);
+        await engine.writes.retract(this.node, id);
       }
       this.ops += 1;
       // Bursts and pauses: sometimes several writes between two pushes, sometimes a quiet moment.
@@ -134,7 +134,7 @@ type State = Map<string, { entry: string; deleted: boolean; publisher: string | 
 
 async function serverState(node: string): Promise<{ state: State; last: string | undefined }> {
   const state: State = new Map();
-  for await (const rec of stack.engine.exportNode(node)) {
+  for await (const rec of stack.engine.transfer.exportNode(node)) {
     // The same spelling as the client's (attribute order is not kept on the way).
     state.set(rec.id, {
       entry: canonicalXml(parse(rec.entry)),
@@ -142,7 +142,7 @@ async function serverState(node: string): Promise<{ state: State; last: string |
       publisher: rec.publisher,
     });
   }
-  const page = await stack.engine.read(node, { last: true, max: 1 });
+  const page = await stack.engine.reads.read(node, { last: true, max: 1 });
   return { state, last: page.items[0]?.cursor };
 }
 
@@ -194,7 +194,7 @@ async function run(
   faults: Faults = {},
 ): Promise<{ applies: Map<string, number>; stats: Mirror['follower']['stats'] }> {
   const random = rng(seed);
-  await stack.engine.createNode(node);
+  await stack.engine.nodes.createNode(node);
   const writer = new Writer(node, random);
   writer.start();
   try {
@@ -305,7 +305,7 @@ describe(`mirror on ${SERVER_TITLE}`, () => {
   it('ends equal when the mirror process is killed and restarted', async () => {
     const node = 'm-kill';
     const random = rng(5);
-    await stack.engine.createNode(node);
+    await stack.engine.nodes.createNode(node);
     const writer = new Writer(node, random);
     writer.start();
     const dir = await tempDir();
@@ -418,9 +418,9 @@ describe(`client on ${SERVER_TITLE}`, () => {
       const refused = await client.pull('no-such-node').catch((e: unknown) => e);
       expect(refused).toBeInstanceOf(FeedRequestError);
       expect((refused as FeedRequestError).condition).toBe('item-not-found');
-      await stack.engine.createNode('pages');
+      await stack.engine.nodes.createNode('pages');
       for (let i = 0; i < 57; i++)
-        await stack.engine.publish('pages', { id: `p${i}`, entry: atom(`p${i}`, i) });
+        await stack.engine.writes.publish('pages', { id: `p${i}`, entry: atom(`p${i}`, i) });
       const ids: string[] = [];
       for await (const item of client.items('pages', { max: 10 })) ids.push(item.id);
       expect(ids).toEqual(Array.from({ length: 57 }, (_, i) => `p${i}`));
@@ -497,7 +497,7 @@ describe(`mirror and tail commands on ${SERVER_TITLE}`, () => {
 
   it('tail says that a position names no item, and that a broken cursor is not a cursor', async () => {
     // A node that exists: the refusal is about the position, and says what a position may be.
-    await stack.engine.createNode('spec');
+    await stack.engine.nodes.createNode('spec');
     const badSpec = await command(['tail', ...login(), '--node', 'spec', '--since', 'nonsense']);
     expect(badSpec.code).toBe(2);
     expect(badSpec.err).toBe(
@@ -511,9 +511,9 @@ describe(`mirror and tail commands on ${SERVER_TITLE}`, () => {
   });
 
   it('tail prints the feed since a position, then each new change as it comes', async () => {
-    await stack.engine.createNode('tailed');
+    await stack.engine.nodes.createNode('tailed');
     for (let i = 0; i < 5; i++)
-      await stack.engine.publish('tailed', { id: `t${i}`, entry: atom(`t${i}`, i) });
+      await stack.engine.writes.publish('tailed', { id: `t${i}`, entry: atom(`t${i}`, i) });
     let published = false;
     const result = await command(['tail', ...login(), '--node', 'tailed', '--since', 'id:t2'], {
       until: (out) => {
@@ -523,9 +523,9 @@ describe(`mirror and tail commands on ${SERVER_TITLE}`, () => {
           .map((l) => (JSON.parse(l) as { id: string }).id);
         if (ids.length === 2 && !published) {
           published = true;
-          void stack.engine
+          void stack.engine.writes
             .publish('tailed', { id: 't5', entry: atom('t5', 5) })
-            .then(() => stack.engine.retract('tailed', 't0'));
+            .then(() => stack.engine.writes.retract('tailed', 't0'));
         }
         return ids.length >= 4;
       },
@@ -547,8 +547,9 @@ describe(`mirror and tail commands on ${SERVER_TITLE}`, () => {
 
   it('mirror --once brings the copy up to date and exits; a mistyped node leaves the copy free', async () => {
     const dir = join(await tempDir(), 'copy');
-    await stack.engine.createNode('once');
-    for (let i = 0; i < 3; i++) await stack.engine.publish('once', { id: `o${i}`, entry: atom(`o${i}`, i) });
+    await stack.engine.nodes.createNode('once');
+    for (let i = 0; i < 3; i++)
+      await stack.engine.writes.publish('once', { id: `o${i}`, entry: atom(`o${i}`, i) });
     // The typo: no such node, exit 2, and the copy is not tied to it.
     const typo = await command(['mirror', ...login(), '--node', 'onse', '--out', dir, '--once']);
     expect([typo.code, typo.err]).toEqual([2, 'smartfeeds mirror: no node named "onse"\n']);
@@ -557,8 +558,8 @@ describe(`mirror and tail commands on ${SERVER_TITLE}`, () => {
     expect(first.out).toMatch(
       /^mirror: 3 changes applied, caught up at \d+_\d+_\d+ \(pulls 1, gaps 0, reconnects 0\)\n$/,
     );
-    await stack.engine.publish('once', { id: 'o3', entry: atom('o3', 3) });
-    await stack.engine.retract('once', 'o0');
+    await stack.engine.writes.publish('once', { id: 'o3', entry: atom('o3', 3) });
+    await stack.engine.writes.retract('once', 'o0');
     // Again: only what changed since the copy's cursor.
     const second = await command(['mirror', ...login(), '--node', 'once', '--out', dir, '--once']);
     expect(second.code).toBe(0);
@@ -580,6 +581,6 @@ describe(`mirror and tail commands on ${SERVER_TITLE}`, () => {
     expect(other.code).toBe(1);
     expect(other.err).toContain(`remove ${dir} to start over`);
     // --once subscribes to nothing.
-    expect(await stack.engine.subscriptionsOf('once')).toEqual([]);
+    expect(await stack.engine.subscriptions.subscriptionsOf('once')).toEqual([]);
   });
 });

@@ -37,7 +37,7 @@ async function build(): Promise<string> {
   const clock = new Clock();
   const engine = await FeedEngine.open(dir, { now: clock.now });
   const pub = (node: string, id: string) =>
-    engine.publish(
+    engine.writes.publish(
       node,
       { id, entry: entry(`${node} ${id}`, `urn:${id}`), publisher: 'admin@x' },
       {
@@ -49,15 +49,15 @@ async function build(): Promise<string> {
   await pub('blog', 'd');
   clock.t += 1000;
   await pub('blog', 'b');
-  await engine.retract('blog', 'c');
+  await engine.writes.retract('blog', 'c');
   clock.t += 1000;
   await pub('blog', 'e');
   await pub('news', 'n1');
   await pub('news', 'n2');
-  await engine.createNode('empty');
-  await engine.subscribe('blog', 'alice@x/phone', 'alice@x');
-  await engine.subscribe('blog?order=created', 'bob@x', 'bob@x');
-  await engine.subscribe('news', 'alice@x/laptop', 'alice@x');
+  await engine.nodes.createNode('empty');
+  await engine.subscriptions.subscribe('blog', 'alice@x/phone', 'alice@x');
+  await engine.subscriptions.subscribe('blog?order=created', 'bob@x', 'bob@x');
+  await engine.subscriptions.subscribe('news', 'alice@x/laptop', 'alice@x');
   await engine.close();
   return dir;
 }
@@ -136,12 +136,13 @@ async function content(dir: string) {
   const engine = await FeedEngine.open(dir);
   try {
     const nodes: Record<string, unknown> = {};
-    for (const name of await engine.listNodes()) {
-      const all = async (order: string) => (await engine.read(`${name}?order=${order}`, { max: 250 })).items;
+    for (const name of await engine.nodes.listNodes()) {
+      const all = async (order: string) =>
+        (await engine.reads.read(`${name}?order=${order}`, { max: 250 })).items;
       const modified = await all('modified');
       const created = await all('created');
       nodes[name] = {
-        total: await engine.total(name),
+        total: await engine.nodes.total(name),
         modified: modified.map((i) => i.id),
         created: created.map((i) => i.id),
         items: modified
@@ -157,8 +158,8 @@ async function content(dir: string) {
       };
     }
     const subs = [
-      ...(await engine.subscriptionsFor('alice@x')),
-      ...(await engine.subscriptionsFor('bob@x')),
+      ...(await engine.subscriptions.subscriptionsFor('alice@x')),
+      ...(await engine.subscriptions.subscriptionsFor('bob@x')),
     ].map((s) => `${s.feed} ${s.jid}`);
     return { nodes, subs: subs.sort() };
   } finally {
@@ -422,8 +423,8 @@ describe('smartfeeds check', () => {
     await store.put({ ...sub, node: 'blog' });
     await store.put({ ...sub, node: 'news', secret: 's' });
     expect((await store.all()).map((x) => x.node).sort()).toEqual(['blog', 'news']);
-    await engine.deleteNode('news');
-    await engine.swept();
+    await engine.purges.deleteNode('news');
+    await engine.purges.swept();
     expect((await store.all()).map((x) => x.node)).toEqual(['blog']);
     await engine.close();
     const { code, lines } = await check(dir);
@@ -450,7 +451,9 @@ describe('smartfeeds check', () => {
     const dir = await h.dir();
     const engine = await FeedEngine.open(dir);
     const ids = Array.from({ length: 3000 }, (_, i) => `item-${i}`);
-    await Promise.all(ids.map((id) => engine.publish('big', { id, entry: entry(id) }, { autoCreate: true })));
+    await Promise.all(
+      ids.map((id) => engine.writes.publish('big', { id, entry: entry(id) }, { autoCreate: true })),
+    );
     await engine.close();
     await raw(dir, async (db) => {
       const nid = await nidOf(db, 'big');
@@ -467,8 +470,8 @@ describe('smartfeeds check', () => {
     expect((await check(dir, '--repair')).code).toBe(0);
     const reopened = await FeedEngine.open(dir);
     try {
-      expect(await reopened.total('big')).toBe(3000);
-      expect((await reopened.read('big?order=created', { max: 0 })).total).toBe(3000);
+      expect(await reopened.nodes.total('big')).toBe(3000);
+      expect((await reopened.reads.read('big?order=created', { max: 0 })).total).toBe(3000);
     } finally {
       await reopened.close();
     }
@@ -480,7 +483,7 @@ describe('smartfeeds check', () => {
     const engine = await FeedEngine.open(dir, { now: clock.now });
     for (let i = 0; i < 20; i++) {
       clock.t += 10;
-      await engine.publish('n', { id: `i${i}`, entry: entry(`i${i}`) }, { autoCreate: true });
+      await engine.writes.publish('n', { id: `i${i}`, entry: entry(`i${i}`) }, { autoCreate: true });
     }
     await engine.close();
     // Items 10..14 take the seqs of items 0..4: five duplicates, each far from its twin.
@@ -524,7 +527,11 @@ describe('smartfeeds check', () => {
       deleted: false,
       entry: entry(id),
     });
-    await engine.importNode('imported', [line('x', T0, 9), line('y', T0 + 1, 3), line('z', T0 + 2, 5)]);
+    await engine.transfer.importNode('imported', [
+      line('x', T0, 9),
+      line('y', T0 + 1, 3),
+      line('z', T0 + 2, 5),
+    ]);
     await engine.close();
     expect(await check(dir)).toEqual({ code: 0, lines: ['checked 1 node, 3 items, 0 subscriptions: clean'] });
   });

@@ -413,7 +413,7 @@ afterAll(() => h.cleanup());
 async function freshNode(): Promise<string> {
   runs += 1;
   const node = `run-${runs}`;
-  await engine.createNode(node);
+  await engine.nodes.createNode(node);
   clock.t = T0;
   events = [];
   return node;
@@ -438,16 +438,16 @@ async function pageThrough(node: string, order: Order, max: number): Promise<{ f
   const fwd: Seen[] = [];
   let since: string | undefined;
   for (let guard = 0; guard < 1000; guard++) {
-    const page = await engine.read(feedName(node, order), { since, max });
+    const page = await engine.reads.read(feedName(node, order), { since, max });
     if (page.items.length === 0) break;
     fwd.push(...page.items.map(normal));
     since = page.items.at(-1)?.cursor;
   }
   const back: Seen[] = [];
-  let page: Page = await engine.read(feedName(node, order), { last: true, max });
+  let page: Page = await engine.reads.read(feedName(node, order), { last: true, max });
   for (let guard = 0; guard < 1000 && page.items.length > 0; guard++) {
     back.unshift(...page.items.map(normal));
-    page = await engine.read(feedName(node, order), { until: page.items[0]?.cursor, max });
+    page = await engine.reads.read(feedName(node, order), { until: page.items[0]?.cursor, max });
   }
   return { fwd, back };
 }
@@ -530,7 +530,7 @@ async function runOps(ops: Op[], pageMax: number): Promise<void> {
         const atomId = op.atom ? `urn:${id}:${version}` : undefined;
         const title = `${id} v${version}`;
         const publisher = op.publisher ? `p${version}@x` : undefined;
-        const got = await engine.publish(node, {
+        const got = await engine.writes.publish(node, {
           id,
           entry: given(entry(title, atomId), op.form),
           publisher,
@@ -541,16 +541,16 @@ async function runOps(ops: Op[], pageMax: number): Promise<void> {
       case 'ret': {
         const id = IDS[op.id] as string;
         if (!model.items.has(id)) {
-          await expectNotFound(() => engine.retract(node, id));
+          await expectNotFound(() => engine.writes.retract(node, id));
           expect(events).toEqual([]);
           break;
         }
-        checkWrite(await engine.retract(node, id), model.retract(id, clock.t));
+        checkWrite(await engine.writes.retract(node, id), model.retract(id, clock.t));
         break;
       }
       case 'get': {
         const wanted = op.ids.map((i) => IDS[i] as string);
-        const got = await engine.getItems(feedName(node, op.order), wanted);
+        const got = await engine.reads.getItems(feedName(node, op.order), wanted);
         expect(got.map(normal)).toEqual(
           wanted.filter((id) => model.items.has(id)).map((id) => model.view(id, op.order)),
         );
@@ -570,10 +570,10 @@ async function runOps(ops: Op[], pageMax: number): Promise<void> {
         }
         if (!expected) {
           stats.notFound += 1;
-          await expectNotFound(() => engine.read(feedName(node, op.order), query));
+          await expectNotFound(() => engine.reads.read(feedName(node, op.order), query));
           break;
         }
-        const page = await engine.read(feedName(node, op.order), query);
+        const page = await engine.reads.read(feedName(node, op.order), query);
         if (page.items.length === 0) stats.emptyPages += 1;
         if (page.items.length === LIMITS.maxPageItems) stats.fullPages += 1;
         expect({ ...page, items: page.items.map(normal) }, JSON.stringify(query)).toEqual(expected);
@@ -659,10 +659,10 @@ async function pagingWhileWriting(
     const id = PAGING_IDS[w.id] as string;
     let change: Change;
     if (w.retract && live.has(id)) {
-      change = await engine.retract(node, id);
+      change = await engine.writes.retract(node, id);
     } else {
       version += 1;
-      change = await engine.publish(node, { id, entry: entry(`${id} v${version}`) });
+      change = await engine.writes.publish(node, { id, entry: entry(`${id} v${version}`) });
       live.add(id);
     }
     lastStamp = Math.max(lastStamp, change.item.modified);
@@ -675,7 +675,7 @@ async function pagingWhileWriting(
   let since: string | undefined;
   let next = 0;
   for (let guard = 0; guard < 10_000; guard++) {
-    const page = await engine.read(node, { since, max });
+    const page = await engine.reads.read(node, { since, max });
     for (const item of page.items) seen.set(item.id, normalEntry(item.deleted, item.entry));
     if (page.items.length > 0) since = page.items.at(-1)?.cursor;
     if (next < batches.length) {

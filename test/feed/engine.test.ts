@@ -34,7 +34,7 @@ beforeEach(async () => {
   engine = await h.open(dir, { now: clock.now });
   changes = [];
   engine.onChange((c) => changes.push(c));
-  await engine.createNode('n');
+  await engine.nodes.createNode('n');
 });
 
 afterEach(() => h.cleanup());
@@ -42,7 +42,7 @@ afterEach(() => h.cleanup());
 /** Publishes each id in turn at the current clock. */
 async function publishAll(list: readonly string[], node = 'n'): Promise<Change[]> {
   const out: Change[] = [];
-  for (const id of list) out.push(await engine.publish(node, { id, entry: entry(id, `urn:x:${id}`) }));
+  for (const id of list) out.push(await engine.writes.publish(node, { id, entry: entry(id, `urn:x:${id}`) }));
   return out;
 }
 
@@ -51,7 +51,7 @@ async function readAll(e: FeedEngine, feed: string, max = 7): Promise<Page['item
   const out: Page['items'] = [];
   let since: string | undefined;
   for (;;) {
-    const page = await e.read(feed, { since, max });
+    const page = await e.reads.read(feed, { since, max });
     if (page.items.length === 0) return out;
     out.push(...page.items);
     since = `cursor:${page.items[page.items.length - 1]?.cursor}`;
@@ -71,7 +71,11 @@ async function rejects(promise: Promise<unknown>, type: abstract new (...args: n
 
 describe('publish', () => {
   it('creates an item stamped now, at the end of both feeds', async () => {
-    const change = await engine.publish('n', { id: 'a', entry: entry('A', 'urn:a'), publisher: 'p@x' });
+    const change = await engine.writes.publish('n', {
+      id: 'a',
+      entry: entry('A', 'urn:a'),
+      publisher: 'p@x',
+    });
     expect(change).toEqual({
       node: 'n',
       kind: 'create',
@@ -93,7 +97,7 @@ describe('publish', () => {
       filters: ['publisher=p@x'],
       ref: 'urn:a',
     });
-    const page = await engine.read('n');
+    const page = await engine.reads.read('n');
     expect(page).toEqual({
       items: [{ ...change.item, cursor: cursorOf(T0, ['a'], 0) }],
       total: 1,
@@ -101,13 +105,13 @@ describe('publish', () => {
       atEnd: true,
       truncated: false,
     });
-    expect(await engine.total('n')).toBe(1);
+    expect(await engine.nodes.total('n')).toBe(1);
   });
 
   it('replaces an existing id: same created, new modified, moved to the end of the modified feed only', async () => {
     await publishAll(['a', 'b', 'c']);
     clock.t = T0 + 10;
-    const change = await engine.publish('n', { id: 'a', entry: entry('A2', 'urn:a2') });
+    const change = await engine.writes.publish('n', { id: 'a', entry: entry('A2', 'urn:a2') });
     expect(change.kind).toBe('update');
     expect(change.total).toBe(3);
     expect(change.item).toMatchObject({
@@ -128,7 +132,7 @@ describe('publish', () => {
       notify: false,
     });
 
-    const modified = await engine.read('n');
+    const modified = await engine.reads.read('n');
     expect(ids(modified)).toEqual(['b', 'c', 'a']);
     expect(modified.items.map((i) => i.cursor)).toEqual([
       cursorOf(T0, ['b', 'c'], 0),
@@ -138,7 +142,7 @@ describe('publish', () => {
     expect(modified.total).toBe(3);
     expect(modified.items[2]?.entry).toBe(stored('A2', 'urn:a2'));
 
-    const created = await engine.read('n?order=created');
+    const created = await engine.reads.read('n?order=created');
     expect(ids(created)).toEqual(['a', 'b', 'c']);
     expect(created.items.map((i) => i.cursor)).toEqual(
       [0, 1, 2].map((o) => cursorOf(T0, ['a', 'b', 'c'], o)),
@@ -148,88 +152,88 @@ describe('publish', () => {
 
   it('replaces within the same millisecond: the new version is stamped one ms after the old one', async () => {
     await publishAll(['a', 'b']);
-    const change = await engine.publish('n', { id: 'a', entry: entry('again') });
+    const change = await engine.writes.publish('n', { id: 'a', entry: entry('again') });
     expect(change.item).toMatchObject({ created: T0, modified: T0 + 1 });
     expect(change.feeds.modified).toEqual({
       cursor: cursorOf(T0 + 1, ['a'], 0),
       previous: cursorOf(T0, ['a', 'b'], 1),
       notify: true,
     });
-    const page = await engine.read('n');
+    const page = await engine.reads.read('n');
     expect(page.items.map((i) => [i.id, i.cursor])).toEqual([
       ['b', cursorOf(T0, ['b'], 0)],
       ['a', cursorOf(T0 + 1, ['a'], 0)],
     ]);
     // The node's last stamp is now ahead of the stalled clock: a new item lands there too.
-    const c = await engine.publish('n', { id: 'c', entry: entry('C') });
+    const c = await engine.writes.publish('n', { id: 'c', entry: entry('C') });
     expect(c.item).toMatchObject({ created: T0 + 1, modified: T0 + 1 });
     expect(c.feeds.modified.cursor).toBe(cursorOf(T0 + 1, ['a', 'c'], 1));
-    expect(ids(await engine.read('n?order=created'))).toEqual(['a', 'b', 'c']);
+    expect(ids(await engine.reads.read('n?order=created'))).toEqual(['a', 'b', 'c']);
   });
 
   it('makes a unique id when none is given', async () => {
-    const one = await engine.publish('n', { entry: entry('one') });
-    const two = await engine.publish('n', { entry: entry('two') });
+    const one = await engine.writes.publish('n', { entry: entry('one') });
+    const two = await engine.writes.publish('n', { entry: entry('two') });
     expect(one.item.id).toMatch(/^[0-9a-f-]{36}$/);
     expect(two.item.id).not.toBe(one.item.id);
     expect(one.kind).toBe('create');
     expect(two.kind).toBe('create');
-    expect((await engine.read('n')).total).toBe(2);
+    expect((await engine.reads.read('n')).total).toBe(2);
   });
 
   it('publishes to the base name of a name with parameters', async () => {
-    await engine.publish('n?order=created', { id: 'a', entry: entry('A') });
-    expect(ids(await engine.read('n'))).toEqual(['a']);
-    await rejects(engine.publish('n?foo=1', { id: 'b', entry: entry('B') }), BadRequest);
+    await engine.writes.publish('n?order=created', { id: 'a', entry: entry('A') });
+    expect(ids(await engine.reads.read('n'))).toEqual(['a']);
+    await rejects(engine.writes.publish('n?foo=1', { id: 'b', entry: entry('B') }), BadRequest);
   });
 
   it('creates a missing node once under many concurrent auto-creating publishes', async () => {
     const results = await Promise.all(
       Array.from({ length: 50 }, (_, i) =>
-        engine.publish('auto', { id: `a${i}`, entry: entry(`${i}`) }, { autoCreate: true }),
+        engine.writes.publish('auto', { id: `a${i}`, entry: entry(`${i}`) }, { autoCreate: true }),
       ),
     );
     expect(results.map((r) => r.total)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
-    expect(await engine.listNodes()).toEqual(['auto', 'n']);
-    expect((await engine.read('auto', { max: 250 })).items).toHaveLength(50);
+    expect(await engine.nodes.listNodes()).toEqual(['auto', 'n']);
+    expect((await engine.reads.read('auto', { max: 250 })).items).toHaveLength(50);
   });
 
   it('refuses a missing node, unless asked to create it', async () => {
-    await rejects(engine.publish('nope', { id: 'a', entry: entry('A') }), NodeNotFound);
-    expect(await engine.hasNode('nope')).toBe(false);
-    const change = await engine.publish('nope', { id: 'a', entry: entry('A') }, { autoCreate: true });
+    await rejects(engine.writes.publish('nope', { id: 'a', entry: entry('A') }), NodeNotFound);
+    expect(await engine.nodes.hasNode('nope')).toBe(false);
+    const change = await engine.writes.publish('nope', { id: 'a', entry: entry('A') }, { autoCreate: true });
     expect(change.kind).toBe('create');
-    expect(await engine.hasNode('nope')).toBe(true);
-    expect(ids(await engine.read('nope'))).toEqual(['a']);
+    expect(await engine.nodes.hasNode('nope')).toBe(true);
+    expect(ids(await engine.reads.read('nope'))).toEqual(['a']);
   });
 
   it('refuses bad ids', async () => {
-    await rejects(engine.publish('n', { id: '', entry: entry('A') }), BadRequest);
-    await rejects(engine.publish('n', { id: 'x'.repeat(1025), entry: entry('A') }), BadRequest);
-    await rejects(engine.publish('n', { id: 'a\u0000', entry: entry('A') }), BadRequest);
-    await rejects(engine.publish('n', { id: 'a\ud800', entry: entry('A') }), BadRequest);
-    await engine.publish('n', { id: 'x'.repeat(1024), entry: entry('A') });
-    expect((await engine.read('n')).total).toBe(1);
+    await rejects(engine.writes.publish('n', { id: '', entry: entry('A') }), BadRequest);
+    await rejects(engine.writes.publish('n', { id: 'x'.repeat(1025), entry: entry('A') }), BadRequest);
+    await rejects(engine.writes.publish('n', { id: 'a\u0000', entry: entry('A') }), BadRequest);
+    await rejects(engine.writes.publish('n', { id: 'a\ud800', entry: entry('A') }), BadRequest);
+    await engine.writes.publish('n', { id: 'x'.repeat(1024), entry: entry('A') });
+    expect((await engine.reads.read('n')).total).toBe(1);
   });
 
   it('refuses a payload over the limit, counted in UTF-8 bytes', async () => {
     const small = await h.open(await h.dir(), { limits: { maxPayloadBytes: 200 } });
-    await small.createNode('n');
+    await small.nodes.createNode('n');
     const frame = entry('x', undefined, 1).length - 1;
     const fits = entry('x', undefined, 200 - frame);
     expect(Buffer.byteLength(fits)).toBe(200);
-    await small.publish('n', { id: 'fits', entry: fits });
+    await small.writes.publish('n', { id: 'fits', entry: fits });
     const big = entry('x', undefined, 201 - frame);
-    const e = await rejects(small.publish('n', { id: 'big', entry: big }), PayloadTooBig);
+    const e = await rejects(small.writes.publish('n', { id: 'big', entry: big }), PayloadTooBig);
     expect(e.message).toContain('201');
     // 150 characters, 300 bytes.
     const wide = `<entry xmlns='http://www.w3.org/2005/Atom'><title>${'é'.repeat(100)}</title></entry>`;
     expect(wide.length).toBeLessThan(200);
-    await rejects(small.publish('n', { id: 'wide', entry: wide }), PayloadTooBig);
-    expect(ids(await small.read('n'))).toEqual(['fits']);
+    await rejects(small.writes.publish('n', { id: 'wide', entry: wide }), PayloadTooBig);
+    expect(ids(await small.reads.read('n'))).toEqual(['fits']);
     // The default limit is 64 KiB.
     await rejects(
-      engine.publish('n', { id: 'huge', entry: entry('x', undefined, 64 * 1024) }),
+      engine.writes.publish('n', { id: 'huge', entry: entry('x', undefined, 64 * 1024) }),
       PayloadTooBig,
     );
   });
@@ -257,8 +261,8 @@ describe('publish', () => {
     ['an entry with a duplicate attribute', `<entry xmlns='${ATOM}' a='1' a='2'/>`],
     ['an entry with an unquoted attribute', `<entry xmlns='${ATOM}' a=1/>`],
   ])('refuses a payload that is %s', async (_, payload) => {
-    await rejects(engine.publish('n', { id: 'a', entry: payload }), InvalidPayload);
-    expect((await engine.read('n')).total).toBe(0);
+    await rejects(engine.writes.publish('n', { id: 'a', entry: payload }), InvalidPayload);
+    expect((await engine.reads.read('n')).total).toBe(0);
     expect(changes).toEqual([]);
   });
 
@@ -281,28 +285,28 @@ describe('publish', () => {
       ],
     ];
     for (const [i, [given, canonical]] of cases.entries()) {
-      const change = await engine.publish('n', { id: `c${i}`, entry: given });
+      const change = await engine.writes.publish('n', { id: `c${i}`, entry: given });
       expect(change.item.entry).toBe(canonical);
-      expect((await engine.getItems('n', [`c${i}`]))[0]?.entry).toBe(canonical);
+      expect((await engine.reads.getItems('n', [`c${i}`]))[0]?.entry).toBe(canonical);
       // The canonical form is its own canonical form.
-      const again = await engine.publish('n', { id: `c${i}`, entry: canonical });
+      const again = await engine.writes.publish('n', { id: `c${i}`, entry: canonical });
       expect(again.item.entry).toBe(canonical);
     }
-    expect((await engine.read('n')).items.map((i) => i.entry)).toEqual(cases.map(([, c]) => c));
+    expect((await engine.reads.read('n')).items.map((i) => i.entry)).toEqual(cases.map(([, c]) => c));
     // The Atom ids were read through the declaration and the prefix (a tombstone refers to them).
-    expect(parseXml((await engine.retract('n', 'c0')).item.entry).attrs.ref).toBe('urn:a');
-    expect(parseXml((await engine.retract('n', 'c1')).item.entry).attrs.ref).toBe('c1');
-    expect(parseXml((await engine.retract('n', 'c2')).item.entry).attrs.ref).toBe('urn:p');
+    expect(parseXml((await engine.writes.retract('n', 'c0')).item.entry).attrs.ref).toBe('urn:a');
+    expect(parseXml((await engine.writes.retract('n', 'c1')).item.entry).attrs.ref).toBe('c1');
+    expect(parseXml((await engine.writes.retract('n', 'c2')).item.entry).attrs.ref).toBe('urn:p');
     // And it is what survives a restart.
     await h.close(engine);
     engine = await h.open(dir, { now: clock.now });
-    expect((await engine.read('n')).items.map((i) => i.deleted)).toEqual([true, true, true]);
+    expect((await engine.reads.read('n')).items.map((i) => i.deleted)).toEqual([true, true, true]);
   });
 
   it('takes an entry a binding has parsed already, and stores it declaring the Atom namespace', async () => {
     // Own declaration.
     const own = parseXml(`<entry xmlns='${ATOM}'><id>urn:own</id><title>t</title></entry>`);
-    const a = await engine.publish('n', { id: 'own', entry: own, publisher: 'p@x' });
+    const a = await engine.writes.publish('n', { id: 'own', entry: own, publisher: 'p@x' });
     expect(a.item.entry).toBe(`<entry xmlns="${ATOM}"><id>urn:own</id><title>t</title></entry>`);
     // A namespace inherited from the stanza around it: the stored entry must declare it.
     const stanza = parseXml(
@@ -310,46 +314,48 @@ describe('publish', () => {
     );
     const inherited = stanza.getChild('entry', ATOM);
     expect(inherited?.attrs.xmlns).toBeUndefined();
-    const b = await engine.publish('n', {
+    const b = await engine.writes.publish('n', {
       id: 'inherited',
       entry: inherited as NonNullable<typeof inherited>,
     });
     expect(b.item.entry).toBe(`<entry xmlns="${ATOM}"><id>urn:inherited</id><title>i</title></entry>`);
     // Built by hand.
     const built = createElement('entry', { xmlns: ATOM }, createElement('title', {}, 'x < y'));
-    const c = await engine.publish('n', { id: 'built', entry: built });
+    const c = await engine.writes.publish('n', { id: 'built', entry: built });
     expect(c.item.entry).toBe(`<entry xmlns="${ATOM}"><title>x &lt; y</title></entry>`);
     // What is stored reads back as one Atom entry on its own.
-    const page = await engine.read('n');
+    const page = await engine.reads.read('n');
     expect(page.items.map((i) => i.entry)).toEqual([a, b, c].map((x) => x.item.entry));
     for (const item of page.items) {
       const el = parseXml(item.entry);
       expect([el.getName(), el.getNS()]).toEqual(['entry', ATOM]);
     }
-    expect(parseXml((await engine.retract('n', 'inherited')).item.entry).attrs.ref).toBe('urn:inherited');
+    expect(parseXml((await engine.writes.retract('n', 'inherited')).item.entry).attrs.ref).toBe(
+      'urn:inherited',
+    );
     // The same checks as for text.
     for (const bad of [
       parseXml('<entry/>'),
       parseXml(`<entry xmlns='urn:other'/>`),
       parseXml(`<feed xmlns='${ATOM}'/>`),
     ]) {
-      await rejects(engine.publish('n', { id: 'bad', entry: bad }), InvalidPayload);
+      await rejects(engine.writes.publish('n', { id: 'bad', entry: bad }), InvalidPayload);
     }
     // And the same size limit, on the serialized entry.
     const small = await h.open(await h.dir(), { limits: { maxPayloadBytes: 200 } });
-    await small.createNode('n');
+    await small.nodes.createNode('n');
     const big = createElement('entry', { xmlns: ATOM }, createElement('title', {}, 'x'.repeat(200)));
-    await rejects(small.publish('n', { id: 'big', entry: big }), PayloadTooBig);
+    await rejects(small.writes.publish('n', { id: 'big', entry: big }), PayloadTooBig);
     expect(changes.filter((x) => x.item.id === 'bad')).toEqual([]);
   });
 });
 
 describe('retract', () => {
   it('turns the item into an RFC 6721 tombstone, a new version at the end of the modified feed', async () => {
-    await engine.publish('n', { id: 'a', entry: entry('A', 'urn:a:1'), publisher: 'p@x' });
+    await engine.writes.publish('n', { id: 'a', entry: entry('A', 'urn:a:1'), publisher: 'p@x' });
     await publishAll(['b']);
     clock.t = T0 + 5;
-    const change = await engine.retract('n', 'a');
+    const change = await engine.writes.retract('n', 'a');
     expect(change.kind).toBe('retract');
     expect(change.changed).toBe(true);
     expect(change.total).toBe(2);
@@ -377,55 +383,55 @@ describe('retract', () => {
     });
     expect(change.feeds.created.notify).toBe(false);
 
-    const page = await engine.read('n');
+    const page = await engine.reads.read('n');
     expect(ids(page)).toEqual(['b', 'a']);
     expect(page.total).toBe(2);
     expect(page.items[1]).toEqual({ ...change.item, cursor: cursorOf(T0 + 5, ['a'], 0) });
-    expect(ids(await engine.read('n?order=created'))).toEqual(['a', 'b']);
+    expect(ids(await engine.reads.read('n?order=created'))).toEqual(['a', 'b']);
   });
 
   it("refers to the last live version's Atom id, or the item id when it had none", async () => {
-    await engine.publish('n', { id: 'a', entry: entry('A', 'urn:first') });
-    await engine.publish('n', { id: 'a', entry: entry('A', 'urn:second') });
-    expect(parseXml((await engine.retract('n', 'a')).item.entry).attrs.ref).toBe('urn:second');
+    await engine.writes.publish('n', { id: 'a', entry: entry('A', 'urn:first') });
+    await engine.writes.publish('n', { id: 'a', entry: entry('A', 'urn:second') });
+    expect(parseXml((await engine.writes.retract('n', 'a')).item.entry).attrs.ref).toBe('urn:second');
 
-    await engine.publish('n', { id: 'b', entry: entry('B', 'urn:b') });
-    await engine.publish('n', { id: 'b', entry: entry('B') });
-    expect(parseXml((await engine.retract('n', 'b')).item.entry).attrs.ref).toBe('b');
+    await engine.writes.publish('n', { id: 'b', entry: entry('B', 'urn:b') });
+    await engine.writes.publish('n', { id: 'b', entry: entry('B') });
+    expect(parseXml((await engine.writes.retract('n', 'b')).item.entry).attrs.ref).toBe('b');
 
-    await engine.publish('n', { id: "it's <&>", entry: entry('C', "urn:'q'&amp;&lt;x&gt;\"") });
-    const stone = parseXml((await engine.retract('n', "it's <&>")).item.entry);
+    await engine.writes.publish('n', { id: "it's <&>", entry: entry('C', "urn:'q'&amp;&lt;x&gt;\"") });
+    const stone = parseXml((await engine.writes.retract('n', "it's <&>")).item.entry);
     expect(stone.attrs.ref).toBe("urn:'q'&<x>\"");
   });
 
   it('keeps the publisher unless the retraction names one', async () => {
-    await engine.publish('n', { id: 'a', entry: entry('A'), publisher: 'alice@x' });
-    await engine.publish('n', { id: 'b', entry: entry('B'), publisher: 'alice@x' });
-    expect((await engine.retract('n', 'a')).item.publisher).toBe('alice@x');
-    expect((await engine.retract('n', 'b', { publisher: 'bob@x' })).item.publisher).toBe('bob@x');
+    await engine.writes.publish('n', { id: 'a', entry: entry('A'), publisher: 'alice@x' });
+    await engine.writes.publish('n', { id: 'b', entry: entry('B'), publisher: 'alice@x' });
+    expect((await engine.writes.retract('n', 'a')).item.publisher).toBe('alice@x');
+    expect((await engine.writes.retract('n', 'b', { publisher: 'bob@x' })).item.publisher).toBe('bob@x');
   });
 
   it('carries notify to the change when asked, and only then', async () => {
     await publishAll(['a', 'b']);
-    expect((await engine.retract('n', 'a', { notify: true })).notify).toBe(true);
-    expect((await engine.retract('n', 'b')).notify).toBeUndefined();
+    expect((await engine.writes.retract('n', 'a', { notify: true })).notify).toBe(true);
+    expect((await engine.writes.retract('n', 'b')).notify).toBeUndefined();
     expect(changes.filter((c) => c.kind === 'retract').map((c) => c.notify)).toEqual([true, undefined]);
   });
 
   it('retracting a tombstone succeeds and changes nothing: no write, no event', async () => {
     await publishAll(['a', 'b']);
-    const first = await engine.retract('n', 'a');
+    const first = await engine.writes.retract('n', 'a');
     // A retraction is a new version: one ms after the live one, in the same ms of the clock.
     expect(first.item).toMatchObject({ created: T0, modified: T0 + 1 });
     clock.t = T0 + 50;
-    const before = await engine.read('n');
+    const before = await engine.reads.read('n');
     const eventsBefore = changes.length;
     await h.close(engine);
     const dumpBefore = await h.dump(dir);
     engine = await h.open(dir, { now: clock.now });
     engine.onChange((c) => changes.push(c));
 
-    const again = await engine.retract('n', 'a');
+    const again = await engine.writes.retract('n', 'a');
     expect(again.changed).toBe(false);
     expect(again.kind).toBe('retract');
     expect(again.total).toBe(2);
@@ -433,19 +439,19 @@ describe('retract', () => {
     expect(again.feeds.modified.notify).toBe(false);
     expect(again.feeds.created.notify).toBe(false);
     expect(changes.length).toBe(eventsBefore);
-    expect(await engine.read('n')).toEqual(before);
+    expect(await engine.reads.read('n')).toEqual(before);
 
     await h.close(engine);
     expect(await h.dump(dir)).toEqual(dumpBefore);
     engine = await h.open(dir, { now: clock.now });
     // No stamp was given: the next write with the clock back at T0 lands at the tombstone's stamp.
     clock.t = T0;
-    const next = await engine.publish('n', { id: 'c', entry: entry('C') });
+    const next = await engine.writes.publish('n', { id: 'c', entry: entry('C') });
     expect(next.item.modified).toBe(T0 + 1);
     expect(next.feeds.modified.cursor).toBe(cursorOf(T0 + 1, ['a', 'c'], 1));
     // No sequence number was used up: a 1, b 2, the tombstone of a 3, c 4.
     const seqs: [string, number][] = [];
-    for await (const r of engine.exportNode('n')) seqs.push([r.id, r.modifiedSeq]);
+    for await (const r of engine.transfer.exportNode('n')) seqs.push([r.id, r.modifiedSeq]);
     expect(seqs).toEqual([
       ['b', 2],
       ['a', 3],
@@ -457,8 +463,8 @@ describe('retract', () => {
     await publishAll(['a']);
     const order: string[] = [];
     engine.onChange((c) => order.push(`event ${c.kind} ${c.changed}`));
-    const first = engine.retract('n', 'a').then((c) => order.push(`ack ${c.changed}`));
-    const second = engine.retract('n', 'a').then((c) => order.push(`ack ${c.changed}`));
+    const first = engine.writes.retract('n', 'a').then((c) => order.push(`ack ${c.changed}`));
+    const second = engine.writes.retract('n', 'a').then((c) => order.push(`ack ${c.changed}`));
     await Promise.all([first, second]);
     expect(order).toHaveLength(3);
     expect(order[0]).toBe('event retract true');
@@ -468,13 +474,13 @@ describe('retract', () => {
 
   it('republishing a tombstone brings the item back', async () => {
     await publishAll(['a']);
-    await engine.retract('n', 'a');
-    const back = await engine.publish('n', { id: 'a', entry: entry('A again') });
+    await engine.writes.retract('n', 'a');
+    const back = await engine.writes.publish('n', { id: 'a', entry: entry('A again') });
     expect(back.kind).toBe('update');
     expect(back.item.deleted).toBe(false);
     // Three versions within one ms of the clock: T0, the tombstone at T0+1, this one at T0+2.
     expect(back.item).toMatchObject({ created: T0, modified: T0 + 2 });
-    expect((await engine.read('n')).items[0]).toMatchObject({
+    expect((await engine.reads.read('n')).items[0]).toMatchObject({
       deleted: false,
       entry: stored('A again'),
       cursor: cursorOf(T0 + 2, ['a'], 0),
@@ -483,9 +489,9 @@ describe('retract', () => {
 
   it('refuses unknown ids and nodes', async () => {
     await publishAll(['a']);
-    await rejects(engine.retract('n', 'b'), ItemNotFound);
-    await rejects(engine.retract('nope', 'a'), NodeNotFound);
-    await rejects(engine.retract('n', ''), BadRequest);
+    await rejects(engine.writes.retract('n', 'b'), ItemNotFound);
+    await rejects(engine.writes.retract('nope', 'a'), NodeNotFound);
+    await rejects(engine.writes.retract('n', ''), BadRequest);
     expect(changes.map((c) => c.kind)).toEqual(['create']);
   });
 });
@@ -496,12 +502,12 @@ describe('stamps', () => {
     const steps = [T0, T0 - 1000, T0, T0 + 1, T0 - 5, T0 + 1, T0 + 3, T0 + 2];
     for (const [i, t] of steps.entries()) {
       clock.t = t;
-      const change = await engine.publish('n', { id: `i${i}`, entry: entry(`${i}`) });
+      const change = await engine.writes.publish('n', { id: `i${i}`, entry: entry(`${i}`) });
       stamps.push(change.item.created);
       expect(change.item.modified).toBe(change.item.created);
     }
     expect(stamps).toEqual([T0, T0, T0, T0 + 1, T0 + 1, T0 + 1, T0 + 3, T0 + 3]);
-    const page = await engine.read('n');
+    const page = await engine.reads.read('n');
     expect(ids(page)).toEqual(steps.map((_, i) => `i${i}`));
     expect(page.items.map((i) => i.cursor)).toEqual([
       cursorOf(T0, ['i0', 'i1', 'i2'], 0),
@@ -515,12 +521,12 @@ describe('stamps', () => {
     ]);
     // An update and a retraction in the clock's past land at the end too.
     clock.t = T0 - 60_000;
-    const update = await engine.publish('n', { id: 'i0', entry: entry('again') });
+    const update = await engine.writes.publish('n', { id: 'i0', entry: entry('again') });
     expect(update.item).toMatchObject({ created: T0, modified: T0 + 3 });
-    const retract = await engine.retract('n', 'i1');
+    const retract = await engine.writes.retract('n', 'i1');
     expect(retract.item.modified).toBe(T0 + 3);
-    expect(ids(await engine.read('n'))).toEqual(['i2', 'i3', 'i4', 'i5', 'i6', 'i7', 'i0', 'i1']);
-    expect(ids(await engine.read('n?order=created'))).toEqual(steps.map((_, i) => `i${i}`));
+    expect(ids(await engine.reads.read('n'))).toEqual(['i2', 'i3', 'i4', 'i5', 'i6', 'i7', 'i0', 'i1']);
+    expect(ids(await engine.reads.read('n?order=created'))).toEqual(steps.map((_, i) => `i${i}`));
   });
 
   it("of a new version are after the item's previous one; the node's stamp may run ahead of the clock", async () => {
@@ -531,12 +537,12 @@ describe('stamps', () => {
       modified.push(change.item.modified);
       return change;
     };
-    const pub = (id: string, title: string) => () => engine.publish('n', { id, entry: entry(title) });
+    const pub = (id: string, title: string) => () => engine.writes.publish('n', { id, entry: entry(title) });
     // One item updated again and again while the clock stalls: one ms per version.
     await step(T0, pub('a', 'a1'));
     await step(T0, pub('a', 'a2'));
     await step(T0, pub('a', 'a3'));
-    await step(T0, () => engine.retract('n', 'a'));
+    await step(T0, () => engine.writes.retract('n', 'a'));
     // A new item takes the node's last stamp, which is ahead of the clock (no +1 for a new item).
     await step(T0, pub('b', 'b1'));
     // A tombstone brought back is a new version too.
@@ -549,14 +555,14 @@ describe('stamps', () => {
     await step(T0 - 100, pub('d', 'd1'));
     await step(T0 - 100, pub('d', 'd2'));
     expect(modified).toEqual([T0, T0 + 1, T0 + 2, T0 + 3, T0 + 3, T0 + 4, T0 + 4, T0 + 10, T0 + 10, T0 + 11]);
-    const page = await engine.read('n');
+    const page = await engine.reads.read('n');
     expect(page.items.map((i) => [i.id, i.cursor])).toEqual([
       ['a', cursorOf(T0 + 4, ['a', 'c'], 0)],
       ['c', cursorOf(T0 + 4, ['a', 'c'], 1)],
       ['b', cursorOf(T0 + 10, ['b'], 0)],
       ['d', cursorOf(T0 + 11, ['d'], 0)],
     ]);
-    expect((await engine.read('n?order=created')).items.map((i) => [i.id, i.created])).toEqual([
+    expect((await engine.reads.read('n?order=created')).items.map((i) => [i.id, i.created])).toEqual([
       ['a', T0],
       ['b', T0 + 3],
       ['c', T0 + 4],
@@ -566,22 +572,22 @@ describe('stamps', () => {
     await h.close(engine);
     clock.t = T0;
     engine = await h.open(dir, { now: clock.now });
-    const e = await engine.publish('n', { id: 'e', entry: entry('e') });
+    const e = await engine.writes.publish('n', { id: 'e', entry: entry('e') });
     expect(e.item.modified).toBe(T0 + 11);
     expect(e.feeds.modified).toEqual({
       cursor: cursorOf(T0 + 11, ['d', 'e'], 1),
       previous: cursorOf(T0 + 11, ['d'], 0),
       notify: true,
     });
-    expect((await engine.publish('n', { id: 'e', entry: entry('e2') })).item.modified).toBe(T0 + 12);
+    expect((await engine.writes.publish('n', { id: 'e', entry: entry('e2') })).item.modified).toBe(T0 + 12);
   });
 
   it('are per node', async () => {
-    await engine.createNode('m');
+    await engine.nodes.createNode('m');
     clock.t = T0 + 100;
-    await engine.publish('n', { id: 'a', entry: entry('A') });
+    await engine.writes.publish('n', { id: 'a', entry: entry('A') });
     clock.t = T0;
-    const other = await engine.publish('m', { id: 'b', entry: entry('B') });
+    const other = await engine.writes.publish('m', { id: 'b', entry: entry('B') });
     expect(other.item.created).toBe(T0);
     expect(other.feeds.modified.cursor).toBe(cursorOf(T0, ['b'], 0));
   });
@@ -603,7 +609,7 @@ describe('reads', () => {
   const ALL = GROUPS.flatMap(([, g]) => g);
   const CURSOR = new Map(GROUPS.flatMap(([t, g]) => g.map((id, o) => [id, cursorOf(t, g, o)] as const)));
   const c = (id: string) => `cursor:${CURSOR.get(id)}`;
-  const read = (q: ReadQuery, feed = 'n') => engine.read(feed, q);
+  const read = (q: ReadQuery, feed = 'n') => engine.reads.read(feed, q);
 
   beforeEach(async () => {
     for (const [t, group] of GROUPS) {
@@ -712,9 +718,9 @@ describe('reads', () => {
   });
 
   it('refuses unknown nodes and feed parameters', async () => {
-    await rejects(engine.read('nope'), NodeNotFound);
-    await rejects(engine.read('n?order=random'), BadRequest);
-    await rejects(engine.read('n?x=1'), BadRequest);
+    await rejects(engine.reads.read('nope'), NodeNotFound);
+    await rejects(engine.reads.read('n?order=random'), BadRequest);
+    await rejects(engine.reads.read('n?x=1'), BadRequest);
   });
 
   it('time: bounds are inclusive, to the millisecond', async () => {
@@ -749,23 +755,23 @@ describe('reads', () => {
     await rejects(read({ until: 'id:nope' }), ItemNotFound);
     // After an update the id is where the item is now, in each order.
     clock.t = T0 + 20;
-    await engine.publish('n', { id: 'i01', entry: entry('moved') });
+    await engine.writes.publish('n', { id: 'i01', entry: entry('moved') });
     expect(ids(await read({ since: 'id:i01' }))).toEqual([]);
     expect(ids(await read({ since: 'id:i11' }))).toEqual(['i01']);
     expect(ids(await read({ since: 'id:i01', max: 2 }, 'n?order=created'))).toEqual(['i02', 'i03']);
     // Tombstones are positions too.
-    await engine.retract('n', 'i03');
+    await engine.writes.retract('n', 'i03');
     expect(ids(await read({ since: 'id:i01' }))).toEqual(['i03']);
     expect(ids(await read({ until: 'id:i03', max: 1 }))).toEqual(['i01']);
     // Ids with colons.
-    await engine.publish('n', { id: 'urn:x:1', entry: entry('colon') });
+    await engine.writes.publish('n', { id: 'urn:x:1', entry: entry('colon') });
     expect(ids(await read({ until: 'id:urn:x:1', max: 1 }))).toEqual(['i03']);
   });
 
   it('a cursor whose item moved reads as time:T (never losing a later item)', async () => {
     // i00 leaves the T0 group: the later cursors of that group no longer check.
     clock.t = T0 + 15;
-    await engine.publish('n', { id: 'i00', entry: entry('moved') });
+    await engine.writes.publish('n', { id: 'i00', entry: entry('moved') });
     const now = await read({});
     expect(ids(now)).toEqual([...ALL.slice(1), 'i00']);
     expect(now.items[0]?.cursor).toBe(cursorOf(T0, ['i01', 'i02'], 0));
@@ -811,7 +817,7 @@ describe('reads', () => {
   it('an update of the last item in its own millisecond gets a new cursor, and since the old one it is seen', async () => {
     clock.t = T0 + 15;
     const held = c('i11');
-    const change = await engine.publish('n', { id: 'i11', entry: entry('i11 v2') });
+    const change = await engine.writes.publish('n', { id: 'i11', entry: entry('i11 v2') });
     expect(change.item.modified).toBe(T0 + 16);
     expect(change.feeds.modified).toEqual({
       cursor: cursorOf(T0 + 16, ['i11'], 0),
@@ -836,8 +842,8 @@ describe('reads', () => {
     expect(ids(first)).toEqual(['a', 'b']);
     const [heldA, heldB] = first.items.map((i) => i.cursor) as [string, string];
     // a then b updated while the clock stalls: with max(now, last) the T0+20 group was [a, b] again.
-    const a2 = await engine.publish('n', { id: 'a', entry: entry('a v2') });
-    const b2 = await engine.publish('n', { id: 'b', entry: entry('b v2') });
+    const a2 = await engine.writes.publish('n', { id: 'a', entry: entry('a v2') });
+    const b2 = await engine.writes.publish('n', { id: 'b', entry: entry('b v2') });
     expect([a2.item.modified, b2.item.modified]).toEqual([T0 + 21, T0 + 21]);
     expect([a2.feeds.modified.cursor, b2.feeds.modified.cursor]).toEqual([
       cursorOf(T0 + 21, ['a', 'b'], 0),
@@ -854,8 +860,8 @@ describe('reads', () => {
       ]);
     }
     // And the same once more, in the next stalled millisecond.
-    const a3 = await engine.publish('n', { id: 'a', entry: entry('a v3') });
-    const b3 = await engine.publish('n', { id: 'b', entry: entry('b v3') });
+    const a3 = await engine.writes.publish('n', { id: 'a', entry: entry('a v3') });
+    const b3 = await engine.writes.publish('n', { id: 'b', entry: entry('b v3') });
     expect([a3.item.modified, b3.item.modified]).toEqual([T0 + 22, T0 + 22]);
     expect((await read({ since: b2.feeds.modified.cursor })).items.map((i) => i.entry)).toEqual([
       stored('a v3'),
@@ -867,18 +873,18 @@ describe('reads', () => {
   // stale cursor can pass the check on another item. (Reported to the lead as a contract issue.)
   it('contract gap: ids with "_" can make a stale cursor resolve to another item, and items are skipped', async () => {
     const other = await h.open(await h.dir(), { now: clock.now });
-    await other.createNode('g');
+    await other.nodes.createNode('g');
     clock.t = T0 + 100;
-    for (const id of ['a', 'b_c', 'a_b', 'c']) await other.publish('g', { id, entry: entry(id) });
-    const first = await other.read('g', { max: 2 });
+    for (const id of ['a', 'b_c', 'a_b', 'c']) await other.writes.publish('g', { id, entry: entry(id) });
+    const first = await other.reads.read('g', { max: 2 });
     expect(ids(first)).toEqual(['a', 'b_c']);
     const held = first.items[1]?.cursor as string;
     expect(held).toBe(cursorOf(T0 + 100, ['a_b', 'c'], 1));
     clock.t = T0 + 101;
-    await other.publish('g', { id: 'a', entry: entry('a2') });
-    await other.publish('g', { id: 'b_c', entry: entry('b_c2') });
+    await other.writes.publish('g', { id: 'a', entry: entry('a2') });
+    await other.writes.publish('g', { id: 'b_c', entry: entry('b_c2') });
     // (T0+100, 1) is now c, whose prefix "a_b_c" checks: a_b and c are never returned.
-    expect(ids(await other.read('g', { since: held }))).toEqual(['a', 'b_c']);
+    expect(ids(await other.reads.read('g', { since: held }))).toEqual(['a', 'b_c']);
   });
 
   it('atStart / atEnd say whether the page touches the ends of the feed', async () => {
@@ -889,8 +895,8 @@ describe('reads', () => {
     expect(await read({ until: c('i11') })).toMatchObject({ atStart: true, atEnd: false });
     expect(await read({ last: true, max: 1 })).toMatchObject({ atStart: false, atEnd: true });
     const empty = await h.open(await h.dir());
-    await empty.createNode('e');
-    expect(await empty.read('e')).toEqual({
+    await empty.nodes.createNode('e');
+    expect(await empty.reads.read('e')).toEqual({
       items: [],
       total: 0,
       atStart: true,
@@ -901,7 +907,9 @@ describe('reads', () => {
 
   it('serves up to 250 items when asked for more, 50 by default', async () => {
     await Promise.all(
-      Array.from({ length: 300 }, (_, i) => engine.publish('n', { id: `m${i}`, entry: entry(`${i}`) })),
+      Array.from({ length: 300 }, (_, i) =>
+        engine.writes.publish('n', { id: `m${i}`, entry: entry(`${i}`) }),
+      ),
     );
     expect((await read({})).items).toHaveLength(50);
     expect((await read({ max: 251 })).items).toHaveLength(250);
@@ -916,22 +924,22 @@ describe('a write refused in its round', () => {
   it('leaves nothing of itself in the batch the round commits', async () => {
     let now = T0;
     const e = await h.open(await h.dir(), { now: () => now, limits: { maxPayloadBytes: 256 * 1024 } });
-    await e.createNode('n');
-    await e.publish('n', { id: 'old', entry: entry('v1') });
+    await e.nodes.createNode('n');
+    await e.writes.publish('n', { id: 'old', entry: entry('v1') });
     now = T0 + 1000;
     const hugeId = `<entry xmlns="${ATOM}"><id>${'x'.repeat(70_000)}</id></entry>`;
     const results = await Promise.allSettled([
       // Refused when its record is made (a publisher too long for the record), and before it.
-      e.publish('n', { id: 'old', entry: entry('v2'), publisher: `${'p'.repeat(70_000)}@x` }),
-      e.publish('n', { id: 'new', entry: entry('n') }),
-      e.publish('n', { id: 'bad-new', entry: hugeId }),
-      e.publish('n', { id: 'new2', entry: entry('n2') }),
+      e.writes.publish('n', { id: 'old', entry: entry('v2'), publisher: `${'p'.repeat(70_000)}@x` }),
+      e.writes.publish('n', { id: 'new', entry: entry('n') }),
+      e.writes.publish('n', { id: 'bad-new', entry: hugeId }),
+      e.writes.publish('n', { id: 'new2', entry: entry('n2') }),
     ]);
     expect(results.map((r) => r.status)).toEqual(['rejected', 'fulfilled', 'rejected', 'fulfilled']);
-    expect(ids(await e.read('n'))).toEqual(['old', 'new', 'new2']);
-    expect(ids(await e.read('n?order=created'))).toEqual(['old', 'new', 'new2']);
-    expect(await e.total('n')).toBe(3);
-    const [old] = await e.getItems('n', ['old']);
+    expect(ids(await e.reads.read('n'))).toEqual(['old', 'new', 'new2']);
+    expect(ids(await e.reads.read('n?order=created'))).toEqual(['old', 'new', 'new2']);
+    expect(await e.nodes.total('n')).toBe(3);
+    const [old] = await e.reads.getItems('n', ['old']);
     expect(old?.entry).toContain('v1');
   });
 });
@@ -939,16 +947,18 @@ describe('a write refused in its round', () => {
 describe('cursors a client makes up', () => {
   it('resolves a cursor deep in a large stamp group, and survives an absurd offset', async () => {
     const big = await h.open(await h.dir(), { now: () => T0 });
-    await big.createNode('g');
+    await big.nodes.createNode('g');
     const group = Array.from({ length: 700 }, (_, i) => `g${String(i).padStart(3, '0')}`);
     for (let i = 0; i < group.length; i += 100)
-      await Promise.all(group.slice(i, i + 100).map((id) => big.publish('g', { id, entry: entry(id) })));
+      await Promise.all(
+        group.slice(i, i + 100).map((id) => big.writes.publish('g', { id, entry: entry(id) })),
+      );
     // All 700 share one millisecond: a cursor at offset 550 is read across several chunks.
-    const deep = await big.read('g', { since: cursorOf(T0, group, 550), max: 5 });
+    const deep = await big.reads.read('g', { since: cursorOf(T0, group, 550), max: 5 });
     expect(ids(deep)).toEqual(group.slice(551, 556));
     // An offset no group has (it once made the read allocate without bound): time:T, the whole group.
     for (const o of [700, 9_000_000_000_000_000, Number.MAX_SAFE_INTEGER]) {
-      const page = await big.read('g', { since: `cursor:${T0}_${o}_0`, max: 3 });
+      const page = await big.reads.read('g', { since: `cursor:${T0}_${o}_0`, max: 3 });
       expect(ids(page), String(o)).toEqual(group.slice(0, 3));
     }
   });
@@ -959,18 +969,18 @@ describe('page byte budget', () => {
   let small: FeedEngine;
   beforeEach(async () => {
     small = await h.open(await h.dir(), { now: clock.now, limits: { maxPageBytes: 4096 } });
-    await small.createNode('n');
+    await small.nodes.createNode('n');
     for (let i = 0; i < N; i++) {
       // a few items share a millisecond, so pages also stop inside a group
       clock.t = T0 + Math.floor(i / 3);
-      await small.publish('n', { id: `b${i}`, entry: entry(`${i}`, `urn:${i}`, 300 + (i % 7) * 60) });
+      await small.writes.publish('n', { id: `b${i}`, entry: entry(`${i}`, `urn:${i}`, 300 + (i % 7) * 60) });
     }
   });
   const all = Array.from({ length: N }, (_, i) => `b${i}`);
   const bytes = (page: Page) => page.items.reduce((n, i) => n + Buffer.byteLength(i.entry), 0);
 
   it('stops forward pages early, and since the last cursor continues without a gap', async () => {
-    const first = await small.read('n', { max: 250 });
+    const first = await small.reads.read('n', { max: 250 });
     expect(first.truncated).toBe(true);
     expect(first.items.length).toBeGreaterThan(1);
     expect(first.items.length).toBeLessThan(N);
@@ -980,7 +990,7 @@ describe('page byte budget', () => {
     let since: string | undefined;
     let pages = 0;
     for (;;) {
-      const page = await small.read('n', { since, max: 250 });
+      const page = await small.reads.read('n', { since, max: 250 });
       if (page.items.length === 0) break;
       pages += 1;
       expect(bytes(page)).toBeLessThanOrEqual(4096);
@@ -992,7 +1002,7 @@ describe('page byte budget', () => {
   });
 
   it('keeps the newest items of backward pages, and until the first cursor continues', async () => {
-    const last = await small.read('n', { last: true, max: 250 });
+    const last = await small.reads.read('n', { last: true, max: 250 });
     expect(last.truncated).toBe(true);
     expect(last.items.at(-1)?.id).toBe(`b${N - 1}`);
     expect(last).toMatchObject({ atStart: false, atEnd: true });
@@ -1001,7 +1011,7 @@ describe('page byte budget', () => {
     while (page.items.length > 0) {
       expect(bytes(page)).toBeLessThanOrEqual(4096);
       seen.unshift(...ids(page));
-      page = await small.read('n', { until: page.items[0]?.cursor, max: 250 });
+      page = await small.reads.read('n', { until: page.items[0]?.cursor, max: 250 });
     }
     expect(seen).toEqual(all);
   });
@@ -1010,10 +1020,10 @@ describe('page byte budget', () => {
     // The XMPP reply: <pubsub><items node=NAME> with each item, and the RSM set.
     const name = "'".repeat(1024);
     const wide = await h.open(await h.dir(), { limits: { maxPageBytes: 16 * 1024 } });
-    await wide.createNode(name);
+    await wide.nodes.createNode(name);
     for (let i = 0; i < 12; i++)
-      await wide.publish(name, { id: `w${i}`, entry: entry(`${i}`, undefined, 2 * 1024) });
-    const page = await wide.read(name, { max: 250 });
+      await wide.writes.publish(name, { id: `w${i}`, entry: entry(`${i}`, undefined, 2 * 1024) });
+    const page = await wide.reads.read(name, { max: 250 });
     expect(page.truncated).toBe(true);
     const items = xml('items', { node: name });
     for (const item of page.items) items.append(itemElement(seen(item)));
@@ -1027,7 +1037,7 @@ describe('page byte budget', () => {
   });
 
   it('does not truncate pages that fit', async () => {
-    const page = await small.read('n', { max: 2 });
+    const page = await small.reads.read('n', { max: 2 });
     expect(page.truncated).toBe(false);
     expect(ids(page)).toEqual(['b0', 'b1']);
   });
@@ -1037,37 +1047,37 @@ describe('getItems', () => {
   it('returns the items asked for, in the order asked, with their cursors in the feed read', async () => {
     await publishAll(['a', 'b', 'c']);
     clock.t = T0 + 1;
-    await engine.publish('n', { id: 'a', entry: entry('A2') });
-    await engine.retract('n', 'b');
-    const got = await engine.getItems('n', ['c', 'nope', 'a', 'b']);
+    await engine.writes.publish('n', { id: 'a', entry: entry('A2') });
+    await engine.writes.retract('n', 'b');
+    const got = await engine.reads.getItems('n', ['c', 'nope', 'a', 'b']);
     expect(got.map((i) => [i.id, i.cursor, i.deleted])).toEqual([
       ['c', cursorOf(T0, ['c'], 0), false],
       ['a', cursorOf(T0 + 1, ['a', 'b'], 0), false],
       ['b', cursorOf(T0 + 1, ['a', 'b'], 1), true],
     ]);
-    const page = await engine.read('n');
+    const page = await engine.reads.read('n');
     expect(got).toEqual([page.items[0], page.items[1], page.items[2]]);
-    const created = await engine.getItems('n?order=created', ['b', 'a']);
+    const created = await engine.reads.getItems('n?order=created', ['b', 'a']);
     expect(created.map((i) => i.cursor)).toEqual([cursorOf(T0, ['a', 'b'], 1), cursorOf(T0, ['a'], 0)]);
     expect(created[0]?.entry).toContain('deleted-entry');
-    expect(await engine.getItems('n', [])).toEqual([]);
-    await rejects(engine.getItems('nope', ['a']), NodeNotFound);
-    await rejects(engine.getItems('n', ['']), BadRequest);
+    expect(await engine.reads.getItems('n', [])).toEqual([]);
+    await rejects(engine.reads.getItems('nope', ['a']), NodeNotFound);
+    await rejects(engine.reads.getItems('n', ['']), BadRequest);
   });
 });
 
 describe('change events', () => {
   it('chain previous cursors in the modified feed, and tell the created feed only of creates', async () => {
     const steps: [number, () => Promise<Change>][] = [
-      [T0, () => engine.publish('n', { id: 'a', entry: entry('a') })],
-      [T0, () => engine.publish('n', { id: 'b', entry: entry('b') })],
-      [T0, () => engine.publish('n', { id: 'a', entry: entry('a2') })],
-      [T0 - 3, () => engine.publish('n', { id: 'c', entry: entry('c') })],
-      [T0 + 1, () => engine.retract('n', 'b')],
-      [T0 + 1, () => engine.retract('n', 'b')],
-      [T0 + 1, () => engine.publish('n', { id: 'b', entry: entry('b2') })],
-      [T0 + 2, () => engine.publish('n', { id: 'd', entry: entry('d') })],
-      [T0 + 2, () => engine.publish('n', { id: 'd', entry: entry('d2') })],
+      [T0, () => engine.writes.publish('n', { id: 'a', entry: entry('a') })],
+      [T0, () => engine.writes.publish('n', { id: 'b', entry: entry('b') })],
+      [T0, () => engine.writes.publish('n', { id: 'a', entry: entry('a2') })],
+      [T0 - 3, () => engine.writes.publish('n', { id: 'c', entry: entry('c') })],
+      [T0 + 1, () => engine.writes.retract('n', 'b')],
+      [T0 + 1, () => engine.writes.retract('n', 'b')],
+      [T0 + 1, () => engine.writes.publish('n', { id: 'b', entry: entry('b2') })],
+      [T0 + 2, () => engine.writes.publish('n', { id: 'd', entry: entry('d') })],
+      [T0 + 2, () => engine.writes.publish('n', { id: 'd', entry: entry('d2') })],
     ];
     const results: Change[] = [];
     for (const [t, step] of steps) {
@@ -1099,9 +1109,9 @@ describe('change events', () => {
       expect(creates[i]?.feeds.created.previous).toBe(creates[i - 1]?.feeds.created.cursor);
     }
     // The last cursors are where the items are now.
-    const modified = await engine.read('n');
+    const modified = await engine.reads.read('n');
     expect(modified.items.at(-1)?.cursor).toBe(changes.at(-1)?.feeds.modified.cursor);
-    const created = await engine.read('n?order=created');
+    const created = await engine.reads.read('n?order=created');
     expect(created.items.map((i) => i.cursor)).toEqual(creates.map((c) => c.feeds.created.cursor));
     for (const c of changes) {
       expect(created.items.find((i) => i.id === c.item.id)?.cursor).toBe(c.feeds.created.cursor);
@@ -1116,11 +1126,11 @@ describe('change events', () => {
     const remove = engine.onChange((c) => {
       seen.push(c.total);
     });
-    const change = await engine.publish('n', { id: 'a', entry: entry('a') });
+    const change = await engine.writes.publish('n', { id: 'a', entry: entry('a') });
     expect(change.changed).toBe(true);
     expect(seen).toEqual([1]);
     remove();
-    await engine.publish('n', { id: 'b', entry: entry('b') });
+    await engine.writes.publish('n', { id: 'b', entry: entry('b') });
     expect(seen).toEqual([1]);
     expect(changes).toHaveLength(2);
   });
@@ -1128,7 +1138,7 @@ describe('change events', () => {
 
 describe('subscriptions', () => {
   it('one per feed and jid; subscribing again returns the same subid', async () => {
-    const first = await engine.subscribe('n', 'alice@x/phone', 'alice@x');
+    const first = await engine.subscriptions.subscribe('n', 'alice@x/phone', 'alice@x');
     expect(first.created).toBe(true);
     expect(first.subscription).toMatchObject({
       feed: 'n',
@@ -1137,90 +1147,95 @@ describe('subscriptions', () => {
       jid: 'alice@x/phone',
     });
     expect(first.subscription.subid).toMatch(/^[0-9a-f-]{36}$/);
-    const again = await engine.subscribe('n', 'alice@x/phone', 'alice@x');
+    const again = await engine.subscriptions.subscribe('n', 'alice@x/phone', 'alice@x');
     expect(again).toEqual({ subscription: first.subscription, created: false });
     // "n" and "n?order=modified" are the same feed.
-    expect((await engine.subscribe('n?order=modified', 'alice@x/phone', 'alice@x')).subscription.subid).toBe(
-      first.subscription.subid,
-    );
-    const created = await engine.subscribe('n?order=created', 'alice@x/phone', 'alice@x');
+    expect(
+      (await engine.subscriptions.subscribe('n?order=modified', 'alice@x/phone', 'alice@x')).subscription
+        .subid,
+    ).toBe(first.subscription.subid);
+    const created = await engine.subscriptions.subscribe('n?order=created', 'alice@x/phone', 'alice@x');
     expect(created.created).toBe(true);
     expect(created.subscription).toMatchObject({ feed: 'n?order=created', order: 'created' });
     expect(created.subscription.subid).not.toBe(first.subscription.subid);
-    const other = await engine.subscribe('n', 'alice@x/laptop', 'alice@x');
+    const other = await engine.subscriptions.subscribe('n', 'alice@x/laptop', 'alice@x');
     expect(other.subscription.subid).not.toBe(first.subscription.subid);
 
-    expect(await engine.subscriptionsOf('n')).toHaveLength(3);
-    const mine = await engine.subscriptionsFor('alice@x');
+    expect(await engine.subscriptions.subscriptionsOf('n')).toHaveLength(3);
+    const mine = await engine.subscriptions.subscriptionsFor('alice@x');
     expect(mine.map((s) => s.subid).sort()).toEqual(
       [first, created, other].map((s) => s.subscription.subid).sort(),
     );
-    expect(await engine.subscriptionsFor('alice@x', 'n')).toHaveLength(3);
-    expect(await engine.subscriptionsFor('alice@x', 'm')).toEqual([]);
-    expect(await engine.subscriptionsFor('bob@x')).toEqual([]);
+    expect(await engine.subscriptions.subscriptionsFor('alice@x', 'n')).toHaveLength(3);
+    expect(await engine.subscriptions.subscriptionsFor('alice@x', 'm')).toEqual([]);
+    expect(await engine.subscriptions.subscriptionsFor('bob@x')).toEqual([]);
   });
 
   it('unsubscribe ends one subscription, checking the subid', async () => {
-    const { subscription } = await engine.subscribe('n', 'alice@x/phone', 'alice@x');
-    await engine.subscribe('n?order=created', 'alice@x/phone', 'alice@x');
-    await rejects(engine.unsubscribe('n', 'alice@x/phone', 'alice@x', 'wrong'), InvalidSubid);
-    await rejects(engine.unsubscribe('n', 'bob@x', 'bob@x'), NotSubscribed);
-    await rejects(engine.unsubscribe('n', 'alice@x/laptop', 'alice@x'), NotSubscribed);
-    expect(await engine.unsubscribe('n', 'alice@x/phone', 'alice@x', subscription.subid)).toEqual(
-      subscription,
-    );
-    await rejects(engine.unsubscribe('n', 'alice@x/phone', 'alice@x'), NotSubscribed);
-    expect((await engine.subscriptionsOf('n')).map((s) => s.order)).toEqual(['created']);
-    expect((await engine.subscriptionsFor('alice@x')).map((s) => s.order)).toEqual(['created']);
-    await engine.unsubscribe('n?order=created', 'alice@x/phone', 'alice@x');
-    expect(await engine.subscriptionsFor('alice@x')).toEqual([]);
+    const { subscription } = await engine.subscriptions.subscribe('n', 'alice@x/phone', 'alice@x');
+    await engine.subscriptions.subscribe('n?order=created', 'alice@x/phone', 'alice@x');
+    await rejects(engine.subscriptions.unsubscribe('n', 'alice@x/phone', 'alice@x', 'wrong'), InvalidSubid);
+    await rejects(engine.subscriptions.unsubscribe('n', 'bob@x', 'bob@x'), NotSubscribed);
+    await rejects(engine.subscriptions.unsubscribe('n', 'alice@x/laptop', 'alice@x'), NotSubscribed);
+    expect(
+      await engine.subscriptions.unsubscribe('n', 'alice@x/phone', 'alice@x', subscription.subid),
+    ).toEqual(subscription);
+    await rejects(engine.subscriptions.unsubscribe('n', 'alice@x/phone', 'alice@x'), NotSubscribed);
+    expect((await engine.subscriptions.subscriptionsOf('n')).map((s) => s.order)).toEqual(['created']);
+    expect((await engine.subscriptions.subscriptionsFor('alice@x')).map((s) => s.order)).toEqual(['created']);
+    await engine.subscriptions.unsubscribe('n?order=created', 'alice@x/phone', 'alice@x');
+    expect(await engine.subscriptions.subscriptionsFor('alice@x')).toEqual([]);
     // A new subscription after unsubscribing is a new one.
-    const renewed = await engine.subscribe('n', 'alice@x/phone', 'alice@x');
+    const renewed = await engine.subscriptions.subscribe('n', 'alice@x/phone', 'alice@x');
     expect(renewed.created).toBe(true);
     expect(renewed.subscription.subid).not.toBe(subscription.subid);
   });
 
   it('survive a restart', async () => {
-    const { subscription } = await engine.subscribe('n?order=created', 'alice@x/phone', 'alice@x');
+    const { subscription } = await engine.subscriptions.subscribe(
+      'n?order=created',
+      'alice@x/phone',
+      'alice@x',
+    );
     await h.close(engine);
     engine = await h.open(dir);
-    expect(await engine.subscriptionsOf('n')).toEqual([subscription]);
-    expect(await engine.subscriptionsFor('alice@x')).toEqual([subscription]);
-    expect(await engine.subscribe('n?order=created', 'alice@x/phone', 'alice@x')).toEqual({
+    expect(await engine.subscriptions.subscriptionsOf('n')).toEqual([subscription]);
+    expect(await engine.subscriptions.subscriptionsFor('alice@x')).toEqual([subscription]);
+    expect(await engine.subscriptions.subscribe('n?order=created', 'alice@x/phone', 'alice@x')).toEqual({
       subscription,
       created: false,
     });
   });
 
   it('refuse unknown nodes and bad feed names', async () => {
-    await rejects(engine.subscribe('nope', 'a@x', 'a@x'), NodeNotFound);
-    await rejects(engine.subscribe('n?order=up', 'a@x', 'a@x'), BadRequest);
-    await rejects(engine.unsubscribe('nope', 'a@x', 'a@x'), NodeNotFound);
-    await rejects(engine.subscriptionsOf('nope'), NodeNotFound);
+    await rejects(engine.subscriptions.subscribe('nope', 'a@x', 'a@x'), NodeNotFound);
+    await rejects(engine.subscriptions.subscribe('n?order=up', 'a@x', 'a@x'), BadRequest);
+    await rejects(engine.subscriptions.unsubscribe('nope', 'a@x', 'a@x'), NodeNotFound);
+    await rejects(engine.subscriptions.subscriptionsOf('nope'), NodeNotFound);
   });
 });
 
 describe('nodes', () => {
   it('are created once and listed in byte order', async () => {
-    await rejects(engine.createNode('n'), NodeExists);
-    await rejects(engine.createNode('a?b'), BadRequest);
-    await engine.createNode('b');
-    await engine.createNode('a');
-    await engine.createNode('é');
-    expect(await engine.listNodes()).toEqual(['a', 'b', 'n', 'é']);
-    expect(await engine.listNodes({ after: 'a', max: 2 })).toEqual(['b', 'n']);
+    await rejects(engine.nodes.createNode('n'), NodeExists);
+    await rejects(engine.nodes.createNode('a?b'), BadRequest);
+    await engine.nodes.createNode('b');
+    await engine.nodes.createNode('a');
+    await engine.nodes.createNode('é');
+    expect(await engine.nodes.listNodes()).toEqual(['a', 'b', 'n', 'é']);
+    expect(await engine.nodes.listNodes({ after: 'a', max: 2 })).toEqual(['b', 'n']);
     // Backwards: the last names of the range, before a name or to the end, still in byte order.
-    expect(await engine.listNodes({ last: true, max: 2 })).toEqual(['n', 'é']);
-    expect(await engine.listNodes({ before: 'n', last: true, max: 5 })).toEqual(['a', 'b']);
-    expect(await engine.listNodes({ before: 'é', last: true, max: 1 })).toEqual(['n']);
-    expect(await engine.listNodes({ after: 'a', before: 'é' })).toEqual(['b', 'n']);
-    await rejects(engine.total('nope'), NodeNotFound);
+    expect(await engine.nodes.listNodes({ last: true, max: 2 })).toEqual(['n', 'é']);
+    expect(await engine.nodes.listNodes({ before: 'n', last: true, max: 5 })).toEqual(['a', 'b']);
+    expect(await engine.nodes.listNodes({ before: 'é', last: true, max: 1 })).toEqual(['n']);
+    expect(await engine.nodes.listNodes({ after: 'a', before: 'é' })).toEqual(['b', 'n']);
+    await rejects(engine.nodes.total('nope'), NodeNotFound);
   });
 });
 
 describe('export / import', () => {
   async function build(): Promise<void> {
-    await engine.createNode('m');
+    await engine.nodes.createNode('m');
     const plan: [number, string, 'p' | 'r'][] = [
       [T0, 'a', 'p'],
       [T0, 'b_c', 'p'],
@@ -1237,14 +1252,14 @@ describe('export / import', () => {
     for (const [t, id, what] of plan) {
       clock.t = t;
       if (what === 'p')
-        await engine.publish('m', { id, entry: entry(id, `urn:${id}`), publisher: `${id}@x` });
-      else await engine.retract('m', id);
+        await engine.writes.publish('m', { id, entry: entry(id, `urn:${id}`), publisher: `${id}@x` });
+      else await engine.writes.retract('m', id);
     }
   }
 
   async function collect(node: string, e = engine): Promise<ExportRecord[]> {
     const out: ExportRecord[] = [];
-    for await (const r of e.exportNode(node)) out.push(r);
+    for await (const r of e.transfer.exportNode(node)) out.push(r);
     return out;
   }
 
@@ -1267,46 +1282,48 @@ describe('export / import', () => {
     expect(records.find((r) => r.id === 'e')).toMatchObject({ deleted: true, atomId: 'urn:e' });
 
     const copy = await h.open(await h.dir(), { now: clock.now });
-    expect(await copy.importNode('m', records)).toBe(7);
+    expect(await copy.transfer.importNode('m', records)).toBe(7);
     for (const feed of ['m', 'm?order=created']) {
-      expect(await copy.read(feed)).toEqual(await engine.read(feed));
+      expect(await copy.reads.read(feed)).toEqual(await engine.reads.read(feed));
       for (const max of [1, 2, 3]) {
         expect(await readAll(copy, feed, max)).toEqual(await readAll(engine, feed, max));
       }
-      const mid = (await engine.read(feed)).items[3]?.cursor as string;
-      expect(await copy.read(feed, { since: mid })).toEqual(await engine.read(feed, { since: mid }));
-      expect(await copy.read(feed, { until: mid, max: 2 })).toEqual(
-        await engine.read(feed, { until: mid, max: 2 }),
+      const mid = (await engine.reads.read(feed)).items[3]?.cursor as string;
+      expect(await copy.reads.read(feed, { since: mid })).toEqual(
+        await engine.reads.read(feed, { since: mid }),
+      );
+      expect(await copy.reads.read(feed, { until: mid, max: 2 })).toEqual(
+        await engine.reads.read(feed, { until: mid, max: 2 }),
       );
     }
     expect(await collect('m', copy)).toEqual(records);
     // Writes continue the same way in both.
     clock.t = T0;
-    const a = await engine.publish('m', { id: 'new', entry: entry('new') });
-    const b = await copy.publish('m', { id: 'new', entry: entry('new') });
+    const a = await engine.writes.publish('m', { id: 'new', entry: entry('new') });
+    const b = await copy.writes.publish('m', { id: 'new', entry: entry('new') });
     expect(b).toEqual(a);
     clock.t = T0;
-    const c1 = await engine.retract('m', 'é');
-    const c2 = await copy.retract('m', 'é');
+    const c1 = await engine.writes.retract('m', 'é');
+    const c2 = await copy.writes.retract('m', 'é');
     expect(c2).toEqual(c1);
   });
 
   it('imports from an async iterable into an existing empty node', async () => {
     await build();
     const copy = await h.open(await h.dir());
-    await copy.createNode('empty');
-    const source = engine.exportNode('m');
-    expect(await copy.importNode('empty', source)).toBe(7);
-    expect(await copy.read('empty?order=created')).toEqual(await engine.read('m?order=created'));
+    await copy.nodes.createNode('empty');
+    const source = engine.transfer.exportNode('m');
+    expect(await copy.transfer.importNode('empty', source)).toBe(7);
+    expect(await copy.reads.read('empty?order=created')).toEqual(await engine.reads.read('m?order=created'));
   });
 
   it('refuses a node that is not empty', async () => {
     await build();
     const records = await collect('m');
     await publishAll(['x']);
-    await rejects(engine.importNode('n', records), NodeNotEmpty);
-    await rejects(engine.importNode('m', records), NodeNotEmpty);
-    expect((await engine.read('n')).total).toBe(1);
+    await rejects(engine.transfer.importNode('n', records), NodeNotEmpty);
+    await rejects(engine.transfer.importNode('m', records), NodeNotEmpty);
+    expect((await engine.reads.read('n')).total).toBe(1);
   });
 
   it('refuses records that would not reproduce a feed', async () => {
@@ -1314,15 +1331,15 @@ describe('export / import', () => {
     const records = await collect('m');
     const copy = await h.open(await h.dir());
     const twice = [records[0], records[0]] as ExportRecord[];
-    await rejects(copy.importNode('x1', twice), BadRequest);
+    await rejects(copy.transfer.importNode('x1', twice), BadRequest);
     const backwards = [...records].reverse();
-    await rejects(copy.importNode('x2', backwards), BadRequest);
+    await rejects(copy.transfer.importNode('x2', backwards), BadRequest);
     const bad = [{ ...records[0], entry: '<nope/>' }] as ExportRecord[];
-    await rejects(copy.importNode('x3', bad), InvalidPayload);
+    await rejects(copy.transfer.importNode('x3', bad), InvalidPayload);
     // Entries are checked as strictly as on publish.
     const junk = [{ ...records[0], entry: `${records[0]?.entry}<x/>` }] as ExportRecord[];
-    await rejects(copy.importNode('x4', junk), InvalidPayload);
-    expect((await copy.read('x4')).total).toBe(0);
+    await rejects(copy.transfer.importNode('x4', junk), InvalidPayload);
+    expect((await copy.reads.read('x4')).total).toBe(0);
   });
 
   it('refuses audiences and views that are not what an export writes', async () => {
@@ -1330,10 +1347,10 @@ describe('export / import', () => {
     const [first, second] = (await collect('m')) as [ExportRecord, ExportRecord];
     const copy = await h.open(await h.dir());
     const refused = async (node: string, lines: unknown[], why: RegExp) => {
-      const e = await copy.importNode(node, lines as ExportRecord[]).catch((x: unknown) => x);
+      const e = await copy.transfer.importNode(node, lines as ExportRecord[]).catch((x: unknown) => x);
       expect(e).toBeInstanceOf(BadRequest);
       expect((e as Error).message).toMatch(why);
-      expect((await copy.read(node)).total).toBe(0);
+      expect((await copy.reads.read(node)).total).toBe(0);
     };
     // An audience alone would make a private item public: its views must come with it.
     const { views: _, ...bare } = first;
@@ -1363,9 +1380,9 @@ describe('restart', () => {
     await publishAll(['a', 'b', 'c']);
     clock.t = T0 + 1;
     await publishAll(['d']);
-    await engine.publish('n', { id: 'a', entry: entry('a2') });
-    const before = await engine.read('n');
-    const beforeCreated = await engine.read('n?order=created');
+    await engine.writes.publish('n', { id: 'a', entry: entry('a2') });
+    const before = await engine.reads.read('n');
+    const beforeCreated = await engine.reads.read('n?order=created');
     const cursors = before.items.map((i) => i.cursor);
     const createdCursors = beforeCreated.items.map((i) => i.cursor);
     await h.close(engine);
@@ -1375,19 +1392,19 @@ describe('restart', () => {
     engine = await h.open(dir, { now: clock.now });
     changes = [];
     engine.onChange((c) => changes.push(c));
-    expect(await engine.read('n')).toEqual(before);
-    expect(await engine.read('n?order=created')).toEqual(beforeCreated);
+    expect(await engine.reads.read('n')).toEqual(before);
+    expect(await engine.reads.read('n?order=created')).toEqual(beforeCreated);
     for (const [i, cursor] of cursors.entries()) {
-      expect(ids(await engine.read('n', { since: cursor }))).toEqual(ids(before).slice(i + 1));
-      expect(ids(await engine.read('n', { until: cursor }))).toEqual(ids(before).slice(0, i));
+      expect(ids(await engine.reads.read('n', { since: cursor }))).toEqual(ids(before).slice(i + 1));
+      expect(ids(await engine.reads.read('n', { until: cursor }))).toEqual(ids(before).slice(0, i));
     }
     for (const [i, cursor] of createdCursors.entries()) {
-      expect(ids(await engine.read('n?order=created', { since: cursor }))).toEqual(
+      expect(ids(await engine.reads.read('n?order=created', { since: cursor }))).toEqual(
         ids(beforeCreated).slice(i + 1),
       );
     }
 
-    const e = await engine.publish('n', { id: 'e', entry: entry('e') });
+    const e = await engine.writes.publish('n', { id: 'e', entry: entry('e') });
     expect(e.item.created).toBe(T0 + 1);
     expect(e.feeds.modified).toEqual({
       cursor: cursorOf(T0 + 1, ['d', 'a', 'e'], 2),
@@ -1399,13 +1416,13 @@ describe('restart', () => {
       previous: cursorOf(T0 + 1, ['d'], 0),
       notify: true,
     });
-    const b = await engine.publish('n', { id: 'b', entry: entry('b2') });
+    const b = await engine.writes.publish('n', { id: 'b', entry: entry('b2') });
     expect(b.feeds.modified.previous).toBe(e.feeds.modified.cursor);
-    expect(ids(await engine.read('n', { since: cursors.at(-1) }))).toEqual(['e', 'b']);
-    expect(ids(await engine.read('n'))).toEqual(['c', 'd', 'a', 'e', 'b']);
+    expect(ids(await engine.reads.read('n', { since: cursors.at(-1) }))).toEqual(['e', 'b']);
+    expect(ids(await engine.reads.read('n'))).toEqual(['c', 'd', 'a', 'e', 'b']);
     // The sequence went on from where it was: export shows strictly increasing sequence numbers.
     const seqs: number[] = [];
-    for await (const r of engine.exportNode('n')) seqs.push(r.modifiedSeq);
+    for await (const r of engine.transfer.exportNode('n')) seqs.push(r.modifiedSeq);
     expect(seqs).toEqual([...seqs].sort((x, y) => x - y));
     expect(new Set(seqs).size).toBe(seqs.length);
     expect(Math.min(...seqs.slice(-2))).toBeGreaterThan(Math.max(...seqs.slice(0, -2)));
@@ -1427,11 +1444,11 @@ describe('restart', () => {
 describe('concurrency', () => {
   it('reads no previous version for a generated id, and still finds those of ids given', async () => {
     const busy = await h.open(await h.dir());
-    await busy.createNode('n');
-    await busy.publish('n', { id: 'known', entry: entry('known v1') });
+    await busy.nodes.createNode('n');
+    await busy.writes.publish('n', { id: 'known', entry: entry('known v1') });
     const getMany = vi.spyOn(h.storeOf(busy), 'getMany');
     const writes = Array.from({ length: 200 }, (_, i) =>
-      busy.publish(
+      busy.writes.publish(
         'n',
         i === 100 ? { id: 'known', entry: entry('known v2') } : { entry: entry(`anonymous ${i}`) },
       ),
@@ -1444,7 +1461,7 @@ describe('concurrency', () => {
     expect(asked).toEqual(['known']);
     expect(changes[100]?.kind).toBe('update');
     expect(changes.filter((c) => c.kind === 'create').length).toBe(199);
-    expect(await busy.total('n')).toBe(200);
+    expect(await busy.nodes.total('n')).toBe(200);
   });
 
   it('500 publishes started at once: all acknowledged, exact totals and previous-cursor chain', async () => {
@@ -1455,21 +1472,21 @@ describe('concurrency', () => {
       return T0 + Math.floor(calls / 9) - (calls % 50 === 0 ? 3 : 0);
     };
     const busy = await h.open(await h.dir(), { now });
-    await busy.createNode('n');
+    await busy.nodes.createNode('n');
     const events: Change[] = [];
     busy.onChange((c) => events.push(c));
     const writes = Array.from({ length: 500 }, (_, i) =>
       // every fifth write updates an earlier item
       i % 5 === 4
-        ? busy.publish('n', { id: `c${i - 3}`, entry: entry(`update ${i}`) })
-        : busy.publish('n', { id: `c${i}`, entry: entry(`${i}`) }),
+        ? busy.writes.publish('n', { id: `c${i - 3}`, entry: entry(`update ${i}`) })
+        : busy.writes.publish('n', { id: `c${i}`, entry: entry(`${i}`) }),
     );
     const results = await Promise.all(writes);
     expect(results.every((r) => r.changed)).toBe(true);
     expect(results.filter((r) => r.kind === 'create')).toHaveLength(400);
     expect(events).toHaveLength(500);
     expect(events.at(-1)?.total).toBe(400);
-    expect(await busy.total('n')).toBe(400);
+    expect(await busy.nodes.total('n')).toBe(400);
     // Events come in write order, each one's previous is the one before's cursor.
     expect(events).toEqual(results);
     for (let i = 1; i < events.length; i++) {
@@ -1505,12 +1522,12 @@ describe('concurrency', () => {
       const autoCreate = i % 7 !== 6;
       const run =
         i % 20 === 19
-          ? () => engine.retract(node, id)
-          : () => engine.publish(node, { id, entry: entry(`${i}`) }, { autoCreate });
+          ? () => engine.writes.retract(node, id)
+          : () => engine.writes.publish(node, { id, entry: entry(`${i}`) }, { autoCreate });
       calls.push({ node, id, run });
     }
     // Before them all, a write that does not auto-create finds no node.
-    const early = engine.publish('auto1', { id: 'early', entry: entry('early') }).catch((e) => e);
+    const early = engine.writes.publish('auto1', { id: 'early', entry: entry('early') }).catch((e) => e);
     const started: Promise<Change>[] = [];
     for (const [i, c] of calls.entries()) {
       const run = c.run();
@@ -1523,7 +1540,7 @@ describe('concurrency', () => {
     }
     const results = await Promise.all(started);
     expect(await early).toBeInstanceOf(NodeNotFound);
-    expect(await engine.listNodes()).toEqual(['auto1', 'auto2', 'n']);
+    expect(await engine.nodes.listNodes()).toEqual(['auto1', 'auto2', 'n']);
     for (const node of ['auto1', 'auto2']) {
       const mine = calls.flatMap((c, i) => (c.node === node ? [{ ...c, result: results[i] as Change }] : []));
       // Acknowledged and notified in call order, with exact totals and an unbroken previous chain.
@@ -1542,28 +1559,28 @@ describe('concurrency', () => {
       });
       const expected = [...lastWrite.entries()].sort((x, y) => x[1] - y[1]).map(([id]) => id);
       const exported: ExportRecord[] = [];
-      for await (const r of engine.exportNode(node)) exported.push(r);
+      for await (const r of engine.transfer.exportNode(node)) exported.push(r);
       expect(exported.map((r) => r.id)).toEqual(expected);
       expect(exported.map((r) => r.modifiedSeq)).toEqual(
         expected.map((id) => (lastWrite.get(id) as number) + 1),
       );
       const createdOrder = [...new Set(mine.map((c) => c.id))];
-      expect(ids(await engine.read(`${node}?order=created`, { max: 250 }))).toEqual(createdOrder);
+      expect(ids(await engine.reads.read(`${node}?order=created`, { max: 250 }))).toEqual(createdOrder);
     }
     expect(results.filter((r) => r.kind === 'retract').length).toBeGreaterThan(10);
     expect(results.filter((r) => r.kind === 'update').length).toBeGreaterThan(10);
   });
 
   it("keeps each node's totals exact under writes to several nodes at once", async () => {
-    await engine.createNode('m');
+    await engine.nodes.createNode('m');
     const results = await Promise.all(
       Array.from({ length: 100 }, (_, i) =>
-        engine.publish(i % 2 ? 'm' : 'n', { id: `x${i}`, entry: entry('x') }),
+        engine.writes.publish(i % 2 ? 'm' : 'n', { id: `x${i}`, entry: entry('x') }),
       ),
     );
     expect(results.filter((r) => r.node === 'n').map((r) => r.total)).toEqual(
       Array.from({ length: 50 }, (_, i) => i + 1),
     );
-    expect((await engine.read('m', { max: 250 })).items).toHaveLength(50);
+    expect((await engine.reads.read('m', { max: 250 })).items).toHaveLength(50);
   });
 });

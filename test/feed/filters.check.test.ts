@@ -21,11 +21,15 @@ async function filled(): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-vcheck-'));
   dirs.push(dir);
   const engine = await FeedEngine.open(dir);
-  await engine.publish('n', { id: 'a', entry: entry('a', 'x'), publisher: 'p@x' }, { autoCreate: true });
-  await engine.publish('n', { id: 'b', entry: entry('b', 'y'), publisher: 'p@x' });
-  await engine.enableAudience('n');
-  await engine.publish('n', { id: 'c', entry: entry('c', 'x'), publisher: 'p@x', audience: ['r@x'] });
-  await engine.publish('n', { id: 'a', entry: entry('a', 'y'), publisher: 'p@x' });
+  await engine.writes.publish(
+    'n',
+    { id: 'a', entry: entry('a', 'x'), publisher: 'p@x' },
+    { autoCreate: true },
+  );
+  await engine.writes.publish('n', { id: 'b', entry: entry('b', 'y'), publisher: 'p@x' });
+  await engine.nodes.enableAudience('n');
+  await engine.writes.publish('n', { id: 'c', entry: entry('c', 'x'), publisher: 'p@x', audience: ['r@x'] });
+  await engine.writes.publish('n', { id: 'a', entry: entry('a', 'y'), publisher: 'p@x' });
   await engine.close();
   return dir;
 }

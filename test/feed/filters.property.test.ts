@@ -119,12 +119,12 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
 /** Reads a whole view by walking from its start by each page's last cursor. */
 async function walk(engine: FeedEngine, name: string, viewer: string, max: number) {
   const out: { id: string; cursor: string; hidden: boolean }[] = [];
-  let page = await engine.read(name, { max }, viewer);
+  let page = await engine.reads.read(name, { max }, viewer);
   for (let guard = 0; guard < 100; guard++) {
     for (const i of page.items) out.push({ id: i.id, cursor: i.cursor, hidden: i.deleted });
     const last = page.items[page.items.length - 1];
     if (!last) break;
-    page = await engine.read(name, { since: `cursor:${last.cursor}`, max }, viewer);
+    page = await engine.reads.read(name, { since: `cursor:${last.cursor}`, max }, viewer);
   }
   return out;
 }
@@ -136,7 +136,7 @@ async function checkViews(engine: FeedEngine, model: Model, pick: { max: number;
       for (const order of ORDERS) {
         const expected = model.view(filter, viewer, order);
         const name = feedName(filter, order);
-        const page = await engine.read(name, { max: pick.max }, viewer);
+        const page = await engine.reads.read(name, { max: pick.max }, viewer);
         const label = `${name} as ${JSON.stringify(viewer)}`;
         expect(page.total, label).toBe(expected.length);
         expect(
@@ -149,27 +149,35 @@ async function checkViews(engine: FeedEngine, model: Model, pick: { max: number;
         const j = pick.at % Math.max(1, expected.length);
         const mark = expected[j];
         if (!mark) continue;
-        const after = await engine.read(name, { since: `cursor:${mark.cursor}`, max: pick.max }, viewer);
+        const after = await engine.reads.read(
+          name,
+          { since: `cursor:${mark.cursor}`, max: pick.max },
+          viewer,
+        );
         expect(
           after.items.map((i) => i.id),
           label,
         ).toEqual(expected.slice(j + 1, j + 1 + pick.max).map((e) => e.id));
-        const beforeMark = await engine.read(name, { until: `cursor:${mark.cursor}`, max: pick.max }, viewer);
+        const beforeMark = await engine.reads.read(
+          name,
+          { until: `cursor:${mark.cursor}`, max: pick.max },
+          viewer,
+        );
         expect(
           beforeMark.items.map((i) => i.id),
           label,
         ).toEqual(expected.slice(Math.max(0, j - pick.max), j).map((e) => e.id));
-        const last = await engine.read(name, { last: true, max: pick.max }, viewer);
+        const last = await engine.reads.read(name, { last: true, max: pick.max }, viewer);
         expect(
           last.items.map((i) => i.cursor),
           label,
         ).toEqual(expected.slice(-pick.max).map((e) => e.cursor));
-        const byId = await engine.read(name, { since: `id:${mark.id}`, max: pick.max }, viewer);
+        const byId = await engine.reads.read(name, { since: `id:${mark.id}`, max: pick.max }, viewer);
         expect(
           byId.items.map((i) => i.id),
           label,
         ).toEqual(after.items.map((i) => i.id));
-        const [got] = await engine.getItems(name, [mark.id], viewer);
+        const [got] = await engine.reads.getItems(name, [mark.id], viewer);
         expect(got?.cursor, label).toBe(mark.cursor);
       }
     }
@@ -187,7 +195,7 @@ function checkPositions(
     for (const viewer of VIEWERS) {
       for (const order of ORDERS) {
         const name = feedName(filter, order);
-        const key = engine.viewOf(name, viewer) as string;
+        const key = engine.nodes.viewOf(name, viewer) as string;
         const was = before.get(`${name} ${viewer}`) ?? [];
         const now = model.view(filter, viewer, order);
         const position = change.views?.[order][key];
@@ -206,7 +214,7 @@ function checkPositions(
           expect(now[now.length - 1]?.id, label).toBe(change.item.id);
           expect(!changeShows(change, filter, viewer) || change.item.deleted, label).toBe(mine?.hidden);
         }
-        expect(engine.lastCursorNow(name, viewer), label).toBe(now[now.length - 1]?.cursor);
+        expect(engine.nodes.lastCursorNow(name, viewer), label).toBe(now[now.length - 1]?.cursor);
       }
     }
   }
@@ -220,7 +228,7 @@ async function play(
   clock: { t: number },
   check?: (change: Change, before: Map<string, ReturnType<Model['view']>>) => void,
 ): Promise<void> {
-  await engine.createNode('n');
+  await engine.nodes.createNode('n');
   for (const op of ops) {
     if (op.kind === 'tick') {
       clock.t += op.ms;
@@ -234,8 +242,8 @@ async function play(
     let change: Change;
     const old = model.items.get(op.id);
     if (op.kind === 'publish') {
-      if (op.audience) await engine.enableAudience('n');
-      change = await engine.publish('n', {
+      if (op.audience) await engine.nodes.enableAudience('n');
+      change = await engine.writes.publish('n', {
         id: op.id,
         entry: entryOf(op.id, op.categories),
         publisher: op.publisher,
@@ -262,7 +270,7 @@ async function play(
       model.items.set(op.id, item);
     } else {
       if (!old) continue;
-      change = await engine.retract('n', op.id);
+      change = await engine.writes.retract('n', op.id);
       if (!change.changed) continue;
       model.seq += 1;
       const version: Version = {
@@ -317,8 +325,8 @@ describe('filtered feeds and readers views', () => {
         try {
           await play(engine, model, ops, clock);
           const lines: ExportRecord[] = [];
-          for await (const r of engine.exportNode('n')) lines.push(JSON.parse(JSON.stringify(r)));
-          expect(await copy.importNode('n', lines)).toBe(model.items.size);
+          for await (const r of engine.transfer.exportNode('n')) lines.push(JSON.parse(JSON.stringify(r)));
+          expect(await copy.transfer.importNode('n', lines)).toBe(model.items.size);
           await checkViews(copy, model, { max, at });
           // Writes go on the same way in both, with the same positions in every view.
           for (const op of ops.slice(0, 3)) {
@@ -329,7 +337,7 @@ describe('filtered feeds and readers views', () => {
               publisher: op.publisher,
               ...(op.audience ? { audience: op.audience } : {}),
             };
-            const [a, b] = [await engine.publish('n', input), await copy.publish('n', input)];
+            const [a, b] = [await engine.writes.publish('n', input), await copy.writes.publish('n', input)];
             const { views: _a, ...restA } = a;
             const { views: _b, ...restB } = b;
             expect(restB).toEqual(restA);
@@ -339,7 +347,8 @@ describe('filtered feeds and readers views', () => {
               for (const viewer of VIEWERS)
                 for (const order of ORDERS) {
                   const name = feedName(filter, order);
-                  const at = (c: Change, e: FeedEngine) => c.views?.[order][e.viewOf(name, viewer) as string];
+                  const at = (c: Change, e: FeedEngine) =>
+                    c.views?.[order][e.nodes.viewOf(name, viewer) as string];
                   expect(at(b, copy), `${name} as ${viewer}`).toEqual(at(a, engine));
                 }
           }

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DatabaseCheck, openDatabase, type Problem } from '../../src/feed/check.ts';
+import { openClusterEngine } from '../../src/feed/cluster/open.ts';
 import type { Claim } from '../../src/feed/engine/kv.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { kvKey } from '../../src/feed/store/keys.ts';
@@ -46,13 +47,13 @@ describe('engine.kv', () => {
     engine = await FeedEngine.open(dir);
     expect((await engine.kv('a').entries()).map(([k]) => k)).toEqual(['x\u00002', 'y', 'z']);
     // Nodes and key-value entries do not see each other.
-    expect(await engine.listNodes()).toEqual([]);
+    expect(await engine.nodes.listNodes()).toEqual([]);
     expect(() => engine.kv('')).toThrow(/namespace/);
     await engine.close();
   });
 
   it('claims the first entries of a prefix on a shared store, settles them, and returns those of a gone claimer', async () => {
-    const engine = await FeedEngine.openStore((await SharedMemory.create()).connect());
+    const engine = await openClusterEngine((await SharedMemory.create()).connect());
     const q = engine.kv<number>('q');
     const claims = engine.kv<Claim<number>>('q.claims');
     await q.batch([1, 2, 3].map((n) => ({ key: `u\u0000${n}`, value: n })).concat({ key: 'v', value: 9 }));
@@ -97,7 +98,7 @@ describe('engine.kv', () => {
   it('is accepted by the database check, which reports an unreadable entry', async () => {
     const dir = await tempDir();
     const engine = await FeedEngine.open(dir);
-    await engine.createNode('n');
+    await engine.nodes.createNode('n');
     await engine.kv('bot.feeds').put('n', { url: 'https://example.org/' });
     await engine.close();
     const db = await openDatabase(dir);

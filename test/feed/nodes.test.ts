@@ -41,7 +41,7 @@ async function keyCount(dir: string): Promise<number> {
 async function fill(engine: Awaited<ReturnType<Harness['open']>>, node: string, n: number): Promise<void> {
   await Promise.all(
     Array.from({ length: n }, (_, i) =>
-      engine.publish(node, { id: `i${i}`, entry: entry(`item ${i}`) }, { autoCreate: true }),
+      engine.writes.publish(node, { id: `i${i}`, entry: entry(`item ${i}`) }, { autoCreate: true }),
     ),
   );
 }
@@ -51,26 +51,28 @@ describe('deleting a node', () => {
     const dir = await h.dir();
     const engine = await h.open(dir);
     await fill(engine, 'n', 20);
-    await engine.subscribe('n', 'alice@x/a', 'alice@x');
-    const before = await engine.read('n', { max: 1, last: true });
-    const late = engine.publish('n', { id: 'late', entry: entry('late') });
-    await engine.deleteNode('n');
+    await engine.subscriptions.subscribe('n', 'alice@x/a', 'alice@x');
+    const before = await engine.reads.read('n', { max: 1, last: true });
+    const late = engine.writes.publish('n', { id: 'late', entry: entry('late') });
+    await engine.purges.deleteNode('n');
     // A write queued before the deletion is applied first; it is swept with the rest.
     await expect(late).resolves.toMatchObject({ node: 'n' });
-    expect(await engine.hasNode('n')).toBe(false);
-    await expect(engine.read('n')).rejects.toBeInstanceOf(NodeNotFound);
-    await expect(engine.publish('n', { id: 'x', entry: entry('x') })).rejects.toBeInstanceOf(NodeNotFound);
-    expect(await engine.subscriptionsFor('alice@x')).toEqual([]);
-    await engine.createNode('n');
-    expect(await engine.read('n')).toMatchObject({ items: [], total: 0 });
-    await engine.publish('n', { id: 'i0', entry: entry('again') });
-    const after = await engine.read('n', { max: 1, last: true });
+    expect(await engine.nodes.hasNode('n')).toBe(false);
+    await expect(engine.reads.read('n')).rejects.toBeInstanceOf(NodeNotFound);
+    await expect(engine.writes.publish('n', { id: 'x', entry: entry('x') })).rejects.toBeInstanceOf(
+      NodeNotFound,
+    );
+    expect(await engine.subscriptions.subscriptionsFor('alice@x')).toEqual([]);
+    await engine.nodes.createNode('n');
+    expect(await engine.reads.read('n')).toMatchObject({ items: [], total: 0 });
+    await engine.writes.publish('n', { id: 'i0', entry: entry('again') });
+    const after = await engine.reads.read('n', { max: 1, last: true });
     expect(after.total).toBe(1);
     expect(after.items[0]?.cursor).not.toBe(before.items[0]?.cursor);
     // The old node's subscription is not the new node's.
-    expect(await engine.subscriptionsOf('n')).toEqual([]);
-    await engine.swept();
-    expect(await engine.deletionsPending()).toBe(0);
+    expect(await engine.subscriptions.subscriptionsOf('n')).toEqual([]);
+    await engine.purges.swept();
+    expect(await engine.purges.deletionsPending()).toBe(0);
     await h.close(engine);
     expect(await check(dir)).toEqual([]);
   });
@@ -80,16 +82,16 @@ describe('deleting a node', () => {
     const keysOfEmpty = await (async () => {
       const d = await h.dir();
       const e = await h.open(d);
-      await e.createNode('other');
+      await e.nodes.createNode('other');
       await h.close(e);
       return keyCount(d);
     })();
     let engine = await h.open(dir, { sweepBatch: 10 });
-    await engine.createNode('other');
+    await engine.nodes.createNode('other');
     await fill(engine, 'big', 300);
-    await engine.subscribe('big', 'alice@x/a', 'alice@x');
+    await engine.subscriptions.subscribe('big', 'alice@x/a', 'alice@x');
     await engine.policy().setAffiliations('big', [['bob@x', 'publisher']]);
-    await engine.deleteNode('big');
+    await engine.purges.deleteNode('big');
     // Closing stops the sweep between two batches, as a crash would (each batch is atomic).
     await h.close(engine);
     expect(await keyCount(dir)).toBeGreaterThan(keysOfEmpty + 100);
@@ -97,7 +99,7 @@ describe('deleting a node', () => {
     expect(problems.map((p) => p.kind)).toEqual(['unfinished-delete']);
     expect(problems[0]?.message).toContain('"big"');
     engine = await h.open(dir, { sweepBatch: 10 });
-    await engine.swept();
+    await engine.purges.swept();
     await h.close(engine);
     expect(await check(dir)).toEqual([]);
     expect(await keyCount(dir)).toBe(keysOfEmpty);
@@ -110,9 +112,9 @@ describe('deleting a node', () => {
     const problems = await check(dir);
     expect(problems.map((p) => p.kind)).toEqual(['unfinished-delete']);
     const engine = await h.open(dir);
-    await engine.swept();
-    expect(await engine.deletionsPending()).toBe(0);
-    expect(await engine.listNodes()).toEqual([]);
+    await engine.purges.swept();
+    expect(await engine.purges.deletionsPending()).toBe(0);
+    expect(await engine.nodes.listNodes()).toEqual([]);
     await h.close(engine);
     expect(await check(dir)).toEqual([]);
     // Nothing of the node is left but the service counter.
@@ -123,7 +125,7 @@ describe('deleting a node', () => {
     const dir = await h.dir();
     const engine = await h.open(dir, { sweepBatch: 5 });
     await fill(engine, 'gone', 50);
-    await engine.deleteNode('gone');
+    await engine.purges.deleteNode('gone');
     await h.close(engine);
     expect((await check(dir, true)).map((p) => p.kind)).toEqual(['unfinished-delete']);
     expect(await check(dir)).toEqual([]);
@@ -162,16 +164,16 @@ describe('purging a node', () => {
     expect(await check(dir)).toEqual([]);
     const engine = await h.open(dir);
     const read = async () => {
-      let page = await engine.read('big', { max: 250 });
+      let page = await engine.reads.read('big', { max: 250 });
       let all = page.items;
       while (!page.atEnd) {
-        page = await engine.read('big', { max: 250, since: `cursor:${all[all.length - 1]?.cursor}` });
+        page = await engine.reads.read('big', { max: 250, since: `cursor:${all[all.length - 1]?.cursor}` });
         all = all.concat(page.items);
       }
       return all;
     };
     expect((await read()).some((i) => !i.deleted)).toBe(true);
-    await engine.resumePurges();
+    await engine.purges.resumePurges();
     const all = await read();
     expect(all).toHaveLength(4000);
     expect(all.every((i) => i.deleted)).toBe(true);
@@ -183,17 +185,17 @@ describe('purging a node', () => {
     const dir = await h.dir();
     const engine = await h.open(dir, { sweepBatch: 7 });
     await fill(engine, 'p', 40);
-    await engine.retract('p', 'i3');
+    await engine.writes.retract('p', 'i3');
     const changes: Change[] = [];
     const purged: string[] = [];
     engine.onChange((c) => changes.push(c));
     engine.onPurge((n) => purged.push(n));
-    await engine.purgeNode('p');
+    await engine.purges.purgeNode('p');
     expect(purged).toEqual(['p']);
     // One change per live item, each quiet; the tombstone of i3 is left as it was.
     expect(changes).toHaveLength(39);
     expect(changes.every((c) => c.quiet === true && c.kind === 'retract')).toBe(true);
-    const page = await engine.read('p', { max: 250 });
+    const page = await engine.reads.read('p', { max: 250 });
     expect(page.total).toBe(40);
     expect(page.items.every((i) => i.deleted)).toBe(true);
     await h.close(engine);
@@ -204,24 +206,24 @@ describe('purging a node', () => {
     const dir = await h.dir();
     let engine = await h.open(dir, { sweepBatch: 5 });
     await fill(engine, 'p', 200);
-    const purging = engine.purgeNode('p');
+    const purging = engine.purges.purgeNode('p');
     for (;;) {
-      const page = await engine.read('p?order=created', { max: 250 });
+      const page = await engine.reads.read('p?order=created', { max: 250 });
       if (page.items.some((i) => i.deleted)) break;
       await new Promise((r) => setTimeout(r, 1));
     }
     await h.close(engine);
     await purging;
     engine = await h.open(dir, { sweepBatch: 5 });
-    const live = (await engine.read('p', { max: 250 })).items.filter((i) => !i.deleted).length;
+    const live = (await engine.reads.read('p', { max: 250 })).items.filter((i) => !i.deleted).length;
     expect(live).toBeGreaterThan(0);
     // Items published after the purge began are not purged by its resumption.
-    await engine.publish('p', { id: 'new', entry: entry('new') });
+    await engine.writes.publish('p', { id: 'new', entry: entry('new') });
     const purged: string[] = [];
     engine.onPurge((n) => purged.push(n));
-    await engine.resumePurges();
+    await engine.purges.resumePurges();
     expect(purged).toEqual(['p']);
-    const items = (await engine.read('p', { max: 250 })).items;
+    const items = (await engine.reads.read('p', { max: 250 })).items;
     expect(items.filter((i) => !i.deleted).map((i) => i.id)).toEqual(['new']);
     await h.close(engine);
     expect(await check(dir)).toEqual([]);
@@ -257,7 +259,7 @@ describe('policy storage', () => {
     ]);
     expect(await policy.affiliationsOf('bob@x')).toEqual([{ node: 'n', affiliation: 'member' }]);
     // A node made without policy (the command line, older databases) has the defaults and no owner.
-    await engine.createNode('plain');
+    await engine.nodes.createNode('plain');
     expect(await policy.config('plain')).toEqual(DEFAULT_NODE_CONFIG);
     expect(await policy.affiliations('plain')).toEqual([]);
   });
@@ -265,14 +267,14 @@ describe('policy storage', () => {
   it('keeps a pending subscription out of fan-out until approved', async () => {
     const dir = await h.dir();
     const engine = await h.open(dir);
-    await engine.createNode('n');
-    const { subscription } = await engine.subscribe('n', 'bob@x/b', 'bob@x', { pending: true });
+    await engine.nodes.createNode('n');
+    const { subscription } = await engine.subscriptions.subscribe('n', 'bob@x/b', 'bob@x', { pending: true });
     expect(subscription.pending).toBe(true);
-    expect((await engine.subscriptionsFor('bob@x'))[0]?.pending).toBe(true);
-    const approved = await engine.approveSubscription('n', 'bob@x/b', 'bob@x');
+    expect((await engine.subscriptions.subscriptionsFor('bob@x'))[0]?.pending).toBe(true);
+    const approved = await engine.subscriptions.approveSubscription('n', 'bob@x/b', 'bob@x');
     expect(approved.pending).toBeUndefined();
     expect(approved.subid).toBe(subscription.subid);
-    expect((await engine.subscriptionsOf('n'))[0]?.pending).toBeUndefined();
+    expect((await engine.subscriptions.subscriptionsOf('n'))[0]?.pending).toBeUndefined();
     await h.close(engine);
     expect(await check(dir)).toEqual([]);
   });
@@ -307,7 +309,7 @@ describe('policy storage', () => {
     // A deleted node's affiliations are nobody's, before and after the sweep.
     await policy.deleteNode('m');
     expect(await policy.affiliationsOf('alice@x')).toEqual([{ node: 'n', affiliation: 'owner' }]);
-    await engine.swept();
+    await engine.purges.swept();
     await h.close(engine);
     expect(await check(dir)).toEqual([]);
     const db = await openRaw(dir);

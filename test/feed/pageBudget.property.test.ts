@@ -58,11 +58,11 @@ describe('the page byte budget', () => {
         async (node, items, maxPageBytes, query) => {
           const engine = await FeedEngine.inMemory({ limits: { maxPageBytes } });
           try {
-            await engine.createNode(node);
+            await engine.nodes.createNode(node);
             for (const it of items) {
               const category = it.news ? `<category term="news"/>` : '';
               const entry = `<entry xmlns='${ATOM}'><title>t</title>${category}<content>${'x'.repeat(it.size)}</content></entry>`;
-              await engine.publish(node, { id: it.id, entry, publisher: it.publisher });
+              await engine.writes.publish(node, { id: it.id, entry, publisher: it.publisher });
             }
             const feed = `${node}${query}`;
             const expected = items.filter((it) => query !== '?category=news' || it.news).map((it) => it.id);
@@ -70,7 +70,7 @@ describe('the page byte budget', () => {
             let since: string | undefined;
             let before: Page | undefined;
             for (;;) {
-              const page = await engine.read(feed, { since, max: 250 });
+              const page = await engine.reads.read(feed, { since, max: 250 });
               const next = page.items[0];
               if (before?.truncated && next) {
                 // Its markup and attributes as the budget counts them: 13 bytes more than the reply
@@ -86,7 +86,7 @@ describe('the page byte budget', () => {
               since = page.items.at(-1)?.cursor;
             }
             expect(seen).toEqual(expected);
-            const last = await engine.read(feed, { last: true, max: 250 });
+            const last = await engine.reads.read(feed, { last: true, max: 250 });
             expect(replyBytes(feed, last)).toBeLessThanOrEqual(maxPageBytes);
           } finally {
             await engine.close();

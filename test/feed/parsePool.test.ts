@@ -82,7 +82,7 @@ describe('EntryParser', () => {
 describe('publishes parsed on the parse thread', () => {
   it('keeps call order, refuses only the bad writes, and enforces the limits and append-only', async () => {
     const engine = await h.open(await h.dir(), { limits: { maxPayloadBytes: 2048 } });
-    await engine.createNode('busy');
+    await engine.nodes.createNode('busy');
     const threaded = vi.spyOn(EntryParser.prototype, 'parse');
     const n = 600;
     const calls = Array.from({ length: n }, (_, i) => {
@@ -94,7 +94,7 @@ describe('publishes parsed on the parse thread', () => {
       return { id: `ok-${i}`, entry: entry(`ok ${i}`) };
     });
     const results = await Promise.allSettled(
-      calls.map((c) => engine.publish('busy', c, { appendOnly: true })),
+      calls.map((c) => engine.writes.publish('busy', c, { appendOnly: true })),
     );
     const expected: string[] = [];
     let twiceSeen = false;
@@ -118,36 +118,36 @@ describe('publishes parsed on the parse thread', () => {
     threaded.mockRestore();
     const feed: string[] = [];
     for (let since: string | undefined; ; ) {
-      const page = await engine.read('busy?order=created', { max: 250, ...(since ? { since } : {}) });
+      const page = await engine.reads.read('busy?order=created', { max: 250, ...(since ? { since } : {}) });
       const last = page.items.at(-1);
       if (!last) break;
       feed.push(...page.items.map((i) => i.id));
       since = `cursor:${last.cursor}`;
     }
     expect(feed).toEqual(expected);
-    const [first] = await engine.getItems('busy', ['twice']);
+    const [first] = await engine.reads.getItems('busy', ['twice']);
     expect(first?.entry).toContain('twice 11');
   });
 
   it('does not auto-create a node for an entry it refuses', async () => {
     const engine = await h.open(await h.dir());
     const [, refused] = await Promise.allSettled([
-      engine.publish('other', { entry: entry('fine') }, { autoCreate: true }),
+      engine.writes.publish('other', { entry: entry('fine') }, { autoCreate: true }),
       // Parsed on the parse thread (a second publish in the same turn), after the node was looked up.
-      engine.publish('never', { entry: '<not-an-entry/>' }, { autoCreate: true }),
+      engine.writes.publish('never', { entry: '<not-an-entry/>' }, { autoCreate: true }),
     ]);
     expect(refused.status === 'rejected' && refused.reason).toBeInstanceOf(InvalidPayload);
-    expect(await engine.hasNode('never')).toBe(false);
-    expect(await engine.hasNode('other')).toBe(true);
+    expect(await engine.nodes.hasNode('never')).toBe(false);
+    expect(await engine.nodes.hasNode('other')).toBe(true);
   });
 
   it('acknowledges updates pending at close, created cursor included', async () => {
     const dir = await h.dir();
     const engine = await h.open(dir);
-    await engine.createNode('u');
-    for (let i = 0; i < 50; i++) await engine.publish('u', { id: `i${i}`, entry: entry(`v1 ${i}`) });
+    await engine.nodes.createNode('u');
+    for (let i = 0; i < 50; i++) await engine.writes.publish('u', { id: `i${i}`, entry: entry(`v1 ${i}`) });
     const updates = Array.from({ length: 50 }, (_, i) =>
-      engine.publish('u', { id: `i${i}`, entry: entry(`v2 ${i}`) }),
+      engine.writes.publish('u', { id: `i${i}`, entry: entry(`v2 ${i}`) }),
     );
     await h.close(engine);
     const settled = await Promise.allSettled(updates);
@@ -158,13 +158,13 @@ describe('publishes parsed on the parse thread', () => {
   it('writes what was being parsed when the engine closes', async () => {
     const dir = await h.dir();
     let engine = await h.open(dir);
-    await engine.createNode('closing');
+    await engine.nodes.createNode('closing');
     const writes = Array.from({ length: 400 }, (_, i) =>
-      engine.publish('closing', { id: `w${i}`, entry: entry(`w ${i}`) }),
+      engine.writes.publish('closing', { id: `w${i}`, entry: entry(`w ${i}`) }),
     );
     await h.close(engine);
     expect((await Promise.allSettled(writes)).filter((r) => r.status === 'rejected')).toEqual([]);
     engine = await h.open(dir);
-    expect(await engine.total('closing')).toBe(400);
+    expect(await engine.nodes.total('closing')).toBe(400);
   });
 });

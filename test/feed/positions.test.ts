@@ -1,4 +1,4 @@
-// engine.createdIdAt: the item at a position of the created order, found from remembered positions
+// engine.positions.createdIdAt: the item at a position of the created order, found from remembered positions
 // (`r` keys) rather than a walk from the start, checked against a model of the created order.
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -11,7 +11,7 @@ afterEach(() => h.cleanup());
 
 /** The remembered positions of a node: [stride, block, id] in key order. */
 async function marks(engine: FeedEngine, node: string): Promise<[number, number, string][]> {
-  const prefix = familyPrefix('r', await engine.nodeNumber(node));
+  const prefix = familyPrefix('r', await engine.nodes.nodeNumber(node));
   const all = await h.storeOf(engine).entries({ gte: prefix, lt: prefixEnd(prefix) });
   return all.map(([k, v]) => [
     k.readUInt32BE(5),
@@ -25,7 +25,7 @@ async function createdOrder(engine: FeedEngine, node: string): Promise<string[]>
   const out: string[] = [];
   let since: string | undefined;
   for (;;) {
-    const page = await engine.read(`${node}?order=created`, {
+    const page = await engine.reads.read(`${node}?order=created`, {
       max: 100,
       ...(since ? { since: `cursor:${since}` } : {}),
     });
@@ -49,7 +49,7 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   { weight: 1, arbitrary: fc.constant<Op>({ kind: 'tick' }) },
 );
 
-describe('engine.createdIdAt', () => {
+describe('engine.positions.createdIdAt', () => {
   it('agrees with the created order whatever the writes and questions, and remembers each stride-th position', async () => {
     let run = 0;
     await fc.assert(
@@ -63,7 +63,7 @@ describe('engine.createdIdAt', () => {
           const clock = new Clock();
           const engine = await h.open(await h.dir(), { now: clock.now });
           const node = `n${run++}`;
-          await engine.createNode(node);
+          await engine.nodes.createNode(node);
           const model: string[] = [];
           let next = 0;
           for (const ops of rounds) {
@@ -71,20 +71,22 @@ describe('engine.createdIdAt', () => {
               if (op.kind === 'tick') clock.t += 1;
               else if (op.kind === 'publish') {
                 const id = `i${next++}`;
-                await engine.publish(node, { id, entry: entry(id) });
+                await engine.writes.publish(node, { id, entry: entry(id) });
                 model.push(id);
               } else if (model.length > 0) {
                 const id = model[op.pick % model.length] as string;
-                if (op.kind === 'update') await engine.publish(node, { id, entry: entry(`${id} again`) });
-                else await engine.retract(node, id);
+                if (op.kind === 'update')
+                  await engine.writes.publish(node, { id, entry: entry(`${id} again`) });
+                else await engine.writes.retract(node, id);
               }
             }
             // A new version or a retraction keeps an item's place in the created order.
             expect(await createdOrder(engine, node)).toEqual(model);
             for (const [position, stride] of questions) {
-              expect(await engine.createdIdAt(node, position, stride), `${position} / ${stride}`).toBe(
-                model[position],
-              );
+              expect(
+                await engine.positions.createdIdAt(node, position, stride),
+                `${position} / ${stride}`,
+              ).toBe(model[position]);
             }
             // Whatever was remembered names the item at its position.
             for (const [stride, block, id] of await marks(engine, node)) {
@@ -110,9 +112,9 @@ describe('engine.createdIdAt', () => {
 
   it('answers a deep position from the nearest remembered one, so a wrong mark shows', async () => {
     const engine = await h.open(await h.dir());
-    await engine.createNode('deep');
-    for (let i = 0; i < 50; i++) await engine.publish('deep', { id: `i${i}`, entry: entry(`${i}`) });
-    expect(await engine.createdIdAt('deep', 29, 10)).toBe('i29');
+    await engine.nodes.createNode('deep');
+    for (let i = 0; i < 50; i++) await engine.writes.publish('deep', { id: `i${i}`, entry: entry(`${i}`) });
+    expect(await engine.positions.createdIdAt('deep', 29, 10)).toBe('i29');
     expect((await marks(engine, 'deep')).map(([, b, id]) => [b, id])).toEqual([
       [1, 'i9'],
       [2, 'i19'],
@@ -120,40 +122,40 @@ describe('engine.createdIdAt', () => {
     ]);
     // Point block 3 at i9's entry (say, i9): the next answers start there, not at the index start.
     const store = h.storeOf(engine);
-    const n = await engine.nodeNumber('deep');
+    const n = await engine.nodes.nodeNumber('deep');
     const [first] = await marks(engine, 'deep');
     expect(first).toBeDefined();
     const i9 = await store.get(markKey(n, 10, 1));
     await store.write([{ type: 'put', key: markKey(n, 10, 3), value: i9 as Buffer }]);
-    expect(await engine.createdIdAt('deep', 29, 10)).toBe('i9');
-    expect(await engine.createdIdAt('deep', 30, 10)).toBe('i10');
+    expect(await engine.positions.createdIdAt('deep', 29, 10)).toBe('i9');
+    expect(await engine.positions.createdIdAt('deep', 30, 10)).toBe('i10');
   });
 
   it('keeps its marks across a restart, and they go with a deleted node', async () => {
     const dir = await h.dir();
     let engine = await h.open(dir);
-    await engine.createNode('gone');
-    for (let i = 0; i < 30; i++) await engine.publish('gone', { id: `i${i}`, entry: entry(`${i}`) });
+    await engine.nodes.createNode('gone');
+    for (let i = 0; i < 30; i++) await engine.writes.publish('gone', { id: `i${i}`, entry: entry(`${i}`) });
     // Past the end: undefined, but what was walked over is remembered.
-    expect(await engine.createdIdAt('gone', 99, 4)).toBeUndefined();
+    expect(await engine.positions.createdIdAt('gone', 99, 4)).toBeUndefined();
     expect((await marks(engine, 'gone')).length).toBe(7);
     await h.close(engine);
     engine = await h.open(dir);
     expect((await marks(engine, 'gone')).length).toBe(7);
-    expect(await engine.createdIdAt('gone', 27, 4)).toBe('i27');
-    const n = await engine.nodeNumber('gone');
-    await engine.deleteNode('gone');
-    await engine.swept();
+    expect(await engine.positions.createdIdAt('gone', 27, 4)).toBe('i27');
+    const n = await engine.nodes.nodeNumber('gone');
+    await engine.purges.deleteNode('gone');
+    await engine.purges.swept();
     const prefix = familyPrefix('r', n);
     expect(await h.storeOf(engine).keys({ gte: prefix, lt: prefixEnd(prefix) })).toEqual([]);
-    await expect(engine.createdIdAt('gone', 0, 4)).rejects.toThrow(/gone/);
+    await expect(engine.positions.createdIdAt('gone', 0, 4)).rejects.toThrow(/gone/);
   });
 
   it('refuses a bad position or stride', async () => {
     const engine = await h.open(await h.dir());
-    await engine.createNode('x');
-    await expect(engine.createdIdAt('x', -1, 4)).rejects.toThrow(RangeError);
-    await expect(engine.createdIdAt('x', 1.5, 4)).rejects.toThrow(RangeError);
-    await expect(engine.createdIdAt('x', 0, 0)).rejects.toThrow(RangeError);
+    await engine.nodes.createNode('x');
+    await expect(engine.positions.createdIdAt('x', -1, 4)).rejects.toThrow(RangeError);
+    await expect(engine.positions.createdIdAt('x', 1.5, 4)).rejects.toThrow(RangeError);
+    await expect(engine.positions.createdIdAt('x', 0, 0)).rejects.toThrow(RangeError);
   });
 });

@@ -75,11 +75,11 @@ describe('items of a page read', () => {
   it('carry their version memo, unseen by comparison, JSON and spread, the same for every read', async () => {
     const engine = await FeedEngine.openStore(await openMemoryStore());
     try {
-      await engine.createNode('n');
-      await engine.publish('n', { id: 'a', entry: entry('one') });
-      await engine.publish('n', { id: 'b', entry: entry('two') });
-      const [a1, b1] = (await engine.read('n', {})).items;
-      const [a2] = (await engine.read('n', { max: 1 })).items;
+      await engine.nodes.createNode('n');
+      await engine.writes.publish('n', { id: 'a', entry: entry('one') });
+      await engine.writes.publish('n', { id: 'b', entry: entry('two') });
+      const [a1, b1] = (await engine.reads.read('n', {})).items;
+      const [a2] = (await engine.reads.read('n', { max: 1 })).items;
       expect(memoOf(a1 as Item)).toBeInstanceOf(VersionMemo);
       expect(memoOf(a2 as Item)).toBe(memoOf(a1 as Item));
       expect(memoOf(b1 as Item)).not.toBe(memoOf(a1 as Item));
@@ -98,8 +98,8 @@ describe('items of a page read', () => {
       expect(memoOf({ ...(a1 as Item) })).toBeUndefined();
       expect(JSON.parse(JSON.stringify(a1))).toEqual(JSON.parse(JSON.stringify({ ...(a1 as Item) })));
       // A new version of the item has a memo of its own.
-      await engine.publish('n', { id: 'a', entry: entry('again') });
-      const again = (await engine.read('n', {})).items.find((i) => i.id === 'a') as Item;
+      await engine.writes.publish('n', { id: 'a', entry: entry('again') });
+      const again = (await engine.reads.read('n', {})).items.find((i) => i.id === 'a') as Item;
       expect(again.entry).toBe(stored('again'));
       expect(memoOf(again)).toBeInstanceOf(VersionMemo);
       expect(memoOf(again)).not.toBe(memoOf(a1 as Item));
@@ -143,12 +143,12 @@ describe('versions kept as they are committed', () => {
     };
     const engine = await FeedEngine.openStore(store);
     try {
-      await engine.createNode('n');
-      for (let i = 0; i < 20; i++) await engine.publish('n', { id: `i${i}`, entry: entry(`${i}`) });
-      await engine.retract('n', 'i3');
-      await engine.publish('n', { id: 'i4', entry: entry('again') });
+      await engine.nodes.createNode('n');
+      for (let i = 0; i < 20; i++) await engine.writes.publish('n', { id: `i${i}`, entry: entry(`${i}`) });
+      await engine.writes.retract('n', 'i3');
+      await engine.writes.publish('n', { id: 'i4', entry: entry('again') });
       keysRead = 0;
-      const page = await engine.read('n', { max: 50 });
+      const page = await engine.reads.read('n', { max: 50 });
       expect(page.items.map((i) => i.id).slice(-2)).toEqual(['i3', 'i4']);
       expect(page.items.at(-1)?.entry).toBe(stored('again'));
       expect(page.items.at(-2)?.deleted).toBe(true);

@@ -61,7 +61,7 @@ async function publishRange(node: string, from: number, to: number): Promise<str
   const ids: string[] = [];
   for (let i = from; i <= to; i++) {
     const id = `e${String(i).padStart(4, '0')}`;
-    await s.engine.publish(node, { id, entry: entry(id) }, { appendOnly: true });
+    await s.engine.writes.publish(node, { id, entry: entry(id) }, { appendOnly: true });
     ids.push(id);
   }
   return ids;
@@ -154,7 +154,7 @@ describe('Atom archives', () => {
     // Within the newest entry's second another write could still come: no date yet, the ETag only.
     const fresh = await fetchDoc(base);
     expect(fresh.ids).toEqual(['e0021']);
-    const [e21] = await s.engine.getItems('roll?order=created', ['e0021']);
+    const [e21] = await s.engine.reads.getItems('roll?order=created', ['e0021']);
     const second = Math.floor((e21?.modified ?? 0) / 1000) * 1000;
     // (Answered before this moment: if that is still the entry's second, the server's was too.)
     if (Date.now() < second + 1000) expect(fresh.headers.get('last-modified')).toBeNull();
@@ -182,7 +182,7 @@ describe('Atom archives', () => {
 
   it('refuses what has no archive, and malformed addresses', async () => {
     await s.engine.policy().createNode('mutable', 'admin@localhost');
-    await s.engine.publish('mutable', { id: 'x', entry: entry('x') });
+    await s.engine.writes.publish('mutable', { id: 'x', entry: entry('x') });
     const cases: [string, number][] = [
       ['/archive/mutable', 404],
       ['/archive/no-such-node', 404],
@@ -229,8 +229,8 @@ describe('Atom archives', () => {
       archiveSize: 2,
       accessModel: 'whitelist',
     });
-    await s.engine.publish('closed', { id: 'a', entry: entry('a') }, { appendOnly: true });
-    await s.engine.publish('closed', { id: 'b', entry: entry('b') }, { appendOnly: true });
+    await s.engine.writes.publish('closed', { id: 'a', entry: entry('a') }, { appendOnly: true });
+    await s.engine.writes.publish('closed', { id: 'b', entry: entry('b') }, { appendOnly: true });
     expect((await fetch(`${s.origin}/archive/closed/1`)).status).toBe(403);
     const own = await fetchDoc(`${s.origin}/archive/closed/1`, { authorization: `Bearer ${TOKENS.alice}` });
     expect(own.ids).toEqual(['b', 'a']);

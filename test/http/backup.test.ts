@@ -95,16 +95,16 @@ async function wholeFeed(engine: FeedEngine, node: string, order: Order): Promis
   const forward: Item[] = [];
   let since: string | undefined;
   for (;;) {
-    const page = await engine.read(feedName(node, order), { since, max: 97 });
+    const page = await engine.reads.read(feedName(node, order), { since, max: 97 });
     if (page.items.length === 0) break;
     forward.push(...page.items);
     since = page.items.at(-1)?.cursor;
   }
   const backward: Item[] = [];
-  let page = await engine.read(feedName(node, order), { last: true, max: 89 });
+  let page = await engine.reads.read(feedName(node, order), { last: true, max: 89 });
   while (page.items.length > 0) {
     backward.unshift(...page.items);
-    page = await engine.read(feedName(node, order), { until: page.items[0]?.cursor, max: 89 });
+    page = await engine.reads.read(feedName(node, order), { until: page.items[0]?.cursor, max: 89 });
   }
   expect(backward).toEqual(forward);
   return forward;
@@ -183,7 +183,7 @@ describe('online backup', () => {
     const restored = await FeedEngine.open(copy);
     const service = new FeedService(restored, { admins: ['admin@localhost'] });
     try {
-      expect(await restored.listNodes()).toEqual(await engine.listNodes());
+      expect(await restored.nodes.listNodes()).toEqual(await engine.nodes.listNodes());
       for (const node of NODES) {
         const copyItems = await wholeFeed(restored, node, 'modified');
         const liveItems = new Map((await wholeFeed(engine, node, 'modified')).map((i) => [i.id, i]));
@@ -217,7 +217,7 @@ describe('online backup', () => {
         const liveCreated = (await wholeFeed(engine, node, 'created')).filter((i) => ids.has(i.id));
         const copyCreated = await wholeFeed(restored, node, 'created');
         expect(copyCreated.map((i) => [i.id, i.cursor])).toEqual(liveCreated.map((i) => [i.id, i.cursor]));
-        expect(await restored.total(node)).toBe(copyItems.length);
+        expect(await restored.nodes.total(node)).toBe(copyItems.length);
         expect(await service.configuration(OPERATOR, node)).toEqual(
           await feeds.configuration(OPERATOR, node),
         );
@@ -225,12 +225,14 @@ describe('online backup', () => {
         expect(await service.nodeSubscriptions(OPERATOR, node)).toEqual(
           await feeds.nodeSubscriptions(OPERATOR, node),
         );
-        expect(await restored.nodeNumber(node)).toBe(await engine.nodeNumber(node));
+        expect(await restored.nodes.nodeNumber(node)).toBe(await engine.nodes.nodeNumber(node));
       }
       expect(await service.kv('bot').get('state')).toEqual({ n: 7 });
       // The copy goes on where the live server was at the snapshot: a new node gets a new number.
-      await restored.createNode('later');
-      expect(await restored.nodeNumber('later')).toBeGreaterThan(await engine.nodeNumber('sports'));
+      await restored.nodes.createNode('later');
+      expect(await restored.nodes.nodeNumber('later')).toBeGreaterThan(
+        await engine.nodes.nodeNumber('sports'),
+      );
     } finally {
       service.close();
       await restored.close();

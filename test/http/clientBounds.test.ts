@@ -74,7 +74,7 @@ describe('streams held per client', () => {
         const honest = await openStream(url, {}, HONEST);
         open.push(honest);
         expect(honest.status).toBe(200);
-        await s.engine.publish('st', { id: 'live', entry: entry('live') });
+        await s.engine.writes.publish('st', { id: 'live', entry: entry('live') });
         await honest.until((events) => events.some((e) => e.data.includes('"live"')));
         // One of its streams ends: the client may open one again.
         open[0]?.close();
@@ -129,7 +129,7 @@ describe('long polls held per client', () => {
       const third = await from('127.0.0.4')(url);
       expect(third.status).toBe(503);
       expect(((await third.json()) as Problem).detail).toBe('4 long polls are held already; retry later');
-      await s.engine.publish('lp', { id: 'news', entry: entry('news') });
+      await s.engine.writes.publish('lp', { id: 'news', entry: entry('news') });
       const answer = await honest;
       expect(answer.status).toBe(200);
       expect(((await answer.json()) as Collection).items.map((i) => i.id)).toEqual(['news']);

@@ -179,8 +179,8 @@ describe('streams through Pushpin', () => {
     await subscribed(before);
     await binding.stop();
     // Written while the binding is down: never published.
-    await engine.publish('restart', { id: 'r2', entry: entry('r2') });
-    await engine.publish('restart', { id: 'r3', entry: entry('r3') });
+    await engine.writes.publish('restart', { id: 'r2', entry: entry('r2') });
+    await engine.writes.publish('restart', { id: 'r3', entry: entry('r3') });
     await startBinding();
     await put('restart', 'r4');
     await allExact(sts, 'restart');
@@ -199,9 +199,9 @@ describe('streams through Pushpin', () => {
     const at = start.at(-1)?.[0];
     await binding.stop();
     // Committed while no binding publishes (as by an instance without a publish endpoint).
-    await engine.publish('gap', { id: 'g1', entry: entry('g1 v2') });
-    await engine.publish('gap', { id: 'g3', entry: entry('g3 v1') });
-    await engine.publish('gap', { id: 'g1', entry: entry('g1 v3') });
+    await engine.writes.publish('gap', { id: 'g1', entry: entry('g1 v2') });
+    await engine.writes.publish('gap', { id: 'g3', entry: entry('g3 v1') });
+    await engine.writes.publish('gap', { id: 'g1', entry: entry('g1 v3') });
     await startBinding();
     const gap = (await pulled('gap', at)).map((i) => [i.cursor, i.json]);
     // Each item that changed, once, at its latest position: g1's second version is not there.

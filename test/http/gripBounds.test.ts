@@ -44,7 +44,7 @@ beforeAll(async () => {
     sigKey: KEY,
     xForwardedFor: 'truncate:0,append',
   });
-  await engine.publish('p', { id: 'a', entry: entry('a') }, { autoCreate: true });
+  await engine.writes.publish('p', { id: 'a', entry: entry('a') }, { autoCreate: true });
   // Pushpin's own check that it reaches the origin was a read: the buckets start full again.
   clock.now += 10_000;
 });

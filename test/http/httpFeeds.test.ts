@@ -41,9 +41,9 @@ async function heldReaches(n: number): Promise<void> {
 describe('HTTP Feeds', () => {
   it('serves the modified order as an aggregate feed: each item once, at its latest version', async () => {
     for (const id of ['a', 'b', 'c'])
-      await s.engine.publish('agg', { id, entry: entry(id) }, { autoCreate: true });
-    await s.engine.publish('agg', { id: 'a', entry: entry('a, second version') });
-    await s.engine.retract('agg', 'b');
+      await s.engine.writes.publish('agg', { id, entry: entry(id) }, { autoCreate: true });
+    await s.engine.writes.publish('agg', { id: 'a', entry: entry('a, second version') });
+    await s.engine.writes.retract('agg', 'b');
     const { events, res } = await batch(httpFeed('agg'));
     expect(res.headers.get('content-type')).toBe('application/cloudevents-batch+json; charset=utf-8');
     expect(events.map((e) => [e.subject, e.method])).toEqual([
@@ -78,7 +78,7 @@ describe('HTTP Feeds', () => {
 
   it('takes the type from the node configuration', async () => {
     await s.engine.policy().createNode('typed', 'admin@localhost', { eventType: 'org.example.inventory' });
-    await s.engine.publish('typed', { id: 'x', entry: entry('x') });
+    await s.engine.writes.publish('typed', { id: 'x', entry: entry('x') });
     const { events } = await batch(httpFeed('typed'));
     expect(events[0]?.type).toBe('org.example.inventory');
   });
@@ -104,7 +104,7 @@ describe('HTTP Feeds', () => {
     const { events } = await batch(httpFeed('stale'));
     const firstId = (events[0] as CloudEvent<string>).id;
     // item-00001 moves to the end: its old cursor names nothing now.
-    await s.engine.publish('stale', { id: 'item-00001', entry: entry('again') });
+    await s.engine.writes.publish('stale', { id: 'item-00001', entry: entry('again') });
     const after = await batch(httpFeed('stale', `lastEventId=${firstId}`));
     expect(after.events.map((e) => e.subject)).toEqual(['item-00002', 'item-00003', 'item-00001']);
   });
@@ -133,7 +133,7 @@ describe('HTTP Feeds', () => {
 
   it('applies the node access model', async () => {
     await s.engine.policy().createNode('secret', 'alice@localhost', { accessModel: 'whitelist' });
-    await s.engine.publish('secret', { id: 'x', entry: entry('x') });
+    await s.engine.writes.publish('secret', { id: 'x', entry: entry('x') });
     expect((await get(httpFeed('secret'))).status).toBe(403);
     const owner = await fetch(httpFeed('secret'), { headers: { authorization: `Bearer ${TOKENS.alice}` } });
     expect(owner.status).toBe(200);
@@ -147,7 +147,7 @@ describe('HTTP Feeds', () => {
     const last = (events[1] as CloudEvent<string>).id;
     const held = batch(httpFeed('poll', `lastEventId=${last}&timeout=60000`));
     await heldReaches(1);
-    const change = await s.engine.publish('poll', { id: 'late', entry: entry('late') });
+    const change = await s.engine.writes.publish('poll', { id: 'late', entry: entry('late') });
     const got = await held;
     expect(got.events.map((e) => [e.subject, e.id])).toEqual([['late', change.feeds.modified.cursor]]);
     // With nothing written, the poll ends at its timeout with an empty batch.
@@ -200,15 +200,16 @@ describe('a consumer following the seed', () => {
       const consumer = consume(node, timeoutMs, () => !writing);
       for (let i = 0; i < 400; i++) {
         const id = `k${i % 97}`;
-        if (i % 7 === 3 && i > 97) await s.engine.retract(node, id);
-        else await s.engine.publish(node, { id, entry: entry(`v${i}`) });
+        if (i % 7 === 3 && i > 97) await s.engine.writes.retract(node, id);
+        else await s.engine.writes.publish(node, { id, entry: entry(`v${i}`) });
         if (i % 50 === 0) await new Promise((r) => setTimeout(r, 5));
       }
       writing = false;
       // A long poll held at the end needs one more write, or its timeout, to come back.
       const model = await consumer;
       const expected: Model = new Map();
-      for await (const rec of s.engine.exportNode(node)) if (!rec.deleted) expected.set(rec.id, rec.entry);
+      for await (const rec of s.engine.transfer.exportNode(node))
+        if (!rec.deleted) expected.set(rec.id, rec.entry);
       expect(model.size).toBe(expected.size);
       expect(new Map([...model].sort())).toEqual(new Map([...expected].sort()));
     });

@@ -31,7 +31,7 @@ describe('long polling', () => {
     const since = await lastCursor('poll');
     const held = get(feedUrl(s.origin, 'poll', `since=cursor:${since}`));
     await heldReaches(s.binding, 1);
-    const change = await s.engine.publish('poll', { id: 'late', entry: entry('late') });
+    const change = await s.engine.writes.publish('poll', { id: 'late', entry: entry('late') });
     const res = await held;
     expect(res.status).toBe(200);
     const body = res.json as Collection;
@@ -60,7 +60,7 @@ describe('long polling', () => {
   });
 
   it('holds a read of an empty feed without since, and answers after timeout with an empty collection', async () => {
-    await s.engine.createNode('quiet');
+    await s.engine.nodes.createNode('quiet');
     const res = await get(feedUrl(s.origin, 'quiet', 'timeout=0.3'));
     expect(res.status).toBe(200);
     expect(res.json).toEqual({ count: 0, totalItems: 0, url: `${s.origin}/feeds/quiet`, items: [] });
@@ -74,8 +74,8 @@ describe('long polling', () => {
     const held = get(feedUrl(s.origin, 'orders', `order=created&since=cursor:${since}`));
     await heldReaches(s.binding, 1);
     // An update does not reach the created order; its watcher rereads nothing new (or is not woken).
-    await s.engine.publish('orders', { id: 'item-00001', entry: entry('updated') });
-    await s.engine.publish('orders', { id: 'fresh', entry: entry('fresh') });
+    await s.engine.writes.publish('orders', { id: 'item-00001', entry: entry('updated') });
+    await s.engine.writes.publish('orders', { id: 'fresh', entry: entry('fresh') });
     const body = (await held).json as Collection;
     expect(body.items.map((i) => i.id)).toEqual(['fresh']);
   });
@@ -85,8 +85,8 @@ describe('long polling', () => {
     const future = new Date(Date.now() + 3_600_000).toISOString();
     const held = get(feedUrl(s.origin, 'future', `since=time:${future}&timeout=1`));
     await heldReaches(s.binding, 1);
-    await s.engine.publish('future', { id: 'now', entry: entry('now') });
-    await s.engine.publish('elsewhere', { id: 'x', entry: entry('x') }, { autoCreate: true });
+    await s.engine.writes.publish('future', { id: 'now', entry: entry('now') });
+    await s.engine.writes.publish('elsewhere', { id: 'x', entry: entry('x') }, { autoCreate: true });
     const body = (await held).json as Collection;
     expect(body.count).toBe(0);
     expect(body.totalItems).toBe(2);
@@ -104,7 +104,7 @@ describe('long polling', () => {
     // The server is unharmed: the next write is served to the next poll.
     const next = get(feedUrl(s.origin, 'leave', `since=cursor:${since}`));
     await heldReaches(s.binding, 1);
-    await s.engine.publish('leave', { id: 'after', entry: entry('after') });
+    await s.engine.writes.publish('leave', { id: 'after', entry: entry('after') });
     expect(((await next).json as Collection).items.map((i) => i.id)).toEqual(['after']);
   });
 
@@ -117,7 +117,7 @@ describe('long polling', () => {
     const grown = process.memoryUsage().heapUsed - before;
     // Client and server share this heap: both sides of 1,000 open requests stay under 64 KiB each.
     expect(grown / 1000).toBeLessThan(64 * 1024);
-    await s.engine.publish('many', { id: 'wake', entry: entry('wake') });
+    await s.engine.writes.publish('many', { id: 'wake', entry: entry('wake') });
     const answers = await Promise.all(polls);
     for (const a of answers) expect((a.json as Collection).items.map((i) => i.id)).toEqual(['wake']);
     expect(s.binding.polls.held).toBe(0);
@@ -136,7 +136,7 @@ describe('long polls and a node that changes under them', () => {
     );
     await heldReaches(s.binding, before + 2);
     await s.engine.policy().configure('closing', { accessModel: 'whitelist' });
-    await s.engine.publish('closing', { id: 'members-only', entry: entry('for members') });
+    await s.engine.writes.publish('closing', { id: 'members-only', entry: entry('for members') });
     for (const r of [await held, await events]) {
       expect(r.status).toBe(403);
       expect(r.text).not.toContain('members-only');
@@ -145,7 +145,7 @@ describe('long polls and a node that changes under them', () => {
 
   it('reads in the view its reader has when the poll is woken, not the one it came with', async () => {
     await s.feeds.create(OPERATOR, 'view-poll', { accessModel: 'open' }, { owner: 'admin@localhost' });
-    await s.engine.publish('view-poll', { id: 'pub', entry: entry('public') });
+    await s.engine.writes.publish('view-poll', { id: 'pub', entry: entry('public') });
     await s.feeds.publish(OPERATOR, 'view-poll', {
       id: 'hidden',
       entry: entry('hidden'),
@@ -159,7 +159,7 @@ describe('long polls and a node that changes under them', () => {
     await heldReaches(s.binding, before + 1);
     // A publisher of the node reads every item: the read after the wait decides again.
     await s.feeds.setAffiliations(OPERATOR, 'view-poll', [['alice@localhost', 'publisher']]);
-    await s.engine.publish('view-poll', { id: 'wake', entry: entry('wake') });
+    await s.engine.writes.publish('view-poll', { id: 'wake', entry: entry('wake') });
     const answer = (await held).json as Collection;
     expect(answer.items.map((i) => i.id)).toEqual(['hidden', 'wake']);
   });

@@ -19,11 +19,11 @@ const RICH = `<entry xmlns='${ATOM}'><id>urn:test:rich</id><title type='html'>&l
 
 beforeAll(async () => {
   s = await startHttp();
-  await s.engine.publish('rich', { id: 'r', entry: RICH }, { autoCreate: true });
-  await s.engine.publish('rich', { id: 'plain', entry: entry('Plain') });
-  await s.engine.publish('rich', { id: 'gone', entry: entry('Gone', 'urn:test:gone') });
-  await s.engine.retract('rich', 'gone');
-  await s.engine.createNode('empty');
+  await s.engine.writes.publish('rich', { id: 'r', entry: RICH }, { autoCreate: true });
+  await s.engine.writes.publish('rich', { id: 'plain', entry: entry('Plain') });
+  await s.engine.writes.publish('rich', { id: 'gone', entry: entry('Gone', 'urn:test:gone') });
+  await s.engine.writes.retract('rich', 'gone');
+  await s.engine.nodes.createNode('empty');
 });
 
 afterAll(async () => {
@@ -32,7 +32,7 @@ afterAll(async () => {
 
 describe('GET /feeds/{node}: representations', () => {
   it('gives the ActivityStreams collection by default, with fields derived from the entry', async () => {
-    const page = await s.engine.read('rich');
+    const page = await s.engine.reads.read('rich');
     const res = await get(feedUrl(s.origin, 'rich'));
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toBe('application/json; charset=utf-8');
@@ -151,7 +151,11 @@ describe('GET /feeds/{node}: representations', () => {
   });
 
   it('escapes U+2028 and U+2029 in JSON-P, which end a line in JavaScript', async () => {
-    await s.engine.publish('lines', { id: 'l', entry: entry('a\u2028b\u2029c') }, { autoCreate: true });
+    await s.engine.writes.publish(
+      'lines',
+      { id: 'l', entry: entry('a\u2028b\u2029c') },
+      { autoCreate: true },
+    );
     const res = await get(feedUrl(s.origin, 'lines', 'callback=cb'));
     expect(res.text).not.toMatch(/[\u2028\u2029]/);
     let called: Collection | undefined;
@@ -165,7 +169,7 @@ describe('GET /feeds/{node}: representations', () => {
 describe('GET /feeds/{node}: parameters and errors', () => {
   it('reads with since, until and max as the engine does, in either order', async () => {
     const ids = await fill(s.engine, 'params', 30);
-    const engine = await s.engine.read('params?order=created', {
+    const engine = await s.engine.reads.read('params?order=created', {
       since: `id:${ids[4]}`,
       until: `id:${ids[20]}`,
       max: 7,
@@ -185,7 +189,10 @@ describe('GET /feeds/{node}: parameters and errors', () => {
     const at = new Date(first.updated).toISOString().replace('Z', '+00:00');
     const timed = (await get(feedUrl(s.origin, 'params', `order=created&since=time:${at}&max=1`)))
       .json as Collection;
-    const byEngine = await s.engine.read('params?order=created', { since: `time:${first.updated}`, max: 1 });
+    const byEngine = await s.engine.reads.read('params?order=created', {
+      since: `time:${first.updated}`,
+      max: 1,
+    });
     expect(timed.items.map((i) => i.id)).toEqual(byEngine.items.map((i) => i.id));
     // max=0: the total only.
     expect((await get(feedUrl(s.origin, 'params', 'max=0'))).json).toEqual({
@@ -262,7 +269,7 @@ describe('GET /feeds/{node}: parameters and errors', () => {
 
   it('serves node names that need percent-encoding, slashes and non-ASCII included', async () => {
     for (const node of ['a/b', 'caf\u00e9 \u2615', 'x?y'.replace('?', '&'), '100%']) {
-      await s.engine.publish(node, { id: 'one', entry: entry(escapeXML(node)) }, { autoCreate: true });
+      await s.engine.writes.publish(node, { id: 'one', entry: entry(escapeXML(node)) }, { autoCreate: true });
       const body = (await get(feedUrl(s.origin, node))).json as Collection;
       expect(
         body.items.map((i) => i.displayName),
@@ -278,13 +285,13 @@ describe('GET /feeds/{node}: parameters and errors', () => {
     const node = 'urn:xmpp:pubsub-attachments:1/xmpp:feeds.localhost?;node=blog;item=p1';
     const attachments = (inner: string) =>
       `<attachments xmlns='urn:xmpp:pubsub-attachments:1'>${inner}</attachments>`;
-    await s.engine.publish(
+    await s.engine.writes.publish(
       node,
       { id: 'ann@example.org', entry: attachments('<noticed/>') },
       { autoCreate: true },
     );
-    await s.engine.publish(node, { id: 'bob@example.org', entry: attachments('<noticed/>') });
-    await s.engine.publish(node, { id: 'ann@example.org', entry: attachments('<reactions/>') });
+    await s.engine.writes.publish(node, { id: 'bob@example.org', entry: attachments('<noticed/>') });
+    await s.engine.writes.publish(node, { id: 'ann@example.org', entry: attachments('<reactions/>') });
     const ids = async (query: string) =>
       ((await get(feedUrl(s.origin, node, query))).json as Collection).items.map((i) => i.id);
     expect(await ids('')).toEqual(['bob@example.org', 'ann@example.org']);
@@ -318,7 +325,7 @@ describe('paging', () => {
     const ids = await fill(s.engine, 'thousand', 1000);
     // Updates move items to the end of the modified order: the walk must still see each once.
     for (const id of ids.slice(0, 50))
-      await s.engine.publish('thousand', { id, entry: entry(`again ${id}`) });
+      await s.engine.writes.publish('thousand', { id, entry: entry(`again ${id}`) });
     const expected = [...ids.slice(50), ...ids.slice(0, 50)];
     for (const [query, type] of [
       ['max=70', 'application/json'],
@@ -375,7 +382,7 @@ describe('caching', () => {
     // Another representation has another tag.
     const atom = await get(url, { accept: 'application/atom+xml' });
     expect(atom.headers.get('etag')).not.toBe(etag);
-    await s.engine.publish('cached', { id: 'new', entry: entry('new') });
+    await s.engine.writes.publish('cached', { id: 'new', entry: entry('new') });
     const changed = await fetch(url, { headers: { 'if-none-match': etag } });
     expect(changed.status).toBe(200);
     expect(changed.headers.get('etag')).not.toBe(etag);
@@ -411,7 +418,7 @@ describe('single items', () => {
     expect((await get(`${s.origin}/feeds/rich/items/r?max=3`)).status).toBe(400);
     expect((await get(`${s.origin}/feeds/rich/items/r?timeout=3`)).status).toBe(400);
     const created = await get(`${s.origin}/feeds/rich/items/r?order=created`);
-    const [item] = await s.engine.getItems('rich?order=created', ['r']);
+    const [item] = await s.engine.reads.getItems('rich?order=created', ['r']);
     expect((created.json as { cursor: string }).cursor).toBe(item?.cursor);
   });
 });

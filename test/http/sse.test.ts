@@ -49,10 +49,10 @@ describe('a feed as Server-Sent Events', () => {
     expect(st.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
     expect(st.headers.get('cache-control')).toBe('no-store');
     await st.until(count(5));
-    await s.engine.publish('sse', { id: 'live', entry: entry('live') });
+    await s.engine.writes.publish('sse', { id: 'live', entry: entry('live') });
     await st.until(count(6));
     const before = await pulled('sse');
-    await s.engine.retract('sse', 'item-00002');
+    await s.engine.writes.retract('sse', 'item-00002');
     await st.until(count(7));
     // item-00002 moved to the feed's end as a tombstone.
     const after = await pulled('sse');
@@ -74,7 +74,7 @@ describe('a feed as Server-Sent Events', () => {
       'last-event-id': items[4]?.cursor as string,
     });
     await last.until(count(1));
-    await s.engine.publish('sse-resume', { id: 'after', entry: entry('after') });
+    await s.engine.writes.publish('sse-resume', { id: 'after', entry: entry('after') });
     await last.until(count(2));
     expect(last.events.map((e) => e.data)).toEqual([items[5]?.json, (await pulled('sse-resume'))[6]?.json]);
   });
@@ -83,13 +83,13 @@ describe('a feed as Server-Sent Events', () => {
     await s.feeds.create(OPERATOR, 'sse-cat', { accessModel: 'open' }, { owner: 'admin@localhost' });
     const cat = (term: string) =>
       `<entry xmlns='${ATOM}'><title>${term}</title><category term='${term}'/></entry>`;
-    await s.engine.publish('sse-cat', { id: 'a', entry: cat('news') });
-    await s.engine.publish('sse-cat', { id: 'b', entry: cat('misc') });
+    await s.engine.writes.publish('sse-cat', { id: 'a', entry: cat('news') });
+    await s.engine.writes.publish('sse-cat', { id: 'b', entry: cat('misc') });
     const query = 'order=created&category=news&view=summary';
     const st = await stream(feedUrl(s.origin, 'sse-cat', query));
     await st.until(count(1));
-    await s.engine.publish('sse-cat', { id: 'c', entry: cat('misc') });
-    await s.engine.publish('sse-cat', { id: 'd', entry: cat('news') });
+    await s.engine.writes.publish('sse-cat', { id: 'c', entry: cat('misc') });
+    await s.engine.writes.publish('sse-cat', { id: 'd', entry: cat('news') });
     await st.until(count(2));
     const items = await pulled('sse-cat', query);
     expect(st.events.map((e) => [e.id, e.data])).toEqual(items.map((i) => [i.cursor, i.json]));
@@ -118,7 +118,7 @@ describe('who reads a stream', () => {
   const SECRET = 'only-for-alice';
   beforeAll(async () => {
     await s.feeds.create(OPERATOR, 'sse-aud', { accessModel: 'open' }, { owner: 'admin@localhost' });
-    await s.engine.publish('sse-aud', { id: 'pub', entry: entry('public') });
+    await s.engine.writes.publish('sse-aud', { id: 'pub', entry: entry('public') });
   });
 
   it('never sends an item with an audience to anyone else; its audience gets it by access_token', async () => {
@@ -135,7 +135,7 @@ describe('who reads a stream', () => {
     await alice.until(count(2));
     expect(alice.events[1]?.data).toContain(SECRET);
     expect(alice.headers.get('cache-control')).toBe('private, no-store');
-    await s.engine.publish('sse-aud', { id: 'pub2', entry: entry('public two') });
+    await s.engine.writes.publish('sse-aud', { id: 'pub2', entry: entry('public two') });
     await anonymous.until(count(2));
     await alice.until(count(3));
     expect(anonymous.events.map((e) => JSON.parse(e.data).id)).toEqual(['pub', 'pub2']);
@@ -144,7 +144,7 @@ describe('who reads a stream', () => {
 
   it('reads each change in the view its reader has then, not the one it opened with', async () => {
     await s.feeds.create(OPERATOR, 'sse-view', { accessModel: 'open' }, { owner: 'admin@localhost' });
-    await s.engine.publish('sse-view', { id: 'pub', entry: entry('public') });
+    await s.engine.writes.publish('sse-view', { id: 'pub', entry: entry('public') });
     await s.feeds.publish(OPERATOR, 'sse-view', {
       id: 'hidden',
       entry: entry('hidden'),
@@ -154,7 +154,7 @@ describe('who reads a stream', () => {
     await alice.until(count(1));
     // A publisher of the node reads every item: the stream's read after the change decides again.
     await s.feeds.setAffiliations(OPERATOR, 'sse-view', [['alice@localhost', 'publisher']]);
-    await s.engine.publish('sse-view', { id: 'wake', entry: entry('wake') });
+    await s.engine.writes.publish('sse-view', { id: 'wake', entry: entry('wake') });
     await alice.until(count(3));
     expect(alice.events.map((e) => JSON.parse(e.data).id)).toEqual(['pub', 'hidden', 'wake']);
   });
@@ -226,7 +226,7 @@ describe('the bounds of streams', () => {
     const big = 'x'.repeat(60_000);
     let n = 0;
     while (s.binding.streams.slowClosed === slowBefore) {
-      await s.engine.publish(node, { id: `big-${n++}`, entry: entry(big) });
+      await s.engine.writes.publish(node, { id: `big-${n++}`, entry: entry(big) });
       await new Promise((r) => setImmediate(r));
     }
     await streamsAre(0);

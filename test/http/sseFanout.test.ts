@@ -30,7 +30,10 @@ beforeAll(async () => {
     };
   };
   await s.feeds.create(OPERATOR, 'fan', { accessModel: 'open' });
-  await s.engine.publish('fan', { id: 'first', entry: entry('first', undefined, "<category term='hot'/>") });
+  await s.engine.writes.publish('fan', {
+    id: 'first',
+    entry: entry('first', undefined, "<category term='hot'/>"),
+  });
 });
 afterAll(async () => {
   for (const st of open) st.close();
@@ -53,7 +56,7 @@ describe('fan-out', () => {
     await Promise.all(all.map((st) => st.until((es) => es.length >= 1)));
     while (s.binding.streams.open < all.length) await new Promise((r) => setTimeout(r, 10));
     reads.length = 0;
-    await s.engine.publish('fan', {
+    await s.engine.writes.publish('fan', {
       id: 'second',
       entry: entry('second', undefined, "<category term='hot'/>"),
     });

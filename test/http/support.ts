@@ -91,7 +91,7 @@ export async function fill(engine: FeedEngine, node: string, n: number, prefix =
     await Promise.all(
       ids
         .slice(i, i + 200)
-        .map((id) => engine.publish(node, { id, entry: entry(`title ${id}`) }, { autoCreate: true })),
+        .map((id) => engine.writes.publish(node, { id, entry: entry(`title ${id}`) }, { autoCreate: true })),
     );
   }
   return ids;

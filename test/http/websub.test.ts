@@ -158,7 +158,7 @@ afterAll(async () => {
 });
 
 const publish = (node: string, id: string) =>
-  s.engine.publish(node, { id, entry: entry(`title ${id}`) }, { autoCreate: true });
+  s.engine.writes.publish(node, { id, entry: entry(`title ${id}`) }, { autoCreate: true });
 
 describe('discovery', () => {
   it('every feed response links its hub and itself', async () => {
@@ -188,7 +188,7 @@ describe('subscription', () => {
     expect(v.get('hub.topic')).toBe(topic);
     expect(v.get('hub.lease_seconds')).toBe('3600');
     expect(v.get('hub.challenge')?.length).toBeGreaterThan(16);
-    const before = await s.engine.read('basic', { last: true, max: 1 });
+    const before = await s.engine.reads.read('basic', { last: true, max: 1 });
     const change = await publish('basic', 'second');
     await waitFor('the delivery', () => sub.deliveries.length === 1);
     const d = sub.deliveries[0] as Delivery;
@@ -224,7 +224,7 @@ describe('subscription', () => {
   it('refuses a new subscription beyond its limit, and still renews one it holds', async () => {
     const small = await startHttp({ http: { websub: { ...FAST, maxSubscriptions: 1 } } });
     try {
-      await small.engine.publish('capped', { id: 'a', entry: entry('a') }, { autoCreate: true });
+      await small.engine.writes.publish('capped', { id: 'a', entry: entry('a') }, { autoCreate: true });
       const first = await subscriber();
       await subscribe(small, first, feedUrl(small.origin, 'capped'));
       const second = await subscriber();
@@ -330,8 +330,8 @@ describe('subscription', () => {
       'both subscriptions',
       () => active(s, member.url, 'members') && active(s, anonymous.url, 'public'),
     );
-    await s.engine.publish('members', { id: 'm1', entry: entry('m1') });
-    await s.engine.publish('public', { id: 'p1', entry: entry('p1') });
+    await s.engine.writes.publish('members', { id: 'm1', entry: entry('m1') });
+    await s.engine.writes.publish('public', { id: 'p1', entry: entry('p1') });
     await waitFor(
       'the first deliveries',
       () => member.deliveries.length === 1 && anonymous.deliveries.length === 1,
@@ -340,8 +340,8 @@ describe('subscription', () => {
     // Alice is no longer a member; the public node is closed to anyone without an affiliation.
     await policy.setAffiliations('members', [['alice@localhost', 'none']]);
     await policy.configure('public', { accessModel: 'whitelist' });
-    await s.engine.publish('members', { id: 'm2', entry: entry('m2') });
-    await s.engine.publish('public', { id: 'p2', entry: entry('p2') });
+    await s.engine.writes.publish('members', { id: 'm2', entry: entry('m2') });
+    await s.engine.writes.publish('public', { id: 'p2', entry: entry('p2') });
     for (const sub of [member, anonymous]) {
       await waitFor('the denial', () => sub.verifications.at(-1)?.get('hub.mode') === 'denied');
       expect(sub.verifications.at(-1)?.get('hub.reason')).toBeTruthy();
@@ -469,11 +469,11 @@ describe('delivery', () => {
     await publish('order', 'start');
     const sub = await subscriber();
     await subscribe(s, sub, feedUrl(s.origin, 'order'));
-    const start = (await s.engine.read('order', { last: true, max: 1 })).items[0]?.cursor;
+    const start = (await s.engine.reads.read('order', { last: true, max: 1 })).items[0]?.cursor;
     const ids = Array.from({ length: 60 }, (_, i) => `n${i}`);
     await Promise.all(ids.map((id) => publish('order', id)));
     await waitFor('every delivery', () => sub.deliveries.length === ids.length);
-    const page = await s.engine.read('order', { since: `cursor:${start}`, max: 100 });
+    const page = await s.engine.reads.read('order', { since: `cursor:${start}`, max: 100 });
     expect(sub.deliveries.map((d) => d.id)).toEqual(page.items.map((i) => i.id));
     let last = start;
     for (const d of sub.deliveries) {
@@ -496,7 +496,7 @@ describe('delivery', () => {
   it('gives a delivery up after the retry time, and goes on with the next', async () => {
     const local = await startHttp({ http: { websub: { ...FAST, retryForMs: 200 } } });
     try {
-      await local.engine.publish('giveup', { id: 'a', entry: entry('a') }, { autoCreate: true });
+      await local.engine.writes.publish('giveup', { id: 'a', entry: entry('a') }, { autoCreate: true });
       const sub = await subscriber();
       let failed = 0;
       sub.answer = (d) => {
@@ -505,8 +505,8 @@ describe('delivery', () => {
         return 503;
       };
       await subscribe(local, sub, feedUrl(local.origin, 'giveup'));
-      const b = await local.engine.publish('giveup', { id: 'b', entry: entry('b') });
-      await local.engine.publish('giveup', { id: 'c', entry: entry('c') });
+      const b = await local.engine.writes.publish('giveup', { id: 'b', entry: entry('b') });
+      await local.engine.writes.publish('giveup', { id: 'c', entry: entry('c') });
       await waitFor('the next delivery', () => sub.deliveries.length === 1);
       expect(failed).toBeGreaterThan(1);
       // What was given up shows as a gap: c's previous cursor is b's, which the subscriber never saw.
@@ -539,7 +539,7 @@ describe('delivery', () => {
   it('a slow subscriber whose queue overflows recovers by pulling; the others are not delayed', async () => {
     const local = await startHttp({ http: { websub: { ...FAST, maxQueue: 3 } } });
     try {
-      await local.engine.publish('sync', { id: 'seed', entry: entry('seed') }, { autoCreate: true });
+      await local.engine.writes.publish('sync', { id: 'seed', entry: entry('seed') }, { autoCreate: true });
       const fast = await subscriber();
       const slow = await subscriber();
       let release: () => void = () => undefined;
@@ -552,8 +552,9 @@ describe('delivery', () => {
       };
       // The slow subscriber mirrors the feed: it applies pushes, and pulls when one is missing.
       const mirror = new Map<string, string>();
-      let lastCursor = (await local.engine.read('sync', { last: true, max: 1 })).items[0]?.cursor as string;
-      for (const i of (await local.engine.read('sync', {})).items) mirror.set(i.id, i.entry);
+      let lastCursor = (await local.engine.reads.read('sync', { last: true, max: 1 })).items[0]
+        ?.cursor as string;
+      for (const i of (await local.engine.reads.read('sync', {})).items) mirror.set(i.id, i.entry);
       let pulls = 0;
       const pull = async () => {
         for (;;) {
@@ -584,7 +585,7 @@ describe('delivery', () => {
       await subscribe(local, fast, feedUrl(local.origin, 'sync'));
       await subscribe(local, slow, feedUrl(local.origin, 'sync'));
       const ids = Array.from({ length: 30 }, (_, i) => `s${i}`);
-      for (const id of ids) await local.engine.publish('sync', { id, entry: entry(id) });
+      for (const id of ids) await local.engine.writes.publish('sync', { id, entry: entry(id) });
       // The fast one has the last change while the slow one still holds its first delivery.
       await waitFor('the fast subscriber', () => fast.deliveries.at(-1)?.id === ids.at(-1));
       expect(slow.deliveries).toHaveLength(0);
@@ -595,7 +596,7 @@ describe('delivery', () => {
       await waitFor('the slow subscriber', () => slow.deliveries.length === 4);
       await Promise.all(applied);
       expect(pulls).toBeGreaterThan(0);
-      const all = await local.engine.read('sync', { max: 100 });
+      const all = await local.engine.reads.read('sync', { max: 100 });
       expect([...mirror.keys()].sort()).toEqual(all.items.map((i) => i.id).sort());
       expect(lastCursor).toBe(all.items.at(-1)?.cursor);
     } finally {
@@ -609,7 +610,7 @@ describe('persistence and safety', () => {
     const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-websub-'));
     try {
       let engine = await FeedEngine.open(dir);
-      await engine.publish('kept', { id: 'a', entry: entry('a') }, { autoCreate: true });
+      await engine.writes.publish('kept', { id: 'a', entry: entry('a') }, { autoCreate: true });
       const sub = await subscriber();
       let stack = await startHttp({ engine, http: { websub: FAST } });
       await subscribe(stack, sub, feedUrl(stack.origin, 'kept'), { 'hub.secret': 'kept secret' });
@@ -619,7 +620,7 @@ describe('persistence and safety', () => {
       stack = await startHttp({ engine, http: { websub: FAST } });
       try {
         expect(active(stack, sub.url, 'kept')).toBe(true);
-        await engine.publish('kept', { id: 'b', entry: entry('b') });
+        await engine.writes.publish('kept', { id: 'b', entry: entry('b') });
         await waitFor('the delivery after the restart', () => sub.deliveries.length === 1);
         const d = sub.deliveries[0] as Delivery;
         expect(d.id).toBe('b');
@@ -667,7 +668,7 @@ describe('persistence and safety', () => {
   it('refuses callbacks to loopback, private and link-local addresses unless configured', async () => {
     const strict = await startHttp({ http: { websub: { ...FAST, allowPrivate: false } } });
     try {
-      await strict.engine.publish('safe', { id: 'a', entry: entry('a') }, { autoCreate: true });
+      await strict.engine.writes.publish('safe', { id: 'a', entry: entry('a') }, { autoCreate: true });
       const sub = await subscriber();
       const port = new URL(sub.url).port;
       const refused = [

@@ -81,7 +81,7 @@ describe('WebSub verifications per client', () => {
     const s = await startHttp({ http: { websub: FAST } });
     const slow = await subscriber(true);
     try {
-      await s.engine.publish(
+      await s.engine.writes.publish(
         'slow',
         { id: 'a', entry: '<entry xmlns="http://www.w3.org/2005/Atom"/>' },
         { autoCreate: true },
@@ -118,7 +118,7 @@ describe('WebSub subscriptions per client', () => {
     const cb = await subscriber();
     let again: HttpStack | undefined;
     try {
-      await s.engine.publish(
+      await s.engine.writes.publish(
         'many',
         { id: 'a', entry: '<entry xmlns="http://www.w3.org/2005/Atom"/>' },
         { autoCreate: true },

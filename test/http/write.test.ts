@@ -51,7 +51,7 @@ describe('access', () => {
       );
     }
     // Nothing of it was written.
-    expect(await s.engine.hasNode('w')).toBe(false);
+    expect(await s.engine.nodes.hasNode('w')).toBe(false);
   });
 
   it('refuses an unauthenticated writer before reading its body, however large', async () => {
@@ -61,7 +61,7 @@ describe('access', () => {
   });
 
   it('reads open nodes without a token, with any known token, and not with an unknown one', async () => {
-    await s.engine.publish('open', { id: 'a', entry: entry('a') }, { autoCreate: true });
+    await s.engine.writes.publish('open', { id: 'a', entry: entry('a') }, { autoCreate: true });
     expect((await get(feedUrl(s.origin, 'open'))).status).toBe(200);
     const withToken = await get(feedUrl(s.origin, 'open'), auth(TOKENS.alice));
     expect(withToken.status).toBe(200);
@@ -88,7 +88,7 @@ describe('POST /feeds/{node}', () => {
     const { id, cursor } = res.json as { id: string; cursor: string };
     expect(id).toMatch(/^[0-9a-f-]{36}$/);
     expect(res.headers.get('location')).toBe(`${s.origin}/feeds/posts/items/${id}`);
-    const page = await s.engine.read('posts');
+    const page = await s.engine.reads.read('posts');
     expect(page.items.map((i) => [i.id, i.cursor, i.publisher])).toEqual([[id, cursor, 'admin@localhost']]);
     const item = await get(res.headers.get('location') as string);
     expect(item.json).toMatchObject({ id, cursor, displayName: 'first', publisher: 'admin@localhost' });
@@ -102,7 +102,7 @@ describe('POST /feeds/{node}', () => {
     const again = await send('POST', '/feeds/posts', entry('v2', 'urn:uuid:abc'), headers);
     expect(again.status).toBe(200);
     expect(again.json.id).toBe('urn:uuid:abc');
-    const [item] = await s.engine.getItems('posts', ['urn:uuid:abc']);
+    const [item] = await s.engine.reads.getItems('posts', ['urn:uuid:abc']);
     expect(item?.entry).toContain('v2');
     // An Atom id too long for an item id: the item gets a new one.
     const long = await send('POST', '/feeds/posts', entry('long', `urn:x:${'y'.repeat(1100)}`), headers);
@@ -128,7 +128,7 @@ describe('POST /feeds/{node}', () => {
 
   it('refuses what XMPP publish refuses, with the same meaning', async () => {
     const headers = { ...atomBody, ...auth(TOKENS.admin) };
-    const before = await s.engine.total('posts');
+    const before = await s.engine.nodes.total('posts');
     const cases: [string, number, RegExp][] = [
       ['', 400, /well-formed|no element/],
       ['<entry', 400, /well-formed/],
@@ -148,7 +148,7 @@ describe('POST /feeds/{node}', () => {
       expect(res.status, body.slice(0, 40)).toBe(status);
       expect((res.json as unknown as Problem).detail, body.slice(0, 40)).toMatch(detail);
     }
-    expect(await s.engine.total('posts')).toBe(before);
+    expect(await s.engine.nodes.total('posts')).toBe(before);
   });
 });
 
@@ -181,7 +181,7 @@ describe('PUT and DELETE /feeds/{node}/items/{id}', () => {
     const replaced = await send('PUT', '/feeds/put/items/a%2Fb%20c', entry('two', 'urn:other'), headers);
     expect(replaced.status).toBe(200);
     expect(replaced.json.id).toBe('a/b c');
-    const page = await s.engine.read('put');
+    const page = await s.engine.reads.read('put');
     expect(page.items.map((i) => i.id)).toEqual(['a/b c']);
     expect(page.items[0]?.cursor).toBe(replaced.json.cursor);
     expect(page.items[0]?.entry).toContain('two');
@@ -195,7 +195,7 @@ describe('PUT and DELETE /feeds/{node}/items/{id}', () => {
     const gone = await send('DELETE', '/feeds/del/items/x', undefined, auth(TOKENS.admin));
     expect(gone.status).toBe(200);
     expect(gone.json.changed).toBe(true);
-    const [item] = await s.engine.getItems('del', ['x']);
+    const [item] = await s.engine.reads.getItems('del', ['x']);
     expect(item?.deleted).toBe(true);
     expect(item?.cursor).toBe(gone.json.cursor);
     const again = await send('DELETE', '/feeds/del/items/x', undefined, auth(TOKENS.admin));
@@ -221,7 +221,7 @@ describe('PUT and DELETE /feeds/{node}/items/{id}', () => {
     await other.engine.close();
     const reopened = await FeedEngine.open(other.dir);
     try {
-      const page = await reopened.read('durable');
+      const page = await reopened.reads.read('durable');
       expect(page.items.map((i) => [i.id, i.cursor])).toEqual([['kept', cursor]]);
     } finally {
       await reopened.close();
@@ -234,7 +234,7 @@ describe('node policy over HTTP', () => {
   it("applies the node's access and publish models and affiliations, as XMPP does", async () => {
     const policy = s.engine.policy();
     await policy.createNode('closed', 'admin@localhost', { accessModel: 'whitelist' });
-    await s.engine.publish('closed', { id: 'a', entry: entry('a'), publisher: 'admin@localhost' });
+    await s.engine.writes.publish('closed', { id: 'a', entry: entry('a'), publisher: 'admin@localhost' });
     // Strangers, anonymous or not, see neither the items nor the count.
     const anonymous = await send('GET', '/feeds/closed', undefined, {});
     expect(anonymous.status).toBe(403);
@@ -271,9 +271,9 @@ describe('node policy over HTTP', () => {
       const res = await send('PUT', `/feeds/${node}/items/x`, body, headers);
       expect(res.status, body).toBe(400);
       expect((res.json as unknown as Problem).code, body).toBe('invalid-payload');
-      expect(await s.engine.hasNode(node), body).toBe(false);
+      expect(await s.engine.nodes.hasNode(node), body).toBe(false);
       expect((await send('POST', `/feeds/${node}`, body, headers)).status, body).toBe(400);
-      expect(await s.engine.hasNode(node), body).toBe(false);
+      expect(await s.engine.nodes.hasNode(node), body).toBe(false);
     }
   });
 
@@ -289,7 +289,7 @@ describe('node policy over HTTP', () => {
       ...auth(TOKENS.alice),
     });
     expect(put.status).toBe(201);
-    const [item] = await s.engine.getItems('drop-box', ['tip']);
+    const [item] = await s.engine.reads.getItems('drop-box', ['tip']);
     expect(item?.publisher).toBe('alice@localhost');
     // Her own item she may retract; anonymous writers are still asked for a token.
     expect((await send('DELETE', '/feeds/drop-box/items/tip', undefined, auth(TOKENS.alice))).status).toBe(

@@ -57,7 +57,7 @@ async function xmppPages(
 
 describe(`HTTP beside XMPP on ${SERVER_TITLE}`, () => {
   it('releases an HTTP long poll with an item published over XMPP', async () => {
-    await http.engine.publish('mixed', { id: 'seed', entry: entry('seed') }, { autoCreate: true });
+    await http.engine.writes.publish('mixed', { id: 'seed', entry: entry('seed') }, { autoCreate: true });
     const since = ((await get(feedUrl(http.origin, 'mixed'))).json as Collection).last_cursor as string;
     const held = get(feedUrl(http.origin, 'mixed', `since=cursor:${since}`));
     while (http.binding.polls.held !== 1) await new Promise((r) => setTimeout(r, 10));
@@ -71,7 +71,7 @@ describe(`HTTP beside XMPP on ${SERVER_TITLE}`, () => {
 
   it('notifies an XMPP subscriber of an item published over HTTP, with the cursor HTTP answered', async () => {
     const bob = await stack.user('bob');
-    await http.engine.createNode('pushed');
+    await http.engine.nodes.createNode('pushed');
     const sub = await bob.iq('set', pubsub(xml('subscribe', { node: 'pushed', jid: bob.jid })));
     expect(sub.attrs.type).toBe('result');
     const res = await fetch(`${http.origin}/feeds/pushed/items/via-http`, {
@@ -90,7 +90,7 @@ describe(`HTTP beside XMPP on ${SERVER_TITLE}`, () => {
 
   it('keeps the XMPP fan-out bounded when the writes come over HTTP', async () => {
     const bob = await stack.user('bob');
-    await http.engine.publish('flood', { id: 'seed', entry: entry('seed') }, { autoCreate: true });
+    await http.engine.writes.publish('flood', { id: 'seed', entry: entry('seed') }, { autoCreate: true });
     const sub = await bob.iq('set', pubsub(xml('subscribe', { node: 'flood', jid: 'bob@localhost' })));
     expect(sub.attrs.type, sub.toString()).toBe('result');
     const big = 'x'.repeat(30_000);

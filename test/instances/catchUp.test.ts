@@ -43,9 +43,9 @@ const writesArb = fc.array(
 async function twoOnNode() {
   const set = await instances(2);
   const [a, b] = set.all as [(typeof set.all)[number], (typeof set.all)[number]];
-  await a.engine.createNode('n');
-  await a.engine.read('n');
-  await b.engine.read('n');
+  await a.engine.nodes.createNode('n');
+  await a.engine.reads.read('n');
+  await b.engine.reads.read('n');
   return { set, a, b };
 }
 
@@ -63,8 +63,8 @@ describe('catching up from the log', () => {
             await until(() => one.seen.some((c) => c.feeds.modified.cursor === cursor));
           }
           const change = w.retract
-            ? await one.engine.retract('n', w.id).catch(() => undefined)
-            : await one.engine.publish('n', { id: w.id, entry: entry(`${i}`) });
+            ? await one.engine.writes.retract('n', w.id).catch(() => undefined)
+            : await one.engine.writes.publish('n', { id: w.id, entry: entry(`${i}`) });
           if (!change?.changed) continue;
           expectViewsAgree(change);
           expect(change.feeds.modified.previous).toBe(last?.feeds.modified.cursor);
@@ -94,8 +94,8 @@ describe('catching up from the log', () => {
           const { publisher, category } = ITEM_FIELDS[w.id] as { publisher: string; category: string };
           const body = `<entry xmlns='http://www.w3.org/2005/Atom'><title>${i}</title>${category}</entry>`;
           const change = w.retract
-            ? await one.engine.retract('n', w.id, { publisher }).catch(() => undefined)
-            : await one.engine.publish('n', { id: w.id, entry: body, publisher });
+            ? await one.engine.writes.retract('n', w.id, { publisher }).catch(() => undefined)
+            : await one.engine.writes.publish('n', { id: w.id, entry: body, publisher });
           if (!change?.changed) continue;
           expectViewsAgree(change);
           for (const [view, at] of Object.entries(change.views?.modified ?? {})) {
@@ -104,7 +104,7 @@ describe('catching up from the log', () => {
           }
           last = change;
         }
-        for (const one of set.all) expect(one.engine.catchUps()?.reread).toBe(0);
+        for (const one of set.all) expect(one.engine.coordinator.catchUps()?.reread).toBe(0);
         await set.close();
       }),
       { numRuns: 25, endOnFailure: true },
@@ -115,9 +115,9 @@ describe('catching up from the log', () => {
     const set = await instances(2);
     closers.push(set.close);
     const [a, b] = set.all as [(typeof set.all)[number], (typeof set.all)[number]];
-    await a.engine.createNode('n');
-    await a.engine.read('n');
-    await b.engine.read('n');
+    await a.engine.nodes.createNode('n');
+    await a.engine.reads.read('n');
+    await b.engine.reads.read('n');
     // The follower's reads wait until released: its first catch-up is held while the rest come.
     let release: () => void = () => undefined;
     const gate = new Promise<void>((resolve) => {
@@ -130,7 +130,7 @@ describe('catching up from the log', () => {
     };
     const written: string[] = [];
     for (let i = 0; i < 10; i++) {
-      const change = await a.engine.publish('n', { id: `i${i}`, entry: entry(`${i}`) });
+      const change = await a.engine.writes.publish('n', { id: `i${i}`, entry: entry(`${i}`) });
       written.push(change.feeds.modified.cursor);
       // The wake-up of each write reaches the follower (delivered on the next turn) before the next.
       await new Promise((resolve) => setImmediate(resolve));
@@ -138,7 +138,7 @@ describe('catching up from the log', () => {
     release();
     await until(() => b.seen.length === 10);
     expect(b.seen.map((c) => c.feeds.modified.cursor)).toEqual(written);
-    expect(b.engine.catchUps()).toEqual({ fromLog: 2, reread: 0, deferred: 10 });
+    expect(b.engine.coordinator.catchUps()).toEqual({ fromLog: 2, reread: 0, deferred: 10 });
   });
 
   it('a node loaded while another instance writes it counts each filtered index item once', async () => {
@@ -146,8 +146,8 @@ describe('catching up from the log', () => {
     closers.push(set.close);
     const [a, b] = set.all as [(typeof set.all)[number], (typeof set.all)[number]];
     const view = 'publisher=p@x\u0001*';
-    await a.engine.createNode('n');
-    await a.engine.publish('n', { id: 'one', entry: entry('1'), publisher: 'p@x' });
+    await a.engine.nodes.createNode('n');
+    await a.engine.writes.publish('n', { id: 'one', entry: entry('1'), publisher: 'p@x' });
     // b reads the node's counters, then a writes, then b reads the indexes: they hold a's write
     // while the counters do not, so b catches up on it from the log.
     const get = b.handle.get.bind(b.handle);
@@ -156,13 +156,13 @@ describe('catching up from the log', () => {
       const value = await get(key);
       if (!raced && key[0] === 'm'.charCodeAt(0)) {
         raced = true;
-        await a.engine.publish('n', { id: 'two', entry: entry('2'), publisher: 'p@x' });
+        await a.engine.writes.publish('n', { id: 'two', entry: entry('2'), publisher: 'p@x' });
       }
       return value;
     };
-    await b.engine.read('n');
+    await b.engine.reads.read('n');
     await until(() => b.seen.some((c) => c.item.id === 'two'));
-    const third = await b.engine.publish('n', { id: 'three', entry: entry('3'), publisher: 'p@x' });
+    const third = await b.engine.writes.publish('n', { id: 'three', entry: entry('3'), publisher: 'p@x' });
     expect(raced).toBe(true);
     expect(third.views?.modified[view]?.total).toBe(3);
   });

@@ -4,8 +4,9 @@
 // statement. Each is refused at its deadline, saying whether it was written, and one refused as
 // not written is never written after.
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Handed } from '../../src/feed/engine/handoff.ts';
-import { FeedEngine } from '../../src/feed/engine.ts';
+import type { Handed } from '../../src/feed/cluster/handoff.ts';
+import { openClusterEngine } from '../../src/feed/cluster/open.ts';
+import type { FeedEngine } from '../../src/feed/engine.ts';
 import { OutcomeUnknown, WriteTimedOut } from '../../src/feed/model/errors.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
@@ -52,7 +53,7 @@ function gated(handle: SharedMemoryHandle, held: readonly string[]) {
 }
 
 async function engineOn(store: SharedFeedStore, writeTimeoutMs: number) {
-  const engine = await FeedEngine.openStore(store, { writeTimeoutMs });
+  const engine = await openClusterEngine(store, { writeTimeoutMs });
   const service = new FeedService(engine);
   closers.push(async () => {
     service.close();
@@ -62,7 +63,7 @@ async function engineOn(store: SharedFeedStore, writeTimeoutMs: number) {
 }
 
 const ids = async (engine: FeedEngine, node: string) =>
-  (await engine.read(node, { max: 50 })).items.map((i) => i.id);
+  (await engine.reads.read(node, { max: 50 })).items.map((i) => i.id);
 
 describe('one deadline per write on a shared store', () => {
   it('a write queued behind a round the store does not answer is refused at its deadline, and never written', async () => {
@@ -80,7 +81,7 @@ describe('one deadline per write on a shared store', () => {
     const refused = await second.catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(WriteTimedOut);
     expect((refused as Error).message).toMatch(/^not written: /);
-    expect(engine.storageRefusals()).toEqual({ not_written: 1, unknown: 0 });
+    expect(engine.deadlines.refusalCounts()).toEqual({ not_written: 1, unknown: 0 });
     gate.open();
     // The round that was under way commits once the store answers (this store has no deadline of
     // its own); the refused write is never written.
@@ -93,7 +94,7 @@ describe('one deadline per write on a shared store', () => {
     const hub = await SharedMemory.create();
     // Another instance made the node: this one has not read it yet.
     const other = await engineOn(hub.connect(), 300);
-    await other.engine.createNode('fresh');
+    await other.engine.nodes.createNode('fresh');
     const gate = gated(hub.connect(), [
       'get',
       'getMany',
@@ -110,7 +111,7 @@ describe('one deadline per write on a shared store', () => {
       .publish(OPERATOR, 'fresh', { id: 'x', entry: entry('x') })
       .catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(WriteTimedOut);
-    expect(engine.storageRefusals().not_written).toBe(1);
+    expect(engine.deadlines.refusalCounts().not_written).toBe(1);
     gate.open();
     // Its checks go on once the store answers, and write nothing: a write after is the only one.
     await service.publish(OPERATOR, 'fresh', { id: 'y', entry: entry('y') });
@@ -123,15 +124,15 @@ describe('one deadline per write on a shared store', () => {
     const network = new MemoryPeers();
     const holder = await engineOn(hub.connect(), 2000);
     const holderLink = network.link('holder');
-    await holder.engine.startPushing({ holder: 'holder', ttl: 300, handoff: holderLink });
+    await holder.engine.coordinator.startPushing({ holder: 'holder', ttl: 300, handoff: holderLink });
     const sender = await engineOn(hub.connect(), 2000);
-    await sender.engine.startRouting({ ttl: 300, handoff: network.link('sender') });
-    await holder.engine.createNode('n');
-    await sender.engine.read('n');
+    await sender.engine.coordinator.startRouting({ ttl: 300, handoff: network.link('sender') });
+    await holder.engine.nodes.createNode('n');
+    await sender.engine.reads.read('n');
     // Until the sender knows who holds the node, its writes are its own.
     await until(async () => {
       await sender.service.publish(OPERATOR, 'n', { entry: entry('warm') });
-      return (sender.engine.handoffs()?.sent ?? 0) > 0;
+      return (sender.engine.coordinator.handoffs()?.sent ?? 0) > 0;
     });
     const asked: Handed[] = [];
     holderLink.serve(async (request) => {
@@ -145,8 +146,8 @@ describe('one deadline per write on a shared store', () => {
     expect((refused as Error).message).toMatch(
       /^outcome unknown: the instance holding node "n" did not answer/,
     );
-    expect(sender.engine.storageRefusals()).toEqual({ not_written: 0, unknown: 1 });
-    expect(sender.engine.handoffs()?.lost).toBe(1);
+    expect(sender.engine.deadlines.refusalCounts()).toEqual({ not_written: 0, unknown: 1 });
+    expect(sender.engine.coordinator.handoffs()?.lost).toBe(1);
     // The holder was given less than what was left, so that its answer could come in time.
     expect(asked).toHaveLength(1);
     const budget = asked[0]?.budget ?? Number.NaN;

@@ -1,8 +1,10 @@
 import fc from 'fast-check';
 import { parse } from 'ltx';
 import { afterEach, describe, expect, it } from 'vitest';
-import { readLog } from '../../src/feed/engine/changeLog.ts';
-import { FeedEngine } from '../../src/feed/engine.ts';
+import { readLog } from '../../src/feed/cluster/changeLog.ts';
+import type { ClusterCoordinator } from '../../src/feed/cluster/coordinator.ts';
+import { openClusterEngine } from '../../src/feed/cluster/open.ts';
+import type { FeedEngine } from '../../src/feed/engine.ts';
 import { FeedError } from '../../src/feed/model/errors.ts';
 import type { Change } from '../../src/feed/model/feed.ts';
 import { SharedMemory, type SharedMemoryHandle } from '../../src/feed/store/sharedMemory.ts';
@@ -27,7 +29,7 @@ const SHORT_TTL = 300;
 interface Peer {
   name: string;
   handle: SharedMemoryHandle;
-  engine: FeedEngine;
+  engine: FeedEngine<ClusterCoordinator>;
   link: MemoryLink;
   dead: boolean;
 }
@@ -48,7 +50,7 @@ async function peers(count: number, routers = 0, ttl = LONG_TTL): Promise<Peer[]
   const all: Peer[] = [];
   for (let i = 0; i < count + routers; i++) {
     const handle = hub.connect();
-    const engine = await FeedEngine.openStore(handle);
+    const engine = await openClusterEngine(handle);
     all.push({ name: `i${i}`, handle, engine, link: network.link(`i${i}`), dead: false });
   }
   closers.push(async () => {
@@ -59,19 +61,19 @@ async function peers(count: number, routers = 0, ttl = LONG_TTL): Promise<Peer[]
   });
   const pushers = all.slice(0, count);
   await Promise.all(
-    pushers.map((one) => one.engine.startPushing({ holder: one.name, ttl, handoff: one.link })),
+    pushers.map((one) => one.engine.coordinator.startPushing({ holder: one.name, ttl, handoff: one.link })),
   );
   // Every member has its share of the buckets. Joined together, each read who holds the others'
   // as its first renewal ended, after every share was taken.
   await until(
     () =>
-      pushers.every((one) => one.engine.pushBuckets().length > 0) &&
-      pushers.reduce((n, one) => n + one.engine.pushBuckets().length, 0) === 64,
+      pushers.every((one) => one.engine.coordinator.pushBuckets().length > 0) &&
+      pushers.reduce((n, one) => n + one.engine.coordinator.pushBuckets().length, 0) === 64,
   );
   // With short leases the shares may still move at the next renewals: a lease time for them to settle.
   if (ttl === SHORT_TTL) await new Promise((r) => setTimeout(r, ttl));
   // The routers read who holds which bucket as they start: once the buckets are dealt.
-  for (const one of all.slice(count)) await one.engine.startRouting({ ttl, handoff: one.link });
+  for (const one of all.slice(count)) await one.engine.coordinator.startRouting({ ttl, handoff: one.link });
   return all;
 }
 
@@ -83,7 +85,7 @@ function kill(one: Peer): void {
 
 /** The node's changes in commit order, whichever instance committed them. */
 async function logged(one: Peer, node: string): Promise<Change[]> {
-  const nid = await one.engine.nodeNumber(node);
+  const nid = await one.engine.nodes.nodeNumber(node);
   return (await readLog(one.handle, nid, 0, Number.MAX_SAFE_INTEGER)).map((l) => l.change);
 }
 
@@ -126,7 +128,9 @@ async function checkRun(all: Peer[], sent: Sent[]): Promise<void> {
   }
   // Every live instance reads the same feed.
   await until(async () => {
-    const pages = await Promise.all(live.map((one) => one.engine.read('hot', { max: 250, last: true })));
+    const pages = await Promise.all(
+      live.map((one) => one.engine.reads.read('hot', { max: 250, last: true })),
+    );
     const views = pages.map((p) => p.items.map((i) => i.cursor).join());
     return views.every((v) => v === views[0]);
   });
@@ -135,8 +139,10 @@ async function checkRun(all: Peer[], sent: Sent[]): Promise<void> {
 describe('writes handed to the holder of their node', () => {
   it('a write through any instance is committed by the holder of its bucket, in one order', async () => {
     const all = await peers(3);
-    await (all[0] as Peer).engine.createNode('hot');
-    const first = await Promise.all(all.map((one) => one.engine.publish('hot', { entry: entry('load') })));
+    await (all[0] as Peer).engine.nodes.createNode('hot');
+    const first = await Promise.all(
+      all.map((one) => one.engine.writes.publish('hot', { entry: entry('load') })),
+    );
     expect(first).toHaveLength(3);
     const sent: Sent[] = [];
     for (let k = 0; k < 30; k++)
@@ -145,7 +151,7 @@ describe('writes handed to the holder of their node', () => {
           sender,
           index: k,
           id: `s${sender}-${k}`,
-          result: one.engine.publish('hot', { id: `s${sender}-${k}`, entry: entry(`${k}`) }),
+          result: one.engine.writes.publish('hot', { id: `s${sender}-${k}`, entry: entry(`${k}`) }),
         });
     await checkRun(all, sent);
     expect((await Promise.allSettled(sent.map((s) => s.result))).every((o) => o.status === 'fulfilled')).toBe(
@@ -154,14 +160,14 @@ describe('writes handed to the holder of their node', () => {
     // The holder took the others' writes, all of them: no lease lapsed meanwhile, so the holder
     // now is the one that held the node throughout. (Each instance committed its first write,
     // made before it had loaded the node, itself: a write goes by the node's number.)
-    const holders = await Promise.all(all.map((one) => one.engine.owns('hot')));
+    const holders = await Promise.all(all.map((one) => one.engine.coordinator.owns('hot')));
     const holder = all[holders.indexOf(true)] as Peer;
     expect(holders.filter(Boolean)).toHaveLength(1);
     expect(holder.link.served).toBe(60);
     for (const one of all)
       if (one !== holder) {
         expect(one.link.served).toBe(0);
-        expect(one.engine.handoffs()?.sent).toBe(30);
+        expect(one.engine.coordinator.handoffs()?.sent).toBe(30);
       }
   });
 
@@ -170,9 +176,9 @@ describe('writes handed to the holder of their node', () => {
     const all = await peers(2, 1);
     const router = all[2] as Peer;
     const nodes = ['a', 'b', 'c', 'd', 'e', 'f'];
-    for (const n of nodes) await (all[0] as Peer).engine.createNode(n);
+    for (const n of nodes) await (all[0] as Peer).engine.nodes.createNode(n);
     // Loaded there first: a write goes by the node's number.
-    for (const n of nodes) await router.engine.read(n);
+    for (const n of nodes) await router.engine.reads.read(n);
     const sent: Sent[] = [];
     for (let k = 0; k < 10; k++)
       for (const n of nodes)
@@ -180,19 +186,19 @@ describe('writes handed to the holder of their node', () => {
           sender: 2,
           index: sent.length,
           id: `${n}${k}`,
-          result: router.engine.publish(n, { id: `${n}${k}`, entry: entry(`${k}`) }),
+          result: router.engine.writes.publish(n, { id: `${n}${k}`, entry: entry(`${k}`) }),
         });
     const changes = await Promise.all(sent.map((s) => s.result));
     // Every write was handed to a holder; each holder took those of its nodes' buckets.
-    expect(router.engine.pushBuckets()).toEqual([]);
+    expect(router.engine.coordinator.pushBuckets()).toEqual([]);
     expect(router.link.served).toBe(0);
-    expect(router.engine.handoffs()).toEqual({ sent: 60, taken: 0, here: 0, lost: 0 });
+    expect(router.engine.coordinator.handoffs()).toEqual({ sent: 60, taken: 0, here: 0, lost: 0 });
     const holders = all.slice(0, 2) as Peer[];
     expect(holders.reduce((n, one) => n + one.link.served, 0)).toBe(60);
     for (const one of holders) {
-      const mine = await Promise.all(nodes.map((n) => one.engine.owns(n)));
+      const mine = await Promise.all(nodes.map((n) => one.engine.coordinator.owns(n)));
       expect(one.link.served).toBe(10 * mine.filter(Boolean).length);
-      expect(one.engine.handoffs()?.taken).toBe(one.link.served);
+      expect(one.engine.coordinator.handoffs()?.taken).toBe(one.link.served);
     }
     // Each node's writes are in its log in the order sent, one after the other.
     for (const n of nodes) {
@@ -201,11 +207,11 @@ describe('writes handed to the holder of their node', () => {
       expect(log.map((c) => c.feeds.modified.cursor)).toEqual(expected);
     }
     // Once it stops routing, it commits its writes itself.
-    await router.engine.stopPushing();
-    await router.engine.publish('a', { id: 'own', entry: entry('own') });
+    await router.engine.coordinator.stopPushing();
+    await router.engine.writes.publish('a', { id: 'own', entry: entry('own') });
     expect(holders.reduce((n, one) => n + one.link.served, 0)).toBe(60);
     // Not routed at all: the counts stay.
-    expect(router.engine.handoffs()).toEqual({ sent: 60, taken: 0, here: 0, lost: 0 });
+    expect(router.engine.coordinator.handoffs()).toEqual({ sent: 60, taken: 0, here: 0, lost: 0 });
   });
 
   it('instances die mid-hand-off and buckets move: no acknowledged write lost or reordered (property)', async () => {
@@ -226,8 +232,8 @@ describe('writes handed to the holder of their node', () => {
         ),
         async (steps) => {
           const all = await peers(3, 1, SHORT_TTL);
-          await (all[0] as Peer).engine.createNode('hot');
-          await Promise.all(all.map((one) => one.engine.publish('hot', { entry: entry('load') })));
+          await (all[0] as Peer).engine.nodes.createNode('hot');
+          await Promise.all(all.map((one) => one.engine.writes.publish('hot', { entry: entry('load') })));
           const sent: Sent[] = [];
           let index = 0;
           for (const step of steps) {
@@ -240,7 +246,7 @@ describe('writes handed to the holder of their node', () => {
                   sender: step.sender,
                   index: index++,
                   id,
-                  result: sender.engine.publish('hot', { id, entry: entry(id) }),
+                  result: sender.engine.writes.publish('hot', { id, entry: entry(id) }),
                 });
               }
             sent.push(...burst);
@@ -248,7 +254,7 @@ describe('writes handed to the holder of their node', () => {
             const victim = all[step.victim] as Peer;
             const alive = all.filter((one) => !one.dead);
             if (step.event === 'kill' && !victim.dead && alive.length > 1) kill(victim);
-            if (step.event === 'move' && !victim.dead) await victim.engine.stopPushing();
+            if (step.event === 'move' && !victim.dead) await victim.engine.coordinator.stopPushing();
             await Promise.allSettled(burst.map((s) => s.result));
           }
           await checkRun(all, sent);
@@ -263,21 +269,23 @@ describe('writes handed to the holder of their node', () => {
 
   it('an entry the binding parsed is checked by the sender and stored by the holder as a local publish stores it', async () => {
     const all = await peers(2);
-    await (all[0] as Peer).engine.createNode('parsed');
-    const holder = (await (all[0] as Peer).engine.owns('parsed')) ? (all[0] as Peer) : (all[1] as Peer);
+    await (all[0] as Peer).engine.nodes.createNode('parsed');
+    const holder = (await (all[0] as Peer).engine.coordinator.owns('parsed'))
+      ? (all[0] as Peer)
+      : (all[1] as Peer);
     const sender = holder === all[0] ? (all[1] as Peer) : (all[0] as Peer);
-    await sender.engine.read('parsed');
+    await sender.engine.reads.read('parsed');
     const xml = (id: string) =>
       `<entry xmlns='http://www.w3.org/2005/Atom'><id>urn:x:${id}</id><title>t ${id}</title><category term='news'/><category term='misc'/></entry>`;
     const servedBefore = holder.link.served;
-    const handed = await sender.engine.publish('parsed', { id: 'h', entry: parse(xml('h')) });
+    const handed = await sender.engine.writes.publish('parsed', { id: 'h', entry: parse(xml('h')) });
     expect(holder.link.served).toBe(servedBefore + 1);
     // The same entry published on the holder itself, as the text.
-    const local = await holder.engine.publish('parsed', { id: 'l', entry: xml('l') });
-    const [h, l] = await holder.engine.getItems('parsed', ['h', 'l']);
+    const local = await holder.engine.writes.publish('parsed', { id: 'l', entry: xml('l') });
+    const [h, l] = await holder.engine.reads.getItems('parsed', ['h', 'l']);
     expect(h?.entry).toBe(l?.entry.replaceAll(':l<', ':h<').replace('t l<', 't h<'));
     const exported = new Map<string, string | undefined>();
-    for await (const r of await holder.engine.exportNode('parsed')) exported.set(r.id, r.atomId);
+    for await (const r of await holder.engine.transfer.exportNode('parsed')) exported.set(r.id, r.atomId);
     expect(exported).toEqual(
       new Map([
         ['h', 'urn:x:h'],
@@ -287,11 +295,11 @@ describe('writes handed to the holder of their node', () => {
     expect(Object.keys(handed.views?.modified ?? {}).sort()).toEqual(
       Object.keys(local.views?.modified ?? {}).sort(),
     );
-    const news = await sender.engine.read('parsed?category=news', { max: 10 });
+    const news = await sender.engine.reads.read('parsed?category=news', { max: 10 });
     expect(news.items.map((i) => i.id)).toEqual(['h', 'l']);
     // An element that is no Atom entry is refused where it was sent from: nothing is handed.
     const served = holder.link.served;
-    const refused = await sender.engine
+    const refused = await sender.engine.writes
       .publish('parsed', { id: 'bad', entry: parse("<note xmlns='urn:x'>no</note>") })
       .catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(FeedError);
@@ -309,6 +317,6 @@ describe('writes handed to the holder of their node', () => {
     expect(reply).toEqual({
       error: { code: 'invalid-payload', message: 'a handed entry with malformed checked fields' },
     });
-    expect(await holder.engine.getItems('parsed', ['odd'])).toEqual([]);
+    expect(await holder.engine.reads.getItems('parsed', ['odd'])).toEqual([]);
   });
 });

@@ -24,8 +24,8 @@ const pair = () => pairWithNode({ follow: false }, (close) => closers.push(close
 async function heardAll(one: Instance, last: Change | undefined): Promise<void> {
   if (!last) return;
   await until(async () => {
-    await one.engine.read('n', { max: 0 });
-    return one.engine.lastCursorNow('n') === last.feeds.modified.cursor;
+    await one.engine.reads.read('n', { max: 0 });
+    return one.engine.nodes.lastCursorNow('n') === last.feeds.modified.cursor;
   });
 }
 
@@ -74,8 +74,8 @@ describe('catching up when a node is used', () => {
             // A write is seen on another instance once its wake-up has come there.
             for (const x of both) await heardAll(x, committed.at(-1));
             for (const feed of ['n', 'n?category=news', 'n?order=created']) {
-              const mine = await one.engine.read(feed, { max: 50 });
-              const theirs = await other.engine.read(feed, { max: 50 });
+              const mine = await one.engine.reads.read(feed, { max: 50 });
+              const theirs = await other.engine.reads.read(feed, { max: 50 });
               expect(mine, feed).toEqual(theirs);
             }
             continue;
@@ -84,8 +84,8 @@ describe('catching up when a node is used', () => {
           const body = `<entry xmlns='http://www.w3.org/2005/Atom'><title>${i}</title>${category}</entry>`;
           const change =
             o.op === 'retract'
-              ? await one.engine.retract('n', o.id, { publisher }).catch(() => undefined)
-              : await one.engine.publish('n', { id: o.id, entry: body, publisher });
+              ? await one.engine.writes.retract('n', o.id, { publisher }).catch(() => undefined)
+              : await one.engine.writes.publish('n', { id: o.id, entry: body, publisher });
           if (!change?.changed) continue;
           for (const [view, at] of Object.entries(change.views?.modified ?? {})) {
             expect(at.previous, view).toBe(ends.get(view));
@@ -117,26 +117,26 @@ describe('catching up when a node is used', () => {
     const written: string[] = [];
     for (let i = 0; i < 20; i++)
       written.push(
-        (await a.engine.publish('n', { id: `i${i}`, entry: entry(`${i}`) })).feeds.modified.cursor,
+        (await a.engine.writes.publish('n', { id: `i${i}`, entry: entry(`${i}`) })).feeds.modified.cursor,
       );
     await until(() => behind.length === 20);
     expect(counter.reads).toBe(0);
     expect(b.seen).toEqual([]);
-    expect(b.engine.lastCursorNow('n')).toBeUndefined();
-    expect(b.engine.catchUps()).toEqual({ fromLog: 0, reread: 0, deferred: 20 });
+    expect(b.engine.nodes.lastCursorNow('n')).toBeUndefined();
+    expect(b.engine.coordinator.catchUps()).toEqual({ fromLog: 0, reread: 0, deferred: 20 });
 
-    const page = await b.engine.read('n', { max: 50 });
+    const page = await b.engine.reads.read('n', { max: 50 });
     expect(page.items.map((i) => i.id)).toEqual(written.map((_, i) => `i${i}`));
     expect(b.seen.map((c) => c.feeds.modified.cursor)).toEqual(written);
-    expect(b.engine.catchUps()).toEqual({ fromLog: 1, reread: 0, deferred: 20 });
-    expect(b.engine.lastCursorNow('n')).toBe(written.at(-1));
+    expect(b.engine.coordinator.catchUps()).toEqual({ fromLog: 1, reread: 0, deferred: 20 });
+    expect(b.engine.nodes.lastCursorNow('n')).toBe(written.at(-1));
   });
 
   it('a write made here after the others wrote follows their last change', async () => {
     const { a, b } = await pair();
-    await a.engine.publish('n', { id: 'x', entry: entry('x') });
-    const second = await a.engine.publish('n', { id: 'y', entry: entry('y') });
-    const mine = await b.engine.publish('n', { id: 'z', entry: entry('z') });
+    await a.engine.writes.publish('n', { id: 'x', entry: entry('x') });
+    const second = await a.engine.writes.publish('n', { id: 'y', entry: entry('y') });
+    const mine = await b.engine.writes.publish('n', { id: 'z', entry: entry('z') });
     expect(mine.feeds.modified.previous).toBe(second.feeds.modified.cursor);
     expect(mine.total).toBe(3);
     expect(b.seen.map((c) => c.item.id)).toEqual(['x', 'y', 'z']);
@@ -146,21 +146,23 @@ describe('catching up when a node is used', () => {
     const set = await instances(2, { follow: false, push: true });
     closers.push(set.close);
     const [a, b] = set.all as [Instance, Instance];
-    await a.engine.createNode('n');
-    await until(async () => (await a.engine.owns('n')) !== (await b.engine.owns('n')));
-    const [holder, other] = (await a.engine.owns('n')) ? [a, b] : [b, a];
-    await holder.engine.read('n');
-    await other.engine.read('n');
-    await other.engine.publish('n', { id: 'w', entry: entry('w') });
+    await a.engine.nodes.createNode('n');
+    await until(
+      async () => (await a.engine.coordinator.owns('n')) !== (await b.engine.coordinator.owns('n')),
+    );
+    const [holder, other] = (await a.engine.coordinator.owns('n')) ? [a, b] : [b, a];
+    await holder.engine.reads.read('n');
+    await other.engine.reads.read('n');
+    await other.engine.writes.publish('n', { id: 'w', entry: entry('w') });
     await until(() => holder.seen.some((c) => c.item.id === 'w'));
-    expect(holder.engine.catchUps()?.deferred).toBe(0);
+    expect(holder.engine.coordinator.catchUps()?.deferred).toBe(0);
   });
 
   it('over HTTP: a cached page, a held long poll and a stream on one instance all see writes through the other', async () => {
     const { a, b } = await pair();
     const http = await startHttp({ engine: b.engine, feeds: b.service });
     closers.push(http.stop);
-    await a.engine.publish('n', { id: 'first', entry: entry('first') });
+    await a.engine.writes.publish('n', { id: 'first', entry: entry('first') });
     const before = (await get(feedUrl(http.origin, 'n'))).json as Collection;
     expect(before.items.map((i) => i.id)).toEqual(['first']);
     // Read twice: the second answer comes from the page cache.
@@ -174,7 +176,7 @@ describe('catching up when a node is used', () => {
     const held = get(feedUrl(http.origin, 'n', `since=cursor:${before.last_cursor}&timeout=20`));
     await until(() => http.binding.polls.held === 1);
 
-    await a.engine.publish('n', { id: 'second', entry: entry('second') });
+    await a.engine.writes.publish('n', { id: 'second', entry: entry('second') });
     const answered = (await held).json as Collection;
     expect(answered.items.map((i) => i.id)).toEqual(['second']);
     const ids = (await stream.until((events) => events.filter((e) => e.event === 'item').length === 2))
@@ -182,7 +184,7 @@ describe('catching up when a node is used', () => {
       .map((e) => (JSON.parse(e.data) as { id: string }).id);
     expect(ids).toEqual(['first', 'second']);
     // The cached page was dropped at the wake-up, before anything here read the node.
-    await a.engine.publish('n', { id: 'third', entry: entry('third') });
+    await a.engine.writes.publish('n', { id: 'third', entry: entry('third') });
     await until(() => b.seen.some((c) => c.item.id === 'third'));
     expect(((await get(feedUrl(http.origin, 'n'))).json as Collection).items.map((i) => i.id)).toEqual([
       'first',
@@ -195,7 +197,7 @@ describe('catching up when a node is used', () => {
     const { a, b } = await pair();
     const http = await startHttp({ engine: b.engine, feeds: b.service });
     closers.push(http.stop);
-    await a.engine.publish('n', { id: 'first', entry: entry('first') });
+    await a.engine.writes.publish('n', { id: 'first', entry: entry('first') });
     for (let i = 0; i < 2; i++)
       expect(((await get(feedUrl(http.origin, 'n'))).json as Collection).items.map((i) => i.id)).toEqual([
         'first',
@@ -205,7 +207,7 @@ describe('catching up when a node is used', () => {
         if (e.type === 'node-behind') resolve();
       }),
     );
-    await a.engine.publish('n', { id: 'second', entry: entry('second') });
+    await a.engine.writes.publish('n', { id: 'second', entry: entry('second') });
     await behind;
     expect(((await get(feedUrl(http.origin, 'n'))).json as Collection).items.map((i) => i.id)).toEqual([
       'first',

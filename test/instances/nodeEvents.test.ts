@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import { BUCKETS } from '../../src/feed/engine/changeLog.ts';
+import { BUCKETS } from '../../src/feed/cluster/changeLog.ts';
 import type { NodeEvent } from '../../src/feed/events.ts';
 import { NodeNotEmpty } from '../../src/feed/model/errors.ts';
 import type { Change, ExportRecord } from '../../src/feed/model/feed.ts';
@@ -24,7 +24,7 @@ async function start(count: number) {
   const set = await instances(count, { push: true, ttl: 3000 });
   closers.push(set.close);
   await until(() => {
-    const held = set.all.map((one) => one.engine.pushBuckets());
+    const held = set.all.map((one) => one.engine.coordinator.pushBuckets());
     return held.every((h) => h.length > 0) && held.reduce((n, h) => n + h.length, 0) === BUCKETS;
   });
   return set;
@@ -221,11 +221,13 @@ describe('node events among several instances', () => {
         const set = await instances(3, { push: true, ttl: 200 });
         closers.push(set.close);
         const { all } = set;
-        await until(() => all.reduce((n, one) => n + one.engine.pushBuckets().length, 0) === BUCKETS);
+        await until(
+          () => all.reduce((n, one) => n + one.engine.coordinator.pushBuckets().length, 0) === BUCKETS,
+        );
         await (all[0] as Instance).service.create(OPERATOR, 'n');
         let pusher: Instance | undefined;
         await until(async () => {
-          for (const one of all) if (await one.engine.owns('n')) pusher = one;
+          for (const one of all) if (await one.engine.coordinator.owns('n')) pusher = one;
           return pusher !== undefined;
         });
         const victim = pusher as Instance;
@@ -258,14 +260,14 @@ describe('node events among several instances', () => {
         all.map((one) => one.service.subscribe(user(`u${i}@localhost`), 'n', jid)),
       );
       expect(new Set(subs.map((s) => s.subid)).size).toBe(1);
-      const stored = await (all[1] as Instance).engine.subscriptionsOf('n');
+      const stored = await (all[1] as Instance).engine.subscriptions.subscriptionsOf('n');
       expect(stored.filter((s) => s.jid === jid).map((s) => s.subid)).toEqual([subs[0]?.subid]);
     }
     await until(() => toldOf(all, 'n').length >= 5);
     await new Promise((r) => setTimeout(r, 50));
     expect(toldOf(all, 'n').sort()).toEqual([0, 1, 2, 3, 4].map((i) => `sub:u${i}@localhost:subscribed`));
     // Every instance reads the one subscription (their caches were dropped on the wake-up).
-    for (const one of all) expect(await one.engine.subscriptionsOf('n')).toHaveLength(5);
+    for (const one of all) expect(await one.engine.subscriptions.subscriptionsOf('n')).toHaveLength(5);
   });
 });
 
@@ -289,13 +291,13 @@ describe('imports among several instances', () => {
   it('an import through one instance is read through another, with its cursors, and is written on', async () => {
     const { all } = await start(2);
     const [a, b] = all as [Instance, Instance];
-    await b.engine.createNode('n');
-    await b.engine.read('n', { max: 1 });
-    expect(await a.engine.importNode('n', exported(2500))).toBe(2500);
-    const last = await b.engine.read('n', { max: 1, last: true });
+    await b.engine.nodes.createNode('n');
+    await b.engine.reads.read('n', { max: 1 });
+    expect(await a.engine.transfer.importNode('n', exported(2500))).toBe(2500);
+    const last = await b.engine.reads.read('n', { max: 1, last: true });
     expect(last.total).toBe(2500);
     expect(last.items.map((i) => i.id)).toEqual(['i2500']);
-    const change = await b.engine.publish('n', { id: 'after', entry: entry('after') });
+    const change = await b.engine.writes.publish('n', { id: 'after', entry: entry('after') });
     expect(change.feeds.modified.previous).toBe(last.items[0]?.cursor);
     expect(change.item.id).toBe('after');
   });
@@ -303,25 +305,25 @@ describe('imports among several instances', () => {
   it('an import into a node another instance writes to meanwhile is refused, keeping what it wrote', async () => {
     const { all } = await start(2);
     const [a, b] = all as [Instance, Instance];
-    await a.engine.createNode('n');
-    await b.engine.publish('n', { id: 'early', entry: entry('early') });
-    await expect(a.engine.importNode('n', exported(10))).rejects.toThrow(/is not empty/);
+    await a.engine.nodes.createNode('n');
+    await b.engine.writes.publish('n', { id: 'early', entry: entry('early') });
+    await expect(a.engine.transfer.importNode('n', exported(10))).rejects.toThrow(/is not empty/);
     async function* interrupted(): AsyncGenerator<ExportRecord> {
       let i = 0;
       for (const r of exported(2500)) {
         // After the first batch (1,000 lines) is written, another instance writes to the node.
-        if (++i === 1100) await b.engine.publish('m', { id: 'between', entry: entry('x') });
+        if (++i === 1100) await b.engine.writes.publish('m', { id: 'between', entry: entry('x') });
         yield r;
       }
     }
-    await a.engine.createNode('m');
-    const refused = await a.engine.importNode('m', interrupted()).catch((e: unknown) => e);
+    await a.engine.nodes.createNode('m');
+    const refused = await a.engine.transfer.importNode('m', interrupted()).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(NodeNotEmpty);
     expect((refused as Error).message).toMatch(/written by another instance during the import/);
     // The first batch and the other instance's write are there, in one consistent order.
-    const page = await b.engine.read('m', { max: 2, last: true });
+    const page = await b.engine.reads.read('m', { max: 2, last: true });
     expect(page.items.map((i) => i.id)).toEqual(['i1000', 'between']);
     expect(page.total).toBe(1001);
-    expect((await a.engine.read('m', { max: 0 })).total).toBe(1001);
+    expect((await a.engine.reads.read('m', { max: 0 })).total).toBe(1001);
   });
 });

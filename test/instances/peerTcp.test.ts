@@ -1,8 +1,8 @@
 import { type AddressInfo, createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freePort } from '../../prosody-dev/process.ts';
-import { type Handed, PeerLost, PeerUnreachable } from '../../src/feed/engine/handoff.ts';
-import { TcpPeerLink } from '../../src/feed/engine/peerTcp.ts';
+import { type Handed, PeerLost, PeerUnreachable } from '../../src/feed/cluster/handoff.ts';
+import { TcpPeerLink } from '../../src/peers/tcp.ts';
 
 /** The hand-off's TCP link between instances: answers matched to requests, the shared secret, failures told apart. */
 

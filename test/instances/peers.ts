@@ -1,5 +1,5 @@
-import type { Handed, HandedReply, PeerLink } from '../../src/feed/engine/handoff.ts';
-import { PeerLost, PeerUnreachable } from '../../src/feed/engine/handoff.ts';
+import type { Handed, HandedReply, PeerLink } from '../../src/feed/cluster/handoff.ts';
+import { PeerLost, PeerUnreachable } from '../../src/feed/cluster/handoff.ts';
 
 /**
  * The hand-off between engines of one process, as TcpPeerLink between processes: each request

@@ -1,8 +1,10 @@
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { createDatabase, startPostgres } from '../../prosody-dev/postgres.ts';
 import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
-import { readLog } from '../../src/feed/engine/changeLog.ts';
-import { FeedEngine } from '../../src/feed/engine.ts';
+import { readLog } from '../../src/feed/cluster/changeLog.ts';
+import type { ClusterCoordinator } from '../../src/feed/cluster/coordinator.ts';
+import { openClusterEngine } from '../../src/feed/cluster/open.ts';
+import type { FeedEngine } from '../../src/feed/engine.ts';
 import type { Change } from '../../src/feed/model/feed.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { openSharedPostgresStore, type SharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
@@ -17,7 +19,7 @@ import { entry, until } from './support.ts';
 
 interface PgInstance {
   store: SharedPostgresStore;
-  engine: FeedEngine;
+  engine: FeedEngine<ClusterCoordinator>;
   service: FeedService;
   seen: Change[];
   pushed: Change[];
@@ -33,7 +35,7 @@ afterEach(async () => {
 
 async function instance(url: string, push?: { holder: string; ttl: number }): Promise<PgInstance> {
   const store = await openSharedPostgresStore(url, { max: 4, retryForMs: 20_000 });
-  const engine = await FeedEngine.openStore(store);
+  const engine = await openClusterEngine(store);
   const service = new FeedService(engine);
   const one: PgInstance = { store, engine, service, seen: [], pushed: [] };
   service.onEvent((e) => {
@@ -41,7 +43,7 @@ async function instance(url: string, push?: { holder: string; ttl: number }): Pr
     one.seen.push(e.change);
     if (e.deliver !== false) one.pushed.push(e.change);
   });
-  if (push) await service.startDelivering(push);
+  if (push) await engine.coordinator.startPushing(push);
   open.push(one);
   return one;
 }
@@ -66,20 +68,20 @@ describe('several instances on PostgreSQL', () => {
   it('concurrent writes through three instances to one node: one order, exact cursors, the same reads, check clean', async () => {
     const url = await createDatabase(postgresAdminUrl());
     const all = [await instance(url), await instance(url), await instance(url)];
-    await (all[0] as PgInstance).engine.createNode('shared');
+    await (all[0] as PgInstance).engine.nodes.createNode('shared');
     const writes = Array.from({ length: 150 }, (_, i) => {
       const one = all[i % 3] as PgInstance;
       return i % 10 === 9
-        ? one.engine.retract('shared', `item${i % 13}`).catch(() => undefined)
-        : one.engine.publish('shared', { id: `item${i % 13}`, entry: entry(`v${i}`) });
+        ? one.engine.writes.retract('shared', `item${i % 13}`).catch(() => undefined)
+        : one.engine.writes.publish('shared', { id: `item${i % 13}`, entry: entry(`v${i}`) });
     });
     const acked = (await Promise.all(writes)).filter((c): c is Change => c?.changed === true);
-    const nid = await (all[0] as PgInstance).engine.nodeNumber('shared');
+    const nid = await (all[0] as PgInstance).engine.nodes.nodeNumber('shared');
     const log = await readLog((all[0] as PgInstance).store, nid, 0, Number.MAX_SAFE_INTEGER);
     expect(log.map((l) => l.seq)).toEqual(log.map((_, i) => i + 1));
     expect(log.length).toBe(acked.length);
     expectChain(log.map((l) => l.change));
-    const pages = await Promise.all(all.map((one) => one.engine.read('shared', { max: 250 })));
+    const pages = await Promise.all(all.map((one) => one.engine.reads.read('shared', { max: 250 })));
     const view = (p: (typeof pages)[number]) => p.items.map((i) => `${i.id}@${i.cursor}`);
     for (const p of pages) expect(view(p)).toEqual(view(pages[0] as (typeof pages)[number]));
     expect(pages[0]?.items.at(-1)?.cursor).toBe(log.at(-1)?.change.feeds.modified.cursor);
@@ -89,19 +91,19 @@ describe('several instances on PostgreSQL', () => {
   it('a write on one instance wakes a reader of the node on another (LISTEN/NOTIFY)', async () => {
     const url = await createDatabase(postgresAdminUrl());
     const [a, b] = [await instance(url), await instance(url)] as [PgInstance, PgInstance];
-    await a.engine.createNode('wake');
-    await a.engine.read('wake');
+    await a.engine.nodes.createNode('wake');
+    await a.engine.reads.read('wake');
     const behind: string[] = [];
     a.service.onEvent((e) => {
       if (e.type === 'node-behind') behind.push(e.node);
     });
-    const change = await b.engine.publish('wake', { id: 'x', entry: entry('x') });
+    const change = await b.engine.writes.publish('wake', { id: 'x', entry: entry('x') });
     // Told at the wake-up; read (and told as a change) when something here waits on it.
     await until(() => behind.includes('wake'));
-    expect(a.engine.lastCursorNow('wake')).toBeUndefined();
+    expect(a.engine.nodes.lastCursorNow('wake')).toBeUndefined();
     await a.service.catchUp('wake');
     expect(a.seen.map((c) => c.item.id)).toEqual(['x']);
-    expect(a.engine.lastCursorNow('wake')).toBe(change.feeds.modified.cursor);
+    expect(a.engine.nodes.lastCursorNow('wake')).toBe(change.feeds.modified.cursor);
   });
 
   it('deals the pushes between instances by leases; a closed one hands its share over', async () => {
@@ -112,13 +114,15 @@ describe('several instances on PostgreSQL', () => {
       await instance(url, { holder: 'b', ttl }),
       await instance(url, { holder: 'c', ttl }),
     ];
-    await until(() => all.every((one) => one.engine.pushBuckets().length > 0));
+    await until(() => all.every((one) => one.engine.coordinator.pushBuckets().length > 0));
     const nodes = ['n1', 'n2', 'n3', 'n4', 'n5'];
-    for (const n of nodes) await (all[0] as PgInstance).engine.createNode(n);
+    for (const n of nodes) await (all[0] as PgInstance).engine.nodes.createNode(n);
     const acked: Change[] = [];
     for (let i = 0; i < 40; i++)
       acked.push(
-        await (all[i % 3] as PgInstance).engine.publish(nodes[i % 5] as string, { entry: entry(`${i}`) }),
+        await (all[i % 3] as PgInstance).engine.writes.publish(nodes[i % 5] as string, {
+          entry: entry(`${i}`),
+        }),
       );
     const pushed = () => all.flatMap((one) => one.pushed);
     await until(() => pushed().length >= acked.length);
@@ -132,11 +136,13 @@ describe('several instances on PostgreSQL', () => {
     open = open.filter((one) => one !== leaving);
     leaving.service.close();
     await leaving.engine.close();
-    await until(() => all.reduce((n, one) => n + one.engine.pushBuckets().length, 0) === 64);
+    await until(() => all.reduce((n, one) => n + one.engine.coordinator.pushBuckets().length, 0) === 64);
     const more: Change[] = [];
     for (let i = 0; i < 10; i++)
       more.push(
-        await (all[i % 2] as PgInstance).engine.publish(nodes[i % 5] as string, { entry: entry(`m${i}`) }),
+        await (all[i % 2] as PgInstance).engine.writes.publish(nodes[i % 5] as string, {
+          entry: entry(`m${i}`),
+        }),
       );
     await until(() =>
       more.every((c) => pushed().some((p) => p.feeds.modified.cursor === c.feeds.modified.cursor)),
@@ -152,14 +158,14 @@ describe('PostgreSQL restarts under write load', () => {
     const pg = await cluster;
     const url = await pg.createDatabase();
     const [a, b] = [await instance(url), await instance(url)] as [PgInstance, PgInstance];
-    await a.engine.createNode('load');
+    await a.engine.nodes.createNode('load');
     const acked: Change[] = [];
     const failed: string[] = [];
     let stop = false;
     const writer = async (one: PgInstance, name: string) => {
       for (let i = 0; !stop; i++) {
         const id = `${name}${i}`;
-        await one.engine.publish('load', { id, entry: entry(id) }).then(
+        await one.engine.writes.publish('load', { id, entry: entry(id) }).then(
           (c) => acked.push(c),
           () => failed.push(id),
         );
@@ -174,15 +180,15 @@ describe('PostgreSQL restarts under write load', () => {
     await until(() => acked.length >= after + 20, 30_000);
     stop = true;
     await Promise.all(writers);
-    const page = await a.engine.read('load', { max: 250, last: true });
-    const all = await a.engine.exportNode('load');
+    const page = await a.engine.reads.read('load', { max: 250, last: true });
+    const all = await a.engine.transfer.exportNode('load');
     const ids = new Set<string>();
     for await (const r of all) ids.add(r.id);
     for (const c of acked) expect(ids.has(c.item.id)).toBe(true);
     // The two instances read the same feed, and each one's next write follows the other's.
-    const pageB = await b.engine.read('load', { max: 250, last: true });
+    const pageB = await b.engine.reads.read('load', { max: 250, last: true });
     expect(pageB.items.map((i) => i.cursor)).toEqual(page.items.map((i) => i.cursor));
-    const next = await b.engine.publish('load', { id: 'after', entry: entry('after') });
+    const next = await b.engine.writes.publish('load', { id: 'after', entry: entry('after') });
     expect(next.feeds.modified.previous).toBe(page.items.at(-1)?.cursor);
     expect(await problems(a.store)).toEqual([]);
   });

@@ -3,8 +3,10 @@ import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabase } from '../../prosody-dev/postgres.ts';
 import { type RunningPushpin, startPushpin } from '../../prosody-dev/pushpin.ts';
-import { BUCKETS } from '../../src/feed/engine/changeLog.ts';
-import { FeedEngine } from '../../src/feed/engine.ts';
+import { BUCKETS } from '../../src/feed/cluster/changeLog.ts';
+import type { ClusterCoordinator } from '../../src/feed/cluster/coordinator.ts';
+import { openClusterEngine } from '../../src/feed/cluster/open.ts';
+import type { FeedEngine } from '../../src/feed/engine.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { openSharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
@@ -26,7 +28,7 @@ const KEY = 'grip-cluster-key-0123456789';
 const ENTRY = (title: string) => `<entry xmlns='http://www.w3.org/2005/Atom'><title>${title}</title></entry>`;
 
 interface One {
-  engine: FeedEngine;
+  engine: FeedEngine<ClusterCoordinator>;
   feeds: FeedService;
   binding: HttpBinding;
   origin: string;
@@ -58,9 +60,9 @@ const forwarder = http.createServer((req, res) => {
 
 async function start(url: string, holder: string): Promise<One> {
   const store = await openSharedPostgresStore(url, { max: 4, retryForMs: 20_000 });
-  const engine = await FeedEngine.openStore(store);
+  const engine = await openClusterEngine(store);
   const feeds = new FeedService(engine, { admins: ['admin@localhost'] });
-  await feeds.startDelivering({ holder, ttl: 3000 });
+  await engine.coordinator.startPushing({ holder, ttl: 3000 });
   const binding = new HttpBinding(
     feeds,
     testHttpOptions({
@@ -83,7 +85,7 @@ beforeAll(async () => {
   // moving bucket's changes wait for its new holder (a third of the lease time at most).
   const deadline = Date.now() + 10_000;
   for (;;) {
-    const held = ones.map((o) => o.engine.pushBuckets().length);
+    const held = ones.map((o) => o.engine.coordinator.pushBuckets().length);
     if (held.every((n) => n > 0) && held.reduce((a, b) => a + b, 0) === BUCKETS) break;
     if (Date.now() > deadline) throw new Error(`the buckets did not settle: ${held.join(', ')}`);
     await new Promise((r) => setTimeout(r, 20));
@@ -107,7 +109,7 @@ describe('two instances behind one Pushpin', () => {
     const [a, b] = ones;
     if (!a || !b) throw new Error('no instances');
     await a.feeds.create(OPERATOR, 'shared');
-    await a.engine.publish('shared', { id: 'first', entry: ENTRY('first') });
+    await a.engine.writes.publish('shared', { id: 'first', entry: ENTRY('first') });
     const sts = await Promise.all(
       Array.from({ length: 40 }, () => openStream(feedUrl(pushpin.url, 'shared'))),
     );
@@ -115,7 +117,7 @@ describe('two instances behind one Pushpin', () => {
     await Promise.all(sts.map((st) => st.until((e) => e.length >= 1)));
     for (let i = 0; i < 10; i++) {
       const writer = i % 2 === 0 ? a : b;
-      await writer.engine.publish('shared', { id: `w${i}`, entry: ENTRY(`w${i}`) });
+      await writer.engine.writes.publish('shared', { id: `w${i}`, entry: ENTRY(`w${i}`) });
     }
     const res = await fetch(feedUrl(a.origin, 'shared', 'max=250'));
     const want = ((await res.json()) as Collection).items.map((i) => [i.cursor, JSON.stringify(i)]);

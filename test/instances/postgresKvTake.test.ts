@@ -3,8 +3,9 @@
 // an instance gone are claimed again.
 import { afterEach, describe, expect, it } from 'vitest';
 import { createDatabase } from '../../prosody-dev/postgres.ts';
+import { openClusterEngine } from '../../src/feed/cluster/open.ts';
 import type { Claim } from '../../src/feed/engine/kv.ts';
-import { FeedEngine } from '../../src/feed/engine.ts';
+import type { FeedEngine } from '../../src/feed/engine.ts';
 import { openSharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
 import { postgresAdminUrl } from '../feed/support.ts';
 
@@ -14,7 +15,7 @@ afterEach(async () => {
 });
 
 async function engineOn(url: string): Promise<FeedEngine> {
-  const engine = await FeedEngine.openStore(await openSharedPostgresStore(url, { max: 4 }));
+  const engine = await openClusterEngine(await openSharedPostgresStore(url, { max: 4 }));
   engines.push(engine);
   return engine;
 }

@@ -8,10 +8,13 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { startPostgres } from '../../prosody-dev/postgres.ts';
 import { freePort } from '../../prosody-dev/process.ts';
 import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
-import { FeedEngine } from '../../src/feed/engine.ts';
+import type { ClusterCoordinator } from '../../src/feed/cluster/coordinator.ts';
+import { openClusterEngine } from '../../src/feed/cluster/open.ts';
+import type { FeedEngine } from '../../src/feed/engine.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { openSharedPostgresStore, type SharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
+import { listenForPeers } from '../../src/peers/tcp.ts';
 import { BIN, ROOT } from '../xmpp/serveProcess.ts';
 import { entry, until } from './support.ts';
 
@@ -45,7 +48,7 @@ function outcomeOf(message: string): Outcome {
 
 interface Instance {
   store: SharedPostgresStore;
-  engine: FeedEngine;
+  engine: FeedEngine<ClusterCoordinator>;
   service: FeedService;
 }
 
@@ -53,7 +56,7 @@ const cluster = startPostgres();
 const open: Instance[] = [];
 afterEach(async () => {
   for (const one of open.splice(0)) {
-    await one.service.stopDelivering().catch(() => undefined);
+    await one.engine.coordinator.stopPushing().catch(() => undefined);
     one.service.close();
     await one.engine.close().catch(() => undefined);
   }
@@ -62,7 +65,7 @@ afterAll(async () => (await cluster).destroy());
 
 async function instance(url: string): Promise<Instance> {
   const store = await openSharedPostgresStore(url, { max: 6 });
-  const engine = await FeedEngine.openStore(store, { writeTimeoutMs: WRITE_TIME_MS });
+  const engine = await openClusterEngine(store, { writeTimeoutMs: WRITE_TIME_MS });
   const one = { store, engine, service: new FeedService(engine) };
   open.push(one);
   return one;
@@ -72,10 +75,14 @@ async function instance(url: string): Promise<Instance> {
 async function pair(url: string): Promise<[holder: Instance, sender: Instance]> {
   const holder = await instance(url);
   const sender = await instance(url);
-  const handoff = { host: '127.0.0.1', port: 0 };
-  await holder.service.startDelivering({ holder: 'holder', ttl: 1500, handoff });
-  await sender.service.startRouting({ ttl: 1500, handoff });
-  await until(() => holder.engine.pushBuckets().length === 64);
+  const at = { host: '127.0.0.1', port: 0 };
+  await holder.engine.coordinator.startPushing({
+    holder: 'holder',
+    ttl: 1500,
+    handoff: await listenForPeers(at),
+  });
+  await sender.engine.coordinator.startRouting({ ttl: 1500, handoff: await listenForPeers(at) });
+  await until(() => holder.engine.coordinator.pushBuckets().length === 64);
   return [holder, sender];
 }
 
@@ -120,7 +127,8 @@ async function problems(store: SharedPostgresStore): Promise<Problem[]> {
 /** The ids of every item in `nodes`, read through `one`. */
 async function stored(one: Instance, nodes: readonly string[]): Promise<Set<string>> {
   const ids = new Set<string>();
-  for (const node of nodes) for await (const r of one.engine.exportNode(node)) ids.add(`${node}/${r.id}`);
+  for (const node of nodes)
+    for await (const r of one.engine.transfer.exportNode(node)) ids.add(`${node}/${r.id}`);
   return ids;
 }
 
@@ -135,11 +143,11 @@ async function underWrites(
   const url = await pg.createDatabase();
   const [holder, sender] = await pair(url);
   const nodes = ['o1', 'o2'];
-  for (const node of nodes) await holder.engine.createNode(node);
+  for (const node of nodes) await holder.engine.nodes.createNode(node);
   const writes = writeAll([holder, sender], nodes, 4);
   await until(() => writes.answers.filter((a) => a.outcome === 'acked').length >= 40, 30_000);
   // The sender's writes reached the holder through the hand-off.
-  expect(sender.engine.handoffs()?.sent).toBeGreaterThan(0);
+  expect(sender.engine.coordinator.handoffs()?.sent).toBeGreaterThan(0);
   await outage();
   const back = Date.now();
   await until(
@@ -152,7 +160,7 @@ async function underWrites(
   // The two instances read the same feeds after.
   for (const node of nodes) {
     const [x, y] = await Promise.all(
-      [holder, sender].map((one) => one.engine.read(node, { last: true, max: 50 })),
+      [holder, sender].map((one) => one.engine.reads.read(node, { last: true, max: 50 })),
     );
     expect(y?.items.map((i) => i.cursor)).toEqual(x?.items.map((i) => i.cursor));
   }

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { createDatabase, withClient } from '../../prosody-dev/postgres.ts';
-import { FeedEngine } from '../../src/feed/engine.ts';
+import { openClusterEngine } from '../../src/feed/cluster/open.ts';
+import type { FeedEngine } from '../../src/feed/engine.ts';
 import { openSharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
 import type { ConditionalWrite, SharedFeedStore } from '../../src/feed/store/shared.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
@@ -278,17 +279,17 @@ describe('engines on PostgreSQL, rounds of many nodes together', () => {
         statements.n += 1;
         return hold(deadline);
       };
-      const engine = await FeedEngine.openStore(store);
+      const engine = await openClusterEngine(store);
       closers.push(() => engine.close());
       engines.push(engine);
     }
     const nodes = ['a', 'b', 'c', 'd', 'e', 'f'];
-    for (const n of nodes) await engines[0]?.createNode(n);
+    for (const n of nodes) await engines[0]?.nodes.createNode(n);
     const burst = (from: number, count: number, via: (i: number) => FeedEngine) =>
       Promise.all(
         Array.from({ length: count }, (_, k) => {
           const i = from + k;
-          return via(i).publish(nodes[i % nodes.length] as string, {
+          return via(i).writes.publish(nodes[i % nodes.length] as string, {
             ...(i % 5 === 0 ? { id: `same${i % 3}` } : {}),
             entry: entry(`${i}`),
           });
@@ -310,10 +311,10 @@ describe('engines on PostgreSQL, rounds of many nodes together', () => {
       // Each engine reads the node once the other's last wake-up has come.
       for (const e of engines)
         await until(async () => {
-          await e.read(n, { max: 0 });
-          return e.lastCursorNow(n) === chain.at(-1);
+          await e.reads.read(n, { max: 0 });
+          return e.nodes.lastCursorNow(n) === chain.at(-1);
         });
-      const pages = await Promise.all(engines.map((e) => e.read(n, { max: 100 })));
+      const pages = await Promise.all(engines.map((e) => e.reads.read(n, { max: 100 })));
       expect(pages[0]?.items.map((i) => i.id)).toEqual(pages[1]?.items.map((i) => i.id));
       expect(pages[0]?.items.length).toBe(new Set(mine.map((c) => c.item.id)).size);
     }
@@ -341,12 +342,14 @@ describe('an engine alone on a shared store', () => {
         inside -= 1;
       }
     };
-    const engine = await FeedEngine.openStore(store);
+    const engine = await openClusterEngine(store);
     closers.push(() => engine.close());
-    await engine.createNode('n');
+    await engine.nodes.createNode('n');
     const before = calls.locked;
     const changes = await Promise.all(
-      Array.from({ length: 20 }, (_, i) => engine.publish('n', { id: `i${i % 7}`, entry: entry(`${i}`) })),
+      Array.from({ length: 20 }, (_, i) =>
+        engine.writes.publish('n', { id: `i${i % 7}`, entry: entry(`${i}`) }),
+      ),
     );
     expect(calls.locked).toBe(before);
     expect(calls.writeIf).toBeGreaterThan(0);

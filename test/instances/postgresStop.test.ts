@@ -2,7 +2,7 @@
 // goes on (the leases expire), so the engine closes and the process can end.
 import { afterAll, describe, expect, it } from 'vitest';
 import { startPostgres } from '../../prosody-dev/postgres.ts';
-import { FeedEngine } from '../../src/feed/engine.ts';
+import { openClusterEngine } from '../../src/feed/cluster/open.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { openSharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
 import { until } from './support.ts';
@@ -14,14 +14,12 @@ describe('stopping while PostgreSQL is away', () => {
   it('leaves the pushers and closes the engine', async () => {
     const pg = await cluster;
     const url = await pg.createDatabase();
-    const engine = await FeedEngine.openStore(
-      await openSharedPostgresStore(url, { max: 4, retryForMs: 300 }),
-    );
+    const engine = await openClusterEngine(await openSharedPostgresStore(url, { max: 4, retryForMs: 300 }));
     const service = new FeedService(engine);
-    await service.startDelivering({ holder: 'a', ttl: 2000 });
-    await until(() => engine.pushBuckets().length > 0);
+    await engine.coordinator.startPushing({ holder: 'a', ttl: 2000 });
+    await until(() => engine.coordinator.pushBuckets().length > 0);
     await pg.stop();
-    await expect(service.stopDelivering()).resolves.toBeUndefined();
+    await expect(engine.coordinator.stopPushing()).resolves.toBeUndefined();
     service.close();
     await expect(engine.close()).resolves.toBeUndefined();
   });

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import { BUCKETS, bucketHeads, bucketPushed, logKey, pushedKey } from '../../src/feed/engine/changeLog.ts';
+import { BUCKETS, bucketHeads, bucketPushed, logKey, pushedKey } from '../../src/feed/cluster/changeLog.ts';
 import type { Change } from '../../src/feed/model/feed.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { Metrics } from '../../src/metrics.ts';
@@ -29,7 +29,7 @@ async function start(count: number) {
 /** Every instance sees the others' membership, and the buckets settle to a share each. */
 async function settled(all: readonly Instance[]): Promise<void> {
   await until(() => {
-    const held = all.map((one) => one.engine.pushBuckets());
+    const held = all.map((one) => one.engine.coordinator.pushBuckets());
     return held.every((h) => h.length > 0) && held.reduce((n, h) => n + h.length, 0) === BUCKETS;
   });
 }
@@ -49,17 +49,17 @@ function pushedByNode(all: readonly Instance[]): Map<string, Change[]> {
 describe('pushes among several instances', () => {
   it('deals the buckets between live pushers, and each node is pushed by one of them, in order, once', async () => {
     const { all } = await start(3);
-    const held = all.map((one) => new Set(one.engine.pushBuckets()));
+    const held = all.map((one) => new Set(one.engine.coordinator.pushBuckets()));
     for (let i = 0; i < held.length; i++)
       for (let j = i + 1; j < held.length; j++)
         for (const b of held[i] as Set<number>) expect((held[j] as Set<number>).has(b)).toBe(false);
     const nodes = ['a', 'b', 'c', 'd', 'e', 'f'];
-    for (const n of nodes) await (all[0] as Instance).engine.createNode(n);
+    for (const n of nodes) await (all[0] as Instance).engine.nodes.createNode(n);
     const acks: Change[] = [];
     for (let i = 0; i < 60; i++) {
       const via = all[i % 3] as Instance;
       acks.push(
-        await via.engine.publish(nodes[i % nodes.length] as string, {
+        await via.engine.writes.publish(nodes[i % nodes.length] as string, {
           id: `x${i % 7}`,
           entry: entry(`${i}`),
         }),
@@ -95,7 +95,7 @@ describe('pushes among several instances', () => {
             for (const one of all) await closeInstance(one);
           });
           await settled(all);
-          for (const n of ['p', 'q', 'r', 's']) await (all[0] as Instance).engine.createNode(n);
+          for (const n of ['p', 'q', 'r', 's']) await (all[0] as Instance).engine.nodes.createNode(n);
           const acks: Change[] = [];
           let dead: Instance | undefined;
           for (const [i, w] of writes.entries()) {
@@ -105,7 +105,7 @@ describe('pushes among several instances', () => {
             }
             const via = all[w.via] as Instance;
             if (via === dead) continue;
-            acks.push(await via.engine.publish(w.node, { entry: entry(`${i}`) }));
+            acks.push(await via.engine.writes.publish(w.node, { entry: entry(`${i}`) }));
           }
           const live = all.filter((one) => one !== dead);
           // A newcomer later joins too: the share is dealt again, still nothing is skipped.
@@ -175,7 +175,7 @@ describe('pushes among several instances', () => {
               },
             );
           for (const one of all) receipts(one);
-          for (const n of ['p', 'q', 'r', 's']) await (all[0] as Instance).engine.createNode(n);
+          for (const n of ['p', 'q', 'r', 's']) await (all[0] as Instance).engine.nodes.createNode(n);
           const acks: Change[] = [];
           const pushed = (c: Change) =>
             all.some((one) => one.pushed.some((p) => p.feeds.modified.cursor === c.feeds.modified.cursor));
@@ -188,7 +188,7 @@ describe('pushes among several instances', () => {
             }
             const via = all[w.via] as Instance;
             if (via === dead) continue;
-            acks.push(await via.engine.publish(w.node, { entry: entry(`${i}`) }));
+            acks.push(await via.engine.writes.publish(w.node, { entry: entry(`${i}`) }));
           }
           const late = await instance(hub, 'late', { push: true, ttl: TTL });
           closers.push(() => closeInstance(late));
@@ -215,7 +215,7 @@ describe('pushes among several instances', () => {
   it('records how far it pushed only once the binding has the receipt of those pushes', async () => {
     const { all } = await start(1);
     const one = all[0] as Instance;
-    await one.engine.createNode('n');
+    await one.engine.nodes.createNode('n');
     let answer = () => {};
     let asked = 0;
     const remove = one.service.addDeliveryDrain(
@@ -235,7 +235,7 @@ describe('pushes among several instances', () => {
       }
       return { heads: [], pushed: [] };
     };
-    await one.engine.publish('n', { entry: entry('x') });
+    await one.engine.writes.publish('n', { entry: entry('x') });
     await until(() => one.pushed.length === 1 && asked === 1);
     // Pushed, not yet received: a takeover would push it again.
     await new Promise((r) => setTimeout(r, 50));
@@ -253,7 +253,7 @@ describe('pushes among several instances', () => {
     const { all } = await start(1);
     const one = all[0] as Instance;
     const nodes = ['a', 'b', 'c', 'd', 'e', 'f'];
-    for (const n of nodes) await one.engine.createNode(n);
+    for (const n of nodes) await one.engine.nodes.createNode(n);
     // Reads of several nodes' logs, by how many nodes each read; writes that record pushed
     // positions, and the nodes each records.
     const reads: number[] = [];
@@ -276,7 +276,7 @@ describe('pushes among several instances', () => {
       release = resolve;
     });
     let first = true;
-    const remove = one.engine.onPush(() => undefined, {
+    const remove = one.engine.coordinator.onPush(() => undefined, {
       drained: async () => {
         if (!first) return;
         first = false;
@@ -284,9 +284,9 @@ describe('pushes among several instances', () => {
       },
     });
     closers.push(async () => remove());
-    const acks = [await one.engine.publish('a', { entry: entry('a') })];
+    const acks = [await one.engine.writes.publish('a', { entry: entry('a') })];
     await until(() => !first);
-    for (const n of nodes.slice(1)) acks.push(await one.engine.publish(n, { entry: entry(n) }));
+    for (const n of nodes.slice(1)) acks.push(await one.engine.writes.publish(n, { entry: entry(n) }));
     expect(recordings).toEqual([]);
     release();
     await until(() => one.pushed.length >= nodes.length);
@@ -312,7 +312,7 @@ describe('pushes among several instances', () => {
     const owner = (await x.service.owns('n')) ? x : y;
     const other = owner === x ? y : x;
     // The node's first push reads its log: how far it was pushed is then known here.
-    await owner.engine.publish('n', { id: 'i0', entry: entry('0') });
+    await owner.engine.writes.publish('n', { id: 'i0', entry: entry('0') });
     await until(() => owner.pushed.length === 1);
     const reads: number[] = [];
     const entriesAfter = owner.handle.entriesAfter.bind(owner.handle);
@@ -320,11 +320,11 @@ describe('pushes among several instances', () => {
       if (ranges[0]?.gt[0] === logKey(0, 0)[0]) reads.push(ranges.length);
       return entriesAfter(ranges, keys);
     };
-    const publish = (i: number) => owner.engine.publish('n', { id: `i${i}`, entry: entry(`${i}`) });
+    const publish = (i: number) => owner.engine.writes.publish('n', { id: `i${i}`, entry: entry(`${i}`) });
     for (let i = 1; i <= 5; i++) await publish(i);
     await until(() => owner.pushed.length === 6);
     expect(reads).toEqual([]);
-    expect(owner.engine.pushedFrom()).toEqual({ memory: 5, log: 1 });
+    expect(owner.engine.coordinator.pushedFrom()).toEqual({ memory: 5, log: 1 });
     // As an operator sees it.
     const metrics = new Metrics({ processFigures: false });
     const unobserve = metrics.observeEngine(owner.engine);
@@ -344,10 +344,10 @@ describe('pushes among several instances', () => {
     expect(reads.length).toBeGreaterThan(0);
     expect(other.told).toEqual([]);
     // Rounds after that go from memory again, and what is recorded is where the log ends.
-    const before = owner.engine.pushedFrom()?.memory ?? 0;
+    const before = owner.engine.coordinator.pushedFrom()?.memory ?? 0;
     await publish(9);
     await until(() => owner.pushed.length === 10);
-    expect(owner.engine.pushedFrom()?.memory).toBe(before + 1);
+    expect(owner.engine.coordinator.pushedFrom()?.memory).toBe(before + 1);
     for (let b = 0; b < BUCKETS; b++) {
       await until(async () => {
         const [heads, pushed] = await Promise.all([
@@ -365,9 +365,9 @@ describe('pushes among several instances', () => {
     closers.push(set.close);
     await settled(set.all);
     const one = set.all[0] as Instance;
-    await one.engine.createNode('n');
+    await one.engine.nodes.createNode('n');
     let failures = 0;
-    const remove = one.engine.onPush(() => undefined, {
+    const remove = one.engine.coordinator.onPush(() => undefined, {
       drained: async () => {
         if (failures === 0) {
           failures += 1;
@@ -376,7 +376,7 @@ describe('pushes among several instances', () => {
       },
     });
     closers.push(async () => remove());
-    const ack = await one.engine.publish('n', { entry: entry('x') });
+    const ack = await one.engine.writes.publish('n', { entry: entry('x') });
     await until(() => failures === 1);
     // Recorded once pushed again: where the node's log ends.
     await until(async () => {
@@ -394,10 +394,10 @@ describe('pushes among several instances', () => {
     const set = await instances(1, { push: true, ttl: 30_000 });
     closers.push(set.close);
     const first = set.all[0] as Instance;
-    await until(() => first.engine.pushBuckets().length === BUCKETS);
+    await until(() => first.engine.coordinator.pushBuckets().length === BUCKETS);
     const late = await instance(set.hub, 'late', { push: true, ttl: 30_000 });
     closers.push(() => closeInstance(late));
-    expect(late.engine.pushBuckets()).toEqual([]);
+    expect(late.engine.coordinator.pushBuckets()).toEqual([]);
     // Members in name order, buckets dealt round-robin: the newcomer's share is every other one.
     const share = Array.from({ length: BUCKETS }, (_, b) => b).filter((b) => b % 2 === 1);
     // The first gives them up, as its next renewal would.
@@ -405,19 +405,19 @@ describe('pushes among several instances', () => {
       share.map((b) => `bucket:${b}`),
       'i0',
     );
-    await until(() => late.engine.pushBuckets().length === share.length, 3000);
-    expect(late.engine.pushBuckets()).toEqual(share);
+    await until(() => late.engine.coordinator.pushBuckets().length === share.length, 3000);
+    expect(late.engine.coordinator.pushBuckets()).toEqual(share);
   });
 
   it('a newcomer reads what is left to push in the buckets it takes in one read, whatever their number', async () => {
     const set = await instances(1, { push: true, ttl: 30_000 });
     closers.push(set.close);
     const first = set.all[0] as Instance;
-    await until(() => first.engine.pushBuckets().length === BUCKETS);
+    await until(() => first.engine.coordinator.pushBuckets().length === BUCKETS);
     // A node in each bucket, with a change pushed by the first instance.
     for (let n = 0; n < BUCKETS; n++) {
-      await first.engine.createNode(`n${n}`);
-      await first.engine.publish(`n${n}`, { entry: entry(`e${n}`) });
+      await first.engine.nodes.createNode(`n${n}`);
+      await first.engine.writes.publish(`n${n}`, { entry: entry(`e${n}`) });
     }
     await until(() => first.pushed.length === BUCKETS);
     const late = await instance(set.hub, 'late');
@@ -429,19 +429,20 @@ describe('pushes among several instances', () => {
       reads.push(ranges.map((r) => String.fromCharCode(r.gt[0] as number)));
       return entriesAfter(ranges);
     };
-    await late.service.startDelivering({ holder: 'late', ttl: 30_000 });
+    await late.engine.coordinator.startPushing({ holder: 'late', ttl: 30_000 });
     const share = Array.from({ length: BUCKETS }, (_, b) => b).filter((b) => b % 2 === 1);
     await first.handle.releaseLeases(
       share.map((b) => `bucket:${b}`),
       'i0',
     );
-    await until(() => late.engine.pushBuckets().length === share.length, 3000);
+    await until(() => late.engine.coordinator.pushBuckets().length === share.length, 3000);
     await until(() => reads.length > 0);
     // The heads and pushed positions of all its buckets, in one read.
     expect(reads).toEqual([share.flatMap(() => ['L', 'P'])]);
     // Everything was pushed already: nothing is pushed again. It pushes the new changes of its
     // share (the first instance, whose leases were given up behind its back, still does too).
-    for (let n = 0; n < BUCKETS; n++) await first.engine.publish(`n${n}`, { entry: entry(`again${n}`) });
+    for (let n = 0; n < BUCKETS; n++)
+      await first.engine.writes.publish(`n${n}`, { entry: entry(`again${n}`) });
     await until(() => late.pushed.length >= share.length);
     expect(late.pushed.length).toBe(share.length);
     expect(late.pushed.every((c) => c.item.entry.includes('again'))).toBe(true);

@@ -39,10 +39,10 @@ const stampOf = (c: Change) => parseCursor(c.feeds.modified.cursor)?.t ?? -1;
 describe('a round without its read', () => {
   it('is one statement for writes with ids made here, on the clock of the store', async () => {
     const { a } = await pair();
-    const first = await a.engine.publish('n', { entry: entry('0') });
+    const first = await a.engine.writes.publish('n', { entry: entry('0') });
     const counter = countRoundReads(a);
     const changes = [first];
-    for (let i = 1; i < 6; i++) changes.push(await a.engine.publish('n', { entry: entry(`${i}`) }));
+    for (let i = 1; i < 6; i++) changes.push(await a.engine.writes.publish('n', { entry: entry(`${i}`) }));
     expect(counter.reads).toBe(0);
     changes.slice(1).forEach((c, i) => {
       expect(c.feeds.modified.previous).toBe(changes[i]?.feeds.modified.cursor);
@@ -52,28 +52,28 @@ describe('a round without its read', () => {
     for (const c of changes) expect(stampOf(c)).toBeGreaterThanOrEqual(Date.now() + SKEW - 60_000);
 
     // A write with an id of the client's has a previous version to read.
-    await a.engine.publish('n', { id: 'mine', entry: entry('mine') });
+    await a.engine.writes.publish('n', { id: 'mine', entry: entry('mine') });
     expect(counter.reads).toBe(1);
   });
 
   it('reads the clock again once its last reading is over a second old', async () => {
     const { a } = await pair();
-    await a.engine.publish('n', { entry: entry('0') });
+    await a.engine.writes.publish('n', { entry: entry('0') });
     const counter = countRoundReads(a);
-    await a.engine.publish('n', { entry: entry('1') });
+    await a.engine.writes.publish('n', { entry: entry('1') });
     expect(counter.reads).toBe(0);
     await new Promise((r) => setTimeout(r, 1100));
-    await a.engine.publish('n', { entry: entry('2') });
+    await a.engine.writes.publish('n', { entry: entry('2') });
     expect(counter.reads).toBe(1);
   });
 
   it('falls back to a locked round when another instance wrote first, before its wake-up came here', async () => {
     const { a, b } = await pair();
-    const one = await a.engine.publish('n', { entry: entry('a1') });
+    const one = await a.engine.writes.publish('n', { entry: entry('a1') });
     // b's write commits; a's next round starts before b's wake-up can reach it, without a read.
     const counter = countRoundReads(a);
-    const two = await b.engine.publish('n', { entry: entry('b1') });
-    const three = await a.engine.publish('n', { entry: entry('a2') });
+    const two = await b.engine.writes.publish('n', { entry: entry('b1') });
+    const three = await a.engine.writes.publish('n', { entry: entry('a2') });
     expect(counter.reads).toBe(0);
     expect(two.feeds.modified.previous).toBe(one.feeds.modified.cursor);
     expect(three.feeds.modified.previous).toBe(two.feeds.modified.cursor);
@@ -99,7 +99,7 @@ describe('a round without its read', () => {
           const one = both[o.via] as Instance;
           const batch = await Promise.all(
             Array.from({ length: o.together }, (_, k) =>
-              one.engine.publish('n', {
+              one.engine.writes.publish('n', {
                 ...(o.id ? { id: o.id } : {}),
                 entry: entry(`${i}.${k}`),
               }),
@@ -115,7 +115,7 @@ describe('a round without its read', () => {
         expect(chain.length).toBe(committed.length);
         for (const one of both) {
           await until(async () => {
-            await one.engine.read('n', { max: 0 });
+            await one.engine.reads.read('n', { max: 0 });
             return one.seen.length === committed.length;
           });
           expect(one.seen.map((c) => c.feeds.modified.cursor)).toEqual(

@@ -2,8 +2,8 @@ import { type Client, client, xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { saslLogin } from '../../src/client/client.ts';
-import { bucketOf } from '../../src/feed/engine/changeLog.ts';
-import { FeedEngine } from '../../src/feed/engine.ts';
+import { bucketOf } from '../../src/feed/cluster/changeLog.ts';
+import { openClusterEngine } from '../../src/feed/cluster/open.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { nodeKey } from '../../src/feed/store/keys.ts';
@@ -124,7 +124,7 @@ describe(`three instances on one PostgreSQL database behind ${SERVER}`, () => {
 
   it('a purge and a deletion made on an instance that pushes nothing reach an XMPP subscriber once each', async () => {
     // A fourth instance on the database that holds no component and no lease (as --no-xmpp).
-    const engine = await FeedEngine.openStore(await openSharedPostgresStore(url));
+    const engine = await openClusterEngine(await openSharedPostgresStore(url));
     const other = new FeedService(engine, { admins: ['admin@localhost'] });
     const told: string[] = [];
     const listener = (s: Element) => {

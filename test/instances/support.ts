@@ -1,4 +1,6 @@
-import { FeedEngine } from '../../src/feed/engine.ts';
+import type { ClusterCoordinator } from '../../src/feed/cluster/coordinator.ts';
+import { openClusterEngine } from '../../src/feed/cluster/open.ts';
+import type { FeedEngine } from '../../src/feed/engine.ts';
 import type { NodeEvent } from '../../src/feed/events.ts';
 import type { Change } from '../../src/feed/model/feed.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
@@ -8,7 +10,7 @@ import { SharedMemory, type SharedMemoryHandle } from '../../src/feed/store/shar
 export interface Instance {
   name: string;
   handle: SharedMemoryHandle;
-  engine: FeedEngine;
+  engine: FeedEngine<ClusterCoordinator>;
   service: FeedService;
   /** Changes this instance pushed (the service's item-changed events to deliver), in order. */
   pushed: Change[];
@@ -50,9 +52,9 @@ export async function pairWithNode(
   const set = await instances(2, options);
   closing(set.close);
   const [a, b] = set.all as [Instance, Instance];
-  await a.engine.createNode('n');
-  await a.engine.read('n');
-  await b.engine.read('n');
+  await a.engine.nodes.createNode('n');
+  await a.engine.reads.read('n');
+  await b.engine.reads.read('n');
   return { a, b };
 }
 
@@ -63,7 +65,7 @@ export async function instance(
   options: { push?: boolean; ttl?: number; follow?: false } = {},
 ): Promise<Instance> {
   const handle = hub.connect();
-  const engine = await FeedEngine.openStore(handle);
+  const engine = await openClusterEngine(handle);
   const service = new FeedService(engine, { admins: ['admin@localhost'] });
   const one: Instance = { name, handle, engine, service, pushed: [], seen: [], told: [], heard: [] };
   service.onEvent((e) => {
@@ -82,7 +84,7 @@ export async function instance(
     one.seen.push(e.change);
     if (e.deliver !== false) one.pushed.push(e.change);
   });
-  if (options.push) await service.startDelivering({ holder: name, ttl: options.ttl ?? 300 });
+  if (options.push) await engine.coordinator.startPushing({ holder: name, ttl: options.ttl ?? 300 });
   return one;
 }
 

@@ -22,7 +22,7 @@ describe('WebSub among several instances', () => {
     await b.service.create(OPERATOR, 'n');
     const first = await callback(closers);
     await b.service.hubSubscriptions.put(subscription(first.url));
-    await b.engine.publish('n', { id: 'one', entry: entry('one') });
+    await b.engine.writes.publish('n', { id: 'one', entry: entry('one') });
     await until(() => first.bodies.length === 1);
     expect(first.bodies[0]).toContain('one');
     expect(hubB.pending()).toBe(0);
@@ -31,7 +31,7 @@ describe('WebSub among several instances', () => {
     const second = await callback(closers);
     await b.service.hubSubscriptions.remove('n', 'modified', first.url);
     await b.service.hubSubscriptions.put(subscription(second.url));
-    await b.engine.publish('n', { id: 'two', entry: entry('two') });
+    await b.engine.writes.publish('n', { id: 'two', entry: entry('two') });
     await until(() => second.bodies.length === 1);
     expect(second.bodies[0]).toContain('two');
     expect(hubA.subscriptions().map((s) => s.callback)).toEqual([second.url]);
@@ -53,10 +53,10 @@ describe('WebSub among several instances', () => {
     await until(() => hubA.subscriptions().length === 0);
     // A node made again under the name starts with no subscriber: its change reaches nobody.
     await b.service.create(OPERATOR, 'n');
-    await b.engine.publish('n', { id: 'again', entry: entry('again') });
+    await b.engine.writes.publish('n', { id: 'again', entry: entry('again') });
     const other = await callback(closers);
     await b.service.hubSubscriptions.put(subscription(other.url));
-    await b.engine.publish('n', { id: 'later', entry: entry('later') });
+    await b.engine.writes.publish('n', { id: 'later', entry: entry('later') });
     await until(() => other.bodies.length === 1);
     expect(one.bodies).toHaveLength(0);
   });

@@ -22,13 +22,13 @@ describe('WebSub subscriptions and pushes from another instance, without the wak
     const shared = await SharedMemory.create();
     const { a, b, hubA } = await pusherAndPeer(closers, shared, 300);
     await b.service.create(OPERATOR, 'n');
-    await b.engine.publish('n', { id: 'before', entry: entry('before') });
+    await b.engine.writes.publish('n', { id: 'before', entry: entry('before') });
     await until(() => a.pushed.length === 1);
     // From now on a hears no wake-up: neither of the subscription nor of the change.
     a.handle.deafen();
     // The pusher reads the subscriptions' version in the statement that reads the changes, not in
     // one of its own.
-    const version = hubVersionKey(await a.engine.nodeNumber('n'));
+    const version = hubVersionKey(await a.engine.nodes.nodeNumber('n'));
     const reads = { alone: 0, withChanges: 0 };
     const getMany = a.handle.getMany.bind(a.handle);
     a.handle.getMany = (keys) => {
@@ -42,7 +42,7 @@ describe('WebSub subscriptions and pushes from another instance, without the wak
     };
     const first = await callback(closers);
     await b.service.hubSubscriptions.put(subscription(first.url));
-    await b.engine.publish('n', { id: 'one', entry: entry('one') });
+    await b.engine.writes.publish('n', { id: 'one', entry: entry('one') });
     await until(() => first.bodies.length === 1);
     expect(first.bodies[0]).toContain('one');
     expect(hubA.subscriptions().map((s) => s.callback)).toEqual([first.url]);
@@ -51,7 +51,7 @@ describe('WebSub subscriptions and pushes from another instance, without the wak
     const second = await callback(closers);
     await b.service.hubSubscriptions.remove('n', 'modified', first.url);
     await b.service.hubSubscriptions.put(subscription(second.url));
-    await b.engine.publish('n', { id: 'two', entry: entry('two') });
+    await b.engine.writes.publish('n', { id: 'two', entry: entry('two') });
     await until(() => second.bodies.length === 1);
     expect(second.bodies[0]).toContain('two');
     expect(first.bodies).toHaveLength(1);

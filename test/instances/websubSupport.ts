@@ -67,6 +67,6 @@ export async function pusherAndPeer(
   closers.push(() => closeInstance(a));
   const b = await instance(shared, 'b');
   closers.push(() => closeInstance(b));
-  await until(() => a.engine.pushBuckets().length > 0);
+  await until(() => a.engine.coordinator.pushBuckets().length > 0);
   return { a, b, hubA: await withHub(closers, a), hubB: await withHub(closers, b) };
 }

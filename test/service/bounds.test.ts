@@ -278,7 +278,7 @@ describe('subscriptions held per account', () => {
     // A deleted node's subscriptions stop counting once swept.
     await service.delete(alice, 'a');
     await expect
-      .poll(async () => (await h?.engine.countSubscriptionsFor(MALLORY, 'c', { node: 9, total: 9 }))?.total)
+      .poll(async () => (await h?.engine.subscriptions.countFor(MALLORY, 'c', { node: 9, total: 9 }))?.total)
       .toBe(2);
     await service.subscribe(mallory, 'c', MALLORY);
   });

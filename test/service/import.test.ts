@@ -49,9 +49,9 @@ describe('a failed import', () => {
     await expect(h.service.importNode(OPERATOR, 'made', lines(1500, again()))).rejects.toMatchObject({
       code: 'bad-request',
     });
-    expect(await h.engine.hasNode('made')).toBe(false);
+    expect(await h.engine.nodes.hasNode('made')).toBe(false);
     expect(await h.service.listNodes(OPERATOR)).not.toContain('made');
-    await h.engine.swept();
+    await h.engine.purges.swept();
     // The name is free, and a good import fills it from the start.
     expect(await h.service.importNode(OPERATOR, 'made', lines(3))).toBe(3);
     expect((await h.service.read(OPERATOR, 'made')).items.map((i) => i.id)).toEqual(['i1', 'i2', 'i3']);
@@ -63,7 +63,7 @@ describe('a failed import', () => {
     ).rejects.toMatchObject({
       code: 'bad-request',
     });
-    expect(await h.engine.hasNode('first')).toBe(false);
+    expect(await h.engine.nodes.hasNode('first')).toBe(false);
   });
 
   it('leaves a node that was there before it, empty or not', async () => {
@@ -71,7 +71,7 @@ describe('a failed import', () => {
     await expect(h.service.importNode(OPERATOR, 'kept', lines(2, again()))).rejects.toMatchObject({
       code: 'bad-request',
     });
-    expect(await h.engine.hasNode('kept')).toBe(true);
+    expect(await h.engine.nodes.hasNode('kept')).toBe(true);
     await h.service.create(OPERATOR, 'full');
     await h.service.publish(OPERATOR, 'full', { id: 'a', entry: entry('a') });
     await expect(h.service.importNode(OPERATOR, 'full', lines(1))).rejects.toMatchObject({

@@ -44,7 +44,7 @@ beforeAll(async () => {
   await openEngine();
   await fill(engine, 'big', BIG);
   await feeds.create(OPERATOR, 'news', { accessModel: 'open' }, { owner: 'admin@localhost' });
-  await engine.publish('news', { id: 'n1', entry: entry('News one') });
+  await engine.writes.publish('news', { id: 'n1', entry: entry('News one') });
   await startServer();
   chromium = await launchBrowser();
   page = chromium.page;
@@ -92,7 +92,7 @@ describe('a long feed in the reader page', () => {
 
   it('shows a new item without a reload', async () => {
     const published = performance.now();
-    await engine.publish('big', { id: 'fresh', entry: entry('Fresh news') });
+    await engine.writes.publish('big', { id: 'fresh', entry: entry('Fresh news') });
     await page.waitForFunction(
       () => document.querySelector('#items > li')?.getAttribute('data-id') === 'fresh',
       { polling: 'mutation' },
@@ -163,7 +163,7 @@ describe('a long feed in the reader page', () => {
     await page.evaluate(() => document.getElementById('feed-title')?.scrollIntoView());
     await page.screenshot({ path: '/tmp/reader-middle-1280.png' });
     // A change away from the feed's end is not shown among old items: it waits above the window.
-    await engine.publish('big', { id: 'while-away', entry: entry('While away') });
+    await engine.writes.publish('big', { id: 'while-away', entry: entry('While away') });
     await page.waitForFunction(() =>
       document.getElementById('feed-status')?.textContent?.includes('1 newer changes above'),
     );
@@ -175,7 +175,7 @@ describe('a long feed in the reader page', () => {
     expect(await shownIds()).toHaveLength(250);
     expect(await page.$eval('#newer', (b) => (b as HTMLElement).hidden)).toBe(true);
     // Back at the end, changes show on top again.
-    await engine.publish('big', { id: 'back-live', entry: entry('Back live') });
+    await engine.writes.publish('big', { id: 'back-live', entry: entry('Back live') });
     await page.waitForFunction(
       () => document.querySelector('#items > li')?.getAttribute('data-id') === 'back-live',
     );
@@ -212,9 +212,9 @@ describe("the browser's EventSource", () => {
     const seen = (n: number) =>
       page.waitForFunction((k) => (window as unknown as { seen: string[] }).seen.length >= k, {}, n);
     await seen(1);
-    await engine.publish('news', { id: 'n2', entry: entry('News two') });
+    await engine.writes.publish('news', { id: 'n2', entry: entry('News two') });
     await seen(2);
-    await engine.retract('news', 'n1');
+    await engine.writes.retract('news', 'n1');
     await seen(3);
     // The server goes away, and its database with it; writes land while it is down.
     const port = Number(new URL(http.origin).port);
@@ -222,10 +222,10 @@ describe("the browser's EventSource", () => {
     feeds.close();
     await engine.close();
     await openEngine();
-    for (const id of ['n3', 'n4', 'n5']) await engine.publish('news', { id, entry: entry(id) });
+    for (const id of ['n3', 'n4', 'n5']) await engine.writes.publish('news', { id, entry: entry(id) });
     await startServer(port);
     await seen(6);
-    await engine.publish('news', { id: 'n6', entry: entry('n6') });
+    await engine.writes.publish('news', { id: 'n6', entry: entry('n6') });
     await seen(7);
     const got = await page.evaluate(() => {
       const w = window as unknown as { seen: string[]; ids: string[] };
@@ -246,7 +246,7 @@ describe("the browser's EventSource", () => {
       body: entry('For Alice only'),
     });
     expect(put.status).toBe(201);
-    await engine.publish('news', { id: 'n7', entry: entry('n7') });
+    await engine.writes.publish('news', { id: 'n7', entry: entry('n7') });
     await page.waitForSelector('#items li[data-id="n7"]');
     expect(await shownIds()).not.toContain('secret');
     expect(await page.content()).not.toContain('For Alice only');

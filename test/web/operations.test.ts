@@ -242,7 +242,7 @@ describe('WebSub figures', () => {
     await once(subscriber, 'listening');
     const base = `http://127.0.0.1:${(subscriber.address() as AddressInfo).port}`;
     try {
-      await hub.engine.publish('pushed', { id: 'seed', entry: entry('seed') }, { autoCreate: true });
+      await hub.engine.writes.publish('pushed', { id: 'seed', entry: entry('seed') }, { autoCreate: true });
       for (const path of ['/ok', '/fail']) {
         const res = await fetch(`${hub.origin}/hub`, {
           method: 'POST',
@@ -256,7 +256,7 @@ describe('WebSub figures', () => {
         expect(res.status).toBe(202);
       }
       while (hub.binding.hub.subscriptions().length < 2) await new Promise((r) => setTimeout(r, 10));
-      await hub.engine.publish('pushed', { id: 'news', entry: entry('news') });
+      await hub.engine.writes.publish('pushed', { id: 'news', entry: entry('news') });
       const scrape = async () => (await figures.scrape()).body;
       let text = await scrape();
       while (sample(text, 'smartfeeds_websub_deliveries_total', 'outcome="given-up"') < 1) {
@@ -295,9 +295,9 @@ describe('the reader routes', () => {
   });
 
   it('lists the nodes the caller may read, in pages', async () => {
-    await http.engine.publish('list-a', { id: 'x', entry: entry('x') }, { autoCreate: true });
-    await http.engine.publish('list-b', { id: 'x', entry: entry('x') }, { autoCreate: true });
-    await http.engine.createNode('list-closed');
+    await http.engine.writes.publish('list-a', { id: 'x', entry: entry('x') }, { autoCreate: true });
+    await http.engine.writes.publish('list-b', { id: 'x', entry: entry('x') }, { autoCreate: true });
+    await http.engine.nodes.createNode('list-closed');
     await http.engine.policy().configure('list-closed', { accessModel: 'whitelist', title: 'Closed' });
     const nodes = async (headers: Record<string, string>, query = '') =>
       ((await get(`${http.origin}/feeds${query}`, headers)).json as { nodes: { node: string }[] }).nodes

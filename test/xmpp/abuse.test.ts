@@ -87,8 +87,8 @@ beforeAll(async () => {
     const reply = await admin.iq('set', publishIq(NODE, `i${i}`));
     expect(reply.attrs.type, reply.toString()).toBe('result');
   }
-  const read = stack.engine.read.bind(stack.engine);
-  stack.engine.read = (...args) => {
+  const read = stack.engine.reads.read.bind(stack.engine);
+  stack.engine.reads.read = (...args) => {
     engineReads += 1;
     return read(...args);
   };

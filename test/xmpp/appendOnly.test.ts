@@ -56,12 +56,12 @@ describe(`append-only nodes on ${SERVER_TITLE}`, () => {
     const purge = await alice.iq('set', owner(xml('purge', { node: 'log' })));
     expect(errorOf(purge)).toEqual(['cancel', 'not-allowed', undefined]);
     // Nothing changed: the item is still its first version.
-    const [item] = await stack.engine.getItems('log', ['one']);
+    const [item] = await stack.engine.reads.getItems('log', ['one']);
     expect(item?.deleted).toBe(false);
     expect(item?.entry).toContain('title one');
     // Items without an id still get a fresh one.
     expect((await alice.iq('set', publishIq('log', undefined))).attrs.type).toBe('result');
-    expect(await stack.engine.total('log')).toBe(2);
+    expect(await stack.engine.nodes.total('log')).toBe(2);
   });
 
   it('keeps the option on, and the archive size fixed, once the node has items', async () => {
@@ -111,7 +111,7 @@ describe(`append-only nodes on ${SERVER_TITLE}`, () => {
     const del = await fetch(url, { method: 'DELETE', headers: auth });
     expect(del.status).toBe(409);
     expect(((await del.json()) as Problem).code).toBe('append-only');
-    const [one, two] = await stack.engine.getItems('log', ['one', 'two']);
+    const [one, two] = await stack.engine.reads.getItems('log', ['one', 'two']);
     expect([one?.deleted, two?.entry]).toEqual([false, expect.stringContaining('<title>two</title>')]);
   });
 

@@ -199,7 +199,7 @@ describe('chat commands', () => {
     expect(await ask(alice, `unsubscribe ${http.url('/news.xml')}`)).toBe('Unsubscribed from News.');
     newsDoc = rss('News', entries(['e6', 'e5', 'e4', 'e3', 'e2', 'e1']));
     await stack.bot?.ingest.poll(newsNode);
-    expect(await stack.engine.total(newsNode)).toBe(6);
+    expect(await stack.engine.nodes.total(newsNode)).toBe(6);
     expect(await ask(alice, 'list')).toBe('You have no subscriptions. Send "subscribe URL" to add one.');
     expect(bodies(alice).filter((b) => b.startsWith('News:'))).toHaveLength(3);
   });
@@ -309,10 +309,10 @@ describe('delivery', () => {
     expect(await ask(bob, `unsubscribe ${http.url('/c.xml')}`)).toMatch(/^Unsubscribed/);
     const followed = async () => (await stack.engine.kv('bot.feeds').entries()).length;
     expect(await followed()).toBe(6);
-    const nodes = (await stack.engine.listNodes()).length;
+    const nodes = (await stack.engine.nodes.listNodes()).length;
     expect(await ask(bob, `subscribe ${http.url('/d.xml')}`)).toMatch(/^Subscribed to Feed \/d\.xml/);
     expect(await followed()).toBe(6);
-    expect((await stack.engine.listNodes()).length).toBe(nodes + 1);
+    expect((await stack.engine.nodes.listNodes()).length).toBe(nodes + 1);
     // Bob holds two subscriptions again (a, d): the cap per user still applies.
     expect(await ask(bob, `subscribe ${http.url('/b.xml')}`)).toBe(
       'You have 2 subscriptions, the most one user may have. Unsubscribe from one first.',
@@ -327,12 +327,12 @@ describe('delivery', () => {
     // Probed after the restart, carol is known to be online again.
     await until(() => bot.delivery.isOnline('carol@localhost'));
     expect(await ask(carol, 'list')).toMatch(/^Your subscriptions \(1\):\n1\. Queue — /);
-    const before = await stack.engine.total(qNode);
+    const before = await stack.engine.nodes.total(qNode);
     qDoc = rss('Queue', entries(['q1', 'q2', 'q3', 'q4', 'q5', 'q6']));
     await bot.ingest.poll(qNode);
     qDoc = rss('Queue', entries(['q7', 'q6', 'q5']));
     await bot.ingest.poll(qNode);
-    expect(await stack.engine.total(qNode)).toBe(before + 1);
+    expect(await stack.engine.nodes.total(qNode)).toBe(before + 1);
     await carol.waitMessages(1, (m) => isChat(m) && /Entry q7/.test(m.getChildText('body') ?? ''));
     expect(bodies(carol).filter((b) => b.startsWith('Queue:'))).toEqual([
       'Queue: Entry q4\nhttps://example.org/q4',
@@ -347,7 +347,7 @@ describe('delivery', () => {
     // What a crash right after the write would leave: the entry is in the node, no message went out.
     const engine = await FeedEngine.open(stack.dataDir);
     try {
-      await engine.publish(qNode, {
+      await engine.writes.publish(qNode, {
         id: 'q8',
         entry: `<entry xmlns="http://www.w3.org/2005/Atom"><id>q8</id><title>Entry q8</title><link href="https://example.org/q8"/></entry>`,
       });

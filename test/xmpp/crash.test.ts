@@ -230,7 +230,7 @@ describe(`kill -9 under load, on ${SERVER_TITLE}`, () => {
         for (const [node, { id, attempt }] of writer.sides) {
           if (attempt.status !== 'ack') continue;
           sidesAcknowledged += 1;
-          const [item] = await engine.getItems(node, [id]);
+          const [item] = await engine.reads.getItems(node, [id]);
           expect(item?.entry, `${node} ${id}`).toContain(`<title>${title(id, attempt.n)}</title>`);
         }
         expect(sidesAcknowledged).toBeGreaterThan(0);
@@ -238,7 +238,7 @@ describe(`kill -9 under load, on ${SERVER_TITLE}`, () => {
           const stamps: number[] = [];
           let since: string | undefined;
           for (;;) {
-            const p = await engine.read(feed, { ...(since === undefined ? {} : { since }), max: 250 });
+            const p = await engine.reads.read(feed, { ...(since === undefined ? {} : { since }), max: 250 });
             stamps.push(...p.items.map((item) => Number(item.cursor.split('_')[0])));
             if (p.items.length === 0) break;
             since = (p.items.at(-1) as { cursor: string }).cursor;

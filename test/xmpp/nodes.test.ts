@@ -330,8 +330,8 @@ describe('publish models and affiliations', () => {
     );
     expect(errorOf(await alice.iq('set', notAtom)).slice(0, 2)).toEqual(['modify', 'bad-request']);
     expect(errorOf(await alice.iq('set', tooBig)).slice(0, 2)).toEqual(['modify', 'not-acceptable']);
-    expect(await stack.engine.hasNode('pay-bad')).toBe(false);
-    expect(await stack.engine.hasNode('pay-big')).toBe(false);
+    expect(await stack.engine.nodes.hasNode('pay-bad')).toBe(false);
+    expect(await stack.engine.nodes.hasNode('pay-big')).toBe(false);
   });
 });
 
@@ -824,7 +824,7 @@ describe('delete and purge', () => {
       .slice(seen)
       .filter((m) => eventOf(m)?.getChild('items')?.attrs.node === 'purged');
     expect(got).toEqual([]);
-    const page = await stack.engine.read('purged', { max: 250 });
+    const page = await stack.engine.reads.read('purged', { max: 250 });
     expect(page.total).toBe(120);
     expect(page.items.every((i) => i.deleted)).toBe(true);
     // Later publishes are live and told as usual.
@@ -836,7 +836,7 @@ describe('delete and purge', () => {
     await create(alice, 'pchain');
     await Promise.all(
       Array.from({ length: 400 }, (_, i) =>
-        stack.engine.publish('pchain', { id: `c${i}`, entry: entry(`c${i}`).toString() }),
+        stack.engine.writes.publish('pchain', { id: `c${i}`, entry: entry(`c${i}`).toString() }),
       ),
     );
     await ok(bob.iq('set', subscribeIq(bob, 'pchain')));
@@ -882,7 +882,7 @@ describe('delete and purge', () => {
     let n = 0;
     const writer = (async () => {
       while (!stop) {
-        await stack.engine.publish('onsub', { id: `i${n}`, entry: entry(`i${n}`).toString() });
+        await stack.engine.writes.publish('onsub', { id: `i${n}`, entry: entry(`i${n}`).toString() });
         n += 1;
       }
     })();
@@ -908,13 +908,15 @@ describe('delete and purge', () => {
   it('finishes a purge interrupted by a restart, and then tells subscribers', async () => {
     await create(alice, 'big');
     const ids = Array.from({ length: 600 }, (_, i) => `b${i}`);
-    await Promise.all(ids.map((id) => stack.engine.publish('big', { id, entry: entry(id).toString() })));
+    await Promise.all(
+      ids.map((id) => stack.engine.writes.publish('big', { id, entry: entry(id).toString() })),
+    );
     await ok(bob.iq('set', subscribeIq(bob, 'big')));
     // Purge in chunks of 50 (the stack's sweepBatch); once some items are tombstones, close the
     // engine, which stops the purge between two chunks, as a crash would.
-    const purging = stack.engine.purgeNode('big');
+    const purging = stack.engine.purges.purgeNode('big');
     for (;;) {
-      const page = await stack.engine.read('big?order=created', { max: 250 });
+      const page = await stack.engine.reads.read('big?order=created', { max: 250 });
       if (page.items.some((i) => i.deleted)) break;
       await new Promise((r) => setTimeout(r, 2));
     }
@@ -931,10 +933,13 @@ describe('delete and purge', () => {
     await stack.startComponent();
     // Told when it started, and again once the restarted server finished it.
     await bob.waitMessages(2, isEvent('purge', 'big'), 30_000);
-    let page = await stack.engine.read('big', { max: 250 });
+    let page = await stack.engine.reads.read('big', { max: 250 });
     let all = page.items;
     while (!page.atEnd) {
-      page = await stack.engine.read('big', { max: 250, since: `cursor:${all[all.length - 1]?.cursor}` });
+      page = await stack.engine.reads.read('big', {
+        max: 250,
+        since: `cursor:${all[all.length - 1]?.cursor}`,
+      });
       all = all.concat(page.items);
     }
     expect(all.length).toBe(600);
@@ -944,11 +949,11 @@ describe('delete and purge', () => {
   it('finishes a deletion interrupted by a restart; check is clean afterwards', async () => {
     await create(alice, 'huge');
     for (let i = 0; i < 800; i++)
-      await stack.engine.publish('huge', { id: `h${i}`, entry: entry(`h${i}`).toString() });
+      await stack.engine.writes.publish('huge', { id: `h${i}`, entry: entry(`h${i}`).toString() });
     await ok(bob.iq('set', subscribeIq(bob, 'huge')));
     await ok(setAffiliations(alice, 'huge', [[bob, 'publisher']]));
     // Close the engine as soon as the deletion is marked: the sweep stops, as a crash would stop it.
-    await stack.engine.deleteNode('huge');
+    await stack.engine.purges.deleteNode('huge');
     const closed = stack.engine.close();
     await stack.component.stop();
     await closed;
@@ -960,8 +965,8 @@ describe('delete and purge', () => {
     await db.close();
     expect(problems).toEqual(['unfinished-delete']);
     await stack.startComponent();
-    await stack.engine.swept();
-    expect(await stack.engine.deletionsPending()).toBe(0);
+    await stack.engine.purges.swept();
+    expect(await stack.engine.purges.deletionsPending()).toBe(0);
     await stack.stopComponent();
     db = await openDatabase(stack.dataDir);
     const after: string[] = [];

@@ -50,7 +50,7 @@ describe(`RSM paging through a 1,000-item node on ${SERVER_TITLE}`, () => {
     expect(new Set(seen).size).toBe(N);
     expect([...seen].sort()).toEqual(ids);
     // The feed order of the modified feed, read in one go by the engine, is the same.
-    const direct = await stack.engine.read('big', { max: 250 });
+    const direct = await stack.engine.reads.read('big', { max: 250 });
     expect(seen.slice(0, 250)).toEqual(direct.items.map((i) => i.id));
   });
 
@@ -67,7 +67,7 @@ describe(`RSM paging through a 1,000-item node on ${SERVER_TITLE}`, () => {
     }
     const seen = pages.flat();
     expect(seen).toHaveLength(N);
-    const forward = (await stack.engine.read('big', { max: 250 })).items.map((i) => i.id);
+    const forward = (await stack.engine.reads.read('big', { max: 250 })).items.map((i) => i.id);
     expect(seen.slice(0, 250)).toEqual(forward);
     expect(new Set(seen).size).toBe(N);
   });

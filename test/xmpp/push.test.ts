@@ -156,14 +156,14 @@ describe(`subscriptions and notifications on ${SERVER_TITLE}`, () => {
     // local user, with cancel/service-unavailable; another domain it refuses with auth/forbidden
     // (s2s_access: none), which keeps the subscription (see the next test).
     const ghost = SERVER === 'ejabberd' ? 'ghost@localhost' : 'ghost@nowhere.invalid';
-    await stack.engine.subscribe('bounce', ghost, ghost);
-    expect(await stack.engine.subscriptionsOf('bounce')).toHaveLength(1);
+    await stack.engine.subscriptions.subscribe('bounce', ghost, ghost);
+    expect(await stack.engine.subscriptions.subscriptionsOf('bounce')).toHaveLength(1);
     await publish('bounce', 'b1');
     const deadline = Date.now() + 10_000;
-    while ((await stack.engine.subscriptionsOf('bounce')).length > 0 && Date.now() < deadline) {
+    while ((await stack.engine.subscriptions.subscriptionsOf('bounce')).length > 0 && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 50));
     }
-    expect(await stack.engine.subscriptionsOf('bounce')).toHaveLength(0);
+    expect(await stack.engine.subscriptions.subscriptionsOf('bounce')).toHaveLength(0);
   });
 
   it('keeps a subscription whose notification bounces with an error of another type', async () => {
@@ -190,11 +190,11 @@ describe(`subscriptions and notifications on ${SERVER_TITLE}`, () => {
     await bounce(kept, 'wait', 'resource-constraint');
     await bounce(ended, 'cancel', 'service-unavailable');
     const deadline = Date.now() + 10_000;
-    while ((await stack.engine.subscriptionsOf('ended')).length > 0 && Date.now() < deadline) {
+    while ((await stack.engine.subscriptions.subscriptionsOf('ended')).length > 0 && Date.now() < deadline) {
       await new Promise((r) => setTimeout(r, 50));
     }
-    expect(await stack.engine.subscriptionsOf('ended')).toHaveLength(0);
-    expect((await stack.engine.subscriptionsOf('kept')).map((s) => s.jid)).toEqual([bob.jid]);
+    expect(await stack.engine.subscriptions.subscriptionsOf('ended')).toHaveLength(0);
+    expect((await stack.engine.subscriptions.subscriptionsOf('kept')).map((s) => s.jid)).toEqual([bob.jid]);
   });
 
   it('keeps memory bounded while 10,000 subscribers are notified', async () => {
@@ -202,7 +202,7 @@ describe(`subscriptions and notifications on ${SERVER_TITLE}`, () => {
     // Resources of a user who exists but is offline: both servers drop headlines to them silently
     // (ejabberd bounces those to unknown users, which would end the subscriptions midway).
     const jids = Array.from({ length: 10_000 }, (_, i) => `carol@localhost/listener${i}`);
-    await Promise.all(jids.map((j) => stack.engine.subscribe('crowd', j, 'carol@localhost')));
+    await Promise.all(jids.map((j) => stack.engine.subscriptions.subscribe('crowd', j, 'carol@localhost')));
     await subscribe(alice, 'crowd');
     const stats = stack.component.notifier.stats;
     const sentBefore = stats.sent;

@@ -62,7 +62,7 @@ describe(`${SERVER_TITLE} restarts under load`, () => {
     expect((await iq(admin.xmpp, 'set', pubsub(xml('create', { node: NODE })))).attrs.type).toBe('result');
     const sub = await iq(alice.xmpp, 'set', pubsub(xml('subscribe', { node: NODE, jid: 'alice@localhost' })));
     expect(sub.attrs.type, sub.toString()).toBe('result');
-    const subsBefore = await stack.engine.subscriptionsOf(NODE);
+    const subsBefore = await stack.engine.subscriptions.subscriptionsOf(NODE);
     expect(subsBefore.map((s) => s.jid)).toEqual(['alice@localhost']);
 
     const writer = newWriter();
@@ -106,7 +106,7 @@ describe(`${SERVER_TITLE} restarts under load`, () => {
     expect(info.attrs.from).toBe(SERVICE);
 
     // The subscription from before the first restart is still there, and still notifies.
-    expect(await stack.engine.subscriptionsOf(NODE)).toEqual(subsBefore);
+    expect(await stack.engine.subscriptions.subscriptionsOf(NODE)).toEqual(subsBefore);
     const alice2 = await stack.user('alice', 'after');
     const last = await iq(
       admin.xmpp,
@@ -118,7 +118,7 @@ describe(`${SERVER_TITLE} restarts under load`, () => {
 
     // Every acknowledged write is there with its payload.
     const ids = [...writer.attempts.keys()];
-    const items = new Map((await stack.engine.getItems(NODE, ids)).map((i) => [i.id, i]));
+    const items = new Map((await stack.engine.reads.getItems(NODE, ids)).map((i) => [i.id, i]));
     const { lost, landedUnacknowledged } = checkAttempts(writer.attempts, (id) => {
       const got = items.get(id);
       return got && { deleted: got.deleted, title: /<title>([^<]*)<\/title>/.exec(got.entry)?.[1] };
@@ -127,7 +127,10 @@ describe(`${SERVER_TITLE} restarts under load`, () => {
     // Nothing that was never written.
     const stored: string[] = [];
     for (let since: string | undefined; ; ) {
-      const page = await stack.engine.read(NODE, { ...(since === undefined ? {} : { since }), max: 250 });
+      const page = await stack.engine.reads.read(NODE, {
+        ...(since === undefined ? {} : { since }),
+        max: 250,
+      });
       stored.push(...page.items.map((i) => i.id));
       if (page.items.length === 0) break;
       since = (page.items.at(-1) as { cursor: string }).cursor;

@@ -1,4 +1,4 @@
-/** Remembered created-order positions (`r`, engine.createdIdAt): each names an index entry that is there. */
+/** Remembered created-order positions (`r`, engine.positions.createdIdAt): each names an index entry that is there. */
 
 import { familyPrefix, INDEX_KEY_BYTES, indexRange } from '../store/keys.ts';
 import { chunks, KEY_CHUNK, prefixRange } from './chunks.ts';

@@ -48,7 +48,7 @@ export type ProblemKind =
   | 'stray-user-affiliation'
   /** A WebSub subscription (`h`) that cannot be read or disagrees with its key or node. */
   | 'unreadable-hub-subscription'
-  /** A remembered created-order position (`r`, engine.createdIdAt) whose index entry is not there. */
+  /** A remembered created-order position (`r`, engine.positions.createdIdAt) whose index entry is not there. */
   | 'stale-position-mark'
   /** A record without its entry in a filtered or audience index it is a member of (`y`). */
   | 'missing-view-entry'

@@ -2,8 +2,7 @@ import { ORDERS } from '../model/feedName.ts';
 import { audienceFlagKey, keyUnder, positionOfKey, prefixEnd, viewCountKey } from '../store/keys.ts';
 import type { Op } from '../store/store.ts';
 import { ALL, IndexTail, indexPrefix, PUBLIC, splitView, viewName, X_VIEW } from './filters.ts';
-import type { NodeRegistry } from './nodes.ts';
-import { type EngineState, json, serialize } from './state.ts';
+import { type EngineState, json, type NodeState, serialize } from './state.ts';
 
 /** Entries copied per batch when a node begins keeping public indexes. */
 const COPY_BATCH = 5000;
@@ -14,7 +13,11 @@ const COPY_BATCH = 5000;
  * owners' one. Done once, in the node's write order, in bounded batches; the flag is written last,
  * so a copy a crash interrupts is made again (the same keys) on the next audience write.
  */
-export async function enableAudience(s: EngineState, nodes: NodeRegistry, name: string): Promise<void> {
+export async function enableAudience(
+  s: EngineState,
+  nodes: { requireNode(name: string): Promise<NodeState> },
+  name: string,
+): Promise<void> {
   const st = await nodes.requireNode(name);
   if (st.views.audience) return;
   await serialize(st, async () => {

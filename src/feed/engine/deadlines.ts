@@ -1,5 +1,5 @@
 import { byDeadline, type Deadline, passed } from '../model/deadline.ts';
-import { FeedError, NotWritten, OutcomeUnknown, WriteTimedOut } from '../model/errors.ts';
+import { NotWritten, OutcomeUnknown, WriteTimedOut } from '../model/errors.ts';
 import type { QueuedWrite } from './state.ts';
 
 /** Publishes and retractions refused for the database so far, by what is known of them. */
@@ -23,6 +23,11 @@ export class WriteDeadlines {
     private readonly shared: boolean,
     private readonly timeoutMs: number,
   ) {}
+
+  /** Publishes and retractions refused for the database so far (metrics). */
+  refusalCounts(): StorageRefusals {
+    return { ...this.refusals };
+  }
 
   /** The deadline of a write taken now; undefined on a store of this instance's own. */
   next(): Deadline | undefined {
@@ -52,16 +57,6 @@ export class WriteDeadlines {
 }
 
 // ---- in the write queue (writeQueue.ts) ----------------------------------------------------
-
-/**
- * A shared store's failure as a round's writes are told. The store commits a round whole or not
- * at all and says when it cannot tell (OutcomeUnknown): any other failure left nothing written.
- */
-export function sharedRefusal(e: unknown): Error {
-  if (e instanceof NotWritten || e instanceof OutcomeUnknown) return e;
-  if (e instanceof FeedError && e.code !== 'storage') return e;
-  return new NotWritten(`the database failed: ${(e as Error).message}`, { cause: e });
-}
 
 /** The earliest deadline of a round's writes: the round is answered by then. */
 export function earliest(batch: readonly QueuedWrite[]): Deadline | undefined {

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import { NodeNotFound } from '../model/errors.ts';
 import { type FeedFilter, type FeedView, feedParameters, type Order } from '../model/feedName.ts';
 import {
@@ -18,8 +17,8 @@ export interface HubHost {
   /** Writes operations as one atomic batch, in order with the engine's own writes. */
   write(ops: Op[]): Promise<void>;
   nodeNumber(name: string): Promise<number>;
-  /** Shared with other instances: each write also moves the node's subscriptions' version. */
-  shared?: boolean;
+  /** What a write of node `nid`'s subscriptions carries besides them (Coordinator.hubsWritten). */
+  versionOps?: (nid: number) => Op[];
 }
 
 /** A verified WebSub subscription of one callback to one feed, as stored (`h NID ORDER CALLBACK`). */
@@ -46,7 +45,7 @@ export interface HubSubscription {
    * bearer token's JID or an address); none in records stored before it was kept.
    */
   client?: string;
-  /** When the lease ends, in ms since the epoch. */
+  /** When the subscription ends (as verified, plus the time the hub granted), in ms since the epoch. */
   expires: number;
 }
 
@@ -91,12 +90,12 @@ export class HubStore {
   }
 
   /**
-   * On a shared store, a new version of the node's subscriptions, written with them: an instance
-   * about to push the node's changes compares it with the one it last read (version()), so a
-   * subscription committed before a change is never missed while its wake-up is on the way.
+   * Where the store is shared, a new version of the node's subscriptions, written with them: the
+   * process about to push the node's changes compares it with the one it last read (version()),
+   * so a subscription committed before a change is never missed while its wake-up is on the way.
    */
   private versionOps(nid: number): Op[] {
-    return this.engine.shared ? [{ type: 'put', key: hubVersionKey(nid), value: randomBytes(8) }] : [];
+    return this.engine.versionOps?.(nid) ?? [];
   }
 
   /** The version of node `nid`'s subscriptions ('' when none was written): see versionOps. */

@@ -4,7 +4,7 @@ import { kvKey, kvPrefix, prefixEnd } from '../store/keys.ts';
 import type { SharedStore } from '../store/shared.ts';
 import type { Op, StoreReader } from '../store/store.ts';
 
-/** A queued entry claimed by an instance (its push-lease holder) until sent or put back. */
+/** A queued entry claimed by a process (by its name among the pushers) until sent or put back. */
 export interface Claim<T> {
   by: string;
   value: T;
@@ -22,7 +22,7 @@ export class KeyValueStore<T = unknown> {
     private readonly store: StoreReader,
     private readonly committer: Committer,
     readonly namespace: string,
-    /** On a store shared with other instances: claim() locks what it moves. */
+    /** Locks across every process sharing the store (Coordinator.locks): claim() takes one. */
     private readonly shared?: Pick<SharedStore, 'locked'>,
   ) {
     if (namespace === '' || namespace.includes('\0'))
@@ -57,10 +57,10 @@ export class KeyValueStore<T = unknown> {
   }
 
   /**
-   * Among several instances: claims the first `limit` entries whose key starts with `prefix` for
-   * the instance `by`, moving each to `claims` (same key, `{ by, value }`) in one transaction
-   * under a lock named by the prefix, so two instances never claim the same entry. Claims there
-   * under the prefix whose instance `gone` says died are first returned to the queue in that
+   * Where processes share the store: claims the first `limit` entries whose key starts with
+   * `prefix` for the process `by`, moving each to `claims` (same key, `{ by, value }`) in one
+   * transaction under a lock named by the prefix, so two never claim the same entry. Claims there
+   * under the prefix whose process `gone` says died are first returned to the queue in that
    * transaction (claimed again when among the first): what it may not have sent is sent again.
    * The claimer then removes what it sent and puts back the rest (settle).
    */
@@ -71,7 +71,7 @@ export class KeyValueStore<T = unknown> {
     by: string,
     gone: (by: string) => boolean,
   ): Promise<[string, T][]> {
-    if (!this.shared) throw new Error('claims are taken on a store shared with other instances');
+    if (!this.shared) throw new Error('claims are taken on a store shared by several processes');
     const start = kvKey(this.namespace, prefix);
     const claimStart = kvKey(claims.namespace, prefix);
     return this.shared.locked([start], async (tx) => {

@@ -13,12 +13,11 @@ import {
   prefixEnd,
   SERVICE_KEY,
   stampOfIndexKey,
-  subscriptionPrefix,
 } from '../store/keys.ts';
 import type { Op, StoreReader } from '../store/store.ts';
-import { changedMessage, deletedMessage, eventLogOps, headKey, nextEventPosition } from './changeLog.ts';
+import { enableAudience } from './audience.ts';
+import type { Coordinator } from './coordinator.ts';
 import { ALL, lastCursorOf, loadViews, resolveView, X_VIEW } from './filters.ts';
-import type { Instances } from './instances.ts';
 import { type EngineState, json, type NodeMeta, type NodeState, parse, serialize } from './state.ts';
 import { FeedTail } from './tail.ts';
 
@@ -57,19 +56,13 @@ export class NodeRegistry {
 
   constructor(
     private readonly s: EngineState,
-    /** Set when the store is shared with other instances: creation and deletion lock what they read. */
-    private readonly instances?: Instances,
+    /** Creation and deletion are written through it; it hears of loaded and dropped nodes. */
+    private readonly coordinator: Coordinator,
   ) {}
 
-  /**
-   * A node's state, loaded once. On a shared store, a loaded node that another instance wrote
-   * since catches up first (see Instances.current).
-   */
+  /** A node's state, loaded once, caught up first with what others wrote to it (Coordinator.fresh). */
   loadNode(name: string): Promise<NodeState | undefined> {
-    const loading = this.loadOnce(name);
-    const instances = this.instances;
-    if (!instances) return loading;
-    return loading.then((st) => (st && instances.isBehind(st) ? instances.current(st).then(() => st) : st));
+    return this.coordinator.fresh(this.loadOnce(name));
   }
 
   /**
@@ -87,7 +80,7 @@ export class NodeRegistry {
           if (!st) this.nodes.delete(name);
           else {
             this.ready.set(name, st);
-            this.instances?.loaded(st);
+            this.coordinator.loaded(st);
           }
         },
         () => this.nodes.delete(name),
@@ -140,14 +133,14 @@ export class NodeRegistry {
     st.views = await loadViews(reader, st.nid);
   }
 
-  /** Forgets a node another instance deleted: writes still queued to it are refused. */
+  /** Forgets a deleted node: writes still queued to it are refused. */
   forget(st: NodeState): void {
     st.deleted = true;
     if (this.ready.get(st.name) === st) {
       this.ready.delete(st.name);
       this.nodes.delete(st.name);
     }
-    this.instances?.dropped(st);
+    this.coordinator.dropped(st);
   }
 
   async requireNode(name: string): Promise<NodeState> {
@@ -172,7 +165,7 @@ export class NodeRegistry {
   }
 
   /** Creates an empty node with `init`'s records (its owner, its configuration) in the same batch. */
-  async createNodeWith(name: string, init?: (nid: number) => Op[]): Promise<void> {
+  async createNode(name: string, init?: (nid: number) => Op[]): Promise<void> {
     checkNodeName(name);
     return this.inRegistry(async () => {
       if (await this.loadNode(name)) throw new NodeExists(name);
@@ -182,17 +175,7 @@ export class NodeRegistry {
         { type: 'put', key: metaKey(nid), value: json({ total: 0, stamp: 0, seq: 0 } satisfies NodeMeta) },
         ...(init?.(nid) ?? []),
       ];
-      const shared = this.instances?.store;
-      if (shared) {
-        // Other instances create nodes too: the name and the number counter are read under its lock.
-        await shared.locked([SERVICE_KEY], async (tx) => {
-          const [taken, service] = await tx.getMany([nodeKey(name), SERVICE_KEY]);
-          if (taken) throw new NodeExists(name);
-          const nid = service ? parse<{ nextNid: number }>(service).nextNid : 1;
-          this.nextNid = nid + 1;
-          return { ops: records(nid), result: undefined };
-        });
-      } else await this.s.committer.add(records(this.nextNid++));
+      await this.coordinator.createNode(name, records);
       // A lookup started before this write (a concurrent publish asking whether the node exists)
       // may still be cached, and would say it does not: the next lookup reads again.
       this.nodes.delete(name);
@@ -203,9 +186,8 @@ export class NodeRegistry {
    * Deletes a node: one batch drops its name and marks its number deleted, so the name is free at
    * once (a new node of that name gets a new number, and starts empty); then its items,
    * subscriptions, affiliations and configuration are swept in bounded batches. A sweep that a
-   * stop or crash interrupts resumes when the engine opens again. On a shared store, `logged`
-   * makes the deletion's event from the subscriptions the node has under its lock, and logs it
-   * in the same transaction: the pusher tells them once the node is gone.
+   * stop or crash interrupts resumes when the engine opens again. `logged` makes the deletion's
+   * event from the node's subscriptions, written with it (Coordinator.deleteNode).
    */
   async deleteNode(name: string, logged?: (subscriptions: Subscription[]) => NodeEvent): Promise<void> {
     checkNodeName(name);
@@ -217,28 +199,7 @@ export class NodeRegistry {
           { type: 'del', key: nodeKey(name) },
           { type: 'put', key: deletedKey(st.nid), value: json({ name }) },
         ];
-        const shared = this.instances?.store;
-        // On a shared store, under the node's lock: no other instance's round commits across it.
-        if (shared)
-          await shared.locked([metaKey(st.nid)], async (tx) => {
-            const [meta, gone, head] = await tx.getMany([
-              metaKey(st.nid),
-              deletedKey(st.nid),
-              headKey(st.nid),
-            ]);
-            if (!meta || gone) throw new NodeNotFound(name);
-            if (!logged) return { ops, notify: [deletedMessage(st.nid)], result: undefined };
-            const prefix = subscriptionPrefix(st.nid);
-            const subs = await tx.values({ gte: prefix, lt: prefixEnd(prefix) });
-            const event = logged(subs.map((v) => parse<Subscription>(v)));
-            const at = nextEventPosition(parse<NodeMeta>(meta).seq, head);
-            return {
-              ops: [...ops, ...eventLogOps(st.nid, at, event)],
-              notify: [deletedMessage(st.nid), changedMessage(st.nid, at.seq, at.ev)],
-              result: undefined,
-            };
-          });
-        else await this.s.committer.add(ops);
+        await this.coordinator.deleteNode(st, ops, logged);
         this.forget(st);
       });
     });
@@ -279,15 +240,15 @@ export class NodeRegistry {
   /**
    * The cursor of the feed's last change as this process knows it right now (writes computed,
    * committed or about to be), without a read: undefined when the node is not loaded, is behind
-   * another instance's writes, or is empty.
+   * what others wrote to it (Coordinator.isBehind), or is empty.
    * A caller that read a page compares this with what it read to know whether something newer
    * has come since.
    */
   lastCursorNow(feedName: string | FeedName, reader: string = ALL): string | undefined {
     const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
     const st = this.ready.get(feed.node);
-    // Another instance wrote it since: not known here until it is next read.
-    if (!st || this.instances?.isBehind(st)) return undefined;
+    // Written elsewhere since: not known here until it is next read.
+    if (!st || this.coordinator.isBehind(st)) return undefined;
     const view = resolveView(st.views, filterKey(feed.filter), reader);
     return view === X_VIEW ? st.tails[feed.order].lastCursor() : lastCursorOf(st.views, view, feed.order);
   }
@@ -297,6 +258,11 @@ export class NodeRegistry {
     const feed = typeof feedName === 'string' ? parseFeedName(feedName) : feedName;
     const st = this.ready.get(feed.node);
     return st ? resolveView(st.views, filterKey(feed.filter), reader) : undefined;
+  }
+
+  /** Makes the node keep public and reader indexes, before its first item with an audience. */
+  enableAudience(node: string): Promise<void> {
+    return enableAudience(this.s, this, node);
   }
 
   /** Items in the node, tombstones included. */

@@ -32,7 +32,7 @@ export interface PolicyHost {
   ): Promise<void>;
   /** Creates a node with these records (its configuration, its owner) in the same batch. */
   createNode(name: string, records: (nid: number) => Op[]): Promise<void>;
-  /** `logged`: on a shared store, the deletion's event, logged with it (engine.deleteNode). */
+  /** `logged`: on a shared store, the deletion's event, logged with it (engine.purges.deleteNode). */
   deleteNode(name: string, logged?: (subscriptions: Subscription[]) => NodeEvent): Promise<void>;
   nodeNumber(name: string): Promise<number>;
   nodeName(nid: number): Promise<string | undefined>;
@@ -60,7 +60,7 @@ export class PolicyStore {
     ]);
   }
 
-  /** Deletes a node (engine.deleteNode) and forgets what was cached of its policy. */
+  /** Deletes a node (engine.purges.deleteNode) and forgets what was cached of its policy. */
   async deleteNode(node: string, logged?: (subscriptions: Subscription[]) => NodeEvent): Promise<void> {
     const nid = await this.engine.nodeNumber(node);
     await this.engine.deleteNode(node, logged);

@@ -1,15 +1,17 @@
+import type { NodeEvent } from '../events.ts';
 import { ItemNotFound, NodeNotFound } from '../model/errors.ts';
+import type { Subscription } from '../model/feed.ts';
 import { parseFeedName } from '../model/feedName.ts';
 import { DELETED_PREFIX, indexRange, itemKey, PURGE_PREFIX, prefixEnd, purgeKey } from '../store/keys.ts';
 import { decodeRecord } from '../store/record.ts';
 import type { Op } from '../store/store.ts';
-import type { Instances } from './instances.ts';
+import type { Coordinator } from './coordinator.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { type EngineState, json, parse } from './state.ts';
 import { sweepDeleted } from './sweep.ts';
 import type { Writes } from './writes.ts';
 
-/** Purges (resumable, in chunks) and the sweep of deleted nodes' keys. */
+/** Purges (resumable, in chunks), deletions and the sweep of deleted nodes' keys. */
 export class Purges {
   private readonly purges = new Set<Promise<void>>();
   private sweeping: Promise<void> = Promise.resolve();
@@ -18,8 +20,8 @@ export class Purges {
     private readonly s: EngineState,
     private readonly nodes: NodeRegistry,
     private readonly writes: Writes,
-    /** On a shared store: purges start and end in the node's log, under its lock. */
-    private readonly instances?: Instances,
+    /** Purges start and end as node events, in the node's order (Coordinator.logEvent). */
+    private readonly coordinator: Coordinator,
   ) {}
 
   /** Resolves once every purge and sweep under way has stopped (the engine is closing). */
@@ -36,6 +38,18 @@ export class Purges {
         stopped: () => this.s.closing,
       }).catch(() => undefined),
     );
+  }
+
+  /**
+   * Deletes a node: one batch drops its name and marks its number deleted, so the name is free at
+   * once (a new node of that name gets a new number, and starts empty); then its keys are swept in
+   * bounded batches, resumed when the engine opens again if a stop or crash interrupts it.
+   * `logged` makes the deletion's event from the node's subscriptions (NodeRegistry.deleteNode).
+   */
+  async deleteNode(name: string, logged?: (subscriptions: Subscription[]) => NodeEvent): Promise<void> {
+    await this.nodes.deleteNode(name, logged);
+    this.s.tell(this.s.deleteListeners, name);
+    this.sweep();
   }
 
   /** Resolves once no deleted node is left to sweep (or the engine is closing). */
@@ -68,19 +82,14 @@ export class Purges {
       const ops: Op[] = [
         { type: 'put', key: purgeKey(st.nid), value: json({ upTo: upTo.toString('hex'), after }) },
       ];
-      if (this.instances) {
-        // Logged before the purge's quiet changes, which are written under the same lock after it.
-        await this.instances.logEvent(st.nid, node, { type: 'purge-started', node }, ops);
-        this.s.tell(this.s.purgeStartListeners, node);
-      } else
-        await this.s.committer.add(
-          ops,
-          // In commit order: before any of the purge's quiet changes, and any later change.
-          () => this.s.tell(this.s.purgeStartListeners, node),
-        );
+      // Written before the purge's quiet changes; told in commit order: before any of them, and
+      // before any later change.
+      await this.coordinator.logEvent(st.nid, node, { type: 'purge-started', node }, ops, {
+        committed: () => this.s.tell(this.s.purgeStartListeners, node),
+      });
     }
     // An empty node's purge has no mark: it is done at once, and told so.
-    if (!upTo && this.instances) await this.instances.logEvent(st.nid, node, { type: 'purge-done', node });
+    if (!upTo) await this.coordinator.logEvent(st.nid, node, { type: 'purge-done', node }, []);
     const run = this.runPurge(node, st.nid);
     if (options.wait === false) {
       // Its mark stays until it is done: a failure here is resumed with the next resumePurges.
@@ -110,15 +119,14 @@ export class Purges {
   }
 
   /**
-   * Removes a done purge's mark. On a shared store its end is logged with it, once: by the
-   * instance that finds the mark still there under the node's lock (several may resume a purge).
+   * Removes a done purge's mark, with its end as a node event: once, by whoever finds the mark
+   * still there as it writes (where the store is shared, several may resume a purge).
    */
   private async purged(node: string, nid: number, markKey: Buffer): Promise<void> {
     const del: Op[] = [{ type: 'del', key: markKey }];
-    if (!this.instances) return this.s.committer.add(del);
     const when = async (tx: { get(key: Buffer): Promise<Buffer | undefined> }) =>
       (await tx.get(markKey)) !== undefined;
-    await this.instances.logEvent(nid, node, { type: 'purge-done', node }, del, when).catch((e) => {
+    await this.coordinator.logEvent(nid, node, { type: 'purge-done', node }, del, { when }).catch((e) => {
       // Deleted meanwhile: its mark goes with its keys, and nobody is left to tell.
       if (!(e instanceof NodeNotFound)) throw e;
     });
@@ -141,7 +149,7 @@ export class Purges {
         ids.map((id, i) => {
           const b = bufs[i];
           return b && decodeRecord(b).d !== 1
-            ? this.writes.retract(node, id, { quiet: true }).catch((e) => {
+            ? this.writes.retractHere(node, id, { quiet: true }).catch((e) => {
                 if (!(e instanceof ItemNotFound)) throw e;
               })
             : undefined;

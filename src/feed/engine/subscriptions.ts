@@ -1,11 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { ChangeEvent } from '../events.ts';
-import { InvalidSubid, NodeNotFound, NotSubscribed } from '../model/errors.ts';
+import { InvalidSubid, NotSubscribed } from '../model/errors.ts';
 import type { Subscription } from '../model/feed.ts';
 import { type FeedName, feedParameters, parseFeedName } from '../model/feedName.ts';
 import {
-  deletedKey,
-  metaKey,
   prefixEnd,
   subscriptionKey,
   subscriptionPrefix,
@@ -14,8 +12,7 @@ import {
   userSubscriptionKey,
 } from '../store/keys.ts';
 import type { Op } from '../store/store.ts';
-import { touchedMessage } from './changeLog.ts';
-import type { Instances } from './instances.ts';
+import type { Coordinator, SubscriptionWrite } from './coordinator.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { type EngineState, json, type NodeState, parse, serialize } from './state.ts';
 
@@ -28,11 +25,7 @@ interface SubscriptionAt {
 }
 
 /** What a step writes, answers, and leaves in the node's cache (null: none; undefined: as it was). */
-interface Written<T> {
-  ops: Op[];
-  result: T;
-  cached?: Subscription | null;
-}
+type Written<T> = SubscriptionWrite<T>;
 
 /** The two keys of a subscription, by node and by user. */
 function putOps(
@@ -62,8 +55,8 @@ export class Subscriptions {
   constructor(
     private readonly s: EngineState,
     private readonly nodes: NodeRegistry,
-    /** Set on a store shared with other instances: subscriptions are written under the node's lock. */
-    private readonly instances?: Instances,
+    /** Writes each change of a subscription (Coordinator.writeSubscription). */
+    private readonly coordinator: Coordinator,
   ) {}
 
   async subscriptionMap(st: NodeState): Promise<Map<string, Subscription>> {
@@ -80,8 +73,8 @@ export class Subscriptions {
 
   /**
    * Runs `step` on a feed's subscription of `jid` (found or not), in the node's write order, and
-   * writes what it returns. On a shared store the subscription is read and written under the
-   * node's lock, so that two instances subscribing one JID at once make one subscription.
+   * writes what it returns, through the coordinator (which, where the store is shared, reads the
+   * subscription again where it writes it, so that one JID subscribing twice at once gets one).
    */
   async onSubscription<T>(
     feedName: string,
@@ -94,28 +87,13 @@ export class Subscriptions {
     const st = await this.nodes.requireNode(feed.node);
     return serialize(st, async () => {
       const key = subscriptionKey(st.nid, feed.order, jid, feedParameters(feed));
-      const instances = this.instances;
-      let written: Written<T>;
-      if (instances) {
-        written = await instances.store.locked([metaKey(st.nid)], async (tx) => {
-          const [buf, gone] = await tx.getMany([key, deletedKey(st.nid)]);
-          if (gone) throw new NodeNotFound(feed.node);
-          const found = buf ? parse<Subscription>(buf) : undefined;
-          const out = step({ st, feed, key, found });
-          // What was read under the lock is cached, if the step leaves it as it was.
-          if (!('cached' in out)) out.cached = found ?? null;
-          // The others drop what they cached of the node's subscriptions.
-          const notify = out.ops.length > 0 ? [touchedMessage(st.nid)] : [];
-          const told = out.ops.length > 0 ? await logged?.(out.result) : undefined;
-          if (!told) return { ops: out.ops, notify, result: out };
-          const event = await instances.eventOps(tx, st.nid, feed.node, told);
-          return { ops: [...out.ops, ...event.ops], notify: [...notify, ...event.notify], result: out };
-        });
-      } else {
-        const subs = await this.subscriptionMap(st);
-        written = step({ st, feed, key, found: subs.get(key.toString('latin1')) });
-        if (written.ops.length > 0) await this.s.committer.add(written.ops);
-      }
+      const written = await this.coordinator.writeSubscription(
+        st,
+        key,
+        async () => (await this.subscriptionMap(st)).get(key.toString('latin1')),
+        (found) => step({ st, feed, key, found }),
+        logged,
+      );
       if (written.cached === null) st.subscriptions?.delete(key.toString('latin1'));
       else if (written.cached) st.subscriptions?.set(key.toString('latin1'), written.cached);
       if (st.subscriptions && written.cached !== undefined) counted.delete(st.subscriptions);

@@ -1,20 +1,12 @@
 import { payloadKindOf, readPayload, readTombstone } from '../model/atom.ts';
-import { BadRequest, NodeExists, NodeNotEmpty, NodeNotFound, StorageError } from '../model/errors.ts';
+import { BadRequest, NodeExists, NodeNotEmpty, StorageError } from '../model/errors.ts';
 import type { ExportRecord, ItemRecord } from '../model/feed.ts';
 import { checkItemId, checkNodeName } from '../model/feedName.ts';
 import { bareJid } from '../model/jid.ts';
-import {
-  audienceFlagKey,
-  deletedKey,
-  indexKey,
-  indexRange,
-  itemKey,
-  keyUnder,
-  metaKey,
-} from '../store/keys.ts';
+import { audienceFlagKey, indexKey, indexRange, itemKey, keyUnder, metaKey } from '../store/keys.ts';
 import { decodeRecord, encodeRecord } from '../store/record.ts';
 import type { Op } from '../store/store.ts';
-import { changedMessage } from './changeLog.ts';
+import type { Coordinator } from './coordinator.ts';
 import {
   ALL,
   countOps,
@@ -26,9 +18,8 @@ import {
   viewName,
   X_VIEW,
 } from './filters.ts';
-import type { Instances } from './instances.ts';
 import type { NodeRegistry } from './nodes.ts';
-import { type EngineState, json, type NodeMeta, parse, serialize } from './state.ts';
+import { type EngineState, json, type NodeMeta, serialize } from './state.ts';
 
 type Bound = { gt: Buffer } | { gte: Buffer };
 
@@ -37,8 +28,8 @@ export class Transfer {
   constructor(
     private readonly s: EngineState,
     private readonly nodes: NodeRegistry,
-    /** Set on a store shared with other instances: each batch is written under the node's lock. */
-    private readonly instances?: Instances,
+    /** Writes each batch of an import (Coordinator.importBatch). */
+    private readonly coordinator: Coordinator,
   ) {}
 
   /** Every item of the node in `modified` order, with what it takes to restore it exactly. */
@@ -96,7 +87,7 @@ export class Transfer {
     checkNodeName(node);
     const kind = payloadKindOf(node);
     if (!(await this.nodes.loadNode(node))) {
-      await this.nodes.createNodeWith(node).catch((e) => {
+      await this.nodes.createNode(node).catch((e) => {
         if (!(e instanceof NodeExists)) throw e;
       });
     }
@@ -122,8 +113,9 @@ export class Transfer {
       let written: NodeMeta = { total: 0, stamp: 0, seq: 0 };
       const write = async (batch: Op[]): Promise<void> => {
         const ops = [...batch, meta(), ...countOps(st.nid, counts)];
-        if (!this.instances) return this.s.committer.add(ops);
-        written = await this.lockedBatch(node, st.nid, written, ops, { total, stamp, seq });
+        const next = { total, stamp, seq };
+        await this.coordinator.importBatch(node, st.nid, written, ops, next);
+        written = next;
       };
       try {
         for await (const r of records) {
@@ -213,37 +205,6 @@ export class Transfer {
       counts.set(name, (counts.get(name) ?? 0) + 1);
     }
     return keepsPublic;
-  }
-
-  /**
-   * On a shared store, one batch of an import under the node's lock: written only if the node's
-   * counters are still those the import wrote last (none: empty), else refused, as another
-   * instance wrote to the node meanwhile and the imported sequence numbers would clash with its.
-   * Other instances reload the node's tails on the wake-up (the log does not hold imported items).
-   */
-  private async lockedBatch(
-    node: string,
-    nid: number,
-    expected: NodeMeta,
-    ops: Op[],
-    next: NodeMeta,
-  ): Promise<NodeMeta> {
-    const shared = (this.instances as Instances).store;
-    await shared.locked([metaKey(nid)], async (tx) => {
-      const [buf, gone] = await tx.getMany([metaKey(nid), deletedKey(nid)]);
-      if (!buf || gone) throw new NodeNotFound(node);
-      const now = parse<NodeMeta>(buf);
-      if (now.seq !== expected.seq || now.total !== expected.total) {
-        throw new NodeNotEmpty(
-          node,
-          expected.seq === 0
-            ? 'is not empty'
-            : 'was written by another instance during the import (the lines imported before stay)',
-        );
-      }
-      return { ops, notify: [changedMessage(nid, next.seq)], result: undefined };
-    });
-    return next;
   }
 }
 

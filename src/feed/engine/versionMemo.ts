@@ -13,7 +13,7 @@ export class VersionMemo {
 
   /**
    * `entry`: the version's entry as UTF-8, as its record holds it (written as is: XMPP replies);
-   * `held`: told the bytes kept here (two a character, one a byte), for the holder's bound.
+   * `held`: told the bytes kept here (two a character, one a byte), for the version cache's bound.
    */
   constructor(
     readonly entry: Buffer,

@@ -1,14 +1,12 @@
-import type { Deadline } from '../model/deadline.ts';
 import { FeedError, NodeExists, NodeNotFound, StorageError } from '../model/errors.ts';
 import type { Change, ItemRecord } from '../model/feed.ts';
-import { deletedKey, indexKey, itemKey, metaKey } from '../store/keys.ts';
+import { indexKey, itemKey, metaKey } from '../store/keys.ts';
 import { decodeRecord, encodeRecord } from '../store/record.ts';
 import type { Op, StoreReader } from '../store/store.ts';
-import { changedMessage, headKey, logEntry, logOps, positionOf, seqValue } from './changeLog.ts';
+import type { Coordinator } from './coordinator.ts';
 import { cursorOf } from './cursors.ts';
-import { earliest, expireAt, sharedRefusal, taken } from './deadlines.ts';
+import { expireAt, taken } from './deadlines.ts';
 import { viewFields, writeViews } from './filters.ts';
-import type { Instances, RoundPush } from './instances.ts';
 import type { NodeRegistry } from './nodes.ts';
 import {
   type EngineState,
@@ -16,13 +14,12 @@ import {
   json,
   type NodeMeta,
   type NodeState,
-  parse,
   type QueuedWrite,
   serialize,
 } from './state.ts';
 
 /** A computed round: its operations, the writes that change something, and those that do not. */
-interface Round {
+export interface Round {
   ops: Op[];
   /** `value`: the record as written. */
   written: { w: QueuedWrite; change: Change; rec: ItemRecord; value: Buffer }[];
@@ -64,8 +61,8 @@ export class WriteQueue {
   constructor(
     private readonly s: EngineState,
     private readonly nodes: NodeRegistry,
-    /** Set when the store is shared with other instances: each round locks its node. */
-    private readonly instances?: Instances,
+    /** Writes each round (alone on the store: with the group commit, `localRound`). */
+    private readonly coordinator: Coordinator,
   ) {}
 
   /**
@@ -86,9 +83,9 @@ export class WriteQueue {
         resolve,
         reject,
       };
-      // On a shared store the database may be away: a write still waiting for its round at its
-      // deadline (behind a round that fails slowly, or its node's lookup) is refused, unwritten.
-      if (write.deadline !== undefined && this.instances) expireAt(queued, write.deadline);
+      // A write with a deadline (where the database may be away) still waiting for its round then
+      // (behind a round that fails slowly, or its node's lookup) is refused, unwritten.
+      if (write.deadline !== undefined) expireAt(queued, write.deadline);
       const ready = this.nodes.ready.get(name);
       if (ready && !this.arrivals.has(name)) {
         // The common case: the node is loaded and nothing is ahead in routing.
@@ -129,7 +126,7 @@ export class WriteQueue {
     // A node another instance wrote catches up in the write's round, under its lock.
     let st = await this.nodes.loadOnce(name);
     if (!st && autoCreate) {
-      await this.nodes.createNodeWith(name).catch((e) => {
+      await this.nodes.createNode(name).catch((e) => {
         if (!(e instanceof NodeExists)) throw e;
       });
       st = await this.nodes.loadOnce(name);
@@ -152,7 +149,7 @@ export class WriteQueue {
       st.pumpScheduled = true;
       void serialize(st, () => this.pump(st));
     }
-    if (this.instances) batch = taken(batch);
+    batch = taken(batch);
     if (batch.some((w) => w.ready !== undefined)) {
       // Entries parsed on the parse thread: the round waits for its own, in order.
       const refused = await Promise.all(batch.map((w) => w.ready));
@@ -167,10 +164,11 @@ export class WriteQueue {
       for (const w of batch) w.reject(new NodeNotFound(st.name));
       return;
     }
-    if (this.instances) {
-      await this.pumpLocked(st, batch, this.instances, earliest(batch));
-      return;
-    }
+    await this.coordinator.round(st, batch, (st, batch) => this.localRound(st, batch));
+  }
+
+  /** A round of a process alone on its store: one read of the previous versions, then the group commit. */
+  private async localRound(st: NodeState, batch: QueuedWrite[]): Promise<void> {
     const known = new Map<string, ItemRecord>();
     const lookup = new Set<string>();
     for (const w of batch) {
@@ -197,11 +195,7 @@ export class WriteQueue {
   }
 
   /** Computes a round's writes in order: their operations, and the changes they make or not. */
-  private computeRound(
-    st: NodeState,
-    batch: readonly QueuedWrite[],
-    known: ReadonlyMap<string, ItemRecord>,
-  ): Round {
+  computeRound(st: NodeState, batch: readonly QueuedWrite[], known: ReadonlyMap<string, ItemRecord>): Round {
     const round: Round = { ops: [], written: [], unchanged: [] };
     for (const w of batch) {
       let computed: ReturnType<WriteQueue['compute']>;
@@ -218,225 +212,7 @@ export class WriteQueue {
     return round;
   }
 
-  /** Computes a shared store's round with its stamps taken from the store's clock `now`. */
-  private computeAt(
-    now: number,
-    st: NodeState,
-    batch: readonly QueuedWrite[],
-    known: ReadonlyMap<string, ItemRecord>,
-    instances: Instances,
-  ): Round {
-    instances.roundNow = now;
-    try {
-      return this.computeRound(st, batch, known);
-    } finally {
-      instances.roundNow = undefined;
-    }
-  }
-
-  /**
-   * A round on a store shared with other instances: one transaction that locks the node's
-   * counters, catches up with what another instance wrote, stamps on the store's clock, and
-   * writes the records, indexes, counters and change-log entries of the round, then commits.
-   */
-  private async pumpLocked(
-    st: NodeState,
-    queued: readonly QueuedWrite[],
-    instances: Instances,
-    deadline: Deadline | undefined,
-  ): Promise<void> {
-    let batch = queued;
-    if (!instances.needsLock(st)) {
-      const left = await this.pumpConditional(st, batch, instances, deadline);
-      if (left === undefined) return;
-      batch = left;
-    }
-    const before: NodeMeta = { total: st.total, stamp: st.stamp, seq: st.seq };
-    let missed: Change[] = [];
-    let counters: (Op & { type: 'put' }) | undefined;
-    let round: Round;
-    try {
-      round = await instances.store.locked(
-        [metaKey(st.nid)],
-        async (tx) => {
-          const ids = [...new Set(batch.filter((w) => !w.generated).map((w) => w.id))];
-          // The counters and the previous versions in one read, under the node's lock.
-          const caught = await instances.catchUp(
-            tx,
-            st,
-            ids.map((id) => itemKey(st.nid, id)),
-          );
-          missed = caught.missed;
-          before.total = st.total;
-          before.stamp = st.stamp;
-          before.seq = st.seq;
-          const known = new Map<string, ItemRecord>();
-          caught.values.forEach((buf, i) => {
-            if (buf) known.set(ids[i] as string, decodeRecord(buf));
-          });
-          instances.sawClock(tx.now);
-          const computed = this.computeAt(tx.now, st, batch, known, instances);
-          if (computed.written.length === 0) return { ops: [], result: computed };
-          const logged = computed.written.map(({ change, rec }) => ({ seq: rec.ms, change }));
-          const meta = this.metaOp(st);
-          counters = meta;
-          const ops = [...computed.ops, meta, ...logOps(st.nid, logged)];
-          return { ops, notify: [changedMessage(st.nid, st.seq, 0)], result: computed };
-        },
-        deadline,
-      );
-    } catch (e) {
-      // What another instance committed was caught up with, whatever became of this round.
-      for (const change of missed) this.s.emit(change);
-      for (const w of batch) st.pending.delete(w.id);
-      instances.spoiled(st, before);
-      const refusal = sharedRefusal(e);
-      for (const w of batch) w.reject(refusal);
-      return;
-    }
-    for (const change of missed) this.s.emit(change);
-    if (counters) instances.wrote(st, counters.value);
-    for (const { w, rec, value } of round.written) this.s.versionCommitted(st.nid, w.id, rec, value);
-    for (const { change } of round.written) this.s.emit(change);
-    this.acknowledge(st, round.written);
-    for (const { w, change } of round.unchanged) w.resolve(change);
-  }
-
-  /**
-   * A round on a shared store in two round trips, when this instance wrote the node last (as its
-   * owner does): the clock, the counters and the previous versions in one read without a lock,
-   * then one statement that locks the node, checks that its counters are still those read,
-   * writes and commits. Returns the writes still to make (under the lock, by pumpLocked) when
-   * another instance wrote meanwhile; undefined once every write is answered.
-   */
-  private async pumpConditional(
-    st: NodeState,
-    batch: readonly QueuedWrite[],
-    instances: Instances,
-    deadline: Deadline | undefined,
-  ): Promise<readonly QueuedWrite[] | undefined> {
-    // Where this instance pushes the node, the round's check covers its log head too (RoundPush).
-    const push = instances.pushFromRound(st.nid);
-    try {
-      return await this.pumpConditionalWith(st, batch, instances, push, deadline);
-    } finally {
-      push?.done();
-    }
-  }
-
-  private async pumpConditionalWith(
-    st: NodeState,
-    batch: readonly QueuedWrite[],
-    instances: Instances,
-    push: RoundPush | undefined,
-    deadline: Deadline | undefined,
-  ): Promise<readonly QueuedWrite[] | undefined> {
-    const ids = [...new Set(batch.filter((w) => !w.generated).map((w) => w.id))];
-    let read = ids.length === 0 ? instances.unread(st) : undefined;
-    // The head this instance's last round on the node left, when the round goes without a read.
-    let head: Buffer | undefined = seqValue(st.seq);
-    if (read === undefined) {
-      try {
-        read = await instances.store.readNow(
-          [
-            metaKey(st.nid),
-            deletedKey(st.nid),
-            ...ids.map((id) => itemKey(st.nid, id)),
-            ...(push ? [headKey(st.nid)] : []),
-          ],
-          deadline,
-        );
-      } catch (e) {
-        const refusal = sharedRefusal(e);
-        for (const w of batch) w.reject(refusal);
-        return undefined;
-      }
-      instances.sawClock(read.now);
-      if (push) head = read.values[read.values.length - 1];
-    }
-    const [metaBuf, goneBuf, ...values] = read.values.slice(0, 2 + ids.length);
-    if (!metaBuf || goneBuf || parse<NodeMeta>(metaBuf).seq !== st.seq) return batch;
-    const before: NodeMeta = { total: st.total, stamp: st.stamp, seq: st.seq };
-    const known = new Map<string, ItemRecord>();
-    values.forEach((buf, i) => {
-      if (buf) known.set(ids[i] as string, decodeRecord(buf));
-    });
-    const round = this.computeAt(read.now, st, batch, known, instances);
-    // Writes refused here were refused on a state the node had: they are not tried again.
-    const kept = new Set([...round.written, ...round.unchanged].map((r) => r.w));
-    const left = batch.filter((w) => kept.has(w));
-    if (round.written.length > 0) {
-      const wrote = await this.writeConditional(
-        st,
-        round,
-        metaBuf,
-        instances,
-        deadline,
-        push && { push, head },
-      );
-      if (wrote !== true) {
-        for (const w of batch) st.pending.delete(w.id);
-        instances.spoiled(st, before);
-        if (wrote === false) return left;
-        for (const w of left) w.reject(wrote);
-        return undefined;
-      }
-      for (const { w, rec, value } of round.written) this.s.versionCommitted(st.nid, w.id, rec, value);
-      for (const { change } of round.written) this.s.emit(change);
-      this.acknowledge(st, round.written);
-    }
-    for (const { w, change } of round.unchanged) w.resolve(change);
-    return undefined;
-  }
-
-  /**
-   * A computed round's one statement: written if the node's counters are still `metaBuf` and it
-   * is not deleted (true), not written otherwise (false), or the error it failed with.
-   */
-  private async writeConditional(
-    st: NodeState,
-    round: Round,
-    metaBuf: Buffer,
-    instances: Instances,
-    deadline: Deadline | undefined,
-    /** Where its changes are pushed from memory, and the node's log head it expects. */
-    pushing?: { push: RoundPush; head: Buffer | undefined },
-  ): Promise<boolean | Error> {
-    const logged = round.written.map(({ change, rec }) => ({ seq: rec.ms, change }));
-    const log = logOps(st.nid, logged);
-    // The round's last log entry proves it committed, should the answer be lost.
-    const proof = log[log.length - 2] as Op & { type: 'put' };
-    const meta = metaKey(st.nid);
-    const counters = this.metaOp(st);
-    try {
-      const wrote = await instances.store.writeIf({
-        lock: meta,
-        expect: [
-          [meta, metaBuf],
-          [deletedKey(st.nid), undefined],
-          ...(pushing ? [[headKey(st.nid), pushing.head] as const, ...pushing.push.expect] : []),
-        ],
-        ops: [...round.ops, counters, ...log],
-        notify: [changedMessage(st.nid, st.seq, 0)],
-        proof: [proof.key, proof.value],
-        ...(deadline !== undefined ? { deadline } : {}),
-      });
-      if (wrote) {
-        instances.wrote(st, counters.value);
-        // The entries as a read of the log would give them (the last operation moves the head).
-        if (pushing)
-          pushing.push.committed(
-            positionOf(pushing.head),
-            log.slice(0, -1).map((op) => logEntry([op.key, op.value])),
-          );
-      }
-      return wrote;
-    } catch (e) {
-      return sharedRefusal(e);
-    }
-  }
-
-  private metaOp(st: NodeState): Op & { type: 'put' } {
+  metaOp(st: NodeState): Op & { type: 'put' } {
     return {
       type: 'put',
       key: metaKey(st.nid),
@@ -466,7 +242,7 @@ export class WriteQueue {
   }
 
   /** Answers a round's writes once it is durable (an update's created cursor is read first). */
-  private acknowledge(st: NodeState, written: Round['written']): void {
+  acknowledge(st: NodeState, written: Round['written']): void {
     for (const { w, change, rec } of written) {
       if (st.pending.get(w.id) === rec) st.pending.delete(w.id);
       if (change.feeds.created.cursor) w.resolve(change);

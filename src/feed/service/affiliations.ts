@@ -22,7 +22,7 @@ export async function ownAffiliations(
 ): Promise<{ node: string; affiliation: Affiliation }[]> {
   if (actor.kind !== 'user') return [];
   if (node === undefined) return ctx.policy.affiliationsOf(actor.jid);
-  if (!(await ctx.engine.hasNode(node))) return [];
+  if (!(await ctx.engine.nodes.hasNode(node))) return [];
   const affiliation = await ctx.policy.affiliation(node, actor.jid);
   return affiliation === 'none' ? [] : [{ node, affiliation }];
 }

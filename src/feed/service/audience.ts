@@ -111,7 +111,7 @@ export function deliveryIn(
   feed: FeedName,
   reader: string,
 ): Delivery | undefined {
-  const view = ctx.engine.viewOf(feed, reader);
+  const view = ctx.engine.nodes.viewOf(feed, reader);
   const position = view === undefined ? undefined : change.views?.[feed.order][view];
   if (!position?.notify) return undefined;
   const filter = filterKey(feed.filter);

@@ -35,7 +35,7 @@ export interface PublishOptions {
 }
 
 /**
- * When a write must be answered by: taken when the service is asked (engine.writeDeadline), it
+ * When a write must be answered by: taken when the service is asked (engine.deadlines.next), it
  * bounds the write's checks here and every layer below (deadline.ts).
  */
 type Taken = { deadline?: Deadline | undefined };
@@ -56,16 +56,16 @@ async function autoCreate(
   input: PublishInput,
   options: PublishOptions,
 ): Promise<boolean> {
-  if (await ctx.engine.hasNode(node)) return false;
+  if (await ctx.engine.nodes.hasNode(node)) return false;
   if (!ctx.autoCreate) throw new NodeNotFound(node);
   ctx.rights.requireCreate(actor);
-  ctx.engine.checkEntry(node, input.entry);
+  ctx.engine.writes.checkEntry(node, input.entry);
   const config = options.configure?.() ?? {};
   const owner = jidOf(actor);
   const refund = ctx.bounds.createNode(actor);
   const made =
     owner === undefined
-      ? ctx.engine
+      ? ctx.engine.nodes
           .createNode(node)
           .then(() => (Object.keys(config).length > 0 ? ctx.policy.configure(node, config) : undefined))
       : ctx.policy.createNode(node, owner, config);
@@ -104,7 +104,7 @@ export async function publish(
   options: PublishOptions = {},
   /** Called once the write is in the engine's queue, which keeps the order writes reach it in. */
   queued: () => void = () => undefined,
-  { deadline }: Taken = { deadline: ctx.engine.writeDeadline() },
+  { deadline }: Taken = { deadline: ctx.engine.deadlines.next() },
 ): Promise<Change> {
   const { node } = feedOf(feedName);
   // JIDs are checked first: a refused publish makes no node.
@@ -132,7 +132,7 @@ async function publishWithin(
   deadline: Deadline | undefined,
 ): Promise<Change> {
   // The checks read the database: refused, unwritten, should it not answer by the deadline.
-  const guards = await ctx.engine.beforeDeadline(
+  const guards = await ctx.engine.deadlines.before(
     (async () => {
       const created = await autoCreate(ctx, actor, node, input, options);
       const { config } = await ctx.rights.check(node, actor, 'publish');
@@ -143,7 +143,7 @@ async function publishWithin(
         throw new BadRequest(
           'an append-only node takes no item with an audience (its archives are for every reader)',
         );
-      if (audience) await ctx.engine.enableAudience(node);
+      if (audience) await ctx.engine.nodes.enableAudience(node);
       await ctx.engine.writable();
       // A publisher who is not the node's (publish_model open or subscribers) replaces only their
       // own items, hidden from them or not (protocol.md 11); decided with the write, in the engine.
@@ -158,7 +158,7 @@ async function publishWithin(
     ...(input.id !== undefined ? { id: input.id } : {}),
     ...(audience ? { audience } : {}),
   };
-  const write = ctx.engine.publish(
+  const write = ctx.engine.writes.publish(
     node,
     publisher === undefined ? item : { ...item, publisher },
     guards,
@@ -179,14 +179,14 @@ export async function retract(
   id: string,
   options: { notify?: boolean } = {},
   queued: () => void = () => undefined,
-  { deadline }: Taken = { deadline: ctx.engine.writeDeadline() },
+  { deadline }: Taken = { deadline: ctx.engine.deadlines.next() },
 ): Promise<Change> {
   const { node } = feedOf(feedName);
   const who = jidOf(actor);
-  const appendOnly = await ctx.engine.beforeDeadline(
+  const appendOnly = await ctx.engine.deadlines.before(
     (async () => {
       // Whose item it is is read in the actor's view: an item they may not see is not theirs to retract.
-      const [item] = await ctx.engine.getItems(node, [id], await readerOf(ctx, node, actor));
+      const [item] = await ctx.engine.reads.getItems(node, [id], await readerOf(ctx, node, actor));
       const own = item !== undefined && who !== undefined && item.publisher === who;
       const { config } = await ctx.rights.check(node, actor, own ? 'retract-own' : 'retract');
       await ctx.engine.writable();
@@ -197,7 +197,7 @@ export async function retract(
   // A tombstone is a write like any other: it counts against the writer's allowance.
   const charge = ctx.bounds.write(actor);
   const write = charged(
-    ctx.engine.retract(
+    ctx.engine.writes.retract(
       node,
       id,
       {
@@ -234,7 +234,7 @@ export function orderedWriter(ctx: ServiceContext): OrderedWriter {
   let turn: Promise<void> = Promise.resolve();
   const inTurn = (write: (queued: () => void, taken: Taken) => Promise<Change>): Promise<Change> => {
     // Taken now: the turn it waits for counts in its time.
-    const taken = { deadline: ctx.engine.writeDeadline() };
+    const taken = { deadline: ctx.engine.deadlines.next() };
     let release: () => void = () => undefined;
     const next = new Promise<void>((resolve) => {
       release = resolve;

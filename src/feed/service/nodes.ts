@@ -33,7 +33,7 @@ export async function create(
   try {
     if (owner !== undefined) await ctx.policy.createNode(node, owner, settings);
     else {
-      await ctx.engine.createNode(node);
+      await ctx.engine.nodes.createNode(node);
       if (Object.keys(settings).length > 0) await ctx.policy.configure(node, settings);
     }
   } catch (e) {
@@ -59,7 +59,7 @@ export async function configure(
   change: Partial<NodeConfig>,
 ): Promise<NodeConfig> {
   const { config: previous } = await ctx.rights.check(node, actor, 'configure');
-  if (ctx.engine.shared) {
+  if (ctx.engine.coordinator.shared) {
     // Logged with the change, naming the subscribers that stay (their rights are read before: the
     // event is built under the node's lock, which waits for no other read); then those that go
     // are told.
@@ -77,14 +77,14 @@ export async function configure(
   }
   const config = await ctx.policy.configure(node, change);
   if (config.accessModel !== previous.accessModel) await revokeUnentitled(ctx, node);
-  const subscriptions = await ctx.engine.subscriptionsOf(node);
+  const subscriptions = await ctx.engine.subscriptions.subscriptionsOf(node);
   ctx.emit({ type: 'node-configured', node, config, previous, subscriptions });
   return config;
 }
 
 export async function deleteNode(ctx: ServiceContext, actor: Actor, node: string): Promise<void> {
   const { config } = await ctx.rights.check(node, actor, 'delete');
-  if (ctx.engine.shared) {
+  if (ctx.engine.coordinator.shared) {
     // Logged with the deletion, naming the subscribers the node had under its lock.
     let told: NodeEvent | undefined;
     await ctx.policy.deleteNode(node, (subscriptions) => {
@@ -94,7 +94,7 @@ export async function deleteNode(ctx: ServiceContext, actor: Actor, node: string
     if (told) ctx.emit({ ...told, deliver: false });
     return;
   }
-  const subscriptions = await ctx.engine.subscriptionsOf(node);
+  const subscriptions = await ctx.engine.subscriptions.subscriptionsOf(node);
   await ctx.policy.deleteNode(node);
   ctx.emit({ type: 'node-deleted', node, config, subscriptions });
 }
@@ -112,7 +112,7 @@ export async function purge(
   const { config } = await ctx.rights.check(node, actor, 'purge');
   // Archive documents of an append-only node never change: its items are never tombstoned.
   if (config.appendOnly) throw new AppendOnly(node, 'purged');
-  await ctx.engine.purgeNode(node, { wait: options.wait === true });
+  await ctx.engine.purges.purgeNode(node, { wait: options.wait === true });
 }
 
 /** What disco#info tells of a node; `total` and `subscribers` only to those who may read its items. */
@@ -140,7 +140,7 @@ export interface NodeDescription {
 export async function describe(ctx: ServiceContext, actor: Actor, name: string): Promise<NodeDescription> {
   const feed = feedOf(name);
   const node = feed.node;
-  if (!(await ctx.engine.hasNode(node))) throw new NodeNotFound(node);
+  if (!(await ctx.engine.nodes.hasNode(node))) throw new NodeNotFound(node);
   const config = await ctx.policy.config(node);
   const readable = await ctx.rights.may(node, actor, 'retrieve');
   if (!readable && config.accessModel === 'whitelist') await ctx.rights.check(node, actor, 'retrieve');
@@ -156,8 +156,8 @@ export async function describe(ctx: ServiceContext, actor: Actor, name: string):
   // decides both (a whitelist node's members, an authorize node's approved subscribers, anyone
   // of an open node but its outcasts).
   if (readable) {
-    out.total = (await ctx.engine.read(feed, { max: 0 }, await readerOf(ctx, node, actor))).total;
-    out.subscribers = await ctx.engine.subscriberCount(node);
+    out.total = (await ctx.engine.reads.read(feed, { max: 0 }, await readerOf(ctx, node, actor))).total;
+    out.subscribers = await ctx.engine.subscriptions.subscriberCount(node);
   }
   return out;
 }
@@ -195,7 +195,7 @@ export async function listNodes(ctx: ServiceContext, actor: Actor, range: NodeRa
   const names: string[] = [];
   while (names.length < max) {
     const size = Math.min(CHUNK, max === Number.POSITIVE_INFINITY ? CHUNK : max - names.length + 1);
-    const chunk = await ctx.engine.listNodes({
+    const chunk = await ctx.engine.nodes.listNodes({
       ...(after !== undefined ? { after } : {}),
       ...(before !== undefined ? { before } : {}),
       last,

@@ -1,4 +1,5 @@
-import { type EngineOptions, FeedEngine } from '../engine.ts';
+import { openAmongInstances } from '../cluster/open.ts';
+import type { EngineOptions } from '../engine.ts';
 import { FeedService, type FeedServiceOptions } from './service.ts';
 
 /** A feed service over an engine of its own, and how to close both. */
@@ -17,7 +18,7 @@ export async function openFeedService(
   serviceOptions: FeedServiceOptions = {},
 ): Promise<OpenService> {
   // On PostgreSQL, as one instance among the serving ones: its writes are locked and logged.
-  const engine = await FeedEngine.openAmongInstances(dir, engineOptions);
+  const engine = await openAmongInstances(dir, engineOptions);
   const feeds = new FeedService(engine, serviceOptions);
   return {
     feeds,

@@ -43,17 +43,17 @@ export async function openReading(ctx: ServiceContext, actor: Actor, node: strin
     return feed;
   };
   const read = async (feed: FeedName, query: ReadQuery = {}) =>
-    presentPage(feed, await ctx.engine.read(ofNode(feed), query, view));
+    presentPage(feed, await ctx.engine.reads.read(ofNode(feed), query, view));
   return {
     actor,
     node,
     config,
     read,
     getItems: async (feed, ids) =>
-      (await ctx.engine.getItems(ofNode(feed), ids, view)).map((i) => presentItem(feed, i)),
+      (await ctx.engine.reads.getItems(ofNode(feed), ids, view)).map((i) => presentItem(feed, i)),
     total: async (feed) => (await read(feed, { max: 0 })).total,
-    createdIdAt: (position, stride) => ctx.engine.createdIdAt(node, position, stride),
-    nodeNumber: () => ctx.engine.nodeNumber(node),
+    createdIdAt: (position, stride) => ctx.engine.positions.createdIdAt(node, position, stride),
+    nodeNumber: () => ctx.engine.nodes.nodeNumber(node),
     deliveryIn: (change, feed) => deliveryIn(ctx, change, ofNode(feed), view),
   };
 }

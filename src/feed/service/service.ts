@@ -84,7 +84,7 @@ export class FeedService {
       autoCreate: options.autoCreate ?? true,
       emit: (event) => this.emit(event),
       changed: async (change, event) => {
-        if (!engine.shared) {
+        if (!engine.coordinator.shared) {
           const done = await change();
           const told = await event(done);
           if (told) this.emit(told);
@@ -103,24 +103,26 @@ export class FeedService {
     // Item changes and purges are told by the engine as they commit: re-emitted in that order.
     // On a store shared with other instances every change is seen here (deliver: false), and
     // the ones this instance pushes come again from the change log, in commit order (onPush).
-    const offChange = engine.shared
+    const offChange = engine.coordinator.shared
       ? engine.onChange((change) => this.emit({ type: 'item-changed', change, deliver: false }))
       : engine.onChange((change) => this.emit({ type: 'item-changed', change }));
     // Node events too: logged with the node's changes, told here (deliver: false) and pushed from the log.
-    const offPush = engine.shared
-      ? engine.onPush((change) => this.emit({ type: 'item-changed', change }), {
+    const offPush = engine.coordinator.shared
+      ? engine.coordinator.onPush((change) => this.emit({ type: 'item-changed', change }), {
           drained: () => this.delivered(),
           received: () => this.received(),
           events: (event) => this.emit(event),
         })
       : () => true;
-    const local = engine.shared ? ({ deliver: false } as const) : {};
+    const local = engine.coordinator.shared ? ({ deliver: false } as const) : {};
     const offStart = engine.onPurgeStart((node) => this.emit({ type: 'purge-started', node, ...local }));
     const offDone = engine.onPurge((node) => this.emit({ type: 'purge-done', node, ...local }));
-    const offHubs = engine.onHubsChanged((node) =>
+    const offHubs = engine.coordinator.onHubsChanged((node) =>
       this.emit({ type: 'hub-subscriptions-changed', ...(node !== undefined ? { node } : {}) }),
     );
-    const offBehind = engine.onBehind((node) => this.emit({ type: 'node-behind', node, deliver: false }));
+    const offBehind = engine.coordinator.onBehind((node) =>
+      this.emit({ type: 'node-behind', node, deliver: false }),
+    );
     this.unlisten = () => {
       offBehind();
       offHubs();
@@ -189,7 +191,7 @@ export class FeedService {
 
   /** Whether a node of that name exists (no right needed: publishing to it may create it). */
   hasNode(node: string): Promise<boolean> {
-    return this.engine.hasNode(node);
+    return this.engine.nodes.hasNode(node);
   }
 
   // ---- affiliations -----------------------------------------------------------------------
@@ -347,7 +349,7 @@ export class FeedService {
    * poll compares it with what it read).
    */
   lastCursorNow(feed: string | FeedName): string | undefined {
-    return this.engine.lastCursorNow(feed);
+    return this.engine.nodes.lastCursorNow(feed);
   }
 
   /**
@@ -356,7 +358,7 @@ export class FeedService {
    * something here waits on). No rights are involved: nothing is returned.
    */
   catchUp(node: string): Promise<void> {
-    return this.engine.catchUp(node);
+    return this.engine.coordinator.catchUp(node);
   }
 
   /**
@@ -382,7 +384,7 @@ export class FeedService {
   ): Promise<{ config: NodeConfig; subscriptions: Subscription[]; deliver: DeliveryFor }> {
     return {
       config: await this.policy.config(node),
-      subscriptions: await this.engine.subscriptionsOf(node),
+      subscriptions: await this.engine.subscriptions.subscriptionsOf(node),
       deliver: await deliveries(this.ctx, node),
     };
   }
@@ -425,25 +427,9 @@ export class FeedService {
     await Promise.all([...this.receipts].map((received) => received()));
   }
 
-  /**
-   * Joins the instances that push changes (on a store shared by several instances: this one
-   * takes its share of the nodes by leases); on a store of its own, every change is pushed here.
-   */
-  startDelivering(options: Parameters<FeedEngine['startPushing']>[0] = {}): Promise<void> {
-    return this.engine.startPushing(options);
-  }
-
-  /**
-   * Among several instances, for one that does not push (no XMPP component): its publishes and
-   * retractions go to the instance holding their node (FeedEngine.startRouting).
-   */
-  startRouting(options: Parameters<FeedEngine['startRouting']>[0]): Promise<void> {
-    return this.engine.startRouting(options);
-  }
-
   /** Whether the store is shared with other instances (several `smartfeeds serve` on one database). */
   get shared(): boolean {
-    return this.engine.shared;
+    return this.engine.coordinator.shared;
   }
 
   /**
@@ -452,12 +438,7 @@ export class FeedService {
    * through the store (the feed bot's presence) trust an entry while the instance that wrote it lives.
    */
   pushers(): Promise<{ self: string | undefined; live: Set<string> } | undefined> {
-    return this.engine.pushers();
-  }
-
-  /** Leaves the pushers: the other instances take this one's share. */
-  stopDelivering(): Promise<void> {
-    return this.engine.stopPushing();
+    return this.engine.coordinator.pushers();
   }
 
   /**
@@ -466,12 +447,12 @@ export class FeedService {
    * it holds the node's share.
    */
   owns(node: string): Promise<boolean> {
-    return this.engine.owns(node);
+    return this.engine.coordinator.owns(node);
   }
 
   /** Finishes purges a stop or crash interrupted (their purge-done events follow). */
   resumePurges(): Promise<void> {
-    return this.engine.resumePurges();
+    return this.engine.purges.resumePurges();
   }
 
   /** The WebSub hub's stored subscriptions. */

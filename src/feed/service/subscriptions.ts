@@ -46,7 +46,7 @@ function withinSubscriptionBounds<T>(
   if (account === undefined) return make();
   const { nodeSubscriptions, subscriptions } = ctx.bounds.bounds;
   return ctx.bounds.subscribing(account, async () => {
-    const held = await ctx.engine.countSubscriptionsFor(bare, feed.node, {
+    const held = await ctx.engine.subscriptions.countFor(bare, feed.node, {
       ...(nodeSubscriptions !== undefined ? { node: nodeSubscriptions } : {}),
       ...(subscriptions !== undefined ? { total: subscriptions } : {}),
     });
@@ -88,10 +88,16 @@ async function subscribeChecked(
   // On a shared store the event is built under the node's lock, which waits for no other read:
   // what it needs is read before.
   const to = pending ? await approvers(ctx, feed.node) : [];
-  const early = ctx.engine.shared && !pending ? await lastItemRead(ctx, actor, feed, config) : undefined;
+  const early =
+    ctx.engine.coordinator.shared && !pending ? await lastItemRead(ctx, actor, feed, config) : undefined;
   const { subscription } = await ctx.changed<{ subscription: Subscription; created: boolean }>(
     (logged) =>
-      ctx.engine.subscribe(feed.requested, jid, bareOf(jid), logged ? { pending, logged } : { pending }),
+      ctx.engine.subscriptions.subscribe(
+        feed.requested,
+        jid,
+        bareOf(jid),
+        logged ? { pending, logged } : { pending },
+      ),
     async ({ subscription, created }): Promise<NodeEvent | undefined> => {
       if (!created) return undefined;
       if (subscription.pending)
@@ -131,9 +137,9 @@ async function lastItemRead(
   if (config.sendLastPublishedItem !== 'on_sub') return () => undefined;
   const { engine } = ctx;
   const reader = await readerOf(ctx, feed.node, actor);
-  const [last] = (await engine.read(feed, { max: 1, last: true }, reader)).items;
+  const [last] = (await engine.reads.read(feed, { max: 1, last: true }, reader)).items;
   return () =>
-    last && engine.lastCursorNow(feed, reader) === last.cursor ? presentItem(feed, last) : undefined;
+    last && engine.nodes.lastCursorNow(feed, reader) === last.cursor ? presentItem(feed, last) : undefined;
 }
 
 /** Ends the actor's own subscription (with a subid, only if it matches). */
@@ -160,13 +166,15 @@ async function ended(
   // Read before: the event is built under the node's lock on a shared store.
   const config = await ctx.policy.config(feed.node);
   return ctx.changed(
-    (logged) => ctx.engine.unsubscribe(feed.requested, jid, bareOf(jid), subid, logged),
+    (logged) => ctx.engine.subscriptions.unsubscribe(feed.requested, jid, bareOf(jid), subid, logged),
     async (subscription) => ({ type: 'subscription-changed', subscription, state: 'none', cause, config }),
   );
 }
 
 async function find(ctx: ServiceContext, feed: FeedName, jid: string): Promise<Subscription | undefined> {
-  return (await ctx.engine.subscriptionsOf(feed.node)).find((s) => s.order === feed.order && s.jid === jid);
+  return (await ctx.engine.subscriptions.subscriptionsOf(feed.node)).find(
+    (s) => s.order === feed.order && s.jid === jid,
+  );
 }
 
 /**
@@ -187,7 +195,7 @@ export async function approve(
   if (!sub?.pending || (subid !== undefined && subid !== sub.subid)) return false;
   if (allow) {
     await ctx.changed<Subscription>(
-      (logged) => ctx.engine.approveSubscription(sub.feed, sub.jid, bareOf(jid), logged),
+      (logged) => ctx.engine.subscriptions.approveSubscription(sub.feed, sub.jid, bareOf(jid), logged),
       async (subscription) => ({
         type: 'subscription-changed',
         subscription,
@@ -198,7 +206,7 @@ export async function approve(
     );
   } else {
     await ctx.changed(
-      (logged) => ctx.engine.unsubscribe(sub.feed, sub.jid, bareOf(jid), undefined, logged),
+      (logged) => ctx.engine.subscriptions.unsubscribe(sub.feed, sub.jid, bareOf(jid), undefined, logged),
       async () => ({
         type: 'subscription-changed',
         subscription: sub,
@@ -232,7 +240,7 @@ export async function setSubscription(
     // Ended meanwhile by someone else: alone on a store it is told again; shared, that one told it.
     await ctx.changed(
       (logged) =>
-        ctx.engine.unsubscribe(feed.requested, jid, bare, undefined, logged).catch((e) => {
+        ctx.engine.subscriptions.unsubscribe(feed.requested, jid, bare, undefined, logged).catch((e) => {
           if (!(e instanceof NotSubscribed)) throw e;
         }),
       async () => ({
@@ -274,9 +282,9 @@ async function ownerSubscribes(
   await ctx.changed<Subscription>(
     async (logged) =>
       found
-        ? ctx.engine.approveSubscription(feed.requested, jid, bare, logged)
+        ? ctx.engine.subscriptions.approveSubscription(feed.requested, jid, bare, logged)
         : (
-            await ctx.engine.subscribe(
+            await ctx.engine.subscriptions.subscribe(
               feed.requested,
               jid,
               bare,
@@ -297,7 +305,7 @@ export async function nodeSubscriptions(
   node: string,
 ): Promise<Subscription[]> {
   await ctx.rights.check(node, actor, 'manage');
-  return ctx.engine.subscriptionsOf(node);
+  return ctx.engine.subscriptions.subscriptionsOf(node);
 }
 
 /** The actor's own subscriptions (any resource), across nodes or of one. */
@@ -307,7 +315,7 @@ export async function subscriptions(
   node?: string,
 ): Promise<Subscription[]> {
   if (actor.kind !== 'user') return [];
-  return ctx.engine.subscriptionsFor(actor.jid, node);
+  return ctx.engine.subscriptions.subscriptionsFor(actor.jid, node);
 }
 
 /** A subscription whose notifications bounce ends; the subscriber is not told (it cannot hear). */
@@ -327,7 +335,7 @@ export async function revokeUnentitled(
 ): Promise<void> {
   const config = await ctx.policy.config(node);
   const verdicts = new Map<string, boolean>();
-  for (const sub of await ctx.engine.subscriptionsOf(node)) {
+  for (const sub of await ctx.engine.subscriptions.subscriptionsOf(node)) {
     const bare = bareOf(sub.jid);
     if (only && !only.has(bare)) continue;
     let entitled = verdicts.get(bare);
@@ -339,7 +347,7 @@ export async function revokeUnentitled(
     // One that cannot end (ended meanwhile) is told by whoever ended it.
     await ctx
       .changed(
-        (logged) => ctx.engine.unsubscribe(sub.feed, sub.jid, bare, undefined, logged),
+        (logged) => ctx.engine.subscriptions.unsubscribe(sub.feed, sub.jid, bare, undefined, logged),
         async () => ({
           type: 'subscription-changed',
           subscription: sub,
@@ -362,7 +370,7 @@ export async function unentitled(
   config: NodeConfig,
 ): Promise<Set<string>> {
   const out = new Set<string>();
-  const bares = new Set((await ctx.engine.subscriptionsOf(node)).map((s) => bareOf(s.jid)));
+  const bares = new Set((await ctx.engine.subscriptions.subscriptionsOf(node)).map((s) => bareOf(s.jid)));
   for (const bare of bares) if (!(await ctx.rights.entitled(node, bare, config))) out.add(bare);
   return out;
 }

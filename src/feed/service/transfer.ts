@@ -10,7 +10,7 @@ export function exportNode(ctx: ServiceContext, actor: Actor, node: string): Asy
   const { engine, rights } = ctx;
   return (async function* () {
     if (!rights.isAdmin(actor)) await rights.check(node, actor, 'configure');
-    yield* engine.exportNode(node);
+    yield* engine.transfer.exportNode(node);
   })();
 }
 
@@ -24,9 +24,10 @@ export async function importNode(
   const { engine } = ctx;
   if (!ctx.rights.isAdmin(actor)) throw new AccessDenied('forbidden', 'only administrators import items');
   // A node the import makes is removed again when it fails: a failed import leaves nothing.
-  const made = !(await engine.hasNode(node)) && (await engine.createNode(node).then(() => true, exists));
+  const made =
+    !(await engine.nodes.hasNode(node)) && (await engine.nodes.createNode(node).then(() => true, exists));
   try {
-    return await engine.importNode(node, records);
+    return await engine.transfer.importNode(node, records);
   } catch (e) {
     // The import's own failure is the one to report, whatever becomes of the removal.
     if (made) await deleteNode(ctx, actor, node).catch(() => undefined);

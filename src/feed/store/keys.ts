@@ -19,7 +19,7 @@ import type { Order } from '../model/feedName.ts';
  *   h NID                       -> on a shared store, 8 random bytes rewritten with every write of
  *                                  the node's WebSub subscriptions: their version (hubStore.ts)
  *   r NID STRIDE BLOCK          -> created-index key + id of the item at position BLOCK·STRIDE-1 of
- *                                  the created order (engine.createdIdAt), remembered as found
+ *                                  the created order (engine.positions.createdIdAt), remembered as found
  *   y NID ORDER VIEW 0 STAMP SEQ -> item id: a filtered or audience index (engine/filters.ts); VIEW
  *                                  is `FILTER U+0001 AUDIENCE`, never holding U+0000
  *   z NID VIEW                  -> that index's entry count {n} (the same in both orders)
@@ -118,7 +118,7 @@ export function audienceFlagKey(nid: number): Buffer {
   return withNid('w', nid, 0);
 }
 
-/** Where the created order's position BLOCK·STRIDE-1 is remembered (engine.createdIdAt). */
+/** Where the created order's position BLOCK·STRIDE-1 is remembered (engine.positions.createdIdAt). */
 export function markKey(nid: number, stride: number, block: number): Buffer {
   const buf = withNid('r', nid, 12);
   buf.writeUInt32BE(stride, 5);

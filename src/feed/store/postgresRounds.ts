@@ -1,6 +1,6 @@
 import { type Deadline, passed } from '../model/deadline.ts';
 import { WriteTimedOut } from '../model/errors.ts';
-import { byteaArray, type finalOps } from './postgres.ts';
+import { byteaArray, type finalOps } from './postgresQueries.ts';
 import type { ConditionalWrite } from './shared.ts';
 
 /**

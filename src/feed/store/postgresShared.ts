@@ -1,20 +1,18 @@
 import { createHash } from 'node:crypto';
-import type pg from 'pg';
 import { byDeadline, type Deadline, passed } from '../model/deadline.ts';
 import { FeedError, NotWritten, OutcomeUnknown, StorageError, WriteTimedOut } from '../model/errors.ts';
+import { type Held, openPostgresStore, type PostgresStore, type PostgresStoreOptions } from './postgres.ts';
+import { LeaseTable, NOW_MS } from './postgresLeases.ts';
+import { CHANNEL, listenToWakeUps } from './postgresListen.ts';
 import {
   byteaArray,
   collapse,
   finalOps,
-  type Held,
   isConnectionLoss,
-  openPostgresStore,
   PostgresReader,
-  type PostgresStore,
-  type PostgresStoreOptions,
   query,
   WRITE,
-} from './postgres.ts';
+} from './postgresQueries.ts';
 import {
   APPLY_BY_INDEX,
   earliest,
@@ -71,7 +69,6 @@ const INSTANCE_MIGRATIONS: readonly string[] = [
   // Both made through one function whose lookups stay on the index (postgresRounds.ts).
   APPLY_BY_INDEX,
 ];
-const CHANNEL = 'smartfeeds';
 // Each range by the primary key's index, then each key, numbered after the ranges (entriesAfter).
 const ENTRIES_AFTER = `SELECT r.i, kv.key, kv.value
   FROM unnest($1::bytea[], $2::bytea[], $3::int[]) WITH ORDINALITY AS r(gt, lt, lim, i)
@@ -82,9 +79,6 @@ const ENTRIES_AFTER = `SELECT r.i, kv.key, kv.value
   ORDER BY 1, 2`;
 const ROUND =
   'SELECT smartfeeds_round($1::bigint, $2::bytea[], $3::bytea[], $4::bytea[], $5::bytea[], $6::bytea[], $7::text[])';
-const NOW_MS = '(extract(epoch FROM clock_timestamp()) * 1000)::bigint';
-const FIRST_DELAY_MS = 50;
-const MAX_DELAY_MS = 2000;
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -113,7 +107,12 @@ export class SharedPostgresStore implements SharedFeedStore {
   private stopped = false;
   private readonly rounds = new RoundBatcher((batch) => this.sendRounds(batch));
 
-  constructor(readonly pg: PostgresStore) {}
+  /** The lease table (`smartfeeds_leases`), on the store's clock. */
+  private readonly leaseTable: LeaseTable;
+
+  constructor(readonly pg: PostgresStore) {
+    this.leaseTable = new LeaseTable((text, params) => this.rows(text, params));
+  }
 
   get(key: Buffer): Promise<Buffer | undefined> {
     return this.pg.get(key);
@@ -411,132 +410,24 @@ export class SharedPostgresStore implements SharedFeedStore {
     ttl: number,
     address?: string,
   ): Promise<number | undefined> {
-    return (await this.takeLeases([name], holder, ttl, address))[0];
+    return (await this.leaseTable.take([name], holder, ttl, address))[0];
   }
 
   acquireLeases(names: readonly string[], holder: string, ttl: number): Promise<(number | undefined)[]> {
-    return this.takeLeases(names, holder, ttl, undefined);
+    return this.leaseTable.take(names, holder, ttl, undefined);
   }
 
-  /** acquireLease for each of `names` in one statement, `address` kept with each. */
-  private async takeLeases(
-    names: readonly string[],
-    holder: string,
-    ttl: number,
-    address: string | undefined,
-  ): Promise<(number | undefined)[]> {
-    if (names.length === 0) return [];
-    const rows = await this.rows(
-      `INSERT INTO smartfeeds_leases (name, holder, expires, address)
-       SELECT n, $2, ${NOW_MS} + $3, $4 FROM unnest($1::text[]) AS n
-       ON CONFLICT (name) DO UPDATE
-       SET holder = EXCLUDED.holder, expires = EXCLUDED.expires, address = EXCLUDED.address
-       WHERE smartfeeds_leases.holder = EXCLUDED.holder OR smartfeeds_leases.expires <= ${NOW_MS}
-       RETURNING name, expires`,
-      [names, holder, Math.round(ttl), address ?? null],
-    );
-    const expiries = new Map(rows.map((r) => [r[0] as string, Number(r[1])]));
-    return names.map((name) => expiries.get(name));
+  releaseLeases(names: readonly string[], holder: string): Promise<void> {
+    return this.leaseTable.release(names, holder);
   }
 
-  async releaseLeases(names: readonly string[], holder: string): Promise<void> {
-    if (names.length === 0) return;
-    await this.rows('DELETE FROM smartfeeds_leases WHERE name = ANY($1::text[]) AND holder = $2', [
-      names,
-      holder,
-    ]);
+  leases(prefix: string): Promise<{ now: number; leases: Lease[] }> {
+    return this.leaseTable.live(prefix);
   }
 
-  async leases(prefix: string): Promise<{ now: number; leases: Lease[] }> {
-    const rows = await this.rows(
-      `SELECT n.now, l.name, l.holder, l.expires, l.address FROM (SELECT ${NOW_MS} AS now) AS n
-       LEFT JOIN smartfeeds_leases AS l ON starts_with(l.name, $1) AND l.expires > n.now`,
-      [prefix],
-    );
-    const now = Number(rows[0]?.[0]);
-    const leases = rows
-      .filter((r) => r[1] !== null)
-      .map((r) => ({
-        name: r[1] as string,
-        holder: r[2] as string,
-        expires: Number(r[3]),
-        ...(r[4] === null ? {} : { address: r[4] as string }),
-      }));
-    return { now, leases };
-  }
-
-  /**
-   * LISTENs on a connection of its own; when it breaks, connects again with backoff and, once
-   * listening again, says so (`reconnected`): what was sent meanwhile is lost.
-   */
-  async listen(listener: (message: string) => void, reconnected: () => void): Promise<() => Promise<void>> {
-    let current: { client: pg.PoolClient; release: (discard: boolean) => void } | undefined;
-    let stopping = false;
-    let broken: () => void = () => {};
-    const onNotification = (m: pg.Notification) => {
-      if (m.channel === CHANNEL && m.payload !== undefined) listener(m.payload);
-    };
-    const connect = async (): Promise<void> => {
-      const held = await this.pg.hold();
-      // Stopped while connecting: the connection goes back at once (the pool's end waits for it).
-      if (stopping || this.stopped) {
-        held.release(true);
-        return;
-      }
-      held.client.on('notification', onNotification);
-      const gone = new Promise<void>((resolve) => {
-        broken = resolve;
-        held.client.once('error', () => resolve());
-        held.client.once('end', () => resolve());
-      });
-      current = {
-        client: held.client,
-        release: (discard) => {
-          held.client.off('notification', onNotification);
-          held.release(discard);
-        },
-      };
-      try {
-        await held.client.query(`LISTEN ${CHANNEL}`);
-      } catch (e) {
-        // PostgreSQL went away between the connection and LISTEN: a client kept checked out
-        // here would hold the pool's end (and the instance's stop) forever.
-        if (current?.client === held.client) current = undefined;
-        held.client.off('notification', onNotification);
-        held.release(true);
-        throw e;
-      }
-      void gone.then(() => reconnect());
-    };
-    const reconnect = async (): Promise<void> => {
-      current?.release(true);
-      current = undefined;
-      for (
-        let delay = FIRST_DELAY_MS;
-        !stopping && !this.stopped;
-        delay = Math.min(2 * delay, MAX_DELAY_MS)
-      ) {
-        await sleep(delay);
-        try {
-          await connect();
-          if (!stopping && !this.stopped) reconnected();
-          return;
-        } catch {
-          // Still away: wait longer.
-        }
-      }
-    };
-    await connect();
-    return async () => {
-      stopping = true;
-      broken();
-      const c = current;
-      current = undefined;
-      if (c) {
-        await c.client.query(`UNLISTEN ${CHANNEL}`).catch(() => undefined);
-        c.release(false);
-      }
-    };
+  /** See SharedStore.listen and listenToWakeUps. */
+  listen(listener: (message: string) => void, reconnected: () => void): Promise<() => Promise<void>> {
+    return listenToWakeUps(this.pg, () => this.stopped, listener, reconnected);
   }
 }
 

@@ -3,9 +3,10 @@ import type { Entry, Op, Store, StoreReader } from './store.ts';
 
 /**
  * What several `smartfeeds serve` instances need of the one store they share, beyond the Store
- * interface: writes that lock what they read, one clock, a wake-up channel and leases. Optional:
- * a store that offers it (PostgreSQL, or the in-memory one shared inside a process for tests)
- * makes the engine run as one instance among several (protocol.md section 13).
+ * interface: writes that lock what they read, one clock, a wake-up channel and leases. Offered by
+ * PostgreSQL and by the in-memory store shared inside a process for tests; the engine runs as one
+ * instance among several when it is handed a ClusterCoordinator over it (src/feed/cluster/,
+ * protocol.md section 13).
  */
 
 /** The reads of one locked transaction, and the store's clock read once the locks were taken. */
@@ -115,17 +116,6 @@ export interface SharedStore {
 
 /** A store that several instances share. */
 export type SharedFeedStore = Store & SharedStore;
-
-/** Whether a store offers the shared-store extension. */
-export function isShared(store: Store): store is SharedFeedStore {
-  const s = store as Partial<SharedStore>;
-  return (
-    typeof s.locked === 'function' &&
-    typeof s.writeIf === 'function' &&
-    typeof s.acquireLease === 'function' &&
-    typeof s.listen === 'function'
-  );
-}
 
 /** Keys after `gt` and before `lt`, `limit` of them at most (SharedStore.entriesAfter). */
 export interface BoundedRange {

@@ -1,9 +1,15 @@
 import { createHash } from 'node:crypto';
 import { createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
 import { hostname } from 'node:os';
-import { holdForTurn } from '../../heldWrites.ts';
-import type { Deadline } from '../model/deadline.ts';
-import { type Handed, type HandedReply, type PeerLink, PeerLost, PeerUnreachable } from './handoff.ts';
+import {
+  type Handed,
+  type HandedReply,
+  type PeerLink,
+  PeerLost,
+  PeerUnreachable,
+} from '../feed/cluster/handoff.ts';
+import type { Deadline } from '../feed/model/deadline.ts';
+import { holdForTurn } from '../heldWrites.ts';
 
 /**
  * The hand-off between instances over TCP: one connection per pair, kept open, carrying one JSON
@@ -275,4 +281,29 @@ export class TcpPeerLink implements PeerLink {
     });
     this.peers.clear();
   }
+}
+
+/**
+ * The hand-off link of `smartfeeds serve` among several instances: listening at HOST:PORT (port 0:
+ * a free one), each connection proving `secret`. An instance that refuses this one's secret is
+ * told to `failed` once: the writes to its nodes are then committed here.
+ */
+export function listenForPeers(
+  at: { host: string; port: number; secret?: string },
+  failed?: (error: unknown) => void,
+): Promise<TcpPeerLink> {
+  const told = new Set<string>();
+  return TcpPeerLink.listen(at.host, {
+    port: at.port,
+    ...(at.secret === undefined ? {} : { secret: at.secret }),
+    refused: (address) => {
+      if (told.has(address)) return;
+      told.add(address);
+      failed?.(
+        new Error(
+          `the instance at ${address} refused this instance's hand-off secret: writes to the nodes it holds are committed here until every instance has the same component secret`,
+        ),
+      );
+    },
+  });
 }

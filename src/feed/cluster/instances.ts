@@ -1,3 +1,6 @@
+import { ALL, splitView, X_VIEW } from '../engine/filters.ts';
+import { type NodeMeta, type NodeState, parse, serialize } from '../engine/state.ts';
+import { type IndexState, IndexTail, type NodeViews } from '../engine/viewState.ts';
 import type { NodeEvent } from '../events.ts';
 import { NodeNotFound } from '../model/errors.ts';
 import type { Change } from '../model/feed.ts';
@@ -18,9 +21,6 @@ import {
   readLog,
   touchedMessage,
 } from './changeLog.ts';
-import { ALL, splitView, X_VIEW } from './filters.ts';
-import { type NodeMeta, type NodeState, parse, serialize } from './state.ts';
-import { type IndexState, IndexTail, type NodeViews } from './viewState.ts';
 
 /** Key tags whose writes change what instances cache of a node: subscriptions, configuration, affiliations. */
 const CACHED_TAGS = new Set([0x73, 0x63, 0x61]); // s c a

@@ -1,35 +1,28 @@
 import { randomUUID } from 'node:crypto';
+import type { PushHandling } from '../engine/coordinator.ts';
+import { type HubStore, hubVersionOf } from '../engine/hubStore.ts';
+import type { NodeRegistry } from '../engine/nodes.ts';
+import { type ChangeListener, listen } from '../engine/state.ts';
+import type { Writes } from '../engine/writes.ts';
 import { type NodeEvent, nodeOfEvent } from '../events.ts';
 import { hubVersionKey } from '../store/keys.ts';
 import type { LogEntry } from './changeLog.ts';
-import { Handoff, type PeerLink } from './handoff.ts';
-import { type HubStore, hubVersionOf } from './hubStore.ts';
+import { Handoff, type HandoffCounts, noHandoffs, type PeerLink } from './handoff.ts';
 import type { Instances, RoundPush } from './instances.ts';
-import { BucketOwners, liveMembers, type PushLeaseOptions, PushLeases } from './leases.ts';
-import type { NodeRegistry } from './nodes.ts';
-import { type ChangeListener, listen } from './state.ts';
-import type { Writes } from './writes.ts';
-
-/** What a binding that pushes tells the pusher, besides the changes it is given (FeedEngine.onPush). */
-export interface PushHandling {
-  /** Resolves once what it was given of a node has left: the next node's changes wait for it. */
-  drained?: () => Promise<void>;
-  /**
-   * Resolves once what it was given before the call has arrived where it goes (the XMPP server
-   * has read it): positions in the change log are recorded after it.
-   */
-  received?: () => Promise<void>;
-  /** Told the node events this instance pushes, in order with the changes. */
-  events?: (event: NodeEvent) => void;
-}
+import { type PushLeaseOptions, PushLeases } from './leases.ts';
+import { BucketOwners, liveMembers } from './owners.ts';
 
 /**
  * This instance's part in pushing among several instances on one shared store: its push leases,
  * the listeners and drains its pushes go to, node events logged for the pusher to tell, and the
- * WebSub subscription versions its hubs last read. FeedEngine delegates to it on a shared store.
+ * WebSub subscription versions its hubs last read, and the hand-offs of its writes.
  */
 export class Pushing {
+  /** How the hand-offs made so far went (every Handoff made here counts here). */
+  readonly handoffCounts: HandoffCounts = noHandoffs();
   private leases: PushLeases | undefined;
+  /** Where this instance's writes go to their node's holder, while it does. */
+  private handoff: Handoff | undefined;
   /** Who holds which bucket, when this instance hands its writes off without pushing (route). */
   private owners: BucketOwners | undefined;
   private readonly listeners = new Set<ChangeListener>();
@@ -54,7 +47,7 @@ export class Pushing {
   ) {}
 
   /**
-   * Takes this instance's share of the nodes by leases (see FeedEngine.startPushing). With
+   * Takes this instance's share of the nodes by leases (see ClusterCoordinator.startPushing). With
    * `peers`, writes to the nodes of another instance's buckets are handed to it, and it takes
    * those of the others for its own.
    */
@@ -103,13 +96,14 @@ export class Pushing {
 
   /** Writes to the nodes `owner` names another instance for go to it over `peers`, and its writes come here. */
   private handOff(peers: PeerLink, owner: (nid: number) => string | undefined): void {
-    this.writes.handoff = new Handoff(
+    this.handoff = new Handoff(
       peers,
       this.nodes.ready,
       owner,
       (request) => this.writes.handed(request),
-      this.writes.handoffCounts,
+      this.handoffCounts,
     );
+    this.writes.router = this.handoff;
   }
 
   /**
@@ -160,12 +154,13 @@ export class Pushing {
 
   /** Writes are made here again; the others' hand-offs are refused from now on. */
   private async stopHandoff(): Promise<void> {
-    const handoff = this.writes.handoff;
-    this.writes.handoff = undefined;
+    const handoff = this.handoff;
+    this.handoff = undefined;
+    if (this.writes.router === handoff) this.writes.router = undefined;
     await handoff?.close();
   }
 
-  /** See FeedEngine.pushers. */
+  /** See Coordinator.pushers. */
   async pushers(): Promise<{ self: string | undefined; live: Set<string> }> {
     const self = this.leases?.holder;
     return { self, live: new Set(await liveMembers(this.instances.store)) };
@@ -189,7 +184,7 @@ export class Pushing {
     return st !== undefined && leases.owns(st.nid);
   }
 
-  /** See FeedEngine.onPush (shared store). Returns its remover. */
+  /** See Coordinator.onPush. Returns its remover. */
   onPush(listener: ChangeListener, { drained, received, events }: PushHandling): () => void {
     this.listeners.add(listener);
     if (events) this.eventListeners.add(events);
@@ -228,7 +223,7 @@ export class Pushing {
     for (const drained of this.drains) await drained();
   }
 
-  /** See FeedEngine.onHubsChanged. Returns its remover. */
+  /** See Coordinator.onHubsChanged. Returns its remover. */
   onHubsChanged(listener: (node: string | undefined) => void): () => void {
     return listen(this.hubListeners, listener);
   }
