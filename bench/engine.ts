@@ -2,7 +2,13 @@
  * Engine benchmark: raw classic-level writes as the baseline, then the engine's publish rate,
  * page read latency at several depths of a large node, and resident memory.
  *
- *   npm run bench:engine -- [--items N] [--inflight K] [--reads R]
+ *   npm run bench:engine -- [--items N (1000000)] [--inflight K (256)] [--reads R (500)]
+ *
+ * Beside each page read (50 items since a cursor at 1 % and 99 % depth), the floor in the same
+ * run: classic-level itself, on the database the raw baseline wrote (the engine's keys and values
+ * for the same items), reading the 50 records that follow in key order in one range, and reading
+ * 50 index entries in one range followed by `getMany` of their records, R reads each; then the
+ * ratio of the engine's p50 to the range read's (goal <= 2).
  *
  * Everything happens in a temporary directory, removed at the end.
  */
@@ -11,11 +17,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
+import { ClassicLevel } from 'classic-level';
 import { FeedEngine } from '../src/feed/engine.ts';
 import { indexKey, itemKey, metaKey } from '../src/feed/store/keys.ts';
 import { openLevelStore } from '../src/feed/store/level.ts';
 import { encodeRecord } from '../src/feed/store/record.ts';
 import type { Op } from '../src/feed/store/store.ts';
+import { printUsage } from './usage.ts';
 
 const { values } = parseArgs({
   options: {
@@ -25,10 +33,7 @@ const { values } = parseArgs({
     help: { type: 'boolean', short: 'h' },
   },
 });
-if (values.help) {
-  console.log('usage: npm run bench:engine -- [--items N (1000000)] [--inflight K (256)] [--reads R (500)]');
-  process.exit(0);
-}
+if (values.help) printUsage(import.meta.url);
 const N = Number(values.items);
 const INFLIGHT = Number(values.inflight);
 const READS = Number(values.reads);
@@ -85,7 +90,7 @@ const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFracti
 
 // ---- (a) raw LevelDB store baseline -------------------------------------------------------
 
-async function raw(dir: string): Promise<{ seconds: number; bytes: number }> {
+async function raw(dir: string): Promise<{ seconds: number; bytes: number; stamp: number }> {
   // Opened as the engine opens its database (same encodings and LevelDB options).
   const db = await openLevelStore(dir);
   let bytes = 0;
@@ -112,7 +117,7 @@ async function raw(dir: string): Promise<{ seconds: number; bytes: number }> {
   }
   const seconds = elapsed / 1000;
   await db.close();
-  return { seconds, bytes };
+  return { seconds, bytes, stamp };
 }
 
 // ---- (b) engine publish -------------------------------------------------------------------
@@ -163,6 +168,54 @@ async function readLatency(engine: FeedEngine, label: string, since: string): Pr
   return { label, p50: percentile(times, 50), p99: percentile(times, 99) };
 }
 
+// ---- (d) the floor: classic-level alone ------------------------------------------------
+
+/** The raw baseline's node: its records are keyed by id, its index entries by stamp and seq. */
+const RAW_NID = 1;
+
+/** Times `read` R times (after 20 unmeasured), checking that each gives a full page. */
+async function timed(label: string, read: () => Promise<number>): Promise<Latency> {
+  for (let i = 0; i < 20; i++) await read();
+  const times: number[] = [];
+  for (let i = 0; i < READS; i++) {
+    const start = performance.now();
+    const n = await read();
+    times.push(performance.now() - start);
+    if (n !== PAGE) throw new Error(`${label} gave ${n} values`);
+  }
+  times.sort((a, b) => a - b);
+  return { label, p50: percentile(times, 50), p99: percentile(times, 99) };
+}
+
+/**
+ * On the raw baseline's database, what a page since item `after` costs classic-level: the 50
+ * records that follow in key order read in one range, and 50 index entries read in one range
+ * followed by one `getMany` of the records they name.
+ */
+async function floors(db: ClassicLevel<Buffer, Buffer>, stamp: number, d: Depth): Promise<Latency[]> {
+  const end = itemKey(RAW_NID + 1, '');
+  const range = () =>
+    db
+      .values({ gt: itemKey(RAW_NID, itemId(d.index)), lt: end, limit: PAGE })
+      .all()
+      .then((v) => v.length);
+  const indexThenGetMany = async () => {
+    const ids = await db
+      .values({
+        gt: indexKey(RAW_NID, 'modified', stamp, d.index),
+        lt: indexKey(RAW_NID, 'modified', stamp + 1, 0),
+        limit: PAGE,
+      })
+      .all();
+    const records = await db.getMany(ids.map((id) => itemKey(RAW_NID, id.toString('utf8'))));
+    return records.filter((r) => r !== undefined).length;
+  };
+  return [
+    await timed(`classic-level range of ${PAGE} values, ${d.label}`, range),
+    await timed(`classic-level index range + getMany, ${d.label}`, indexThenGetMany),
+  ];
+}
+
 // ---- run ----------------------------------------------------------------------------------
 
 const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-bench-'));
@@ -177,7 +230,6 @@ try {
   console.error('(a) raw classic-level batches');
   const base = await raw(join(dir, 'raw'));
   const rawRate = N / base.seconds;
-  await rm(join(dir, 'raw'), { recursive: true, force: true });
 
   console.error(`(b) engine publish, ${INFLIGHT} in flight`);
   const depths: Depth[] = [
@@ -212,6 +264,34 @@ try {
   }
   const diskBytes = await dirBytes(engineDir);
 
+  console.error(`(d) classic-level alone on the raw baseline's database, ${READS} reads per depth`);
+  const rawDb = new ClassicLevel<Buffer, Buffer>(join(dir, 'raw'), {
+    keyEncoding: 'buffer',
+    valueEncoding: 'buffer',
+    createIfMissing: false,
+  });
+  await rawDb.open();
+  const floorRows: [string, string, string][] = [];
+  try {
+    for (const [i, d] of depths.entries()) {
+      if (d.label === '50 %') continue;
+      const engineRead = latencies[i] as Latency;
+      const [range, getMany] = (await floors(rawDb, base.stamp, d)) as [Latency, Latency];
+      floorRows.push(
+        ...[range, getMany].map((l): [string, string, string] => [
+          `${l.label} depth: p50 / p99`,
+          `${fmt(l.p50, 3)} / ${fmt(l.p99, 3)} ms`,
+          '',
+        ]),
+        [`engine read / classic-level range, p50, ${d.label}`, fmt(engineRead.p50 / range.p50, 2), '<= 2'],
+        [`engine read / index range + getMany, p50, ${d.label}`, fmt(engineRead.p50 / getMany.p50, 2), ''],
+      );
+    }
+  } finally {
+    await rawDb.close();
+  }
+  await rm(join(dir, 'raw'), { recursive: true, force: true });
+
   const engineRate = N / seconds;
   const [shallow, , deep] = latencies as [Latency, Latency, Latency];
   const rows: [string, string, string][] = [
@@ -228,6 +308,7 @@ try {
       l.label.startsWith('cursor') ? 'p50 < 1 ms' : '',
     ]),
     ['p50(99 %) / p50(1 %), cursor', fmt(deep.p50 / shallow.p50, 2), '<= 1.5'],
+    ...floorRows,
     ['resident memory after load (rss)', `${fmt(mb(rss))} MB (heap used ${fmt(mb(heap))} MB)`, ''],
     ['database on disk', `${fmt(mb(diskBytes))} MB`, ''],
   ];
