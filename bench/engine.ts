@@ -4,11 +4,14 @@
  *
  *   npm run bench:engine -- [--items N (1000000)] [--inflight K (256)] [--reads R (500)]
  *
- * Beside each page read (50 items since a cursor at 1 % and 99 % depth), the floor in the same
- * run: classic-level itself, on the database the raw baseline wrote (the engine's keys and values
- * for the same items), reading the 50 records that follow in key order in one range, and reading
- * 50 index entries in one range followed by `getMany` of their records, R reads each; then the
- * ratio of the engine's p50 to the range read's (goal <= 2).
+ * Page reads (50 items): R reads of the same page since a cursor and since an id at 1 %, 50 % and
+ * 99 % depth (after its first read the engine holds its decoded versions); then, on the engine
+ * opened again (nothing held), R different pages one after the other from 1 % and from 99 %
+ * depth towards the middle, each read once. Beside those, the floor in the same run:
+ * classic-level itself, on the database the raw baseline wrote (the engine's keys and values for
+ * the same items), reading for the same pages the 50 records that follow in key order in one
+ * range, and 50 index entries in one range followed by `getMany` of their records; then the ratio
+ * of the engine's p50 to the range read's (goal <= 2).
  *
  * Everything happens in a temporary directory, removed at the end.
  */
@@ -173,36 +176,28 @@ async function readLatency(engine: FeedEngine, label: string, since: string): Pr
 /** The raw baseline's node: its records are keyed by id, its index entries by stamp and seq. */
 const RAW_NID = 1;
 
-/** Times `read` R times (after 20 unmeasured), checking that each gives a full page. */
-async function timed(label: string, read: () => Promise<number>): Promise<Latency> {
-  for (let i = 0; i < 20; i++) await read();
-  const times: number[] = [];
-  for (let i = 0; i < READS; i++) {
-    const start = performance.now();
-    const n = await read();
-    times.push(performance.now() - start);
-    if (n !== PAGE) throw new Error(`${label} gave ${n} values`);
-  }
-  times.sort((a, b) => a - b);
-  return { label, p50: percentile(times, 50), p99: percentile(times, 99) };
-}
-
 /**
- * On the raw baseline's database, what a page since item `after` costs classic-level: the 50
- * records that follow in key order read in one range, and 50 index entries read in one range
- * followed by one `getMany` of the records they name.
+ * On the raw baseline's database, what the pages since the items at `positions` cost
+ * classic-level: the 50 records that follow each in key order read in one range, and 50 index
+ * entries read in one range followed by one `getMany` of the records they name.
  */
-async function floors(db: ClassicLevel<Buffer, Buffer>, stamp: number, d: Depth): Promise<Latency[]> {
+async function floors(
+  db: ClassicLevel<Buffer, Buffer>,
+  stamp: number,
+  label: string,
+  positions: readonly number[],
+  warm: readonly number[],
+): Promise<[Latency, Latency]> {
   const end = itemKey(RAW_NID + 1, '');
-  const range = () =>
+  const range = (at: number) =>
     db
-      .values({ gt: itemKey(RAW_NID, itemId(d.index)), lt: end, limit: PAGE })
+      .values({ gt: itemKey(RAW_NID, itemId(at)), lt: end, limit: PAGE })
       .all()
       .then((v) => v.length);
-  const indexThenGetMany = async () => {
+  const indexThenGetMany = async (at: number) => {
     const ids = await db
       .values({
-        gt: indexKey(RAW_NID, 'modified', stamp, d.index),
+        gt: indexKey(RAW_NID, 'modified', stamp, at),
         lt: indexKey(RAW_NID, 'modified', stamp + 1, 0),
         limit: PAGE,
       })
@@ -211,9 +206,41 @@ async function floors(db: ClassicLevel<Buffer, Buffer>, stamp: number, d: Depth)
     return records.filter((r) => r !== undefined).length;
   };
   return [
-    await timed(`classic-level range of ${PAGE} values, ${d.label}`, range),
-    await timed(`classic-level index range + getMany, ${d.label}`, indexThenGetMany),
+    await walk(`classic-level range of ${PAGE} values, ${label}`, positions, warm, range),
+    await walk(`classic-level index range + getMany, ${label}`, positions, warm, indexThenGetMany),
   ];
+}
+
+/** Times one read at each of `positions` (after one at each of `warm`, unmeasured), each a full page. */
+async function walk(
+  label: string,
+  positions: readonly number[],
+  warm: readonly number[],
+  read: (at: number) => Promise<number>,
+): Promise<Latency> {
+  for (const at of warm) await read(at);
+  const times: number[] = [];
+  for (const at of positions) {
+    const start = performance.now();
+    const n = await read(at);
+    times.push(performance.now() - start);
+    if (n !== PAGE) throw new Error(`${label} gave ${n} values`);
+  }
+  times.sort((a, b) => a - b);
+  return { label, p50: percentile(times, 50), p99: percentile(times, 99) };
+}
+
+/**
+ * R pages, one after the other, from a depth towards the middle of the node (forwards from the
+ * shallow end, backwards from the deep one), each read once: the position of the item each page
+ * is read since. On a node too small for R pages of its own, they start again.
+ */
+function pagesFrom(index: number, forwards: boolean): number[] {
+  const room = N - PAGE - 1;
+  return Array.from({ length: READS }, (_, k) => {
+    const at = forwards ? index + k * PAGE : index - k * PAGE;
+    return 1 + ((((at - 1) % room) + room) % room);
+  });
 }
 
 // ---- run ----------------------------------------------------------------------------------
@@ -238,12 +265,20 @@ try {
     { label: '99 %', index: Math.round(N * 0.99) - PAGE },
   ];
   const engineDir = join(dir, 'engine');
-  const engine = await FeedEngine.open(engineDir);
+  let engine = await FeedEngine.open(engineDir);
   let latencies: Latency[] = [];
   let idLatencies: Latency[] = [];
   let seconds = 0;
   let rss = 0;
   let heap = 0;
+  // The pages no cache holds: from 1 % and 99 % depth towards the middle, and some around the
+  // middle to warm up on.
+  const walks = [
+    { label: '1 %', positions: pagesFrom(depths[0]?.index as number, true) },
+    { label: '99 %', positions: pagesFrom(depths[2]?.index as number, false) },
+  ];
+  const warm = pagesFrom(Math.round(N / 2), true).slice(0, 20);
+  const missLatencies: Latency[] = [];
   try {
     seconds = await publishAll(engine, depths);
     if ((await engine.total(NODE)) !== N) throw new Error('the node does not hold every item');
@@ -259,12 +294,32 @@ try {
     const mem = process.memoryUsage();
     rss = mem.rss;
     heap = mem.heapUsed;
+
+    console.error(`(d) ${READS} different pages from each depth, on a fresh engine`);
+    const cursorsAt = async (positions: readonly number[]) => {
+      const items = await engine.getItems(
+        NODE,
+        positions.map((i) => itemId(i)),
+      );
+      return new Map(items.map((item) => [item.id, item.cursor]));
+    };
+    const cursors = await cursorsAt([...warm, ...walks.flatMap((w) => w.positions)]);
+    // Opened again: nothing decoded is held, as after a restart.
+    await engine.close();
+    engine = await FeedEngine.open(engineDir);
+    const fresh = engine;
+    const readSince = async (at: number) =>
+      (await fresh.read(NODE, { since: cursors.get(itemId(at)) as string, max: PAGE })).items.length;
+    for (const w of walks)
+      missLatencies.push(
+        await walk(`engine, a different page each read, ${w.label}`, w.positions, warm, readSince),
+      );
   } finally {
     await engine.close();
   }
   const diskBytes = await dirBytes(engineDir);
 
-  console.error(`(d) classic-level alone on the raw baseline's database, ${READS} reads per depth`);
+  console.error(`(e) classic-level alone on the raw baseline's database, the same pages`);
   const rawDb = new ClassicLevel<Buffer, Buffer>(join(dir, 'raw'), {
     keyEncoding: 'buffer',
     valueEncoding: 'buffer',
@@ -273,18 +328,17 @@ try {
   await rawDb.open();
   const floorRows: [string, string, string][] = [];
   try {
-    for (const [i, d] of depths.entries()) {
-      if (d.label === '50 %') continue;
-      const engineRead = latencies[i] as Latency;
-      const [range, getMany] = (await floors(rawDb, base.stamp, d)) as [Latency, Latency];
+    for (const [i, w] of walks.entries()) {
+      const engineRead = missLatencies[i] as Latency;
+      const [range, getMany] = await floors(rawDb, base.stamp, w.label, w.positions, warm);
       floorRows.push(
-        ...[range, getMany].map((l): [string, string, string] => [
-          `${l.label} depth: p50 / p99`,
+        ...[engineRead, range, getMany].map((l): [string, string, string] => [
+          `${l.label}: p50 / p99`,
           `${fmt(l.p50, 3)} / ${fmt(l.p99, 3)} ms`,
           '',
         ]),
-        [`engine read / classic-level range, p50, ${d.label}`, fmt(engineRead.p50 / range.p50, 2), '<= 2'],
-        [`engine read / index range + getMany, p50, ${d.label}`, fmt(engineRead.p50 / getMany.p50, 2), ''],
+        [`engine / classic-level range, p50, ${w.label}`, fmt(engineRead.p50 / range.p50, 2), '<= 2'],
+        [`engine / index range + getMany, p50, ${w.label}`, fmt(engineRead.p50 / getMany.p50, 2), ''],
       );
     }
   } finally {
@@ -303,7 +357,7 @@ try {
     [`engine publish, ${INFLIGHT} in flight`, `${fmt(engineRate)} items/s (${fmt(seconds, 1)} s)`, ''],
     ['engine / raw', fmt(engineRate / rawRate, 2), '>= 0.5'],
     ...[...latencies, ...idLatencies].map((l): [string, string, string] => [
-      `read since ${l.label} depth: p50 / p99`,
+      `read since ${l.label} depth, the same page again: p50 / p99`,
       `${fmt(l.p50, 3)} / ${fmt(l.p99, 3)} ms`,
       l.label.startsWith('cursor') ? 'p50 < 1 ms' : '',
     ]),
