@@ -4,6 +4,7 @@ import { createElement, type Element, escapeXML, parse } from 'ltx';
 import { ATOM_NS, TOMBSTONE_NS } from '../feed/model/atom.ts';
 import type { Item } from '../feed/model/feed.ts';
 import { memoOf, type VersionMemo } from '../feed/service/service.ts';
+import { LruMap } from '../lruMap.ts';
 
 export const FANOUT_NS = 'http://fanout.org/protocol/atom';
 
@@ -58,7 +59,7 @@ interface Rendition {
  * the others (notifications, items asked by id, summaries).
  */
 export class Renditions {
-  private readonly cache = new Map<string, Rendition>();
+  private readonly cache = new LruMap<string, Rendition>();
   private bytes = 0;
 
   /** `maxBytes`: about what the cached strings (two bytes a character, keys included) and bytes may hold. */
@@ -119,16 +120,15 @@ export class Renditions {
       return r;
     }
     const key = `${item.id}\u0000${item.created}\u0000${item.modified}\u0000${item.deleted ? 1 : 0}\u0000${item.publisher ?? '\u0001'}\u0000${item.entry.length}`;
-    let r = this.cache.get(key);
+    let r = this.cache.peek(key);
     if (r) {
-      this.cache.delete(key);
-      this.bytes -= r.size;
-      // The same text: most recently used last (the Map's order is the eviction order).
+      // The same text: most recently used last (the order is the eviction order).
       if (r.entry === item.entry) {
-        this.cache.set(key, r);
-        this.bytes += r.size;
+        this.cache.use(key);
         return r;
       }
+      this.cache.delete(key);
+      this.bytes -= r.size;
     }
     r = { entry: item.entry, size: 2 * (key.length + item.entry.length) };
     this.cache.set(key, r);
@@ -152,10 +152,10 @@ export class Renditions {
 
   /** Drops the least recently used renditions past the bound (never the one in use, the newest). */
   private evict(): void {
-    for (const [key, r] of this.cache) {
-      if (this.bytes <= this.maxBytes || this.cache.size <= 1) return;
-      this.cache.delete(key);
-      this.bytes -= r.size;
+    while (this.bytes > this.maxBytes && this.cache.size > 1) {
+      const oldest = this.cache.shift();
+      if (!oldest) return;
+      this.bytes -= oldest[1].size;
     }
   }
 

@@ -1,3 +1,4 @@
+import { LruMap } from '../../lruMap.ts';
 import type { Item, ItemRecord } from '../model/feed.ts';
 import { decodeRecord, entryBytesOf, versionOfRecord } from '../store/record.ts';
 import { xmlAttributeBytes } from './pageBudget.ts';
@@ -36,7 +37,7 @@ export const VERSION_CACHE_BYTES = 64 * 1024 * 1024;
  * builds no key from the stamps: most reads want the newest, and an older one is decoded again.
  */
 export class VersionCache {
-  private readonly map = new Map<string, Held>();
+  private readonly map = new LruMap<string, Held>();
   private bytes = 0;
 
   /** `maxBytes`: what the entries may hold, counting two bytes a character and an overhead each. */
@@ -45,11 +46,9 @@ export class VersionCache {
   /** The version the modified index names (its key's stamp and sequence), when held. */
   get(nid: number, id: string, stamp: number, seq: number): Version | undefined {
     const key = itemKeyOf(nid, id);
-    const hit = this.map.get(key);
+    const hit = this.map.peek(key);
     if (hit?.stamp !== stamp || hit.seq !== seq) return undefined;
-    // Most recently used last: the Map's order is the eviction order.
-    this.map.delete(key);
-    this.map.set(key, hit);
+    this.map.use(key);
     return hit.version;
   }
 
@@ -89,9 +88,8 @@ export class VersionCache {
     // The entry's bytes are a view of its record: the record is what is held.
     const bytes = 2 * (key.length + rec.e.length + (rec.p?.length ?? 0)) + entry.length + VERSION_OVERHEAD;
     if (bytes > this.maxBytes) return version;
-    const old = this.map.get(key);
+    const old = this.map.peek(key);
     if (old) this.bytes -= old.bytes;
-    this.map.delete(key);
     this.map.set(key, { version, bytes, stamp: rec.m, seq: rec.ms });
     this.bytes += bytes;
     this.evict();
@@ -100,7 +98,7 @@ export class VersionCache {
 
   /** Counts what a reader kept in a held version's memo (one evicted already counts no more). */
   private grow(key: string, version: Version, n: number): void {
-    const held = this.map.get(key);
+    const held = this.map.peek(key);
     if (held?.version !== version) return;
     held.bytes += n;
     this.bytes += n;
@@ -109,10 +107,10 @@ export class VersionCache {
 
   /** Drops the least recently used versions past the bound. */
   private evict(): void {
-    for (const [k, e] of this.map) {
-      if (this.bytes <= this.maxBytes) break;
-      this.map.delete(k);
-      this.bytes -= e.bytes;
+    while (this.bytes > this.maxBytes) {
+      const oldest = this.map.shift();
+      if (!oldest) break;
+      this.bytes -= oldest[1].bytes;
     }
   }
 }
