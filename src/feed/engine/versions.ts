@@ -20,7 +20,7 @@ export interface Version {
 const VERSION_OVERHEAD = 256;
 
 /**
- * Default bound of the cache: about 20,000 versions of 1 KiB entries, or 6,000 with their JSON and
+ * Default bound of the cache: about 20,000 versions of 1 KiB entries, or 9,500 with their JSON and
  * Atom renditions (their memos count). With the renditions' own 24 MiB (items without a memo) the
  * same 88 MiB as when each had its own bound.
  */
