@@ -1,8 +1,7 @@
 import { LruMap } from '../../lruMap.ts';
 import type { Item, ItemRecord } from '../model/feed.ts';
-import { decodeRecord, entryBytesOf, versionOfRecord } from '../store/record.ts';
+import { decodeRecordView, entryBytesOf, type RecordView, versionOfRecord } from '../store/record.ts';
 import { xmlAttributeBytes } from './pageBudget.ts';
-import { itemView } from './state.ts';
 import { VersionMemo } from './versionMemo.ts';
 
 /** One item version as pages use it: decoded once, shared by every read that meets it. */
@@ -45,7 +44,10 @@ export class VersionCache {
 
   /** The version the modified index names (its key's stamp and sequence), when held. */
   get(nid: number, id: string, stamp: number, seq: number): Version | undefined {
-    const key = itemKeyOf(nid, id);
+    return this.held(itemKeyOf(nid, id), stamp, seq);
+  }
+
+  private held(key: string, stamp: number, seq: number): Version | undefined {
     const hit = this.map.peek(key);
     if (hit?.stamp !== stamp || hit.seq !== seq) return undefined;
     this.map.use(key);
@@ -54,13 +56,14 @@ export class VersionCache {
 
   /** Decodes a record read from the store, or finds the version already decoded. */
   decode(nid: number, id: string, buf: Buffer): Version {
+    const key = itemKeyOf(nid, id);
     const at = versionOfRecord(buf);
     if (at) {
-      const held = this.get(nid, id, at.m, at.ms);
+      const held = this.held(key, at.m, at.ms);
       if (held) return held;
     }
-    const rec = decodeRecord(buf);
-    return this.add(nid, id, rec, held(entryBytesOf(buf, rec)));
+    const view = decodeRecordView(buf);
+    return this.add(key, id, view, ownBytes(view.entry));
   }
 
   /** Held versions and their bytes (for tests). */
@@ -74,16 +77,17 @@ export class VersionCache {
 
   /** Keeps a version as it was committed (`value`: its record), so that its first read finds it decoded. */
   put(nid: number, id: string, rec: ItemRecord, value: Buffer): void {
-    this.add(nid, id, rec, held(entryBytesOf(value, rec)));
+    const entry = ownBytes(entryBytesOf(value, rec));
+    const view = { c: rec.c, m: rec.m, ms: rec.ms, deleted: rec.d === 1, p: rec.p, e: rec.e, entry };
+    this.add(itemKeyOf(nid, id), id, view, entry);
   }
 
-  private add(nid: number, id: string, rec: ItemRecord, entry: Buffer): Version {
-    const key = itemKeyOf(nid, id);
+  private add(key: string, id: string, rec: RecordView, entry: Buffer): Version {
     const version: Version = {
-      view: itemView(id, rec),
+      view: { id, created: rec.c, modified: rec.m, deleted: rec.deleted, publisher: rec.p, entry: rec.e },
       entryBytes: entry.length,
       publisherBytes: rec.p === undefined ? 0 : xmlAttributeBytes(rec.p),
-      memo: new VersionMemo(entry, (n) => this.grow(key, version, n)),
+      memo: new VersionMemo(entry, this, key),
     };
     // The entry's bytes are a view of its record: the record is what is held.
     const bytes = 2 * (key.length + rec.e.length + (rec.p?.length ?? 0)) + entry.length + VERSION_OVERHEAD;
@@ -97,9 +101,9 @@ export class VersionCache {
   }
 
   /** Counts what a reader kept in a held version's memo (one evicted already counts no more). */
-  private grow(key: string, version: Version, n: number): void {
+  grow(key: string, memo: VersionMemo, n: number): void {
     const held = this.map.peek(key);
-    if (held?.version !== version) return;
+    if (held?.version.memo !== memo) return;
     held.bytes += n;
     this.bytes += n;
     this.evict();
@@ -120,7 +124,7 @@ export class VersionCache {
  * value its own memory, and records are written so), a copy when the record is a slice of larger
  * memory (a driver's shared pool): a kept view would keep all of that alive.
  */
-function held(entry: Buffer): Buffer {
+function ownBytes(entry: Buffer): Buffer {
   if (entry.buffer.byteLength <= entry.length + OWN_RECORD_SLACK) return entry;
   const own = Buffer.allocUnsafeSlow(entry.length);
   entry.copy(own);
