@@ -16,8 +16,11 @@
  * overlap (M x 50 items of N), so an item may be held when a later page of the walk shows it
  * again. Goal: 0.25 of the static rate. Before the measured runs, one second of each,
  * unmeasured (the misses' on a node of their own), so that the compiler has seen every path.
- * Rates are requests over the run's time; the server's CPU per request is its user and system
- * time over the run, per request. Each run is followed by the static server's for S seconds.
+ * The server and the static one take turns, five times each in every run (a hit's turn is S / 5
+ * seconds; a miss's is a fifth of its walk, and the static turn after it lasts as long), so that
+ * a neighbour's busy moment falls on both alike. Rates are requests over the turns' time; CPU per
+ * request is each process's user and system time over its turns. The CPU ratio (static CPU per
+ * request over the server's) is the steadier figure on a machine shared with other work.
  *
  * The server runs in a child process (this file with --serve), so that the load generator does
  * not share its thread and its memory is measured alone; the static server in another (--static).
@@ -48,6 +51,8 @@ const WARM_NODE = 'miss-warm';
 const ACCEPTS = ['application/json', 'application/atom+xml'] as const;
 /** Each run's goal, as a ratio of the static server's rate in the same run. */
 const GOALS = { hit: 0.8, miss: 0.25 } as const;
+/** Turns the server and the static one take in each run. */
+const SLICES = 5;
 
 const { values } = parseArgs({
   options: {
@@ -298,9 +303,9 @@ async function benchMode(): Promise<void> {
         `; static: a bare node:http server sending the same bytes, in the same run, for ${DURATION} s\n`,
     );
     console.log(
-      '| page of 50 | representation | page cache | bytes | requests/s | static requests/s | ratio | goal | latency p50 / p99 | static p50 | server CPU per request | static CPU per request | errors |',
+      '| page of 50 | representation | page cache | bytes | requests/s | static requests/s | ratio | goal | latency p50 / p99 | static p50 | server CPU per request | static CPU per request | CPU ratio (static / server) | errors |',
     );
-    console.log('|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
+    console.log('|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     // A second of each first, unmeasured: the first run would pay the compiler's warm-up alone.
     // The misses warm up on a node of their own, whose pages the measured walks never ask.
     for (const run of MISS_ONLY ? [] : hits)
@@ -319,32 +324,58 @@ async function benchMode(): Promise<void> {
         requests: [{ setupRequest: walker(warmWalk) }],
       });
     const rates = { hit: [] as number[], miss: [] as number[] };
+    const cpuRatios = { hit: [] as number[], miss: [] as number[] };
     for (const run of [...(MISS_ONLY ? [] : hits), ...misses]) {
-      const cpuBefore = await cpuMs();
-      const ours = await autocannon({
-        url: run.url,
-        headers: { accept: run.accept },
-        connections: CONNECTIONS,
-        ...(run.walk
-          ? // autocannon looks for its end at each sample: every 10 ms, so that the time is the run's.
-            { amount: run.walk.length, sampleInt: 10, requests: [{ setupRequest: walker(run.walk) }] }
-          : { duration: DURATION }),
-      });
-      const cpu = (await cpuMs()) - cpuBefore;
-      const bareCpuBefore = await staticCpuMs();
-      const bare = await autocannon({
-        url: `${staticOrigin}${run.path}`,
-        connections: CONNECTIONS,
-        duration: DURATION,
-      });
-      const bareCpu = (await staticCpuMs()) - bareCpuBefore;
-      const errors = ours.errors + ours.non2xx + ours.timeouts + bare.errors + bare.non2xx + bare.timeouts;
+      // The server and the static one take turns, SLICES times each: a neighbour's busy moment
+      // falls on both alike. A hit slice lasts DURATION / SLICES; a miss slice is its share of the
+      // walk, and the static slice after it lasts as long.
+      const ours = { requests: 0, ms: 0, cpuMs: 0, errors: 0, p50: [] as number[], p99: 0 };
+      const bare = { requests: 0, ms: 0, cpuMs: 0, errors: 0, p50: [] as number[], p99: 0 };
+      const add = (into: typeof ours, r: autocannon.Result, cpu: number) => {
+        into.requests += r.requests.total;
+        into.ms += r.finish.getTime() - r.start.getTime();
+        into.cpuMs += cpu;
+        into.errors += r.errors + r.non2xx + r.timeouts;
+        into.p50.push(r.latency.p50);
+        into.p99 = Math.max(into.p99, r.latency.p99);
+      };
+      for (let slice = 0; slice < SLICES; slice++) {
+        const walk = run.walk?.slice(
+          Math.floor((slice * run.walk.length) / SLICES),
+          Math.floor(((slice + 1) * run.walk.length) / SLICES),
+        );
+        const cpuBefore = await cpuMs();
+        const mine = await autocannon({
+          url: run.url,
+          headers: { accept: run.accept },
+          connections: CONNECTIONS,
+          // autocannon looks for its end at each sample: every 10 ms, so that the time is the run's.
+          sampleInt: 10,
+          ...(walk
+            ? { amount: walk.length, requests: [{ setupRequest: walker(walk) }] }
+            : { duration: DURATION / SLICES }),
+        });
+        add(ours, mine, (await cpuMs()) - cpuBefore);
+        const bareCpuBefore = await staticCpuMs();
+        const theirs = await autocannon({
+          url: `${staticOrigin}${run.path}`,
+          connections: CONNECTIONS,
+          sampleInt: 10,
+          duration: walk
+            ? Math.max(0.5, (mine.finish.getTime() - mine.start.getTime()) / 1000)
+            : DURATION / SLICES,
+        });
+        add(bare, theirs, (await staticCpuMs()) - bareCpuBefore);
+      }
       const bytes = Buffer.byteLength((pages[run.path] as StaticPage).body, 'utf8');
-      const rate = ratePerSecond(ours);
-      const bareRate = ratePerSecond(bare);
+      const rate = (1000 * ours.requests) / ours.ms;
+      const bareRate = (1000 * bare.requests) / bare.ms;
+      const cpuPer = (1000 * ours.cpuMs) / ours.requests;
+      const bareCpuPer = (1000 * bare.cpuMs) / bare.requests;
       rates[run.cache].push(rate / bareRate);
+      cpuRatios[run.cache].push(bareCpuPer / cpuPer);
       console.log(
-        `| ${run.label} | ${run.accept} | ${run.cache} | ${bytes.toLocaleString('en')} | ${Math.round(rate).toLocaleString('en')} | ${Math.round(bareRate).toLocaleString('en')} | ${(rate / bareRate).toFixed(3)} | ≥ ${GOALS[run.cache]} | ${ours.latency.p50} / ${ours.latency.p99} ms | ${bare.latency.p50} ms | ${((1000 * cpu) / ours.requests.total).toFixed(0)} µs | ${((1000 * bareCpu) / bare.requests.total).toFixed(0)} µs | ${errors} |`,
+        `| ${run.label} | ${run.accept} | ${run.cache} | ${bytes.toLocaleString('en')} | ${Math.round(rate).toLocaleString('en')} | ${Math.round(bareRate).toLocaleString('en')} | ${(rate / bareRate).toFixed(3)} | ≥ ${GOALS[run.cache]} | ${median(ours.p50)} / ${ours.p99} ms | ${median(bare.p50)} ms | ${cpuPer.toFixed(0)} µs | ${bareCpuPer.toFixed(0)} µs | ${(bareCpuPer / cpuPer).toFixed(3)} | ${ours.errors + bare.errors} |`,
       );
     }
     baseline.stdin?.end();
@@ -352,7 +383,7 @@ async function benchMode(): Promise<void> {
       const r = rates[cache];
       if (r.length > 0)
         console.log(
-          `\n${cache === 'hit' ? 'hits' : 'misses'}: ratio to static ${Math.min(...r).toFixed(2)}–${Math.max(...r).toFixed(2)}, median ${median(r).toFixed(2)} (goal ≥ ${GOALS[cache]})`,
+          `\n${cache === 'hit' ? 'hits' : 'misses'}: ratio to static ${Math.min(...r).toFixed(2)}–${Math.max(...r).toFixed(2)}, median ${median(r).toFixed(2)} (goal ≥ ${GOALS[cache]}); static CPU / server CPU per request ${Math.min(...cpuRatios[cache]).toFixed(2)}–${Math.max(...cpuRatios[cache]).toFixed(2)}`,
         );
     }
     if (MISS_ONLY) return;
@@ -484,11 +515,6 @@ function spread(last: number, count: number): number[] {
     [at[i], at[j]] = [at[j] as number, at[i] as number];
   }
   return at;
-}
-
-/** Requests per second over the run's time (autocannon's own `duration` is in whole seconds). */
-function ratePerSecond(result: autocannon.Result): number {
-  return result.requests.total / ((result.finish.getTime() - result.start.getTime()) / 1000);
 }
 
 function median(values: readonly number[]): number {
