@@ -261,6 +261,7 @@ async function benchMode(): Promise<void> {
     for (const path of [warmWalk[0], warmWalk[warmWalk.length - 1]]) {
       if (path === undefined) continue;
       const res = await fetch(`${origin}${path}`);
+      // Our own answer, and only its count is used: checked just below.
       const page = (await res.json()) as { count?: number };
       if (res.status !== 200 || page.count !== PAGE)
         throw new Error(`a page of the miss walk is not full: ${res.status} ${path}`);
