@@ -2,7 +2,16 @@
  * Engine benchmark: raw classic-level writes as the baseline, then the engine's publish rate,
  * page read latency at several depths of a large node, and resident memory.
  *
- *   npm run bench:engine -- [--items N] [--inflight K] [--reads R]
+ *   npm run bench:engine -- [--items N (1000000)] [--inflight K (256)] [--reads R (500)]
+ *
+ * Page reads (50 items): R reads of the same page since a cursor and since an id at 1 %, 50 % and
+ * 99 % depth (after its first read the engine holds its decoded versions); then, on the engine
+ * opened again (nothing held), R different pages one after the other from 1 % and from 99 %
+ * depth towards the middle, each read once. Beside those, the floor in the same run:
+ * classic-level itself, on the database the raw baseline wrote (the engine's keys and values for
+ * the same items), reading for the same pages the 50 records that follow in key order in one
+ * range, and 50 index entries in one range followed by `getMany` of their records; then the ratio
+ * of the engine's p50 to the range read's (goal <= 2).
  *
  * Everything happens in a temporary directory, removed at the end.
  */
@@ -11,11 +20,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
+import { ClassicLevel } from 'classic-level';
 import { FeedEngine } from '../src/feed/engine.ts';
 import { indexKey, itemKey, metaKey } from '../src/feed/store/keys.ts';
 import { openLevelStore } from '../src/feed/store/level.ts';
 import { encodeRecord } from '../src/feed/store/record.ts';
 import type { Op } from '../src/feed/store/store.ts';
+import { printUsage } from './usage.ts';
 
 const { values } = parseArgs({
   options: {
@@ -25,10 +36,7 @@ const { values } = parseArgs({
     help: { type: 'boolean', short: 'h' },
   },
 });
-if (values.help) {
-  console.log('usage: npm run bench:engine -- [--items N (1000000)] [--inflight K (256)] [--reads R (500)]');
-  process.exit(0);
-}
+if (values.help) printUsage(import.meta.url);
 const N = Number(values.items);
 const INFLIGHT = Number(values.inflight);
 const READS = Number(values.reads);
@@ -85,7 +93,7 @@ const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFracti
 
 // ---- (a) raw LevelDB store baseline -------------------------------------------------------
 
-async function raw(dir: string): Promise<{ seconds: number; bytes: number }> {
+async function raw(dir: string): Promise<{ seconds: number; bytes: number; stamp: number }> {
   // Opened as the engine opens its database (same encodings and LevelDB options).
   const db = await openLevelStore(dir);
   let bytes = 0;
@@ -112,7 +120,7 @@ async function raw(dir: string): Promise<{ seconds: number; bytes: number }> {
   }
   const seconds = elapsed / 1000;
   await db.close();
-  return { seconds, bytes };
+  return { seconds, bytes, stamp };
 }
 
 // ---- (b) engine publish -------------------------------------------------------------------
@@ -163,6 +171,78 @@ async function readLatency(engine: FeedEngine, label: string, since: string): Pr
   return { label, p50: percentile(times, 50), p99: percentile(times, 99) };
 }
 
+// ---- (d) the floor: classic-level alone ------------------------------------------------
+
+/** The raw baseline's node: its records are keyed by id, its index entries by stamp and seq. */
+const RAW_NID = 1;
+
+/**
+ * On the raw baseline's database, what the pages since the items at `positions` cost
+ * classic-level: the 50 records that follow each in key order read in one range, and 50 index
+ * entries read in one range followed by one `getMany` of the records they name.
+ */
+async function floors(
+  db: ClassicLevel<Buffer, Buffer>,
+  stamp: number,
+  label: string,
+  positions: readonly number[],
+  warm: readonly number[],
+): Promise<[Latency, Latency]> {
+  const end = itemKey(RAW_NID + 1, '');
+  const range = (at: number) =>
+    db
+      .values({ gt: itemKey(RAW_NID, itemId(at)), lt: end, limit: PAGE })
+      .all()
+      .then((v) => v.length);
+  const indexThenGetMany = async (at: number) => {
+    const ids = await db
+      .values({
+        gt: indexKey(RAW_NID, 'modified', stamp, at),
+        lt: indexKey(RAW_NID, 'modified', stamp + 1, 0),
+        limit: PAGE,
+      })
+      .all();
+    const records = await db.getMany(ids.map((id) => itemKey(RAW_NID, id.toString('utf8'))));
+    return records.filter((r) => r !== undefined).length;
+  };
+  return [
+    await walk(`classic-level range of ${PAGE} values, ${label}`, positions, warm, range),
+    await walk(`classic-level index range + getMany, ${label}`, positions, warm, indexThenGetMany),
+  ];
+}
+
+/** Times one read at each of `positions` (after one at each of `warm`, unmeasured), each a full page. */
+async function walk(
+  label: string,
+  positions: readonly number[],
+  warm: readonly number[],
+  read: (at: number) => Promise<number>,
+): Promise<Latency> {
+  for (const at of warm) await read(at);
+  const times: number[] = [];
+  for (const at of positions) {
+    const start = performance.now();
+    const n = await read(at);
+    times.push(performance.now() - start);
+    if (n !== PAGE) throw new Error(`${label} gave ${n} values`);
+  }
+  times.sort((a, b) => a - b);
+  return { label, p50: percentile(times, 50), p99: percentile(times, 99) };
+}
+
+/**
+ * R pages, one after the other, from a depth towards the middle of the node (forwards from the
+ * shallow end, backwards from the deep one), each read once: the position of the item each page
+ * is read since. On a node too small for R pages of its own, they start again.
+ */
+function pagesFrom(index: number, forwards: boolean): number[] {
+  const room = N - PAGE - 1;
+  return Array.from({ length: READS }, (_, k) => {
+    const at = forwards ? index + k * PAGE : index - k * PAGE;
+    return 1 + ((((at - 1) % room) + room) % room);
+  });
+}
+
 // ---- run ----------------------------------------------------------------------------------
 
 const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-bench-'));
@@ -177,7 +257,6 @@ try {
   console.error('(a) raw classic-level batches');
   const base = await raw(join(dir, 'raw'));
   const rawRate = N / base.seconds;
-  await rm(join(dir, 'raw'), { recursive: true, force: true });
 
   console.error(`(b) engine publish, ${INFLIGHT} in flight`);
   const depths: Depth[] = [
@@ -186,12 +265,20 @@ try {
     { label: '99 %', index: Math.round(N * 0.99) - PAGE },
   ];
   const engineDir = join(dir, 'engine');
-  const engine = await FeedEngine.open(engineDir);
+  let engine = await FeedEngine.open(engineDir);
   let latencies: Latency[] = [];
   let idLatencies: Latency[] = [];
   let seconds = 0;
   let rss = 0;
   let heap = 0;
+  // The pages no cache holds: from 1 % and 99 % depth towards the middle, and some around the
+  // middle to warm up on.
+  const walks = [
+    { label: '1 %', positions: pagesFrom(depths[0]?.index as number, true) },
+    { label: '99 %', positions: pagesFrom(depths[2]?.index as number, false) },
+  ];
+  const warm = pagesFrom(Math.round(N / 2), true).slice(0, 20);
+  const missLatencies: Latency[] = [];
   try {
     seconds = await publishAll(engine, depths);
     if ((await engine.nodes.total(NODE)) !== N) throw new Error('the node does not hold every item');
@@ -207,10 +294,57 @@ try {
     const mem = process.memoryUsage();
     rss = mem.rss;
     heap = mem.heapUsed;
+
+    console.error(`(d) ${READS} different pages from each depth, on a fresh engine`);
+    const cursorsAt = async (positions: readonly number[]) => {
+      const items = await engine.reads.getItems(
+        NODE,
+        positions.map((i) => itemId(i)),
+      );
+      return new Map(items.map((item) => [item.id, item.cursor]));
+    };
+    const cursors = await cursorsAt([...warm, ...walks.flatMap((w) => w.positions)]);
+    // Opened again: nothing decoded is held, as after a restart.
+    await engine.close();
+    engine = await FeedEngine.open(engineDir);
+    const fresh = engine;
+    const readSince = async (at: number) =>
+      (await fresh.reads.read(NODE, { since: cursors.get(itemId(at)) as string, max: PAGE })).items.length;
+    for (const w of walks)
+      missLatencies.push(
+        await walk(`engine, a different page each read, ${w.label}`, w.positions, warm, readSince),
+      );
   } finally {
     await engine.close();
   }
   const diskBytes = await dirBytes(engineDir);
+
+  console.error(`(e) classic-level alone on the raw baseline's database, the same pages`);
+  const rawDb = new ClassicLevel<Buffer, Buffer>(join(dir, 'raw'), {
+    keyEncoding: 'buffer',
+    valueEncoding: 'buffer',
+    createIfMissing: false,
+  });
+  await rawDb.open();
+  const floorRows: [string, string, string][] = [];
+  try {
+    for (const [i, w] of walks.entries()) {
+      const engineRead = missLatencies[i] as Latency;
+      const [range, getMany] = await floors(rawDb, base.stamp, w.label, w.positions, warm);
+      floorRows.push(
+        ...[engineRead, range, getMany].map((l): [string, string, string] => [
+          `${l.label}: p50 / p99`,
+          `${fmt(l.p50, 3)} / ${fmt(l.p99, 3)} ms`,
+          '',
+        ]),
+        [`engine / classic-level range, p50, ${w.label}`, fmt(engineRead.p50 / range.p50, 2), '<= 2'],
+        [`engine / index range + getMany, p50, ${w.label}`, fmt(engineRead.p50 / getMany.p50, 2), ''],
+      );
+    }
+  } finally {
+    await rawDb.close();
+  }
+  await rm(join(dir, 'raw'), { recursive: true, force: true });
 
   const engineRate = N / seconds;
   const [shallow, , deep] = latencies as [Latency, Latency, Latency];
@@ -223,11 +357,12 @@ try {
     [`engine publish, ${INFLIGHT} in flight`, `${fmt(engineRate)} items/s (${fmt(seconds, 1)} s)`, ''],
     ['engine / raw', fmt(engineRate / rawRate, 2), '>= 0.5'],
     ...[...latencies, ...idLatencies].map((l): [string, string, string] => [
-      `read since ${l.label} depth: p50 / p99`,
+      `read since ${l.label} depth, the same page again: p50 / p99`,
       `${fmt(l.p50, 3)} / ${fmt(l.p99, 3)} ms`,
       l.label.startsWith('cursor') ? 'p50 < 1 ms' : '',
     ]),
     ['p50(99 %) / p50(1 %), cursor', fmt(deep.p50 / shallow.p50, 2), '<= 1.5'],
+    ...floorRows,
     ['resident memory after load (rss)', `${fmt(mb(rss))} MB (heap used ${fmt(mb(heap))} MB)`, ''],
     ['database on disk', `${fmt(mb(diskBytes))} MB`, ''],
   ];

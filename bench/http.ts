@@ -1,19 +1,31 @@
 /**
- * HTTP benchmark: requests/s for a 50-item page at 1 % and 99 % depth of a large feed (JSON and
- * Atom), measured with autocannon beside a bare node:http server serving the same bytes in the
- * same run (the static baseline: the ratio is what holds on a busy machine), and the server's
- * memory while it holds many long polls.
+ * HTTP benchmark: pages of 50 items of 1 KiB from a feed of N items, each measured with autocannon
+ * beside a bare node:http server sending the same bytes in the same run (the static baseline: the
+ * ratio is what holds on a busy machine), then the server's memory while it holds many long polls.
  *
- *   npm run bench:http -- [--items N] [--duration S] [--connections C] [--polls P] [--cpu-prof DIR]
+ *   npm run bench:http -- [--items N (20000)] [--duration S (10)] [--connections C (16)]
+ *                         [--polls P (5000)] [--miss | --miss-only] [--miss-pages M (1024)]
+ *                         [--rounds R (3)] [--cpu-prof DIR]
+ *
+ * Hits: the page since the cursor at 1 % and at 99 % depth, JSON and Atom, asked again and again
+ * for S seconds (after its first read, the page cache answers). Goal: 0.8 of the static rate.
+ * Misses (`--miss`, R rounds of JSON and Atom): M pages since positions spread uniformly over the
+ * whole feed, in a shuffled order, each asked once, as readers deep in a feed or a mirror paging
+ * through history ask. Each miss run reads a node of its own, filled alike, that nothing has read
+ * before, so neither the page cache nor the engine's decoded versions hold its pages; pages
+ * overlap (M x 50 items of N), so an item may be held when a later page of the walk shows it
+ * again. Goal: 0.25 of the static rate. Before the measured runs, one second of each,
+ * unmeasured (the misses' on a node of their own), so that the compiler has seen every path.
+ * The server and the static one take turns, five times each in every run (a hit's turn is S / 5
+ * seconds; a miss's is a fifth of its walk, and the static turn after it lasts as long), so that
+ * a neighbour's busy moment falls on both alike. Rates are requests over the turns' time; CPU per
+ * request is each process's user and system time over its turns. The CPU ratio (static CPU per
+ * request over the server's) is the steadier figure on a machine shared with other work.
  *
  * The server runs in a child process (this file with --serve), so that the load generator does
  * not share its thread and its memory is measured alone; the static server in another (--static).
- * `--cpu-prof DIR` writes the server's CPU profile there (summarize it with bench/profileTop.ts).
- * `--miss` measures first reads too: beside the repeated page (after its first read, a page cache
- * hit), each connection walks MISS_PAGES different cursors around the same depth, so no page is
- * asked twice within the page cache's reach (an LRU of 512 answers by default): every request
- * pays the engine's read and the rendering, as the first read of a page after a write does.
- * `--miss-only` runs those alone (for a profile of the uncached path).
+ * `--miss-only` runs the misses alone (for a profile of the uncached path). `--cpu-prof DIR`
+ * writes the server's CPU profile there (summarise it with bench/profileTop.ts).
  * Everything else happens in a temporary directory, removed at the end.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
@@ -29,12 +41,18 @@ import { FeedEngine } from '../src/feed/engine.ts';
 import { FeedService } from '../src/feed/service/service.ts';
 import { HttpBinding } from '../src/http/server.ts';
 import { createLog } from '../src/log.ts';
+import { printUsage } from './usage.ts';
 
 const NODE = 'bench';
 const TOKEN = 'bench-token';
 const PAGE = 50;
-/** Distinct cursors a miss run walks: twice the page cache's default entries, so none is still held. */
-const MISS_PAGES = 1024;
+/** The node the misses warm up on: the measured walks never ask its pages. */
+const WARM_NODE = 'miss-warm';
+const ACCEPTS = ['application/json', 'application/atom+xml'] as const;
+/** Each run's goal, as a ratio of the static server's rate in the same run. */
+const GOALS = { hit: 0.8, miss: 0.25 } as const;
+/** Turns the server and the static one take in each run. */
+const SLICES = 5;
 
 const { values } = parseArgs({
   options: {
@@ -47,6 +65,8 @@ const { values } = parseArgs({
     'cpu-prof': { type: 'string' },
     miss: { type: 'boolean', default: false },
     'miss-only': { type: 'boolean', default: false },
+    'miss-pages': { type: 'string', default: '1024' },
+    rounds: { type: 'string', default: '3' },
     help: { type: 'boolean', short: 'h' },
   },
 });
@@ -81,8 +101,12 @@ async function staticMode(file: string): Promise<void> {
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const address = server.address() as { port: number };
   console.log(JSON.stringify({ origin: `http://127.0.0.1:${address.port}` }));
-  for await (const _ of createInterface({ input: process.stdin })) {
-    // Runs until stdin closes.
+  // Runs until stdin closes; answers `cpu` with its CPU time so far, in ms.
+  for await (const line of createInterface({ input: process.stdin })) {
+    if (line === 'cpu') {
+      const { user, system } = process.cpuUsage();
+      console.log(JSON.stringify({ cpuMs: (user + system) / 1000 }));
+    }
   }
   server.close();
   server.closeAllConnections();
@@ -139,21 +163,20 @@ async function serveMode(dir: string): Promise<void> {
 }
 
 async function benchMode(): Promise<void> {
-  if (values.help) {
-    console.log(
-      'usage: npm run bench:http -- [--items N (20000)] [--duration S (10)] [--connections C (16)] [--polls P (5000)] [--miss | --miss-only] [--cpu-prof DIR]',
-    );
-    return;
-  }
+  if (values.help) printUsage(import.meta.url);
   const N = Number(values.items);
   const DURATION = Number(values.duration);
   const CONNECTIONS = Number(values.connections);
   const POLLS = Number(values.polls);
+  const MISS_PAGES = Number(values['miss-pages']);
+  const ROUNDS = Number(values.rounds);
   for (const [name, v] of [
     ['--items', N],
     ['--duration', DURATION],
     ['--connections', CONNECTIONS],
     ['--polls', POLLS],
+    ['--miss-pages', MISS_PAGES],
+    ['--rounds', ROUNDS],
   ] as const) {
     if (!Number.isSafeInteger(v) || v < 1) {
       console.error(`${name} must be a whole number of 1 or more`);
@@ -162,29 +185,37 @@ async function benchMode(): Promise<void> {
   }
   const MISS_ONLY = values['miss-only'] === true;
   const MISS = values.miss === true || MISS_ONLY;
-  if (N < 200 || (MISS && N < 5000)) {
-    console.error('--items must be at least 200 (pages are read at 1 % depth), 5000 with --miss');
+  if (N < 200 || (MISS && N < 2 * PAGE + 1)) {
+    console.error('--items must be at least 200 (pages are read at 1 % depth)');
     process.exit(2);
   }
   const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-bench-http-'));
   let child: ChildProcess | undefined;
   let baseline: ChildProcess | undefined;
   try {
-    const ids = await fill(dir, N);
+    // Each miss run reads a node of its own, filled as the others, that nothing has read before.
+    const missNodes = MISS ? Array.from({ length: 2 * ROUNDS }, (_, i) => `miss-${i + 1}`) : [];
+    const ids = await fill(dir, N, [NODE, ...(MISS ? [WARM_NODE] : []), ...missNodes]);
     const engine = await FeedEngine.open(dir);
-    // The cursor at each depth (the hit run's page), and for a miss run those of MISS_PAGES items
-    // beside it, towards the middle so that each page is still full.
-    const cursorsOf = async (from: number, n: number) =>
-      (await engine.reads.getItems(NODE, ids.slice(from, from + n))).map((i) => i.cursor);
-    const depthAt = async (label: string, at: number, towards: 1 | -1) => ({
-      label,
-      hit: (await cursorsOf(at, 1))[0] as string,
-      walk: MISS ? await cursorsOf(towards > 0 ? at + 1 : at - MISS_PAGES, MISS_PAGES) : [],
-    });
+    const cursorsOf = async (node: string, at: readonly number[]) =>
+      (
+        await engine.reads.getItems(
+          node,
+          at.map((i) => ids[i] as string),
+        )
+      ).map((i) => i.cursor);
     const depths = [
-      await depthAt('1 %', Math.floor(N * 0.01), 1),
-      await depthAt('99 %', Math.floor(N * 0.99), -1),
+      { label: '1 %', hit: (await cursorsOf(NODE, [Math.floor(N * 0.01)]))[0] as string },
+      { label: '99 %', hit: (await cursorsOf(NODE, [Math.floor(N * 0.99) - PAGE]))[0] as string },
     ];
+    // Each page of a miss walk is read since the item at its position: a full page follows it.
+    const positions = MISS ? spread(N - PAGE - 1, MISS_PAGES) : [];
+    const walks = new Map<string, string[]>();
+    for (const node of MISS ? [WARM_NODE, ...missNodes] : [])
+      walks.set(
+        node,
+        (await cursorsOf(node, positions)).map((c) => pageUrl(node, c)),
+      );
     const last = (await engine.reads.read(NODE, { last: true, max: 1 })).items[0]?.cursor as string;
     await engine.close();
 
@@ -208,20 +239,44 @@ async function benchMode(): Promise<void> {
       return (await nextLine()) as { rss: number; heapUsed: number; held: number; releaseMs: number };
     };
 
+    // The static server answers each run with the bytes of a hit page of the same representation:
+    // a miss page has the same size (its cursors aside).
     const pages: Record<string, StaticPage> = {};
-    const runs: Run[] = [];
-    const pageUrl = (cursor: string) => `/feeds/${NODE}?since=cursor:${cursor}&max=${PAGE}&timeout=0`;
-    for (const { label, hit, walk } of depths) {
-      for (const accept of ['application/json', 'application/atom+xml']) {
-        const url = `${origin}${pageUrl(hit)}`;
+    const hits: Run[] = [];
+    const staticPath = new Map<string, string>();
+    for (const { label, hit } of depths) {
+      for (const accept of ACCEPTS) {
+        const url = `${origin}${pageUrl(NODE, hit)}`;
         const res = await fetch(url, { headers: { accept } });
-        const path = `/${runs.length}`;
-        pages[path] = { type: res.headers.get('content-type') ?? accept, body: await res.text() };
-        if (!MISS_ONLY) runs.push({ label, accept, url, path, cache: 'hit' });
-        // The static server answers the hit run's page: a miss run's pages have the same size.
-        if (MISS) runs.push({ label, accept, url, path, cache: 'miss', walk: walk.map(pageUrl) });
+        const body = await res.text();
+        if (res.status !== 200) throw new Error(`the page at ${label} depth answered ${res.status}: ${body}`);
+        const path = `/${Object.keys(pages).length}`;
+        pages[path] = { type: res.headers.get('content-type') ?? accept, body };
+        if (!staticPath.has(accept)) staticPath.set(accept, path);
+        hits.push({ label: `since ${label} depth`, accept, url, path, cache: 'hit' });
       }
     }
+    // The walks' pages are full: checked on the warm-up node, whose positions are the same.
+    const warmWalk = walks.get(WARM_NODE) ?? [];
+    for (const path of [warmWalk[0], warmWalk[warmWalk.length - 1]]) {
+      if (path === undefined) continue;
+      const res = await fetch(`${origin}${path}`);
+      // Our own answer, and only its count is used: checked just below.
+      const page = (await res.json()) as { count?: number };
+      if (res.status !== 200 || page.count !== PAGE)
+        throw new Error(`a page of the miss walk is not full: ${res.status} ${path}`);
+    }
+    const misses: Run[] = missNodes.map((node, i) => {
+      const accept = ACCEPTS[i % ACCEPTS.length] as string;
+      return {
+        label: `spread, round ${Math.floor(i / ACCEPTS.length) + 1}`,
+        accept,
+        url: `${origin}${(walks.get(node) ?? [])[0]}`,
+        path: staticPath.get(accept) as string,
+        cache: 'miss',
+        walk: walks.get(node) ?? [],
+      };
+    });
     const staticFile = join(dir, 'static-pages.json');
     await writeFile(staticFile, JSON.stringify(pages));
     baseline = spawn(
@@ -236,46 +291,103 @@ async function benchMode(): Promise<void> {
     ]();
     const staticOrigin = (JSON.parse((await staticLines.next()).value as string) as { origin: string })
       .origin;
+    const staticCpuMs = async () => {
+      baseline?.stdin?.write('cpu\n');
+      return (JSON.parse((await staticLines.next()).value as string) as { cpuMs: number }).cpuMs;
+    };
 
     console.log(
-      `\n${N.toLocaleString('en')} items of 1 KiB; ${CONNECTIONS} connections, ${DURATION} s each; ` +
-        'static: a bare node:http server sending the same bytes, in the same run\n',
+      `\n${N.toLocaleString('en')} items of 1 KiB; ${CONNECTIONS} connections; hits for ${DURATION} s each` +
+        (MISS
+          ? `, misses ${MISS_PAGES.toLocaleString('en')} pages spread over the feed, each read once`
+          : '') +
+        `; static: a bare node:http server sending the same bytes, in the same run, for ${DURATION} s\n`,
     );
     console.log(
-      '| page of 50 | representation | page cache | bytes | requests/s | static requests/s | ratio | latency p50 / p99 | static p50 | server CPU per request | errors |',
+      '| page of 50 | representation | page cache | bytes | requests/s | static requests/s | ratio | goal | latency p50 / p99 | static p50 | server CPU per request | static CPU per request | CPU ratio (static / server) | errors |',
     );
-    console.log('|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|');
+    console.log('|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|');
     // A second of each first, unmeasured: the first run would pay the compiler's warm-up alone.
-    for (const run of runs)
+    // The misses warm up on a node of their own, whose pages the measured walks never ask.
+    for (const run of MISS_ONLY ? [] : hits)
       await autocannon({
         url: run.url,
         headers: { accept: run.accept },
         connections: CONNECTIONS,
         duration: 1,
-        ...(run.walk ? { requests: [{ setupRequest: walker(run.walk) }] } : {}),
       });
-    for (const run of runs) {
-      const cpuBefore = await cpuMs();
-      const ours = await autocannon({
-        url: run.url,
-        headers: { accept: run.accept },
+    for (const accept of MISS ? ACCEPTS : [])
+      await autocannon({
+        url: `${origin}${warmWalk[0]}`,
+        headers: { accept },
         connections: CONNECTIONS,
-        duration: DURATION,
-        ...(run.walk ? { requests: [{ setupRequest: walker(run.walk) }] } : {}),
+        duration: 1,
+        requests: [{ setupRequest: walker(warmWalk) }],
       });
-      const cpu = (await cpuMs()) - cpuBefore;
-      const bare = await autocannon({
-        url: `${staticOrigin}${run.path}`,
-        connections: CONNECTIONS,
-        duration: DURATION,
-      });
-      const errors = ours.errors + ours.non2xx + ours.timeouts + bare.errors + bare.non2xx + bare.timeouts;
+    const rates = { hit: [] as number[], miss: [] as number[] };
+    const cpuRatios = { hit: [] as number[], miss: [] as number[] };
+    for (const run of [...(MISS_ONLY ? [] : hits), ...misses]) {
+      // The server and the static one take turns, SLICES times each: a neighbour's busy moment
+      // falls on both alike. A hit slice lasts DURATION / SLICES; a miss slice is its share of the
+      // walk, and the static slice after it lasts as long.
+      const ours = { requests: 0, ms: 0, cpuMs: 0, errors: 0, p50: [] as number[], p99: 0 };
+      const bare = { requests: 0, ms: 0, cpuMs: 0, errors: 0, p50: [] as number[], p99: 0 };
+      const add = (into: typeof ours, r: autocannon.Result, cpu: number) => {
+        into.requests += r.requests.total;
+        into.ms += r.finish.getTime() - r.start.getTime();
+        into.cpuMs += cpu;
+        into.errors += r.errors + r.non2xx + r.timeouts;
+        into.p50.push(r.latency.p50);
+        into.p99 = Math.max(into.p99, r.latency.p99);
+      };
+      for (let slice = 0; slice < SLICES; slice++) {
+        const walk = run.walk?.slice(
+          Math.floor((slice * run.walk.length) / SLICES),
+          Math.floor(((slice + 1) * run.walk.length) / SLICES),
+        );
+        const cpuBefore = await cpuMs();
+        const mine = await autocannon({
+          url: run.url,
+          headers: { accept: run.accept },
+          connections: CONNECTIONS,
+          // autocannon looks for its end at each sample: every 10 ms, so that the time is the run's.
+          sampleInt: 10,
+          ...(walk
+            ? { amount: walk.length, requests: [{ setupRequest: walker(walk) }] }
+            : { duration: DURATION / SLICES }),
+        });
+        add(ours, mine, (await cpuMs()) - cpuBefore);
+        const bareCpuBefore = await staticCpuMs();
+        const theirs = await autocannon({
+          url: `${staticOrigin}${run.path}`,
+          connections: CONNECTIONS,
+          sampleInt: 10,
+          duration: walk
+            ? Math.max(0.5, (mine.finish.getTime() - mine.start.getTime()) / 1000)
+            : DURATION / SLICES,
+        });
+        add(bare, theirs, (await staticCpuMs()) - bareCpuBefore);
+      }
       const bytes = Buffer.byteLength((pages[run.path] as StaticPage).body, 'utf8');
+      const rate = (1000 * ours.requests) / ours.ms;
+      const bareRate = (1000 * bare.requests) / bare.ms;
+      const cpuPer = (1000 * ours.cpuMs) / ours.requests;
+      const bareCpuPer = (1000 * bare.cpuMs) / bare.requests;
+      rates[run.cache].push(rate / bareRate);
+      cpuRatios[run.cache].push(bareCpuPer / cpuPer);
       console.log(
-        `| since ${run.label} depth | ${run.accept} | ${run.cache} | ${bytes.toLocaleString('en')} | ${Math.round(ours.requests.average).toLocaleString('en')} | ${Math.round(bare.requests.average).toLocaleString('en')} | ${(ours.requests.average / bare.requests.average).toFixed(3)} | ${ours.latency.p50} / ${ours.latency.p99} ms | ${bare.latency.p50} ms | ${((1000 * cpu) / ours.requests.total).toFixed(0)} µs | ${errors} |`,
+        `| ${run.label} | ${run.accept} | ${run.cache} | ${bytes.toLocaleString('en')} | ${Math.round(rate).toLocaleString('en')} | ${Math.round(bareRate).toLocaleString('en')} | ${(rate / bareRate).toFixed(3)} | ≥ ${GOALS[run.cache]} | ${median(ours.p50)} / ${ours.p99} ms | ${median(bare.p50)} ms | ${cpuPer.toFixed(0)} µs | ${bareCpuPer.toFixed(0)} µs | ${(bareCpuPer / cpuPer).toFixed(3)} | ${ours.errors + bare.errors} |`,
       );
     }
     baseline.stdin?.end();
+    for (const cache of ['hit', 'miss'] as const) {
+      const r = rates[cache];
+      if (r.length > 0)
+        console.log(
+          `\n${cache === 'hit' ? 'hits' : 'misses'}: ratio to static ${Math.min(...r).toFixed(2)}–${Math.max(...r).toFixed(2)}, median ${median(r).toFixed(2)} (goal ≥ ${GOALS[cache]}); static CPU / server CPU per request ${Math.min(...cpuRatios[cache]).toFixed(2)}–${Math.max(...cpuRatios[cache]).toFixed(2)}`,
+        );
+    }
+    if (MISS_ONLY) return;
 
     // Long polls: each waits since the last cursor; one write releases them all.
     const before = await memory();
@@ -355,31 +467,61 @@ function walker(paths: readonly string[]) {
   };
 }
 
-/** Fills the node with `n` 1 KiB entries, 256 writes in flight, and returns their ids. */
-async function fill(dir: string, n: number): Promise<string[]> {
+/** Fills each node with the same `n` 1 KiB entries, 256 writes in flight, and returns their ids. */
+async function fill(dir: string, n: number, nodes: readonly string[]): Promise<string[]> {
   const engine = await FeedEngine.open(dir);
   const width = String(n).length;
   const ids = Array.from({ length: n }, (_, i) => `item-${String(i).padStart(width, '0')}`);
   const started = performance.now();
   try {
-    await engine.nodes.createNode(NODE);
-    for (let i = 0; i < n; i += 256) {
-      await Promise.all(
-        ids.slice(i, i + 256).map((id) => {
-          const head = `<entry xmlns="http://www.w3.org/2005/Atom"><id>urn:bench:${id}</id><title>Item ${id}</title><content type="text">`;
-          const tail = '</content></entry>';
-          return engine.writes.publish(NODE, {
-            id,
-            entry: head + 'x'.repeat(1024 - head.length - tail.length) + tail,
-          });
-        }),
-      );
+    for (const node of nodes) {
+      await engine.nodes.createNode(node);
+      for (let i = 0; i < n; i += 256) {
+        await Promise.all(
+          ids.slice(i, i + 256).map((id) => {
+            const head = `<entry xmlns="http://www.w3.org/2005/Atom"><id>urn:bench:${id}</id><title>Item ${id}</title><content type="text">`;
+            const tail = '</content></entry>';
+            return engine.writes.publish(node, {
+              id,
+              entry: head + 'x'.repeat(1024 - head.length - tail.length) + tail,
+            });
+          }),
+        );
+      }
     }
   } finally {
     await engine.close();
   }
   console.log(
-    `filled ${n.toLocaleString('en')} items in ${((performance.now() - started) / 1000).toFixed(1)} s`,
+    `filled ${nodes.length} node(s) of ${n.toLocaleString('en')} items in ${((performance.now() - started) / 1000).toFixed(1)} s`,
   );
   return ids;
+}
+
+/** A page of 50 since a cursor, returning at once when the feed has nothing after it. */
+function pageUrl(node: string, cursor: string): string {
+  return `/feeds/${node}?since=cursor:${encodeURIComponent(cursor)}&max=${PAGE}&timeout=0`;
+}
+
+/** `count` positions spread uniformly over 0..last, shuffled (the same order every run). */
+function spread(last: number, count: number): number[] {
+  const at = Array.from({ length: count }, (_, i) => Math.floor((i * last) / Math.max(1, count - 1)));
+  let seed = 46;
+  const random = () => {
+    seed = (seed * 1103515245 + 12345) % 2 ** 31;
+    return seed / 2 ** 31;
+  };
+  for (let i = at.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [at[i], at[j]] = [at[j] as number, at[i] as number];
+  }
+  return at;
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2
+    ? (sorted[mid] as number)
+    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
 }

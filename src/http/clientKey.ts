@@ -31,6 +31,11 @@ export function isAddressOrRange(text: string): boolean {
  */
 export class ClientKeys {
   private readonly trusted: [Address, number][];
+  /**
+   * The key of each connection whose peer is no trusted proxy: it is the same for every request
+   * the connection carries, and parsing the address cost each request more than its bound did.
+   */
+  private readonly peers = new WeakMap<object, string>();
 
   constructor(
     trustedProxies: readonly string[],
@@ -52,17 +57,24 @@ export class ClientKeys {
 
   /** `ip:` and the client's address (an IPv6 one as its /64); `ip:unknown` when the socket is gone. */
   address(request: RequestOrigin): string {
-    const peer = parse(request.socket?.remoteAddress);
+    const socket = request.socket;
+    const known = socket === undefined ? undefined : this.peers.get(socket);
+    if (known !== undefined) return known;
+    const peer = parse(socket?.remoteAddress);
     if (!peer) return 'ip:unknown';
+    if (!this.isTrusted(peer)) {
+      const key = `ip:${keyOf(peer)}`;
+      if (socket) this.peers.set(socket, key);
+      return key;
+    }
+    // A trusted proxy names a client per request: its header is read every time.
     let client = peer;
-    if (this.isTrusted(client)) {
-      const hops = this.hops(request.headers[this.header]);
-      for (let i = hops.length - 1; i >= 0 && this.isTrusted(client); i -= 1) {
-        const hop = parse(hostOf(hops[i] as string));
-        // A hop that is no address ends the walk: the last trusted proxy is who answers for it.
-        if (!hop) break;
-        client = hop;
-      }
+    const hops = this.hops(request.headers[this.header]);
+    for (let i = hops.length - 1; i >= 0 && this.isTrusted(client); i -= 1) {
+      const hop = parse(hostOf(hops[i] as string));
+      // A hop that is no address ends the walk: the last trusted proxy is who answers for it.
+      if (!hop) break;
+      client = hop;
     }
     return `ip:${keyOf(client)}`;
   }

@@ -1,4 +1,5 @@
 import type { FeedEvent } from '../feed/events.ts';
+import { LruMap } from '../lruMap.ts';
 import type { Answer } from './exchange.ts';
 
 /** How much the page cache may hold; `HttpOptions.pageCache`. */
@@ -39,7 +40,7 @@ function nodeOf(event: FeedEvent): string | undefined {
  * on every request before asking.
  */
 export class PageCache {
-  private readonly entries = new Map<string, Entry>();
+  private readonly entries = new LruMap<string, Entry>();
   /** Per node; a global counter so a node deleted and made again never sees its old generations. */
   private readonly generations = new Map<string, number>();
   private counter = 0;
@@ -73,29 +74,21 @@ export class PageCache {
   }
 
   get(key: string): Answer | undefined {
-    const entry = this.entries.get(key);
-    if (!entry) return undefined;
-    // Most recently used last.
-    this.entries.delete(key);
-    this.entries.set(key, entry);
-    return entry.answer;
+    return this.entries.use(key)?.answer;
   }
 
   set(key: string, answer: Answer): void {
     const body = typeof answer.body === 'string' ? 2 * answer.body.length : answer.body.length;
     const bytes = body + 2 * key.length + 256;
     if (bytes > this.options.maxBytes || this.options.maxEntries < 1) return;
-    const old = this.entries.get(key);
-    if (old) {
-      this.entries.delete(key);
-      this.bytes -= old.bytes;
-    }
+    const old = this.entries.peek(key);
+    if (old) this.bytes -= old.bytes;
     this.entries.set(key, { answer, bytes });
     this.bytes += bytes;
-    for (const [k, e] of this.entries) {
-      if (this.entries.size <= this.options.maxEntries && this.bytes <= this.options.maxBytes) break;
-      this.entries.delete(k);
-      this.bytes -= e.bytes;
+    while (this.entries.size > this.options.maxEntries || this.bytes > this.options.maxBytes) {
+      const oldest = this.entries.shift();
+      if (!oldest) break;
+      this.bytes -= oldest[1].bytes;
     }
   }
 }

@@ -166,18 +166,30 @@ export class HttpBinding {
       bodyLimit: feeds.limits.maxPayloadBytes + 1024,
       forceCloseConnections: 'idle',
     });
-    // First of all, before any body is read: each client's rate of requests.
-    this.app.addHook('onRequest', async (request) => this.admit(request));
+    // First of all, before any body is read: each client's rate of requests. A callback, not a
+    // promise, for the requests it admits at once (all but those signed by Pushpin).
+    this.app.addHook('onRequest', (request, _reply, done) => {
+      let signed: Promise<void> | undefined;
+      try {
+        signed = this.admit(request);
+      } catch (e) {
+        done(e instanceof Error ? e : new Error(String(e)));
+        return;
+      }
+      if (signed) signed.then(() => done(), done);
+      else done();
+    });
     this.app.removeAllContentTypeParsers();
     this.app.addContentTypeParser(ATOM, { parseAs: 'string' }, (_req, body, done) => done(null, body));
     this.app.setErrorHandler((error, request, reply) => this.fail(request, reply, error));
     this.app.setNotFoundHandler((request, reply) =>
       this.fail(request, reply, problems.notFound(`no resource at ${request.url.split('?')[0]}`)),
     );
-    this.app.addHook('onSend', async (_request, reply) => {
+    this.app.addHook('onSend', (_request, reply, payload, done) => {
       reply.header('x-content-type-options', 'nosniff');
       // Closing waits for every connection to end: a kept-alive one would hold it for its idle timeout.
       if (this.stopping) reply.header('connection', 'close');
+      done(null, payload);
     });
     const added = (options.plugins ?? []).flatMap((plugin) => plugin.mount(this));
     this.mount(
@@ -287,16 +299,26 @@ export class HttpBinding {
   /**
    * Counts a request against its client's rate of reads or writes (a 429 past it). The client is
    * the bearer token's JID when the token is known, else its address. Health and metrics are not
-   * counted, nor Pushpin's own recovery requests of the streams it holds (signed by it).
+   * counted, nor Pushpin's own recovery requests of the streams it holds (signed by it): a promise
+   * only while such a signature is checked.
    */
-  private async admit(request: FastifyRequest): Promise<void> {
-    if (UNBOUNDED.has(request.routeOptions.url ?? '')) return;
+  private admit(request: FastifyRequest): Promise<void> | undefined {
+    if (UNBOUNDED.has(request.routeOptions.url ?? '')) return undefined;
+    const grip = this.grip;
     if (
-      this.grip &&
+      grip &&
       request.headers['grip-sig'] !== undefined &&
       request.url.includes(`${GRIP_STREAM_PARAMETER}=`)
     )
-      if (await this.grip.sig.verify(request.headers)) return;
+      return grip.sig.verify(request.headers).then((signed) => {
+        if (!signed) this.count(request);
+      });
+    this.count(request);
+    return undefined;
+  }
+
+  /** Takes one request from its client's rate, or throws its refusal. */
+  private count(request: FastifyRequest): void {
     let reader: Actor | undefined;
     try {
       reader = this.credentials.actor(request.headers.authorization);

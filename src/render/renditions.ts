@@ -1,30 +1,50 @@
-import { createHash } from 'node:crypto';
+import * as crypto from 'node:crypto';
 import { decodeHTML } from 'entities';
 import { createElement, type Element, escapeXML, parse } from 'ltx';
 import { ATOM_NS, TOMBSTONE_NS } from '../feed/model/atom.ts';
 import type { Item } from '../feed/model/feed.ts';
 import { memoOf, type VersionMemo } from '../feed/service/service.ts';
+import { LruMap } from '../lruMap.ts';
 
 export const FANOUT_NS = 'http://fanout.org/protocol/atom';
 
 /**
- * A part of a page that depends on an item version only, made once: its text, its UTF-8 bytes
- * (pages are put together as bytes: no string is encoded again per read) and their SHA-256 (a
- * page's ETag digests its pieces' digests, not their bytes: src/http/render/pageBytes.ts).
+ * A part of a page that depends on an item version only, made once: its UTF-8 bytes (pages are
+ * put together as bytes: no string is encoded again per read) and their SHA-256 (a page's ETag
+ * digests its pieces' digests, not their bytes: src/http/render/parts.ts). Its text is decoded
+ * from the bytes when asked: kept as well, it doubled what each version holds on the heap, and
+ * what each collection of the young generation copies.
  */
 export interface Piece {
-  text: string;
-  bytes: Buffer;
-  digest: Buffer;
+  readonly text: string;
+  readonly bytes: Buffer;
+  readonly digest: Buffer;
 }
+
+class BytesPiece implements Piece {
+  constructor(
+    readonly bytes: Buffer,
+    readonly digest: Buffer,
+  ) {}
+
+  get text(): string {
+    return this.bytes.toString('utf8');
+  }
+}
+
+/** SHA-256 in one call where Node.js has it (20.12): no Hash object per piece. */
+const sha256: (bytes: Buffer) => Buffer =
+  typeof crypto.hash === 'function'
+    ? (bytes) => crypto.hash('sha256', bytes, 'buffer')
+    : (bytes) => crypto.createHash('sha256').update(bytes).digest();
 
 export function pieceOf(text: string): Piece {
   const bytes = Buffer.from(text, 'utf8');
-  return { text, bytes, digest: createHash('sha256').update(bytes).digest() };
+  return new BytesPiece(bytes, sha256(bytes));
 }
 
-/** What a piece holds, as the bound counts it (two bytes a character, then its bytes and digest). */
-const pieceSize = (p: Piece): number => 2 * p.text.length + p.bytes.length + 64;
+/** What a piece holds, as the bound counts it (its bytes and digest, and its objects). */
+const pieceSize = (p: Piece): number => p.bytes.length + 64;
 
 /**
  * What the readers' representations need of one item version, built once (by parsing its entry)
@@ -58,7 +78,7 @@ interface Rendition {
  * the others (notifications, items asked by id, summaries).
  */
 export class Renditions {
-  private readonly cache = new Map<string, Rendition>();
+  private readonly cache = new LruMap<string, Rendition>();
   private bytes = 0;
 
   /** `maxBytes`: about what the cached strings (two bytes a character, keys included) and bytes may hold. */
@@ -119,16 +139,15 @@ export class Renditions {
       return r;
     }
     const key = `${item.id}\u0000${item.created}\u0000${item.modified}\u0000${item.deleted ? 1 : 0}\u0000${item.publisher ?? '\u0001'}\u0000${item.entry.length}`;
-    let r = this.cache.get(key);
+    let r = this.cache.peek(key);
     if (r) {
-      this.cache.delete(key);
-      this.bytes -= r.size;
-      // The same text: most recently used last (the Map's order is the eviction order).
+      // The same text: most recently used last (the order is the eviction order).
       if (r.entry === item.entry) {
-        this.cache.set(key, r);
-        this.bytes += r.size;
+        this.cache.use(key);
         return r;
       }
+      this.cache.delete(key);
+      this.bytes -= r.size;
     }
     r = { entry: item.entry, size: 2 * (key.length + item.entry.length) };
     this.cache.set(key, r);
@@ -152,10 +171,10 @@ export class Renditions {
 
   /** Drops the least recently used renditions past the bound (never the one in use, the newest). */
   private evict(): void {
-    for (const [key, r] of this.cache) {
-      if (this.bytes <= this.maxBytes || this.cache.size <= 1) return;
-      this.cache.delete(key);
-      this.bytes -= r.size;
+    while (this.bytes > this.maxBytes && this.cache.size > 1) {
+      const oldest = this.cache.shift();
+      if (!oldest) return;
+      this.bytes -= oldest[1].size;
     }
   }
 

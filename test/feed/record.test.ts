@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { ItemRecord } from '../../src/feed/model/feed.ts';
-import { decodeRecord, encodeRecord, entryBytesOf } from '../../src/feed/store/record.ts';
+import { decodeRecord, decodeRecordView, encodeRecord, entryBytesOf } from '../../src/feed/store/record.ts';
 
 const stamp = fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const record: fc.Arbitrary<ItemRecord> = fc
@@ -45,6 +45,32 @@ describe('item records', () => {
     // A record of an earlier format (one JSON object) gives its entry encoded.
     const old: ItemRecord = { c: 1, cs: 1, m: 1, ms: 1, e: '<é/>' };
     expect(entryBytesOf(Buffer.from(JSON.stringify(old)), old).toString('utf8')).toBe('<é/>');
+  });
+
+  it('give a page what it shows of them, views or not, in every format', () => {
+    const terms = fc.array(fc.string({ unit: 'grapheme', maxLength: 12 }), { maxLength: 4 });
+    const withViews = fc
+      .tuple(record, fc.option(terms), fc.option(terms))
+      .map(([rec, k, au]): ItemRecord => ({ ...rec, ...(k ? { k } : {}), ...(au ? { au } : {}) }));
+    const shown = (rec: ItemRecord) => ({
+      c: rec.c,
+      m: rec.m,
+      ms: rec.ms,
+      deleted: rec.d === 1,
+      p: rec.p,
+      e: rec.e,
+    });
+    fc.assert(
+      fc.property(withViews, (rec) => {
+        for (const buf of [encodeRecord(rec), Buffer.from(JSON.stringify(rec))]) {
+          const { entry, ...view } = decodeRecordView(buf);
+          expect(view).toEqual(shown(rec));
+          expect(entry.equals(Buffer.from(rec.e, 'utf8'))).toBe(true);
+        }
+      }),
+      { numRuns: 1000 },
+    );
+    expect(() => decodeRecordView(Buffer.from([2, 0, 1]))).toThrow('truncated item record');
   });
 
   it('of the earlier formats are still read', () => {

@@ -206,8 +206,10 @@ describe('Renditions', () => {
       fc.property(item, feedUrls, (it, url) => {
         const memo = new VersionMemo(Buffer.from(it.entry));
         let kept = 0;
-        const counted = new VersionMemo(Buffer.from(it.entry), (n) => {
-          kept += n;
+        const counted = new VersionMemo(Buffer.from(it.entry), {
+          grow: (_key, _memo, n) => {
+            kept += n;
+          },
         });
         for (const m of [memo, counted])
           for (let round = 0; round < 2; round++) {

@@ -22,6 +22,21 @@ describe('who a client is', () => {
     expect(direct.address(request(undefined))).toBe('ip:unknown');
   });
 
+  it('is the same for every request of a connection, but one through a trusted proxy', () => {
+    const socket = { remoteAddress: '127.0.0.2' };
+    expect(direct.address({ socket, headers: {} })).toBe('ip:127.0.0.2');
+    expect(direct.address({ socket, headers: { 'x-forwarded-for': '198.51.100.7' } })).toBe('ip:127.0.0.2');
+    // Through a trusted proxy, each request names its own client on the same connection.
+    const proxy = { remoteAddress: '127.0.0.3' };
+    expect(proxied.address({ socket: proxy, headers: { 'x-forwarded-for': '198.51.100.7' } })).toBe(
+      'ip:198.51.100.7',
+    );
+    expect(proxied.address({ socket: proxy, headers: { 'x-forwarded-for': '203.0.113.9' } })).toBe(
+      'ip:203.0.113.9',
+    );
+    expect(proxied.address({ socket: proxy, headers: {} })).toBe('ip:127.0.0.3');
+  });
+
   it('is an IPv4 peer as IPv4, however the socket spells it', () => {
     expect(direct.address(request('::ffff:127.0.0.2'))).toBe('ip:127.0.0.2');
     expect(direct.address(request('192.0.2.1'))).toBe('ip:192.0.2.1');

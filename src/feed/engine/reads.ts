@@ -267,7 +267,9 @@ async function scanForward(r: PageRead): Promise<Scan> {
     const { head, ended } = await skipSince(it, since, after, lead, scan);
     const want = max + 1 - head.length;
     let page = want > 0 && !ended ? head.concat(await take(it, want)) : head;
-    const stop = page.findIndex((e) => Buffer.compare(e.key, r.upper.key) >= 0);
+    // The walk ends at the feed's end already: only an `until` ends it sooner.
+    const stop =
+      r.upper.key === range.end ? -1 : page.findIndex((e) => Buffer.compare(e.key, r.upper.key) >= 0);
     if (stop >= 0) page = page.slice(0, stop);
     scan.more = page.length > max;
     scan.page = page.slice(0, max);

@@ -13,17 +13,23 @@ export class VersionMemo {
 
   /**
    * `entry`: the version's entry as UTF-8, as its record holds it (written as is: XMPP replies);
-   * `held`: told the bytes kept here (two a character, one a byte), for the version cache's bound.
+   * `holder`: told the bytes kept here (two a character, one a byte), for its bound, under `key`.
    */
   constructor(
     readonly entry: Buffer,
-    private readonly held: (bytes: number) => void = () => undefined,
+    private readonly holder?: MemoHolder,
+    private readonly key = '',
   ) {}
 
   /** Counts what a reader keeps in this memo against the version cache's bound. */
   keep(bytes: number): void {
-    this.held(bytes);
+    this.holder?.grow(this.key, this, bytes);
   }
+}
+
+/** What holds memos within a bound (engine/versions.ts): told what each keeps. */
+export interface MemoHolder {
+  grow(key: string, memo: VersionMemo, bytes: number): void;
 }
 
 /**

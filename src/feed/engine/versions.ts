@@ -1,7 +1,7 @@
+import { LruMap } from '../../lruMap.ts';
 import type { Item, ItemRecord } from '../model/feed.ts';
-import { decodeRecord, entryBytesOf, versionOfRecord } from '../store/record.ts';
+import { decodeRecordView, entryBytesOf, type RecordView, versionOfRecord } from '../store/record.ts';
 import { xmlAttributeBytes } from './pageBudget.ts';
-import { itemView } from './state.ts';
 import { VersionMemo } from './versionMemo.ts';
 
 /** One item version as pages use it: decoded once, shared by every read that meets it. */
@@ -19,7 +19,7 @@ export interface Version {
 const VERSION_OVERHEAD = 256;
 
 /**
- * Default bound of the cache: about 20,000 versions of 1 KiB entries, or 6,000 with their JSON and
+ * Default bound of the cache: about 20,000 versions of 1 KiB entries, or 9,500 with their JSON and
  * Atom renditions (their memos count). With the renditions' own 24 MiB (items without a memo) the
  * same 88 MiB as when each had its own bound.
  */
@@ -36,7 +36,7 @@ export const VERSION_CACHE_BYTES = 64 * 1024 * 1024;
  * builds no key from the stamps: most reads want the newest, and an older one is decoded again.
  */
 export class VersionCache {
-  private readonly map = new Map<string, Held>();
+  private readonly map = new LruMap<string, Held>();
   private bytes = 0;
 
   /** `maxBytes`: what the entries may hold, counting two bytes a character and an overhead each. */
@@ -44,24 +44,26 @@ export class VersionCache {
 
   /** The version the modified index names (its key's stamp and sequence), when held. */
   get(nid: number, id: string, stamp: number, seq: number): Version | undefined {
-    const key = itemKeyOf(nid, id);
-    const hit = this.map.get(key);
+    return this.held(itemKeyOf(nid, id), stamp, seq);
+  }
+
+  private held(key: string, stamp: number, seq: number): Version | undefined {
+    const hit = this.map.peek(key);
     if (hit?.stamp !== stamp || hit.seq !== seq) return undefined;
-    // Most recently used last: the Map's order is the eviction order.
-    this.map.delete(key);
-    this.map.set(key, hit);
+    this.map.use(key);
     return hit.version;
   }
 
   /** Decodes a record read from the store, or finds the version already decoded. */
   decode(nid: number, id: string, buf: Buffer): Version {
+    const key = itemKeyOf(nid, id);
     const at = versionOfRecord(buf);
     if (at) {
-      const held = this.get(nid, id, at.m, at.ms);
+      const held = this.held(key, at.m, at.ms);
       if (held) return held;
     }
-    const rec = decodeRecord(buf);
-    return this.add(nid, id, rec, held(entryBytesOf(buf, rec)));
+    const view = decodeRecordView(buf);
+    return this.add(key, id, view, ownBytes(view.entry));
   }
 
   /** Held versions and their bytes (for tests). */
@@ -75,23 +77,23 @@ export class VersionCache {
 
   /** Keeps a version as it was committed (`value`: its record), so that its first read finds it decoded. */
   put(nid: number, id: string, rec: ItemRecord, value: Buffer): void {
-    this.add(nid, id, rec, held(entryBytesOf(value, rec)));
+    const entry = ownBytes(entryBytesOf(value, rec));
+    const view = { c: rec.c, m: rec.m, ms: rec.ms, deleted: rec.d === 1, p: rec.p, e: rec.e, entry };
+    this.add(itemKeyOf(nid, id), id, view, entry);
   }
 
-  private add(nid: number, id: string, rec: ItemRecord, entry: Buffer): Version {
-    const key = itemKeyOf(nid, id);
+  private add(key: string, id: string, rec: RecordView, entry: Buffer): Version {
     const version: Version = {
-      view: itemView(id, rec),
+      view: { id, created: rec.c, modified: rec.m, deleted: rec.deleted, publisher: rec.p, entry: rec.e },
       entryBytes: entry.length,
       publisherBytes: rec.p === undefined ? 0 : xmlAttributeBytes(rec.p),
-      memo: new VersionMemo(entry, (n) => this.grow(key, version, n)),
+      memo: new VersionMemo(entry, this, key),
     };
     // The entry's bytes are a view of its record: the record is what is held.
     const bytes = 2 * (key.length + rec.e.length + (rec.p?.length ?? 0)) + entry.length + VERSION_OVERHEAD;
     if (bytes > this.maxBytes) return version;
-    const old = this.map.get(key);
+    const old = this.map.peek(key);
     if (old) this.bytes -= old.bytes;
-    this.map.delete(key);
     this.map.set(key, { version, bytes, stamp: rec.m, seq: rec.ms });
     this.bytes += bytes;
     this.evict();
@@ -99,9 +101,9 @@ export class VersionCache {
   }
 
   /** Counts what a reader kept in a held version's memo (one evicted already counts no more). */
-  private grow(key: string, version: Version, n: number): void {
-    const held = this.map.get(key);
-    if (held?.version !== version) return;
+  grow(key: string, memo: VersionMemo, n: number): void {
+    const held = this.map.peek(key);
+    if (held?.version.memo !== memo) return;
     held.bytes += n;
     this.bytes += n;
     this.evict();
@@ -109,10 +111,10 @@ export class VersionCache {
 
   /** Drops the least recently used versions past the bound. */
   private evict(): void {
-    for (const [k, e] of this.map) {
-      if (this.bytes <= this.maxBytes) break;
-      this.map.delete(k);
-      this.bytes -= e.bytes;
+    while (this.bytes > this.maxBytes) {
+      const oldest = this.map.shift();
+      if (!oldest) break;
+      this.bytes -= oldest[1].bytes;
     }
   }
 }
@@ -122,7 +124,7 @@ export class VersionCache {
  * value its own memory, and records are written so), a copy when the record is a slice of larger
  * memory (a driver's shared pool): a kept view would keep all of that alive.
  */
-function held(entry: Buffer): Buffer {
+function ownBytes(entry: Buffer): Buffer {
   if (entry.buffer.byteLength <= entry.length + OWN_RECORD_SLACK) return entry;
   const own = Buffer.allocUnsafeSlow(entry.length);
   entry.copy(own);

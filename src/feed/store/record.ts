@@ -87,17 +87,65 @@ function entryStart(buf: Buffer): number {
   if (buf.length < FIXED) throw new Error('truncated item record');
   const flags = buf[1] as number;
   let at = FIXED;
-  for (const flag of [HAS_PUBLISHER, HAS_ATOM_ID]) {
-    if (!(flags & flag)) continue;
-    if (at + 2 > buf.length) throw new Error('truncated item record');
-    at += 2 + buf.readUInt16BE(at);
-  }
+  if (flags & HAS_PUBLISHER) at = pastText(buf, at);
+  if (flags & HAS_ATOM_ID) at = pastText(buf, at);
   if (flags & HAS_VIEWS) {
     if (at + 4 > buf.length) throw new Error('truncated item record');
     at += 4 + buf.readUInt32BE(at);
   }
   if (at > buf.length) throw new Error('truncated item record');
   return at;
+}
+
+/** Where the text (a 2-byte length and UTF-8) at `at` ends. */
+function pastText(buf: Buffer, at: number): number {
+  if (at + 2 > buf.length) throw new Error('truncated item record');
+  return at + 2 + buf.readUInt16BE(at);
+}
+
+/** What a page shows of a record: its stamps, deleted flag, publisher and entry (text and bytes). */
+export interface RecordView {
+  c: number;
+  m: number;
+  ms: number;
+  deleted: boolean;
+  p: string | undefined;
+  e: string;
+  /** The entry's UTF-8 bytes, a view of the record (version 2) or encoded from older ones. */
+  entry: Buffer;
+}
+
+/**
+ * Decodes what a page shows of a record, and no more: a page never shows the Atom id, nor the
+ * categories, audience and index memberships of filtered views, which decodeRecord reads (their
+ * JSON parsed) for every record. Throws on bytes that are no record.
+ */
+export function decodeRecordView(buf: Buffer): RecordView {
+  if (buf[0] !== VERSION) {
+    const rec = decodeRecord(buf);
+    return {
+      c: rec.c,
+      m: rec.m,
+      ms: rec.ms,
+      deleted: rec.d === 1,
+      p: rec.p,
+      e: rec.e,
+      entry: Buffer.from(rec.e),
+    };
+  }
+  const at = entryStart(buf);
+  const flags = buf[1] as number;
+  let p: string | undefined;
+  if (flags & HAS_PUBLISHER) p = buf.toString('utf8', FIXED + 2, FIXED + 2 + buf.readUInt16BE(FIXED));
+  return {
+    c: buf.readDoubleBE(2),
+    m: buf.readDoubleBE(18),
+    ms: buf.readDoubleBE(26),
+    deleted: (flags & DELETED) !== 0,
+    p,
+    e: buf.toString('utf8', at),
+    entry: buf.subarray(at),
+  };
 }
 
 /** Decodes a record; throws on bytes that are no record. */
