@@ -1,5 +1,5 @@
 import type { FeedEvent } from '../feed/events.ts';
-import { LruMap } from '../lruMap.ts';
+import { LruMap } from '../feed/model/lruMap.ts';
 import type { Answer } from './exchange.ts';
 
 /** How much the page cache may hold; `HttpOptions.pageCache`. */

@@ -3,8 +3,8 @@ import { decodeHTML } from 'entities';
 import { createElement, type Element, escapeXML, parse } from 'ltx';
 import { ATOM_NS, TOMBSTONE_NS } from '../feed/model/atom.ts';
 import type { Item } from '../feed/model/feed.ts';
+import { LruMap } from '../feed/model/lruMap.ts';
 import { memoOf, type VersionMemo } from '../feed/service/service.ts';
-import { LruMap } from '../lruMap.ts';
 
 export const FANOUT_NS = 'http://fanout.org/protocol/atom';
 

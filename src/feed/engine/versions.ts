@@ -1,5 +1,5 @@
-import { LruMap } from '../../lruMap.ts';
 import type { Item, ItemRecord } from '../model/feed.ts';
+import { LruMap } from '../model/lruMap.ts';
 import { decodeRecordView, entryBytesOf, type RecordView, versionOfRecord } from '../store/record.ts';
 import { xmlAttributeBytes } from './pageBudget.ts';
 import { VersionMemo } from './versionMemo.ts';

@@ -1,8 +1,8 @@
-// The LRU order the byte-bounded caches evict by (src/lruMap.ts), against a list kept in that
+// The LRU order the byte-bounded caches evict by (src/feed/model/lruMap.ts), against a list kept in that
 // order by hand, over any sequence of uses, additions, deletions and evictions.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { LruMap } from '../src/lruMap.ts';
+import { LruMap } from '../../src/feed/model/lruMap.ts';
 
 type Op =
   | { op: 'set'; key: number; value: number }
