@@ -144,11 +144,11 @@ function refusal(
   const match = /^Bearer +([A-Za-z0-9\-._~+/]+=*) *$/i.exec(request.headers.authorization ?? '');
   // '' for an administrator's token, else the JID it acts as.
   const who = match ? tokens.get(digest(match[1] as string)) : undefined;
-  if (who === undefined)
-    return problem(reply, 401, 'unauthorized', 'metrics need an administrator’s bearer token').header(
-      'www-authenticate',
-      match ? 'Bearer error="invalid_token"' : 'Bearer',
-    );
+  if (who === undefined) {
+    // Before the answer is sent: headers set after `send()` are not written.
+    reply.header('www-authenticate', match ? 'Bearer error="invalid_token"' : 'Bearer');
+    return problem(reply, 401, 'unauthorized', 'metrics need an administrator’s bearer token');
+  }
   if (who !== '') return problem(reply, 403, 'forbidden', `${who} is not an administrator`);
   return undefined;
 }
