@@ -1,0 +1,267 @@
+/**
+ * What the fan-out benchmark's parts share (bench/sse.ts, bench/ssePushpin.ts): starting
+ * `smartfeeds serve`, writing marked items, reading its /metrics, and one leg: clients opened,
+ * writes timed as the clients saw them, memory per client.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { loadavg } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { WebSocket } from 'undici';
+import { addLatencies, type ClientGroup, type Latencies, openClients } from './sseClients.ts';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+export const NODE = 'bench';
+const ADMIN = 'bench-admin';
+export const READERS = 100;
+const GOAL_MS = 250;
+
+/** `smartfeeds serve --no-xmpp` (the build) on LevelDB in `dir`, with bounds far above the clients. */
+export function serve(
+  dir: string,
+  port: number,
+  inspectPort: number,
+  opts: { cpuProf?: string; extra?: string[] } = {},
+): ChildProcess {
+  const tokens = [
+    `${ADMIN}=admin@bench`,
+    ...Array.from({ length: READERS }, (_, r) => `reader-${r}=r${r}@bench`),
+  ];
+  return spawn(
+    process.execPath,
+    [
+      `--inspect=127.0.0.1:${inspectPort}`,
+      ...(opts.cpuProf ? ['--cpu-prof', `--cpu-prof-dir=${opts.cpuProf}`] : []),
+      join(ROOT, 'bin', 'smartfeeds.mjs'),
+      'serve',
+      '--no-xmpp',
+      '--http',
+      `127.0.0.1:${port}`,
+      '--data',
+      join(dir, 'db'),
+      '--http-max-streams',
+      '100000',
+      '--http-max-held',
+      '100000',
+      '--http-max-timeout',
+      '600',
+      ...(opts.extra ?? []),
+    ],
+    {
+      cwd: ROOT,
+      env: {
+        ...process.env,
+        SMARTFEEDS_SECRET: 'unused',
+        SMARTFEEDS_ADMINS: 'admin@bench',
+        SMARTFEEDS_HTTP_TOKENS: tokens.join(','),
+        SMARTFEEDS_LOG_LEVEL: 'warn',
+      },
+      stdio: ['ignore', 'inherit', 'inherit'],
+    },
+  );
+}
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Resolves once `origin` answers /healthz. */
+export async function started(origin: string): Promise<void> {
+  for (let i = 0; ; i++) {
+    try {
+      if ((await fetch(`${origin}/healthz`)).ok) return;
+    } catch {
+      if (i > 300) throw new Error(`${origin} did not start`);
+    }
+    await sleep(100);
+  }
+}
+
+/** The server's figures from /metrics. */
+export async function metrics(origin: string): Promise<Record<string, number>> {
+  const text = await (await fetch(`${origin}/metrics`)).text();
+  const out: Record<string, number> = {};
+  for (const line of text.split('\n')) {
+    const m = /^(\w+) ([\d.e+-]+)$/.exec(line);
+    if (m?.[1] && m[2]) out[m[1]] = Number(m[2]);
+  }
+  return out;
+}
+
+export function entry(title: string, category?: string): string {
+  const cat = category ? `<category term="${category}"/>` : '';
+  return `<entry xmlns="http://www.w3.org/2005/Atom"><title>${title}</title><updated>${new Date().toISOString()}</updated>${cat}<content>${'x'.repeat(200)}</content></entry>`;
+}
+
+export async function put(origin: string, id: string, body: string, audience?: string): Promise<number> {
+  const q = audience ? `?audience=${encodeURIComponent(audience)}` : '';
+  const res = await fetch(`${origin}/feeds/${NODE}/items/${id}${q}`, {
+    method: 'PUT',
+    headers: { authorization: `Bearer ${ADMIN}`, 'content-type': 'application/atom+xml' },
+    body,
+  });
+  if (res.status >= 300) throw new Error(`PUT ${id}: ${res.status} ${await res.text()}`);
+  return res.status;
+}
+
+/** A few items, one of them for one reader only, so that the node keeps readers' views. */
+export async function prefill(origin: string): Promise<void> {
+  for (let i = 0; i < 20; i++) await put(origin, `pre-${i}`, entry(`pre ${i}`, i % 2 ? 'hot' : 'cold'));
+  await put(origin, 'private-0', entry('for r0 only', 'hot'), 'r0@bench');
+}
+
+export function quantile(sorted: number[], q: number): number {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)] as number;
+}
+
+export const f0 = (n: number) => (Number.isFinite(n) ? n.toFixed(0) : '-');
+export const kib = (bytes: number) => (bytes / 1024).toFixed(1);
+
+/**
+ * Waits until the server's gauge reaches `n` (the clients are all open or held), or with `down`
+ * falls to `n` (the clients are all closed).
+ */
+export async function waitFor(
+  origin: string,
+  gauge: string,
+  n: number,
+  what: string,
+  down = false,
+): Promise<void> {
+  const deadline = performance.now() + 300_000;
+  for (;;) {
+    const m = await metrics(origin);
+    const v = m[gauge] ?? 0;
+    if (down ? v <= n : v >= n) return;
+    if (performance.now() > deadline) throw new Error(`${what}: ${m[gauge]} of ${n} after 300 s`);
+    await sleep(200);
+  }
+}
+
+/**
+ * Collects the server's garbage through its inspector (Chrome DevTools Protocol), so that the heap
+ * figures that follow count what is alive only.
+ */
+async function collectGarbage(inspectPort: number): Promise<void> {
+  const [target] = (await (await fetch(`http://127.0.0.1:${inspectPort}/json/list`)).json()) as {
+    webSocketDebuggerUrl: string;
+  }[];
+  if (!target) throw new Error('no inspector target');
+  const ws = new WebSocket(target.webSocketDebuggerUrl);
+  await new Promise((resolve, reject) => {
+    ws.onopen = resolve;
+    ws.onerror = reject;
+  });
+  const done = new Promise((resolve) => {
+    ws.onmessage = resolve;
+  });
+  ws.send(JSON.stringify({ id: 1, method: 'HeapProfiler.collectGarbage' }));
+  await done;
+  ws.close();
+}
+
+async function memory(origin: string, inspectPort: number): Promise<Record<string, number>> {
+  await collectGarbage(inspectPort);
+  return metrics(origin);
+}
+
+export interface Leg {
+  name: string;
+  groups: ClientGroup[];
+  gauge: string;
+  inspectPort: number;
+  /** Where the clients connect, when not the server itself (a proxy's ports). */
+  clientBase?: string | string[];
+  /** The RSS in bytes of each of the proxy's processes, by name, when there is a proxy. */
+  proxyRss?: () => Record<string, number>;
+  /** Sends write `w` with `title`; resolves once the server acknowledged it. */
+  write: (w: number, title: string) => Promise<unknown>;
+}
+
+/** How the clients are run: writes timed, processes, source addresses. */
+export interface LegRun {
+  writes: number;
+  processes: number;
+  sources?: readonly string[];
+}
+
+/** One group's latencies over every write of a leg, in ms, sorted. */
+export type LegResult = Map<string, { count: number; ms: number[] }>;
+
+/** Prints the proxy's growth in RSS per client, process by process. */
+function proxyFigure(before: Record<string, number>, held: Record<string, number>, total: number): string {
+  const parts = Object.keys(held).map(
+    (name) => `${name} +${kib(((held[name] ?? 0) - (before[name] ?? 0)) / total)}`,
+  );
+  const sum = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
+  return `; proxy RSS ${f0(sum(held) / 2 ** 20)} MiB, +${kib((sum(held) - sum(before)) / total)} KiB per client (${parts.join(', ')} KiB)`;
+}
+
+export async function runLeg(
+  origin: string,
+  leg: Leg,
+  first: number,
+  loads: number[],
+  how: LegRun,
+): Promise<LegResult> {
+  const total = leg.groups.reduce((n, g) => n + g.count, 0);
+  const before = await memory(origin, leg.inspectPort);
+  const proxyBefore = leg.proxyRss?.() ?? {};
+  const t0 = performance.now();
+  const fleet = await openClients(leg.clientBase ?? origin, leg.groups, how.processes, how.sources);
+  if (leg.gauge !== '') await waitFor(origin, leg.gauge, total, leg.name);
+  const openS = (performance.now() - t0) / 1000;
+  // Let the servers settle before memory is read (not needed for the writes to arrive).
+  await sleep(leg.gauge === '' ? 5000 : 2000);
+  const held = await memory(origin, leg.inspectPort);
+  const proxyHeld = leg.proxyRss?.() ?? {};
+  const all: Latencies = {};
+  let ended = 0;
+  for (let w = first; w < first + how.writes; w++) {
+    if (leg.groups.some((g) => g.kind === 'poll'))
+      await waitFor(origin, leg.gauge, total, 'polls held again');
+    loads.push(loadavg()[0] as number);
+    const sent = performance.timeOrigin + performance.now();
+    await leg.write(w, `bench ${w} ${sent.toFixed(3)}`);
+    const deadline = performance.now() + 30_000;
+    for (;;) {
+      await sleep(250);
+      const r = await fleet.report();
+      const got = Object.values(r.latencies).reduce((n, byWrite) => n + (byWrite[w]?.length ?? 0), 0);
+      if (got >= fleet.opened - r.ended || performance.now() > deadline) {
+        for (const [g, byWrite] of Object.entries(r.latencies)) addLatencies(all, g, w, byWrite[w] ?? []);
+        ended = r.ended;
+        break;
+      }
+    }
+    await sleep(1000);
+  }
+  await fleet.close();
+  const result: LegResult = new Map();
+  for (const g of leg.groups) {
+    const r = result.get(g.name) ?? { count: 0, ms: [] };
+    r.count += g.count;
+    result.set(g.name, r);
+  }
+  for (const [name, r] of result)
+    r.ms = Object.values(all[name] ?? {})
+      .flat()
+      .sort((a, b) => a - b);
+  const rss = (held.process_resident_memory_bytes ?? 0) - (before.process_resident_memory_bytes ?? 0);
+  const heap = (held.nodejs_heap_size_used_bytes ?? 0) - (before.nodejs_heap_size_used_bytes ?? 0);
+  const failures = Object.entries(fleet.failures)
+    .map(([why, n]) => `${n.toLocaleString('en')} × ${why}`)
+    .join('; ');
+  console.log(
+    `\n${leg.name}: ${fleet.opened.toLocaleString('en')} of ${total.toLocaleString('en')} opened in ${openS.toFixed(1)} s${failures ? ` (failed: ${failures})` : ''}${ended ? `, ${ended} ended by the server` : ''}; server RSS ${f0((held.process_resident_memory_bytes ?? 0) / 2 ** 20)} MiB, +${kib(rss / total)} KiB and heap +${kib(heap / total)} KiB per client${leg.proxyRss ? proxyFigure(proxyBefore, proxyHeld, fleet.opened) : ''}`,
+  );
+  console.log(`| leg: clients | n | p50 ms | p99 ms | max ms | within ${GOAL_MS} ms |`);
+  console.log('|---|---|---|---|---|---|');
+  for (const [name, { count, ms }] of result) {
+    const expected = count * how.writes;
+    const within = ms.filter((x) => x <= GOAL_MS).length;
+    console.log(
+      `| ${leg.name}: ${name} | ${count.toLocaleString('en')} | ${f0(quantile(ms, 0.5))} | ${f0(quantile(ms, 0.99))} | ${f0(ms[ms.length - 1] ?? Number.NaN)} | ${within.toLocaleString('en')} of ${expected.toLocaleString('en')} (${(expected - ms.length).toLocaleString('en')} missing) |`,
+    );
+  }
+  return result;
+}

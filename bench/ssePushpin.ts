@@ -1,0 +1,155 @@
+/**
+ * The fan-out benchmark's Pushpin part (bench/sse.ts): `smartfeeds serve --grip` behind Debian's
+ * Pushpin (prosody-dev/pushpin.ts, with the settings of docs/operations.md "Behind Pushpin").
+ * First N anonymous streams straight to smartfeeds (no `Grip-Sig`: it holds them itself), then N
+ * opened at once through Pushpin, which holds them while smartfeeds publishes each write to it; the
+ * same writes, timed the same way, on the same server, in the same run. It prints how many opened
+ * through Pushpin (and why others did not), each leg's p50 and p99, their ratio, and the RSS each
+ * of Pushpin's processes took per stream.
+ */
+import { type ChildProcess, spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { freePort } from '../prosody-dev/process.ts';
+import { openFilesLimit, type RunningPushpin, startPushpin } from '../prosody-dev/pushpin.ts';
+import type { ClientGroup } from './sseClients.ts';
+import {
+  entry,
+  type LegResult,
+  type LegRun,
+  NODE,
+  prefill,
+  put,
+  quantile,
+  runLeg,
+  serve,
+  started,
+  waitFor,
+} from './sseLeg.ts';
+
+/** Open files a client process or a connection manager keeps beyond its sockets. */
+const SPARE_FILES = 1000;
+const GOAL_RATIO = 1.2;
+
+export interface PushpinRun {
+  streams: number;
+  /** Connection managers; default: as many as the open-file limit needs for the streams. */
+  managers?: number;
+  writes: number;
+  processes: number;
+  cpuProf?: string;
+}
+
+/** The RSS in bytes of every process below the runner and of the extra managers, by name. */
+function rssByName(pids: readonly number[]): Record<string, number> {
+  const rows = spawnSync('ps', ['-eo', 'pid=,ppid=,rss=,comm=']).stdout.toString().trim().split('\n');
+  const procs = rows.map((r) => {
+    const [pid, ppid, rss, comm] = r.trim().split(/\s+/);
+    return { pid: Number(pid), ppid: Number(ppid), rss: Number(rss) * 1024, comm: comm ?? '?' };
+  });
+  const inTree = new Set(pids);
+  for (let grew = true; grew; ) {
+    grew = false;
+    for (const p of procs)
+      if (inTree.has(p.ppid) && !inTree.has(p.pid)) {
+        inTree.add(p.pid);
+        grew = true;
+      }
+  }
+  const out: Record<string, number> = {};
+  for (const p of procs) if (inTree.has(p.pid)) out[p.comm] = (out[p.comm] ?? 0) + p.rss;
+  return out;
+}
+
+const ratio = (a: number, b: number) => (Number.isFinite(a / b) ? (a / b).toFixed(2) : '-');
+
+/** The stream legs, direct and through Pushpin, on one `smartfeeds serve --grip`. */
+export async function behindPushpin(
+  dir: string,
+  children: ChildProcess[],
+  loads: number[],
+  run: PushpinRun,
+): Promise<void> {
+  const limit = openFilesLimit();
+  const managers = run.managers ?? Math.ceil(run.streams / (limit - SPARE_FILES));
+  // Each client process within the open-file limit, and as many on each manager's port.
+  let processes = Math.max(run.processes, Math.ceil(run.streams / (limit - SPARE_FILES)));
+  processes = Math.ceil(processes / managers) * managers;
+  // One source address per client process: ephemeral ports are per source address and port.
+  const sources = Array.from({ length: processes }, (_, p) => `127.0.0.${2 + p}`);
+  const how: LegRun = { writes: run.writes, processes, sources };
+  const key = 'bench-grip-key-0123456789abcdef';
+  const port = await freePort();
+  const origin = `http://127.0.0.1:${port}`;
+  const inspectPort = await freePort();
+  let pushpin: RunningPushpin | undefined;
+  try {
+    pushpin = await startPushpin({
+      origin: `127.0.0.1:${port}`,
+      sigKey: key,
+      originLater: true,
+      connectionManagers: managers,
+    });
+    const proxy = pushpin;
+    children.push(
+      serve(join(dir, 'grip'), port, inspectPort, {
+        ...(run.cpuProf ? { cpuProf: run.cpuProf } : {}),
+        extra: ['--grip', key, '--grip-publish', proxy.publishUrl],
+      }),
+    );
+    await started(origin);
+    await proxy.reachesOrigin();
+    await prefill(origin);
+    console.log(
+      `\n## smartfeeds serve --grip: ${run.streams.toLocaleString('en')} streams direct, then through Pushpin (${managers} connection manager${managers > 1 ? 's' : ''}, ${processes} client processes)`,
+    );
+    const groups: ClientGroup[] = [
+      { name: 'anonymous', kind: 'stream', path: `/feeds/${NODE}`, count: run.streams },
+    ];
+    const write = (w: number, title: string) => put(origin, `w${w}`, entry(title, 'hot'));
+    let direct: LegResult | undefined;
+    // A process holds one socket per direct stream: past its open-file limit, there is no direct leg.
+    if (run.streams + SPARE_FILES <= limit) {
+      direct = await runLeg(
+        origin,
+        { name: 'direct', groups, gauge: 'smartfeeds_http_streams_open', inspectPort, write },
+        300,
+        loads,
+        how,
+      );
+      await waitFor(origin, 'smartfeeds_http_streams_open', 0, 'streams closed', true);
+    } else
+      console.log(
+        `\ndirect: not run (${run.streams.toLocaleString('en')} streams pass the ${limit.toLocaleString('en')} files one process may open here)`,
+      );
+    const via = await runLeg(
+      origin,
+      {
+        name: 'via Pushpin',
+        groups,
+        gauge: '',
+        inspectPort,
+        clientBase: proxy.urls,
+        proxyRss: () => rssByName(proxy.pids),
+        write,
+      },
+      400,
+      loads,
+      how,
+    );
+    const d = direct?.get('anonymous')?.ms ?? [];
+    const v = via.get('anonymous')?.ms ?? [];
+    console.log('\n| one write to every stream | direct | via Pushpin | ratio | goal |');
+    console.log('|---|---:|---:|---:|---|');
+    for (const [label, q] of [
+      ['p50', 0.5],
+      ['p99', 0.99],
+    ] as const) {
+      const [a, b] = [quantile(d, q), quantile(v, q)];
+      console.log(
+        `| ${label} | ${Number.isFinite(a) ? `${a.toFixed(0)} ms` : '-'} | ${b.toFixed(0)} ms | ${ratio(b, a)}x | ${label === 'p99' ? `<= ${GOAL_RATIO}x` : ''} |`,
+      );
+    }
+  } finally {
+    await pushpin?.destroy();
+  }
+}
