@@ -14,6 +14,9 @@ const WITHOUT_SERVER = new Set([
   'mirrorStore.test.ts',
   'follower.test.ts',
   'connectionTrouble.test.ts',
+  'replyBounds.test.ts',
+  'names.test.ts',
+  'strictForm.test.ts',
 ]);
 const SERVER_DIRS = ['test/xmpp', 'test/client'];
 // Files that run after all the others, one at a time: those that time the component's answers
@@ -55,6 +58,7 @@ const STORE_SUITES = ['test/feed/**/*.test.ts', 'test/service/**/*.test.ts'];
 const POSTGRES_ONLY = [
   'test/postgres*.test.ts',
   'test/cli/migrate*.test.ts',
+  'test/cli/exportAcrossStores.test.ts',
   'test/instances/postgres*.test.ts',
 ];
 

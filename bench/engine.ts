@@ -12,9 +12,9 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { FeedEngine } from '../src/feed/engine.ts';
-import { indexKey, itemKey, metaKey } from '../src/feed/keys.ts';
-import { encodeRecord } from '../src/feed/record.ts';
+import { indexKey, itemKey, metaKey } from '../src/feed/store/keys.ts';
 import { openLevelStore } from '../src/feed/store/level.ts';
+import { encodeRecord } from '../src/feed/store/record.ts';
 import type { Op } from '../src/feed/store/store.ts';
 
 const { values } = parseArgs({

@@ -18,7 +18,7 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import zlib from 'node:zlib';
 import { FeedEngine } from '../src/feed/engine.ts';
-import type { ExportRecord } from '../src/feed/model.ts';
+import type { ExportRecord } from '../src/feed/model/feed.ts';
 
 const { values } = parseArgs({
   options: {

@@ -13,7 +13,7 @@ import { parseArgs } from 'node:util';
 import type { Handed, HandedReply } from '../src/feed/engine/handoff.ts';
 import { TcpPeerLink } from '../src/feed/engine/peerTcp.ts';
 import { FeedEngine } from '../src/feed/engine.ts';
-import type { Change } from '../src/feed/model.ts';
+import type { Change } from '../src/feed/model/feed.ts';
 import { printUsage } from './usage.ts';
 
 const { values } = parseArgs({

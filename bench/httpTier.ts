@@ -86,6 +86,11 @@ function serve(
     SMARTFEEDS_ADMINS: 'admin@localhost',
     SMARTFEEDS_HTTP_TOKENS: `${TOKEN}=admin@localhost`,
     SMARTFEEDS_RATE_LIMIT: '0',
+    // One load generator is every client here: the per-client bounds would measure themselves.
+    SMARTFEEDS_HTTP_CLIENT_STREAMS: '100000',
+    SMARTFEEDS_HTTP_CLIENT_HELD: '100000',
+    SMARTFEEDS_HTTP_CLIENT_READS: '0',
+    SMARTFEEDS_HTTP_CLIENT_WRITES: '0',
     SMARTFEEDS_LOG_LEVEL: 'warn',
   };
   if (secret) env.SMARTFEEDS_SECRET = xmpp.componentSecret;

@@ -16,8 +16,8 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { startPostgres } from '../prosody-dev/postgres.ts';
 import { FeedEngine } from '../src/feed/engine.ts';
-import { migrateDatabase } from '../src/feed/migrate.ts';
-import type { ExportRecord } from '../src/feed/model.ts';
+import type { ExportRecord } from '../src/feed/model/feed.ts';
+import { migrateDatabase } from '../src/feed/store/migrate.ts';
 
 const { values } = parseArgs({
   options: {

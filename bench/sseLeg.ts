@@ -54,6 +54,11 @@ export function serve(
         SMARTFEEDS_SECRET: 'unused',
         SMARTFEEDS_ADMINS: 'admin@bench',
         SMARTFEEDS_HTTP_TOKENS: tokens.join(','),
+        // One load generator is every client here: the per-client bounds would measure themselves.
+        SMARTFEEDS_HTTP_CLIENT_STREAMS: '100000',
+        SMARTFEEDS_HTTP_CLIENT_HELD: '100000',
+        SMARTFEEDS_HTTP_CLIENT_READS: '0',
+        SMARTFEEDS_HTTP_CLIENT_WRITES: '0',
         SMARTFEEDS_LOG_LEVEL: 'warn',
       },
       stdio: ['ignore', 'inherit', 'inherit'],

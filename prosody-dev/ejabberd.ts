@@ -22,6 +22,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import {
+  C2S_STANZA_LIMIT,
   checkUserName,
   chownAll,
   freePort,
@@ -81,6 +82,7 @@ export async function startEjabberd(opts: EjabberdOptions = {}): Promise<Ejabber
     files.config,
     renderTemplate(template, {
       C2S_PORT: String(c2sPort),
+      C2S_STANZA_SIZE_LIMIT: String(opts.c2sStanzaLimit ?? C2S_STANZA_LIMIT),
       COMPONENT_PORT: String(componentPort),
       COMPONENT_DOMAIN: componentDomain,
       // A JSON string is a YAML double-quoted string.

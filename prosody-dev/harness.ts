@@ -17,6 +17,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import {
+  C2S_STANZA_LIMIT,
   checkUserName,
   childOf,
   chownAll,
@@ -69,6 +70,7 @@ export async function startProsody(opts: ProsodyOptions = {}): Promise<Prosody> 
     files.config,
     renderConfig(template, {
       C2S_PORT: String(c2sPort),
+      C2S_STANZA_SIZE_LIMIT: String(opts.c2sStanzaLimit ?? C2S_STANZA_LIMIT),
       COMPONENT_PORT: String(componentPort),
       COMPONENT_DOMAIN: componentDomain,
       COMPONENT_SECRET: luaEscape(componentSecret),

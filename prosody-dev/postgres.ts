@@ -22,6 +22,7 @@ import { promisify } from 'node:util';
 import pg from 'pg';
 import {
   chownAll,
+  descendants,
   devServerDir,
   freePort,
   isAlive,
@@ -63,8 +64,12 @@ export interface RunningPostgres {
   createDatabase(name?: string): Promise<string>;
   /** Drops a database (by name or URL), closing its connections first. */
   dropDatabase(name: string): Promise<void>;
-  /** Fast shutdown (SIGINT), SIGQUIT after a grace period; `immediate` goes straight to SIGQUIT. */
-  stop(options?: { immediate?: boolean }): Promise<void>;
+  /**
+   * Fast shutdown (SIGINT), SIGQUIT after a grace period; `immediate` goes straight to SIGQUIT
+   * (PostgreSQL's immediate shutdown: recovery at the next start); `kill` crashes it: SIGKILL to
+   * the postmaster and each of its processes, by pid, as a power cut to the processes would.
+   */
+  stop(options?: { immediate?: boolean; kill?: boolean }): Promise<void>;
   /** Starts it again after stop(): same directory, port and data. No-op when running. */
   start(): Promise<void>;
   /** Stops it and removes its directory. */
@@ -146,7 +151,8 @@ export async function startPostgres(opts: PostgresOptions = {}): Promise<Running
       await Promise.race([exited, sleep(50)]);
       if (gone) throw new Error(`PostgreSQL exited during startup\n${await logTail(files.log, 30)}`);
       pid = await postmasterPid(files.pid);
-      if (pid !== undefined && (await isReady(files.pid))) break;
+      // A killed postmaster leaves its pid file behind, saying it was ready: not this one.
+      if (pid !== undefined && isAlive(pid) && (await isReady(files.pid))) break;
       if (Date.now() > deadline) {
         signal(proc.pid ?? 0, 'SIGQUIT');
         throw new Error(
@@ -158,9 +164,16 @@ export async function startPostgres(opts: PostgresOptions = {}): Promise<Running
     watchdog = startWatchdog(pid);
   };
 
-  const stop = async (options: { immediate?: boolean } = {}): Promise<void> => {
+  const stop = async (options: { immediate?: boolean; kill?: boolean } = {}): Promise<void> => {
     const target = pid;
     if (target === undefined) return;
+    if (options.kill && isAlive(target)) {
+      // Its processes first seen, then all killed at once: none is left to finish a commit.
+      const all = [target, ...descendants(target)];
+      for (const one of all) signal(one, 'SIGKILL');
+      if (!(await waitFor(() => all.every((one) => !isAlive(one)), STOP_GRACE_MS)))
+        throw new Error(`PostgreSQL (pid ${target}) did not exit after SIGKILL`);
+    }
     if (isAlive(target)) {
       signal(target, options.immediate ? 'SIGQUIT' : 'SIGINT');
       if (!(await waitFor(() => !isAlive(target), STOP_GRACE_MS))) {

@@ -35,7 +35,16 @@ export interface ServerStartOptions {
    * Default false: PLAIN only, which costs no PBKDF2 per login (the tests and benchmarks).
    */
   scram?: boolean;
+  /**
+   * The largest stanza a logged-in client may send, in bytes. Default 262144 (256 KiB, Prosody's
+   * default); raised past the component's 512 KiB, a client can ask for answers the component must
+   * not send whole (test/xmpp/replyBounds.test.ts).
+   */
+  c2sStanzaLimit?: number;
 }
+
+/** Prosody's default limit on a logged-in client's stanzas, which both harnesses use. */
+export const C2S_STANZA_LIMIT = 256 * 1024;
 
 /** A running test or dev server, whichever it is. */
 export interface RunningServer {

@@ -71,6 +71,8 @@ export interface PushpinOptions {
    * limit less 500, at most 50,000.
    */
   maxConnections?: number;
+  /** `x_forwarded_for` of `[proxy]`: how Pushpin tells the origin who the client is (`truncate:0,append`). */
+  xForwardedFor?: string;
 }
 
 export interface RunningPushpin {
@@ -140,6 +142,7 @@ interface ConfigInput {
   maxConnections: number;
   managers: number;
   settings: Record<string, Record<string, string | number>>;
+  xForwardedFor: string;
 }
 
 function configText({
@@ -150,6 +153,7 @@ function configText({
   maxConnections,
   managers,
   settings,
+  xForwardedFor,
 }: ConfigInput): string {
   const sections = internalSections();
   const set = (section: string, entries: Record<string, string | number>) => {
@@ -189,6 +193,7 @@ function configText({
     sig_key: sigKey,
     updates_check: 'off',
     max_open_requests: PUSHPIN_OPEN_REQUESTS,
+    x_forwarded_for: xForwardedFor,
   });
   set('handler', {
     push_in_spec: `tcp://127.0.0.1:${ports.pushIn}`,
@@ -277,7 +282,16 @@ export async function startPushpin(opts: PushpinOptions): Promise<RunningPushpin
   const logLevel = opts.logLevel ?? 2;
   await writeFile(
     conf,
-    configText({ dir, sigKey, ports, logLevel, maxConnections, managers, settings: opts.settings ?? {} }),
+    configText({
+      dir,
+      sigKey,
+      ports,
+      logLevel,
+      maxConnections,
+      managers,
+      settings: opts.settings ?? {},
+      xForwardedFor: opts.xForwardedFor ?? '',
+    }),
   );
   await writeFile(routes, routesText(typeof opts.origin === 'string' ? [opts.origin] : opts.origin));
   const consoleFile = path.join(dir, 'console.log');

@@ -116,8 +116,14 @@ A sender that waits for its answers is never refused while it has at most 64 req
 a bulk publisher with 32 or 64 requests in flight runs at full speed. A request beyond 64
 unanswered ones takes a token from the sender's bucket (\`--rate-limit\` tokens a second, at most
 \`--rate-burst\` at once). Requests over the limit are answered at once with
-\`wait/resource-constraint\` and never reach the database. Administrators are limited too. The limit
-is the XMPP binding's: HTTP has none, so put a proxy in front of a public HTTP binding.
+\`wait/resource-constraint\` and never reach the database. Administrators are limited too.
+
+Over HTTP, each client (a bearer token's JID, else its address, an IPv6 one by its /64) has its own
+buckets, one for reads (\`--http-client-reads\`) and one for writes (\`--http-client-writes\`), each
+holding four seconds' worth, and its own share of the streams, long polls, WebSub subscriptions and
+verifications; a request past one is answered \`429\` with \`Retry-After\`. Behind a proxy, name it
+with \`--http-trusted-proxy\`, or every client counts as the proxy (see
+[on the open internet](operations.md#on-the-open-internet)).
 `;
 }
 

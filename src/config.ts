@@ -3,6 +3,7 @@ import { z } from 'zod';
 import type { BotOptions } from './bot/bot.ts';
 import { serveUsage } from './configOptions.ts';
 import {
+  count,
   handoffAddress,
   hostPort,
   list,
@@ -17,12 +18,17 @@ import {
   wholeOrZero,
 } from './configSchemas.ts';
 import { ConfigError, checked, readFile, Sources } from './configSources.ts';
-import { CREATE_POLICIES, type CreatePolicy } from './feed/access.ts';
-import { parentDomain } from './feed/jid.ts';
-import { DEFAULT_LIMITS, type Limits } from './feed/model.ts';
+import { CREATE_POLICIES, type CreatePolicy } from './feed/model/access.ts';
+import { DEFAULT_LIMITS, type Limits } from './feed/model/feed.ts';
+import { parentDomain } from './feed/model/jid.ts';
+import { type AccountBounds, DEFAULT_ACCOUNT_BOUNDS } from './feed/service/bounds.ts';
+import { CLIENT_BOUND_DEFAULTS, type ClientBoundOptions } from './http/clientBounds.ts';
+import { CLIENT_HEADERS, isAddressOrRange } from './http/clientKey.ts';
 import { GRIP_RECOVERY_BYTES } from './http/gripRecovery.ts';
 import { LEVELS, type Level, LOG_FORMATS, type LogFormat } from './log.ts';
+import { OUTBOUND_DEFAULTS, type SharedOutboundLimits } from './net/outbound.ts';
 import { DEFAULT_RATE_LIMIT, type RateLimitOptions } from './xmpp/rateLimit.ts';
+import { DEFAULT_STANZA_LIMIT } from './xmpp/replyBounds.ts';
 
 /** Everything `smartfeeds serve` runs with. */
 export interface Config {
@@ -57,6 +63,8 @@ export interface Config {
   xmpp: boolean;
   /** How long a push lease lasts without renewal: how long a dead instance's pushes wait for another. */
   pushLeaseMs: number;
+  /** On PostgreSQL, the longest a publish or retraction waits for its answer, however it waits. */
+  writeTimeoutMs: number;
   /**
    * Where this instance takes the writes other instances hand it (several instances on one
    * database: a node's writes go to the instance pushing it); port 0: a free one. Undefined: off.
@@ -64,12 +72,18 @@ export interface Config {
   handoff: { host: string; port: number } | undefined;
   /** Requests per second and burst allowed to each sender (bare JID); a rate of 0 is no limit. */
   rateLimit: RateLimitOptions;
+  /** The largest stanza the XMPP server takes from the component, in bytes. */
+  xmppStanzaLimit: number;
+  /** What one account may take: nodes created, writes, subscriptions held (absent: no bound). */
+  bounds: AccountBounds;
   /** The feed bot (src/bot/): on unless turned off. */
   bot: BotOptions & { enabled: boolean };
   /** The HTTP binding; undefined when `--http` is not given. */
   http: HttpConfig | undefined;
   /** `/metrics`: on a listener of its own (`--metrics`), else on the HTTP binding; who may scrape. */
   metrics: MetricsConfig;
+  /** What every outbound HTTP request shares (src/net/): connect and headers timeouts, connections per origin. */
+  outbound: SharedOutboundLimits;
 }
 
 export interface MetricsConfig {
@@ -96,8 +110,20 @@ export interface HttpConfig {
    * Its key is never logged.
    */
   grip: { key: string; publishUrl: string | undefined; recoveryBytes: number } | undefined;
-  /** The WebSub hub: private callbacks allowed, default lease, queue bound, retry time. */
-  websub: { allowPrivate: boolean; leaseSeconds: number; maxQueue: number; retryForMs: number };
+  /** Who a client is (trusted proxies and their header), and each client's bounds. */
+  clients: Omit<ClientBoundOptions, 'now'>;
+  /**
+   * The WebSub hub: private callbacks allowed, default lease, queue bound, retry time, and each
+   * client's share of its subscriptions and verifications.
+   */
+  websub: {
+    allowPrivate: boolean;
+    leaseSeconds: number;
+    maxQueue: number;
+    retryForMs: number;
+    maxClientSubscriptions: number;
+    maxClientVerifying: number;
+  };
   /** The origin clients reach the service at, behind a TLS proxy (`--public-url`). */
   publicUrl: string | undefined;
   /** FASPs' GETs of shared objects and actors must be signed and verified (`--fasp-signed-fetch`). */
@@ -117,7 +143,13 @@ export interface FaspProviderConfig {
 }
 
 export const HTTP_DEFAULTS = { maxHeld: 10_000, maxTimeoutSeconds: 120, maxStreams: 10_000 };
-export const WEBSUB_DEFAULTS = { leaseSeconds: 864_000, maxQueue: 1_000, retrySeconds: 3_600 };
+export const WEBSUB_DEFAULTS = {
+  leaseSeconds: 864_000,
+  maxQueue: 1_000,
+  retrySeconds: 3_600,
+  maxClientSubscriptions: 200,
+  maxClientVerifying: 8,
+};
 
 export const DEFAULT_BOT: BotOptions & { enabled: boolean } = {
   enabled: true,
@@ -160,7 +192,7 @@ export function withoutPassword(url: string): string {
 
 const postgresUrl = z.string().refine(isPostgresUrl, 'must be a postgres:// URL');
 
-const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'store'> = {
+const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'store' | 'outbound'> = {
   service: 'xmpp://127.0.0.1:5347',
   domain: 'feeds.localhost',
   data: './data',
@@ -173,8 +205,11 @@ const DEFAULTS: Omit<Config, 'secret' | 'http' | 'localDomain' | 'metrics' | 'st
   sync: false,
   xmpp: true,
   pushLeaseMs: 10_000,
+  writeTimeoutMs: 15_000,
   handoff: { host: '127.0.0.1', port: 0 },
   rateLimit: DEFAULT_RATE_LIMIT,
+  xmppStanzaLimit: DEFAULT_STANZA_LIMIT,
+  bounds: DEFAULT_ACCOUNT_BOUNDS,
   bot: DEFAULT_BOT,
 };
 
@@ -200,9 +235,17 @@ export const SERVE_OPTIONS = {
   sync: { type: 'boolean' },
   'no-xmpp': { type: 'boolean' },
   'push-lease': { type: 'string' },
+  'write-timeout': { type: 'string' },
   handoff: { type: 'string' },
   'rate-limit': { type: 'string' },
   'rate-burst': { type: 'string' },
+  'xmpp-stanza-limit': { type: 'string' },
+  'account-window': { type: 'string' },
+  'account-nodes': { type: 'string' },
+  'account-items': { type: 'string' },
+  'account-bytes': { type: 'string' },
+  'account-node-subscriptions': { type: 'string' },
+  'account-subscriptions': { type: 'string' },
   bot: { type: 'string' },
   'allow-private-addresses': { type: 'boolean' },
   'bot-schemes': { type: 'string' },
@@ -219,6 +262,12 @@ export const SERVE_OPTIONS = {
   'http-max-held': { type: 'string' },
   'http-max-timeout': { type: 'string' },
   'http-max-streams': { type: 'string' },
+  'http-trusted-proxy': { type: 'string', multiple: true },
+  'http-client-header': { type: 'string' },
+  'http-client-streams': { type: 'string' },
+  'http-client-held': { type: 'string' },
+  'http-client-reads': { type: 'string' },
+  'http-client-writes': { type: 'string' },
   grip: { type: 'string' },
   'grip-publish': { type: 'string' },
   'grip-recovery-bytes': { type: 'string' },
@@ -226,14 +275,21 @@ export const SERVE_OPTIONS = {
   'websub-lease': { type: 'string' },
   'websub-queue': { type: 'string' },
   'websub-retry': { type: 'string' },
+  'websub-client-subscriptions': { type: 'string' },
+  'websub-client-verifications': { type: 'string' },
   'public-url': { type: 'string' },
   'fasp-signed-fetch': { type: 'boolean' },
+  'fasp-client-registrations': { type: 'string' },
+  'fasp-client-announcements': { type: 'string' },
   metrics: { type: 'string' },
   'metrics-access': { type: 'string' },
   'fasp-provider': { type: 'string' },
   'fasp-provider-name': { type: 'string' },
   'fasp-provider-url': { type: 'string' },
   'fasp-provider-allow-private': { type: 'boolean' },
+  'outbound-connect-timeout': { type: 'string' },
+  'outbound-headers-timeout': { type: 'string' },
+  'outbound-host-connections': { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -323,14 +379,66 @@ export function configFrom(flags: ServeFlags, env: NodeJS.ProcessEnv = process.e
     sync: src.read('sync', onOff, 'true or false', DEFAULTS.sync),
     xmpp,
     pushLeaseMs: src.read('push-lease', milliseconds, 'a number of seconds above 0', DEFAULTS.pushLeaseMs),
+    writeTimeoutMs: src.read(
+      'write-timeout',
+      milliseconds,
+      'a number of seconds above 0',
+      DEFAULTS.writeTimeoutMs,
+    ),
     handoff,
     rateLimit: {
       rate: src.read('rate-limit', nonNegative, 'a number of zero or more', DEFAULTS.rateLimit.rate),
       burst: limit('rate-burst', DEFAULTS.rateLimit.burst),
     },
+    // Room for an error reply and a page (--page-bytes) at least.
+    xmppStanzaLimit: src.read(
+      'xmpp-stanza-limit',
+      positive.pipe(z.number().min(16 * 1024)),
+      'a whole number of bytes, 16384 or more',
+      DEFAULTS.xmppStanzaLimit,
+    ),
+    bounds: boundsConfig(src),
     bot: botConfig(src),
     http: httpConfig(src),
     metrics: metricsConfig(src),
+    outbound: outboundConfig(src),
+  };
+}
+
+function outboundConfig(src: Sources): SharedOutboundLimits {
+  const ms = (key: string, fallbackMs: number) =>
+    src.read(key, milliseconds, 'a number of seconds above 0', fallbackMs);
+  return {
+    connectTimeoutMs: ms('outbound-connect-timeout', OUTBOUND_DEFAULTS.connectTimeoutMs),
+    headersTimeoutMs: ms('outbound-headers-timeout', OUTBOUND_DEFAULTS.headersTimeoutMs),
+    hostConnections: src.read(
+      'outbound-host-connections',
+      positive,
+      'a positive whole number',
+      OUTBOUND_DEFAULTS.hostConnections,
+    ),
+  };
+}
+
+/** The bounds per account: each a count (0: off); nodes, items and bytes per one window. */
+function boundsConfig(src: Sources): AccountBounds {
+  const d = DEFAULT_ACCOUNT_BOUNDS;
+  const windowMs = src.read('account-window', milliseconds, 'a number of seconds above 0', d.nodes.windowMs);
+  const n = (key: string, fallback: number): number | undefined => {
+    const value = src.read(key, count, 'a whole number, zero or more', fallback);
+    return value === 0 ? undefined : value;
+  };
+  const nodes = n('account-nodes', d.nodes.count);
+  const items = n('account-items', d.items.count);
+  const bytes = n('account-bytes', d.bytes.count);
+  const nodeSubscriptions = n('account-node-subscriptions', d.nodeSubscriptions);
+  const subscriptions = n('account-subscriptions', d.subscriptions);
+  return {
+    ...(nodes !== undefined ? { nodes: { count: nodes, windowMs } } : {}),
+    ...(items !== undefined ? { items: { count: items, windowMs } } : {}),
+    ...(bytes !== undefined ? { bytes: { count: bytes, windowMs } } : {}),
+    ...(nodeSubscriptions !== undefined ? { nodeSubscriptions } : {}),
+    ...(subscriptions !== undefined ? { subscriptions } : {}),
   };
 }
 
@@ -392,6 +500,7 @@ function httpConfig(src: Sources): HttpConfig | undefined {
     maxTimeoutSeconds: seconds('http-max-timeout', HTTP_DEFAULTS.maxTimeoutSeconds),
     maxStreams: src.read('http-max-streams', positive, 'a positive whole number', HTTP_DEFAULTS.maxStreams),
     grip: gripConfig(src),
+    clients: clientsConfig(src),
     websub: {
       allowPrivate: src.read('websub-allow-private', onOff, 'true or false', false),
       leaseSeconds: src.read(
@@ -402,10 +511,52 @@ function httpConfig(src: Sources): HttpConfig | undefined {
       ),
       maxQueue: src.read('websub-queue', positive, 'a positive whole number', WEBSUB_DEFAULTS.maxQueue),
       retryForMs: 1000 * seconds('websub-retry', WEBSUB_DEFAULTS.retrySeconds),
+      maxClientSubscriptions: src.read(
+        'websub-client-subscriptions',
+        positive,
+        'a positive whole number',
+        WEBSUB_DEFAULTS.maxClientSubscriptions,
+      ),
+      maxClientVerifying: src.read(
+        'websub-client-verifications',
+        positive,
+        'a positive whole number',
+        WEBSUB_DEFAULTS.maxClientVerifying,
+      ),
     },
     publicUrl: src.read('public-url', origin, 'an origin like https://feeds.example', undefined),
     faspSignedFetch: src.read('fasp-signed-fetch', onOff, 'true or false', false),
     faspProvider: faspProviderConfig(src),
+  };
+}
+
+/** A list of addresses and CIDR ranges (trusted proxies). */
+const addressRanges = list.pipe(
+  z.array(z.string().refine(isAddressOrRange, 'must list addresses or CIDR ranges (10.0.0.0/8, fd00::/8)')),
+);
+
+/** Who a client is and the bounds of each (src/http/clientBounds.ts). */
+function clientsConfig(src: Sources): HttpConfig['clients'] {
+  const d = CLIENT_BOUND_DEFAULTS;
+  const proxies = src.find('http-trusted-proxies', 'http-trusted-proxy');
+  const count = (key: string, fallback: number) =>
+    src.read(key, positive, 'a positive whole number', fallback);
+  const rate = (key: string, fallback: number) =>
+    src.read(key, nonNegative, 'a number of zero or more', fallback);
+  return {
+    trustedProxies: proxies === undefined ? [] : checked(proxies, addressRanges, 'addresses or CIDR ranges'),
+    clientHeader: src.read(
+      'http-client-header',
+      z.enum(CLIENT_HEADERS),
+      CLIENT_HEADERS.join(' or '),
+      d.clientHeader,
+    ),
+    streams: count('http-client-streams', d.streams),
+    longPolls: count('http-client-held', d.longPolls),
+    reads: rate('http-client-reads', d.reads),
+    writes: rate('http-client-writes', d.writes),
+    faspRegistrations: rate('fasp-client-registrations', d.faspRegistrations),
+    faspAnnouncements: rate('fasp-client-announcements', d.faspAnnouncements),
   };
 }
 

@@ -6,6 +6,8 @@ const numeric = z.union([z.number(), z.string().trim().min(1).transform(Number)]
 export const positive = numeric.pipe(z.number().int().min(1).max(Number.MAX_SAFE_INTEGER));
 export const nonNegative = numeric.pipe(z.number().min(0));
 export const wholeOrZero = numeric.pipe(z.number().int().min(0).max(Number.MAX_SAFE_INTEGER));
+/** A count where 0 turns the bound off. */
+export const count = numeric.pipe(z.number().int().min(0).max(Number.MAX_SAFE_INTEGER));
 export const milliseconds = numeric.pipe(z.number().gt(0)).transform((s) => Math.round(s * 1000));
 const ON = ['1', 'true', 'on'];
 const OFF = ['0', 'false', 'off', ''];

@@ -1,5 +1,6 @@
 import type { Element } from 'ltx';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type { OutboundObserver } from './net/outbound.ts';
 
 /** Where a request came in. */
 export type Binding = 'xmpp' | 'http' | 'bot';
@@ -14,6 +15,8 @@ export interface ObservedComponent {
   xmpp: { status: string; on(event: 'online', listener: () => void): unknown };
   notifier: { readonly stats: { sent: number; dropped: number }; readonly queued: number };
   receipts: { readonly stats: { pings: number; answered: number; givenUp: number } };
+  /** Answers kept within the server's stanza limit (xmpp/replyBounds.ts). */
+  trimmed: { readonly payload: number; readonly replaced: number; readonly unsent: number };
 }
 
 /** What the metrics read from the HTTP binding. */
@@ -22,6 +25,8 @@ export interface ObservedHttp {
   /** Server-Sent Event streams. */
   streams: { readonly open: number; readonly eventsSent: number; readonly slowClosed: number };
   hub: { pending(): number };
+  /** Requests refused because their client was past one of its bounds, by bound. */
+  bounds: { readonly refused: Readonly<Record<string, number>> };
   /** GRIP behind Pushpin: its publisher, when `--grip-publish` is set. */
   grip?:
     | {
@@ -46,6 +51,12 @@ export interface ObservedHttp {
   };
 }
 
+/** What the metrics read from the feed service. */
+export interface ObservedService {
+  /** Refusals by each bound per account so far (feed/service/bounds.ts). */
+  boundRefusals(): Readonly<Record<string, number>>;
+}
+
 /** What the metrics listen to on the engine. */
 export interface ObservedEngine {
   onChange(
@@ -55,6 +66,8 @@ export interface ObservedEngine {
   handoffs(): { sent: number; taken: number; here: number; lost: number } | undefined;
   /** Among several instances, the changes this one pushed, by where it took them (FeedEngine.pushedFrom). */
   pushedFrom(): { memory: number; log: number } | undefined;
+  /** On PostgreSQL, publishes and retractions refused for the database, by what is known of them. */
+  storageRefusals(): { not_written: number; unknown: number };
 }
 
 const PUBSUB = 'http://jabber.org/protocol/pubsub';
@@ -68,6 +81,8 @@ const XMPP_OUTCOMES: Record<string, Outcome> = {
   'item-not-found': 'not_found',
   conflict: 'conflict',
   'resource-constraint': 'busy',
+  // A bound per account (HTTP answers it 429, counted busy too).
+  'policy-violation': 'busy',
   'service-unavailable': 'busy',
   'internal-server-error': 'error',
 };
@@ -101,6 +116,8 @@ export class Metrics {
   private readonly websub: Counter<'outcome'>;
   private readonly websubDropped: Counter;
   private readonly fetches: Counter<'outcome'>;
+  /** Counts every outbound HTTP request (src/net/), by user and outcome, and answers refused. */
+  readonly outbound: OutboundObserver;
 
   constructor(options: { processFigures?: boolean } = {}) {
     const registers = [this.registry];
@@ -150,6 +167,22 @@ export class Metrics {
       labelNames: ['outcome'],
       registers,
     });
+    const outbound = new Counter({
+      name: 'smartfeeds_outbound_requests_total',
+      help: 'Outbound HTTP requests (bot, WebSub, FASP, Pushpin), by user and outcome: answered, refused (address or scheme), timeout, too_large, redirects, failed, aborted',
+      labelNames: ['user', 'outcome'],
+      registers,
+    });
+    const refusedAnswers = new Counter({
+      name: 'smartfeeds_outbound_answers_refused_total',
+      help: 'Answers to outbound requests whose JSON did not fit its schema, by user',
+      labelNames: ['user'],
+      registers,
+    });
+    this.outbound = {
+      request: (user, outcome) => outbound.inc({ user, outcome }),
+      answerRefused: (user) => refusedAnswers.inc({ user }),
+    };
   }
 
   request(binding: Binding, operation: Operation, outcome: Outcome): void {
@@ -228,11 +261,39 @@ export class Metrics {
       'from',
       () => engine.pushedFrom(),
     );
+    this.countsByLabel(
+      'smartfeeds_storage_refusals_total',
+      'On PostgreSQL, publishes and retractions refused because the database failed or did not answer by their deadline (--write-timeout): not_written, or unknown (committed whole or not at all)',
+      'outcome',
+      () => engine.storageRefusals(),
+    );
     return engine.onChange((change) => {
       if (!change.changed) return;
       this.commits.inc({ kind: change.kind });
       this.commitLatency.observe(Math.max(0, Date.now() - change.item.modified) / 1000);
     });
+  }
+
+  /** Whether the database answers, as the background check of /readyz last found it (1 or 0). */
+  observeDatabase(ok: () => boolean): void {
+    new Gauge({
+      name: 'smartfeeds_database_up',
+      help: '1 while the database answers the background check of /readyz in time, else 0',
+      registers: [this.registry],
+      collect() {
+        this.set(ok() ? 1 : 0);
+      },
+    });
+  }
+
+  /** Refusals by the bounds per account, read when scraped. */
+  observeService(service: ObservedService): void {
+    this.countsByLabel(
+      'smartfeeds_account_bound_refusals_total',
+      'Requests refused by a bound per account (nodes created, items or bytes written, subscriptions held to a node or in all), by bound',
+      'bound',
+      () => service.boundRefusals(),
+    );
   }
 
   /** The component's stream state, reconnects and notification fan-out, read when scraped. */
@@ -278,6 +339,13 @@ export class Metrics {
         this.inc(notifier.stats.dropped);
       },
     });
+    const { trimmed } = component;
+    this.countsByLabel(
+      'smartfeeds_xmpp_replies_trimmed_total',
+      "Answers kept within what the XMPP server takes from the component: error replies without the request's large payload, answers over the stanza limit replaced by an error, stanzas over it not sent",
+      'what',
+      () => ({ payload: trimmed.payload, replaced: trimmed.replaced, unsent: trimmed.unsent }),
+    );
     const { stats } = component.receipts;
     this.countsByLabel(
       'smartfeeds_xmpp_receipts_total',
@@ -287,7 +355,10 @@ export class Metrics {
     );
   }
 
-  /** Long polls held, WebSub deliveries and FASP announcements waiting, read when scraped. */
+  /**
+   * Long polls held, WebSub deliveries and FASP announcements waiting, and the refusals of
+   * clients past their bounds, read when scraped.
+   */
   observeHttp(http: ObservedHttp): void {
     const registers = [this.registry];
     new Gauge({
@@ -310,6 +381,12 @@ export class Metrics {
       },
     });
     this.observeOutbox(http.sharing.outbox);
+    this.countsByLabel(
+      'smartfeeds_http_client_refusals_total',
+      'HTTP requests refused (429) because their client was past one of its own bounds, by bound',
+      'bound',
+      () => http.bounds.refused,
+    );
   }
 
   /** Event streams open, events sent, and streams closed for reading too slowly. */

@@ -5,7 +5,13 @@ import type { FeedBot } from './bot/bot.ts';
 import { type Config, withoutPassword } from './config.ts';
 import { FeedEngine } from './feed/engine.ts';
 import { FeedService } from './feed/service/service.ts';
-import { type MetricsExposure, OperationsListener, operationsRoutes, type Readiness } from './http/health.ts';
+import {
+  DatabaseWatch,
+  type MetricsExposure,
+  OperationsListener,
+  operationsRoutes,
+  type Readiness,
+} from './http/health.ts';
 import { HttpBinding } from './http/server.ts';
 import { webRoutes } from './http/web/routes.ts';
 import type { Log } from './log.ts';
@@ -30,9 +36,11 @@ export async function serve(config: Config, reread: () => Config = () => config)
     create: config.create,
     localDomain: config.localDomain,
     autoCreate: config.autoCreate,
+    bounds: config.bounds,
   });
   const metrics = new Metrics();
   const unobserve = metrics.observeEngine(engine);
+  metrics.observeService(feeds);
   // The bot's fetcher and parser load beside the first connection, not before it, and only when on.
   // The bot speaks through the component: without XMPP there is none.
   const botModule = config.bot.enabled && config.xmpp ? import('./bot/bot.ts') : undefined;
@@ -49,6 +57,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
           secret: config.secret,
           serverDomain: config.localDomain,
           rateLimit: config.rateLimit,
+          stanzaLimit: config.xmppStanzaLimit,
           metrics,
           ...(botModule
             ? {
@@ -63,9 +72,13 @@ export async function serve(config: Config, reread: () => Config = () => config)
       );
   logStart(config, log);
   if (pubsub) metrics.observeComponent(pubsub);
+  // Read in the background: /readyz answers at once, whatever the database does.
+  const watch = new DatabaseWatch(() => engine.ping());
+  await watch.start();
+  metrics.observeDatabase(() => watch.status() === 'ok');
   const readiness: Readiness = {
-    database: () => engine.listNodes({ max: 1 }),
-    xmppOnline: () => pubsub === undefined || pubsub.xmpp.status === 'online',
+    database: () => watch.status(),
+    xmpp: () => (pubsub === undefined ? 'off' : pubsub.xmpp.status === 'online' ? 'ok' : 'stream down'),
   };
   const exposure: MetricsExposure = { metrics, ...config.metrics, admins: config.admins };
   const operations = config.metrics.listen
@@ -73,7 +86,11 @@ export async function serve(config: Config, reread: () => Config = () => config)
     : undefined;
   // The service as a FASP (src/fasp/provider/), loaded only when configured.
   const provider = config.http?.faspProvider
-    ? await (await import('./fasp/provider/mount.ts')).openProvider(feeds, config.http.faspProvider, log)
+    ? await (await import('./fasp/provider/mount.ts')).openProvider(
+        feeds,
+        { ...config.http.faspProvider, outbound: { ...config.outbound, observer: metrics.outbound } },
+        log,
+      )
     : undefined;
   const http = config.http
     ? httpBinding(config, config.http, feeds, exposure, readiness, operations, log, provider?.extension)
@@ -122,6 +139,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
   await http?.stopPublishing();
   feeds.close();
   await operations?.stop();
+  watch.stop();
   unobserve();
   await engine.close();
   log.info('stopped');
@@ -133,7 +151,7 @@ export async function serve(config: Config, reread: () => Config = () => config)
  * instances on that database (docs/operations.md "Several instances"), else LevelDB at --data, this process's own.
  */
 async function openEngine(config: Config): Promise<FeedEngine> {
-  const options = { limits: config.limits, sync: config.sync };
+  const options = { limits: config.limits, sync: config.sync, writeTimeoutMs: config.writeTimeoutMs };
   if (config.store === undefined) return FeedEngine.open(config.data, options);
   const { openSharedPostgresStore } = await import('./feed/store/postgresShared.ts');
   return FeedEngine.openStore(await openSharedPostgresStore(config.store), options);
@@ -149,6 +167,7 @@ function logStart(config: Config, log: Log): void {
     localDomain: config.localDomain,
     autoCreate: config.autoCreate,
     rateLimit: config.rateLimit,
+    bounds: config.bounds,
     bot: config.bot.enabled && config.xmpp,
     xmpp: config.xmpp,
   });
@@ -177,6 +196,7 @@ function httpBinding(
       maxHeld: http.maxHeld,
       maxTimeoutSeconds: http.maxTimeoutSeconds,
       streams: { maxStreams: http.maxStreams },
+      clients: http.clients,
       ...(http.grip
         ? {
             grip: {
@@ -187,6 +207,7 @@ function httpBinding(
           }
         : {}),
       websub: { ...http.websub, metrics },
+      outbound: { ...config.outbound, observer: metrics.outbound },
       ...(http.publicUrl !== undefined ? { publicUrl: http.publicUrl } : {}),
       sharing: { requireSignedFetch: http.faspSignedFetch },
       extend: (app, binding) => {
@@ -209,7 +230,8 @@ async function startBot(
   pubsub: PubsubComponent,
   log: Log,
 ): Promise<FeedBot> {
-  const bot = new module.FeedBot(feeds, config.domain, { ...config.bot, metrics }, log, (stanza) =>
+  const outbound = { ...config.outbound, observer: metrics.outbound };
+  const bot = new module.FeedBot(feeds, config.domain, { ...config.bot, metrics, outbound }, log, (stanza) =>
     sendStanza(pubsub, stanza),
   );
   await bot.start();

@@ -276,6 +276,8 @@ describe('http options', () => {
       leaseSeconds: 864_000,
       maxQueue: 1_000,
       retryForMs: 3_600_000,
+      maxClientSubscriptions: 200,
+      maxClientVerifying: 8,
     });
     const set = loadConfig(
       [
@@ -289,14 +291,18 @@ describe('http options', () => {
         '5',
         '--websub-retry',
         '2',
+        '--websub-client-subscriptions',
+        '3',
       ],
-      { SMARTFEEDS_WEBSUB_ALLOW_PRIVATE: '1' },
+      { SMARTFEEDS_WEBSUB_ALLOW_PRIVATE: '1', SMARTFEEDS_WEBSUB_CLIENT_VERIFICATIONS: '2' },
     );
     expect(set.http?.websub).toEqual({
       allowPrivate: true,
       leaseSeconds: 60,
       maxQueue: 5,
       retryForMs: 2_000,
+      maxClientSubscriptions: 3,
+      maxClientVerifying: 2,
     });
     expect(
       loadConfig(['--secret', 's', '--http', 'h:1', '--websub-allow-private'], {}).http?.websub.allowPrivate,
@@ -306,6 +312,57 @@ describe('http options', () => {
     );
     expect(() => loadConfig(['--secret', 's', '--http', 'h:1', '--websub-lease', 'x'], {})).toThrow(
       /websub-lease/,
+    );
+  });
+
+  it('reads who a client is and its bounds, with defaults a small public server lives with', () => {
+    const base = ['--secret', 's', '--http', 'h:1'];
+    expect(loadConfig(base, {}).http?.clients).toEqual({
+      trustedProxies: [],
+      clientHeader: 'x-forwarded-for',
+      streams: 64,
+      longPolls: 64,
+      reads: 50,
+      writes: 20,
+      faspRegistrations: 10,
+      faspAnnouncements: 10,
+    });
+    const set = loadConfig(
+      [
+        ...base,
+        '--http-trusted-proxy',
+        '127.0.0.1',
+        '--http-trusted-proxy',
+        'fd00::/8',
+        '--http-client-header',
+        'forwarded',
+        '--http-client-streams',
+        '3',
+        '--http-client-reads',
+        '0',
+      ],
+      { SMARTFEEDS_HTTP_CLIENT_HELD: '4', SMARTFEEDS_HTTP_CLIENT_WRITES: '2.5' },
+    );
+    expect(set.http?.clients).toMatchObject({
+      trustedProxies: ['127.0.0.1', 'fd00::/8'],
+      clientHeader: 'forwarded',
+      streams: 3,
+      longPolls: 4,
+      reads: 0,
+      writes: 2.5,
+    });
+    expect(
+      loadConfig(base, { SMARTFEEDS_HTTP_TRUSTED_PROXIES: '10.0.0.0/8, ::1' }).http?.clients.trustedProxies,
+    ).toEqual(['10.0.0.0/8', '::1']);
+    expect(() => loadConfig([...base, '--http-trusted-proxy', 'proxy.example'], {})).toThrow(
+      '--http-trusted-proxy must list addresses or CIDR ranges (10.0.0.0/8, fd00::/8), not ["proxy.example"]',
+    );
+    expect(() => loadConfig([...base, '--http-client-header', 'x-real-ip'], {})).toThrow(
+      /--http-client-header must be x-forwarded-for or forwarded/,
+    );
+    expect(() => loadConfig([...base, '--http-client-streams', '0'], {})).toThrow(/http-client-streams/);
+    expect(() => loadConfig([...base, '--fasp-client-registrations', '-1'], {})).toThrow(
+      /fasp-client-registrations/,
     );
   });
 
@@ -403,5 +460,43 @@ describe('store option', () => {
 
   it('logs the URL without its password', () => {
     expect(withoutPassword('postgres://u:secretpw@h:5432/db')).toBe('postgres://u:***@h:5432/db');
+  });
+});
+
+describe('bounds per account', () => {
+  it('defaults to what a small public server can live with; 0 turns one off; the window is shared', async () => {
+    expect(loadConfig(['--secret', 's'], {}).bounds).toEqual({
+      nodes: { count: 100, windowMs: 3_600_000 },
+      items: { count: 1000, windowMs: 3_600_000 },
+      bytes: { count: 16 * 1024 * 1024, windowMs: 3_600_000 },
+      nodeSubscriptions: 16,
+      subscriptions: 1000,
+    });
+    expect(
+      loadConfig(
+        ['--secret', 's', '--account-window', '60', '--account-nodes', '0', '--account-items', '5'],
+        {
+          SMARTFEEDS_ACCOUNT_NODE_SUBSCRIPTIONS: '0',
+          SMARTFEEDS_ACCOUNT_BYTES: '1000',
+        },
+      ).bounds,
+    ).toEqual({
+      items: { count: 5, windowMs: 60_000 },
+      bytes: { count: 1000, windowMs: 60_000 },
+      subscriptions: 1000,
+    });
+    const dir = await mkdtemp(join(tmpdir(), 'smartfeeds-config-'));
+    try {
+      const file = join(dir, 'c.json');
+      await writeFile(file, JSON.stringify({ secret: 'f', 'account-subscriptions': 20 }));
+      expect(loadConfig(['--config', file], {}).bounds.subscriptions).toBe(20);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+    expect(() => loadConfig(['--secret', 's'], { SMARTFEEDS_ACCOUNT_NODES: '-1' })).toThrow(
+      /SMARTFEEDS_ACCOUNT_NODES must be a whole number, zero or more/,
+    );
+    expect(() => loadConfig(['--secret', 's', '--account-items', '1.5'], {})).toThrow(/account-items/);
+    expect(() => loadConfig(['--secret', 's', '--account-window', '0'], {})).toThrow(/account-window/);
   });
 });

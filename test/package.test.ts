@@ -64,7 +64,7 @@ describe('the npm package', () => {
       'dist/cli.js',
       'dist/client/index.js',
       'dist/client/index.d.ts',
-      'dist/feed/parseWorker.js',
+      'dist/feed/engine/parseWorker.js',
       'packaging/smartfeeds.service',
       'packaging/config.example.json',
       'README.md',
@@ -133,7 +133,7 @@ describe('the npm package', () => {
   it('starts the compiled parse thread without a TypeScript loader', async () => {
     const script = `
       import { Worker } from 'node:worker_threads';
-      const w = new Worker(new URL('./node_modules/smartfeeds/dist/feed/parseWorker.js', import.meta.url));
+      const w = new Worker(new URL('./node_modules/smartfeeds/dist/feed/engine/parseWorker.js', import.meta.url));
       w.on('message', (r) => { console.log(JSON.stringify(r.map((x) => x.atomId ?? 'invalid'))); w.terminate(); });
       w.postMessage([${JSON.stringify(ENTRY)}, 'not xml']);`;
     // A file, not -e: a worker inherits the parent's flags, and --input-type would stop it.

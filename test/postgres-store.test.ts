@@ -2,7 +2,7 @@
 // its tables, and what becomes of reads and writes while PostgreSQL restarts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type RunningPostgres, startPostgres, withClient } from '../prosody-dev/postgres.ts';
-import { StorageError } from '../src/feed/errors.ts';
+import { StorageError } from '../src/feed/model/errors.ts';
 import { openPostgresStore } from '../src/feed/store/postgres.ts';
 import type { Op } from '../src/feed/store/store.ts';
 import { freshPostgresDatabase } from './feed/support.ts';

@@ -1,12 +1,13 @@
 import jid from '@xmpp/jid';
 import xml from '@xmpp/xml';
 import { type Element, parse as parseXml } from 'ltx';
-import { FeedError } from '../feed/errors.ts';
-import type { Change } from '../feed/model.ts';
+import { FeedError } from '../feed/model/errors.ts';
+import type { Change } from '../feed/model/feed.ts';
 import { OPERATOR, user } from '../feed/service/actor.ts';
 import type { FeedService, KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import type { Metrics } from '../metrics.ts';
+import type { OutboundSettings } from '../net/outbound.ts';
 import { RateLimiter, type RateLimitOptions } from '../xmpp/rateLimit.ts';
 import { ChatSubscribers } from './chatSubscribers.ts';
 import { type Command, parseCommand } from './commands.ts';
@@ -20,6 +21,8 @@ export interface BotOptions {
   fetch: FetchLimits;
   /** Counts the fetches (src/metrics.ts). */
   metrics?: Pick<Metrics, 'botFetch'>;
+  /** The outbound client's shared limits and its metrics (src/net/). */
+  outbound?: OutboundSettings;
   pollMinMs: number;
   pollMaxMs: number;
   /** Feeds followed at most, service-wide. */
@@ -111,7 +114,7 @@ export class FeedBot {
     private readonly log: Log,
     private readonly send: Send,
   ) {
-    this.fetcher = new Fetcher(options.fetch, options.metrics);
+    this.fetcher = new Fetcher(options.fetch, options.metrics, options.outbound);
     this.limiter = new RateLimiter(options.commandRate);
     this.subscribers = new ChatSubscribers(service.kv('bot.subs'), service.shared);
     this.announced = service.kv<string>('bot.announced');
@@ -462,7 +465,7 @@ export class FeedBot {
       return `You have ${count} subscriptions, the most one user may have. Unsubscribe from one first.`;
     let rec: FeedRecord;
     try {
-      rec = await this.ingest.add(url);
+      rec = await this.ingest.add(url, bare);
     } catch (e) {
       if (e instanceof IngestRefusal) return `I cannot subscribe you: ${e.message}.`;
       throw e;

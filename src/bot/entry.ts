@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { createElement, type Element } from 'ltx';
-import { ATOM_NS } from '../feed/atom.ts';
+import { ATOM_NS } from '../feed/model/atom.ts';
 import type { RemoteEntry } from './parse.ts';
 
 const sha256 = (s: string): string => createHash('sha256').update(s, 'utf8').digest('hex');

@@ -1,5 +1,5 @@
-import { NodeExists } from '../feed/errors.ts';
-import { OPERATOR } from '../feed/service/actor.ts';
+import { NodeExists, QuotaExceeded } from '../feed/model/errors.ts';
+import { type Actor, OPERATOR, onBehalfOf } from '../feed/service/actor.ts';
 import type { FeedService, KeyValueStore } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
 import { atomEntryOf, fingerprintOf, itemIdOf } from './entry.ts';
@@ -23,7 +23,16 @@ export interface FeedRecord {
   failures: number;
   lastError?: string;
   lastSuccessAt?: number;
+  /**
+   * The user whose subscription made the bot follow the feed: its node and its writes are charged
+   * to that user's bounds (feed/service/bounds.ts). Absent for feeds followed before it was kept.
+   */
+  addedBy?: string;
 }
+
+/** Who the bot's writes of a feed are charged to: the user who brought it in, if known. */
+const writerOf = (rec: Pick<FeedRecord, 'addedBy'>): Actor =>
+  rec.addedBy === undefined ? OPERATOR : onBehalfOf(rec.addedBy);
 
 export interface IngestOptions {
   pollMinMs: number;
@@ -138,22 +147,23 @@ export class FeedIngest {
 
   /**
    * The feed at `address`, ingesting it first when new: the first fetch must give a readable feed,
-   * so that a bad address is refused at once. Concurrent adds of one address share one fetch.
+   * so that a bad address is refused at once. Concurrent adds of one address share one fetch,
+   * charged to the first to ask (`by`, a bare JID).
    */
-  add(address: string): Promise<FeedRecord> {
+  add(address: string, by?: string): Promise<FeedRecord> {
     let url: string;
     try {
       url = normalizeFeedUrl(address);
     } catch (e) {
       return Promise.reject(new IngestRefusal((e as FeedUrlError).message));
     }
-    return joinOrStart(this.adding, url, () => this.ingestNew(url)).then((rec) => {
+    return joinOrStart(this.adding, url, () => this.ingestNew(url, by)).then((rec) => {
       this.handedOut.set(rec.node, this.now());
       return rec;
     });
   }
 
-  private async ingestNew(url: string): Promise<FeedRecord> {
+  private async ingestNew(url: string, by: string | undefined): Promise<FeedRecord> {
     const known = await this.nodeOf(url);
     const knownRec = known === undefined ? undefined : this.feeds.get(known);
     if (knownRec) return knownRec;
@@ -179,10 +189,12 @@ export class FeedIngest {
       await this.store.urls.put(url, node);
       return existing;
     }
-    // Owned by the service, titled after the feed (kept in step when the feed's title changes).
+    // Owned by the service, titled after the feed (kept in step when the feed's title changes);
+    // made for the user who asked, within their bounds.
+    const writer = writerOf(by === undefined ? {} : { addedBy: by });
     await this.service
       .create(
-        OPERATOR,
+        writer,
         node,
         {
           title: (doc.title ?? canonical).slice(0, 256),
@@ -191,6 +203,7 @@ export class FeedIngest {
         { owner: this.options.owner },
       )
       .catch((e) => {
+        if (e instanceof QuotaExceeded) throw new IngestRefusal(e.message);
         if (!(e instanceof NodeExists)) throw e;
       });
     const rec: FeedRecord = {
@@ -204,7 +217,11 @@ export class FeedIngest {
     };
     if (doc.title) rec.title = doc.title;
     if (doc.link) rec.link = doc.link;
-    await this.publish(node, doc.entries);
+    if (by !== undefined) rec.addedBy = by;
+    if ((await this.publish(rec, doc.entries)).cut) {
+      delete rec.etag;
+      delete rec.lastModified;
+    }
     this.feeds.set(node, rec);
     await this.store.feeds.put(node, rec);
     if (url !== canonical) await this.store.urls.put(url, node);
@@ -243,7 +260,12 @@ export class FeedIngest {
    * Publishes the entries that are new (unseen identity) or changed (another fingerprint), oldest
    * first. Entries the document no longer holds stay: remote documents truncate.
    */
-  private async publish(node: string, entries: RemoteEntry[]): Promise<{ created: number; updated: number }> {
+  private async publish(
+    rec: Pick<FeedRecord, 'node' | 'addedBy'>,
+    entries: RemoteEntry[],
+  ): Promise<{ created: number; updated: number; cut: boolean }> {
+    const { node } = rec;
+    let cut = false;
     const seenIds = new Set<string>();
     const fresh: { entry: RemoteEntry; id: string; fingerprint: string; known: boolean }[] = [];
     for (const entry of entries) {
@@ -262,11 +284,17 @@ export class FeedIngest {
       const f = byEntry.get(entry) as (typeof fresh)[number];
       try {
         // A feed of thousands of entries waits for the fan-out to have room, as any writer does.
-        await this.service.publish(OPERATOR, node, {
+        await this.service.publish(writerOf(rec), node, {
           id: f.id,
           entry: atomEntryOf(entry, this.service.limits.maxPayloadBytes),
         });
       } catch (e) {
+        // Unpublished entries are not marked seen: the next poll tries them again.
+        if (e instanceof QuotaExceeded) {
+          this.log.warn('entries wait for the next poll', { node, by: rec.addedBy, error: e.message });
+          cut = true;
+          break;
+        }
         this.log.warn('entry not published', { node, id: f.id, error: (e as Error).message });
         continue;
       }
@@ -276,7 +304,7 @@ export class FeedIngest {
       if (f.known) updated += 1;
       else created += 1;
     }
-    return { created, updated };
+    return { created, updated, cut };
   }
 
   /** Polls one feed now (a poll already running is joined, not repeated). */
@@ -294,7 +322,7 @@ export class FeedIngest {
       if (got.kind === 'not-modified') outcome.notModified = true;
       else {
         const doc = parseDocument(decodeDocument(got.body, got.contentType));
-        const counts = await this.publish(node, doc.entries);
+        const { cut, ...counts } = await this.publish(rec, doc.entries);
         outcome = { ...counts, notModified: false };
         if (doc.title) {
           if (doc.title !== rec.title)
@@ -304,7 +332,8 @@ export class FeedIngest {
         if (doc.link) next.link = doc.link;
         delete next.etag;
         delete next.lastModified;
-        Object.assign(next, got.validators);
+        // A document published in part is fetched whole again, not answered 304.
+        if (!cut) Object.assign(next, got.validators);
       }
       // A feed that changed is polled sooner, one that did not later, within the bounds.
       const { pollMinMs, pollMaxMs } = this.options;

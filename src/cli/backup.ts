@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
-import { restoreBackup } from '../feed/backup.ts';
+import { restoreBackup } from '../feed/service/maintenance.ts';
+import { problemDetail } from '../net/outsideJson.ts';
 
 const USAGE = `Usage: smartfeeds backup --to DIR [--url URL] [--token TOKEN]
 
@@ -72,14 +73,7 @@ export async function backupCommand(argv: string[], io: BackupCommandIo = proces
     return 1;
   }
   if (!response.ok || !response.body) {
-    const text = await response.text();
-    let detail = text;
-    try {
-      detail = (JSON.parse(text) as { detail?: string }).detail ?? text;
-    } catch {
-      // Not a problem document: its text says what happened.
-    }
-    io.err(`smartfeeds backup: ${response.status} ${detail}\n`);
+    io.err(`smartfeeds backup: ${response.status} ${problemDetail(await response.text())}\n`);
     return 1;
   }
   try {

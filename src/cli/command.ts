@@ -2,7 +2,7 @@
 import { existsSync } from 'node:fs';
 import type { ParseArgsConfig } from 'node:util';
 import { isPostgresUrl } from '../config.ts';
-import { type PositionSpec, parsePositionSpec } from '../feed/positionSpec.ts';
+import { type PositionSpec, parsePositionSpec } from '../feed/model/positionSpec.ts';
 import { openFeedService } from '../feed/service/open.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import { UsageError } from './failure.ts';

@@ -5,7 +5,7 @@
  */
 import { AuthenticationError, FeedRequestError } from '../client/client.ts';
 import { ConfigError } from '../config.ts';
-import { FeedError, type FeedErrorCode } from '../feed/errors.ts';
+import { FeedError, type FeedErrorCode } from '../feed/model/errors.ts';
 
 /** The command line is wrong: exit 2, with a pointer to the command's help. */
 export class UsageError extends Error {}
@@ -44,6 +44,9 @@ const EXIT_CODE: Record<FeedErrorCode, number> = {
   'item-exists': 1,
   'append-only': 1,
   'invalid-jid': 2,
+  // Bounds per account hold users; the command line acts as the operator, whom they do not hold.
+  'quota-exceeded': 1,
+  'subscription-limit': 1,
 };
 
 /** Reports a failure on stderr and gives the exit code: the one place errors become messages. */

@@ -1,6 +1,6 @@
 // `migrate`: copies a database between LevelDB and PostgreSQL (either way), with identical cursors.
 import { isPostgresUrl } from '../config.ts';
-import { migrateDatabase } from '../feed/migrate.ts';
+import { migrateDatabase } from '../feed/service/maintenance.ts';
 import { type Command, str } from './command.ts';
 import { UsageError } from './failure.ts';
 

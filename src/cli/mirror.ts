@@ -4,7 +4,7 @@ import { existsSync } from 'node:fs';
 import { FeedClient, parseAccountJid } from '../client/client.ts';
 import { FeedFollower, type FeedSink } from '../client/follow.ts';
 import { Mirror, MirrorStore, modifiedFeed } from '../client/mirror.ts';
-import { parsePositionSpec } from '../feed/positionSpec.ts';
+import { parsePositionSpec } from '../feed/model/positionSpec.ts';
 import { type Command, type Options, str, type Values } from './command.ts';
 import { UsageError } from './failure.ts';
 

@@ -1,8 +1,8 @@
 // The reading commands: items (a page of a feed), nodes, export.
-import type { ReadQuery } from '../feed/model.ts';
-import { parseMax } from '../feed/query.ts';
+import type { ReadQuery } from '../feed/model/feed.ts';
+import { parseMax } from '../feed/model/query.ts';
+import type { ReaderItem } from '../feed/model/visible.ts';
 import { OPERATOR } from '../feed/service/actor.ts';
-import type { ReaderItem } from '../feed/service/visible.ts';
 import { COMMON_DETAILS, type Command, positionOption, str, withService } from './command.ts';
 import { UsageError } from './failure.ts';
 

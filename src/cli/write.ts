@@ -1,9 +1,9 @@
 // The writing commands: publish (one entry or JSON lines), retract, create, import.
-import { readAtomEntry } from '../feed/atom.ts';
-import { FeedError, NodeNotFound, PayloadTooBig } from '../feed/errors.ts';
-import { checkItemId, parseFeedName } from '../feed/feedName.ts';
-import { bareJid } from '../feed/jid.ts';
-import type { Change, ExportRecord } from '../feed/model.ts';
+import { payloadKindOf, readPayload } from '../feed/model/atom.ts';
+import { FeedError, NodeNotFound, PayloadTooBig } from '../feed/model/errors.ts';
+import type { Change, ExportRecord } from '../feed/model/feed.ts';
+import { checkItemId, parseFeedName } from '../feed/model/feedName.ts';
+import { bareJid } from '../feed/model/jid.ts';
 import { OPERATOR } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import { COMMON_DETAILS, type Command, type Context, str, withService } from './command.ts';
@@ -15,11 +15,11 @@ function published(change: Change): string {
 }
 
 /** The engine's own checks on one publish, done before it is queued so a bad line stops the run first. */
-function checkPublish(id: string | undefined, entry: string, maxPayloadBytes: number): void {
+function checkPublish(node: string, id: string | undefined, entry: string, maxPayloadBytes: number): void {
   if (id !== undefined) checkItemId(id);
   const bytes = Buffer.byteLength(entry, 'utf8');
   if (bytes > maxPayloadBytes) throw new PayloadTooBig(bytes, maxPayloadBytes);
-  readAtomEntry(entry);
+  readPayload(entry, payloadKindOf(node));
 }
 
 /** One `--jsonl` line: `{"id"?: string, "entry": string, "publisher"?: string}` (other fields ignored). */
@@ -65,7 +65,7 @@ export async function publishLines(ctx: Context, feeds: FeedService, node: strin
       try {
         input = parsePublishLine(text);
         input.entry = entryText(input.entry);
-        checkPublish(input.id, input.entry, feeds.limits.maxPayloadBytes);
+        checkPublish(base, input.id, input.entry, feeds.limits.maxPayloadBytes);
       } catch (e) {
         // Everything before this line is written and reported; nothing after it is.
         while (inFlight.length > 0) await settleFirst();
@@ -180,7 +180,7 @@ ${COMMON_DETAILS}`,
 export const create: Command = {
   summary: 'create an empty node',
   synopsis: 'NODE [--owner JID]',
-  details: `Creates the node NODE (a base name: no "?") with the default configuration. A node that
+  details: `Creates the node NODE (a base name: a "?" in it only as "?;") with the default configuration. A node that
 exists already: exit 1.
 
   --owner JID      the node's owner (a bare JID), who manages it over XMPP; without one, only

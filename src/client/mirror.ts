@@ -4,6 +4,7 @@
  */
 import { ClassicLevel } from 'classic-level';
 import { z } from 'zod';
+import { splitFeedName } from '../feed/model/feedName.ts';
 import type { FeedClient } from './client.ts';
 import { FeedFollower, type FeedSink, type FollowOptions, type SinkItem } from './follow.ts';
 
@@ -196,14 +197,14 @@ export class Mirror {
  * filter or view is kept: a mirror of `blog?category=x` follows that filtered feed.
  */
 export function modifiedFeed(node: string): string {
-  const q = node.indexOf('?');
-  if (q < 0) return node;
-  const params = new URLSearchParams(node.slice(q + 1));
+  const { base, parameters } = splitFeedName(node);
+  if (base === node) return node;
+  const params = new URLSearchParams(parameters);
   const order = params.get('order');
   if (order !== null && order !== 'modified') {
     throw new Error(`a mirror follows the modified order (every version), not order=${order}`);
   }
   params.delete('order');
   const rest = params.toString();
-  return rest === '' ? node.slice(0, q) : `${node.slice(0, q)}?${rest}`;
+  return rest === '' ? base : `${base}?${rest}`;
 }

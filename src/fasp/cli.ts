@@ -1,7 +1,7 @@
 import { parseArgs } from 'node:util';
+import { z } from 'zod';
+import { parseOutside, problemDetail } from '../net/outsideJson.ts';
 import { SERVERS_ADMIN } from './provider/routes.ts';
-import type { SharingServer } from './provider/servers.ts';
-import type { Provider } from './providers.ts';
 import { ADMIN_BASE } from './routes.ts';
 
 const USAGE = `Usage: smartfeeds fasp COMMAND [ID] [CAPABILITY] [--url URL] [--token TOKEN]
@@ -101,16 +101,15 @@ export async function faspCommand(argv: string[], io: FaspCommandIo = processIo)
   }
   const text = await response.text();
   if (!response.ok) {
-    let detail = text;
-    try {
-      detail = (JSON.parse(text) as { detail?: string }).detail ?? text;
-    } catch {
-      // Not a problem document: its text says what happened.
-    }
-    io.err(`smartfeeds fasp ${request.command}: ${response.status} ${detail}\n`);
+    io.err(`smartfeeds fasp ${request.command}: ${response.status} ${problemDetail(text)}\n`);
     return 1;
   }
-  io.out(render(request.command, text));
+  const shown = render(request.command, text);
+  if (!shown.ok) {
+    io.err(`smartfeeds fasp ${request.command}: ${url} answered ${shown.error}\n`);
+    return 1;
+  }
+  io.out(shown.value);
   return 0;
 }
 
@@ -141,8 +140,26 @@ function route(positionals: string[]): { method: string; path: string; command: 
   return { method, path, command };
 }
 
+/** A provider as the administration API shows it, as far as a line of `list` needs. */
+const providerShown = z.object({
+  id: z.string(),
+  status: z.string(),
+  name: z.string(),
+  baseUrl: z.string(),
+  fingerprint: z.string(),
+  enabled: z.record(z.string(), z.string()),
+});
+/** A fediverse server the service registered with, as far as a line of `servers` needs. */
+const serverShown = z.object({
+  serverId: z.string(),
+  status: z.string(),
+  node: z.string(),
+  faspBaseUrl: z.string(),
+  registrationCompletionUri: z.string(),
+});
+
 /** One line a provider: what an administrator compares and decides on. */
-export function providerLine(p: Provider): string {
+export function providerLine(p: z.output<typeof providerShown>): string {
   const on = Object.keys(p.enabled);
   return [
     p.id,
@@ -155,20 +172,46 @@ export function providerLine(p: Provider): string {
 }
 
 /** One line a fediverse server the service registered with as a FASP. */
-export function serverLine(s: SharingServer): string {
+export function serverLine(s: z.output<typeof serverShown>): string {
   return [s.serverId, s.status, s.node, s.faspBaseUrl, s.registrationCompletionUri].join('\t');
 }
 
-function render(command: string, text: string): string {
-  if (command === 'remove') return 'removed\n';
-  if (command === 'forget') return 'forgotten\n';
-  if (command === 'servers')
-    return ((JSON.parse(text) as { servers: SharingServer[] }).servers ?? [])
-      .map((s) => `${serverLine(s)}\n`)
-      .join('');
-  if (command === 'register') return `${serverLine(JSON.parse(text) as SharingServer)}\n`;
-  const body = JSON.parse(text) as { providers?: Provider[] } & Provider;
-  if (command === 'list') return (body.providers ?? []).map((p) => `${providerLine(p)}\n`).join('');
-  if (command === 'show') return `${JSON.stringify(body, null, 2)}\n`;
-  return `${providerLine(body)}\n`;
+/** What a command prints of the server's answer, read through the schema of what it shows. */
+function render(command: string, text: string): { ok: true; value: string } | { ok: false; error: string } {
+  const lines = <T>(
+    checked: { ok: true; value: T[] } | { ok: false; error: string },
+    line: (v: T) => string,
+  ) =>
+    checked.ok ? { ok: true as const, value: checked.value.map((v) => `${line(v)}\n`).join('') } : checked;
+  if (command === 'remove') return { ok: true, value: 'removed\n' };
+  if (command === 'forget') return { ok: true, value: 'forgotten\n' };
+  if (command === 'servers') {
+    const list = z.object({ servers: z.array(serverShown) }).transform((b) => b.servers);
+    return lines(parseOutside(text, list, 'the list of servers'), serverLine);
+  }
+  if (command === 'register')
+    return lines(
+      parseOutside(
+        text,
+        serverShown.transform((s) => [s]),
+        'the server',
+      ),
+      serverLine,
+    );
+  if (command === 'list') {
+    const list = z.object({ providers: z.array(providerShown) }).transform((b) => b.providers);
+    return lines(parseOutside(text, list, 'the list of providers'), providerLine);
+  }
+  if (command === 'show') {
+    const shown = parseOutside(text, z.unknown(), 'the provider');
+    return shown.ok ? { ok: true, value: `${JSON.stringify(shown.value, null, 2)}\n` } : shown;
+  }
+  return lines(
+    parseOutside(
+      text,
+      providerShown.transform((p) => [p]),
+      'the provider',
+    ),
+    providerLine,
+  );
 }

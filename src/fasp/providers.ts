@@ -1,4 +1,5 @@
-import type { KeyValueStore } from '../feed/kv.ts';
+import type { KeyValueStore } from '../feed/service/service.ts';
+import { checkOutside } from '../net/outsideJson.ts';
 import { newId } from './ids.ts';
 import {
   type Ed25519Pair,
@@ -6,10 +7,9 @@ import {
   fingerprint,
   generateEd25519,
   importPrivateKey,
-  publicKeyFromRaw,
   rawPublicKey,
-  SignatureError,
 } from './signatures.ts';
+import { registration } from './wire.ts';
 
 /** A provider's answer to `GET /provider_info` (general/v0.1, 04), as far as we use it. */
 export interface ProviderInfo {
@@ -59,41 +59,12 @@ const SERVICE_KEY = 'service-key';
 const PROVIDER = 'provider:';
 /** Anyone may register: this many may wait for a decision, no more. */
 export const MAX_PENDING = 100;
-const MAX_TEXT = 512;
-const MAX_URL = 2048;
-
-function text(value: unknown, field: string, max = MAX_TEXT): string {
-  if (typeof value !== 'string' || value.trim() === '' || value.length > max)
-    throw new InvalidRegistration(`${field} must be a non-empty string of at most ${max} characters`);
-  return value;
-}
 
 /** Checks a registration body (general/v0.1, 03) and returns its fields. */
 export function parseRegistration(body: unknown): Registration {
-  if (typeof body !== 'object' || body === null || Array.isArray(body))
-    throw new InvalidRegistration('the registration must be a JSON object');
-  const b = body as Record<string, unknown>;
-  const name = text(b.name, 'name');
-  const baseUrl = text(b.baseUrl, 'baseUrl', MAX_URL);
-  let url: URL;
-  try {
-    url = new URL(baseUrl);
-  } catch {
-    throw new InvalidRegistration('baseUrl must be an absolute URL');
-  }
-  if (url.protocol !== 'https:' && url.protocol !== 'http:')
-    throw new InvalidRegistration('baseUrl must be an http or https URL');
-  if (url.search !== '' || url.hash !== '' || url.username !== '' || url.password !== '')
-    throw new InvalidRegistration('baseUrl must have no query, fragment or credentials');
-  const serverId = text(b.serverId, 'serverId');
-  const publicKey = text(b.publicKey, 'publicKey', 64);
-  try {
-    publicKeyFromRaw(publicKey);
-  } catch (e) {
-    if (e instanceof SignatureError) throw new InvalidRegistration(`publicKey: ${e.message}`);
-    throw e;
-  }
-  return { name, baseUrl: url.href.replace(/\/+$/, ''), serverId, publicKey };
+  const checked = checkOutside(body, registration, 'the registration');
+  if (!checked.ok) throw new InvalidRegistration(checked.error);
+  return checked.value;
 }
 
 /** The URL of a provider's API path: its base URL (which may have a path) and the path. */

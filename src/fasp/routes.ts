@@ -1,8 +1,9 @@
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import type { KeyValueStore } from '../feed/kv.ts';
+import type { KeyValueStore } from '../feed/service/service.ts';
 import { HttpProblem } from '../http/errors.ts';
 import type { Log } from '../log.ts';
+import type { OutboundSettings } from '../net/outbound.ts';
 import { ProviderAdministration, ProviderConflict, ProviderNotFound } from './administration.ts';
 import { ProviderCallError, ProviderClient } from './client.ts';
 import {
@@ -38,7 +39,11 @@ export interface FaspDependencies {
   isAdmin(bare: string): boolean;
   /** The public origin (`https://host`) a request addressed: the `@target-uri` it was signed for. */
   origin(request: FastifyRequest): string;
+  /** Counts a registration against its client's bound; throws its refusal (a 429 HttpProblem). */
+  admitRegistration?(request: FastifyRequest): void;
   log: Log;
+  /** The outbound client's shared limits and its metrics (src/net/). */
+  outbound?: OutboundSettings;
 }
 
 /** What a signed FASP route receives: the confirmed provider that signed, and the JSON body. */
@@ -121,7 +126,7 @@ function send(reply: FastifyReply, status: number, body?: unknown): FastifyReply
  */
 export function registerFasp(app: FastifyInstance, deps: FaspDependencies): Fasp {
   const store = new ProviderStore(deps.kv);
-  const client = new ProviderClient(store);
+  const client = new ProviderClient(store, deps.outbound);
   const administration = new ProviderAdministration(store, client, deps.log);
   const authenticate = authenticator(store, deps);
   const signedRoutes: SignedRoute[] = [];
@@ -207,6 +212,7 @@ function adminCheck(deps: FaspDependencies): (request: FastifyRequest) => void {
 
 function registerRegistration(scope: FastifyInstance, store: ProviderStore, deps: FaspDependencies): void {
   scope.post(`${FASP_BASE}/registration`, async (request, reply) => {
+    deps.admitRegistration?.(request);
     // Registration exchanges the keys, so it cannot be signed; a digest sent is checked.
     if (request.headers['content-digest'] !== undefined)
       checkContentDigest(request.headers, bodyBytes(request));

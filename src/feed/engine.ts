@@ -1,20 +1,22 @@
 import type { Element } from 'ltx';
 import { enableAudience } from './engine/audience.ts';
+import type { StorageRefusals } from './engine/deadlines.ts';
 import type { HandoffCounts, PeerLink } from './engine/handoff.ts';
+import { HubStore } from './engine/hubStore.ts';
+import { KeyValueStore } from './engine/kv.ts';
 import type { PushLeaseOptions } from './engine/leases.ts';
 import { type EngineOptions, EngineParts } from './engine/parts.ts';
 import { TcpPeerLink } from './engine/peerTcp.ts';
+import { PolicyStore } from './engine/policy.ts';
 import { type PushHandling, Pushing } from './engine/pushing.ts';
 import { type ChangeListener, listen, type NodeListener, parse } from './engine/state.ts';
 import type { PublishGuards, PublishInput } from './engine/writes.ts';
 import type { ChangeEvent, NodeEvent } from './events.ts';
-import type { FeedName } from './feedName.ts';
-import { HubStore } from './hubStore.ts';
-import { SERVICE_KEY } from './keys.ts';
-import { KeyValueStore } from './kv.ts';
-import type { Change, ExportRecord, Item, Limits, Page, ReadQuery, Subscription } from './model.ts';
-import { PolicyStore } from './policy.ts';
+import type { Deadline } from './model/deadline.ts';
+import type { Change, ExportRecord, Item, Limits, Page, ReadQuery, Subscription } from './model/feed.ts';
+import type { FeedName } from './model/feedName.ts';
 import { snapshotBatches } from './store/copy.ts';
+import { SERVICE_KEY } from './store/keys.ts';
 import { isPostgresLocation, openStoreAt } from './store/location.ts';
 import { openMemoryStore } from './store/memory.ts';
 import type { Entry, Store } from './store/store.ts';
@@ -427,13 +429,19 @@ export class FeedEngine {
    * Publishes an Atom entry as a new item or a new version of an existing one. Resolves once the
    * change is durable. appendOnly: an existing id is refused (`item-exists`).
    */
-  publish(node: string, input: PublishInput, options: PublishGuards = {}): Promise<Change> {
-    return this.p.writes.publishRouted(node, input, options);
+  publish(
+    node: string,
+    input: PublishInput,
+    options: PublishGuards = {},
+    deadline?: Deadline,
+  ): Promise<Change> {
+    if (deadline === undefined) return this.p.writes.publishRouted(node, input, options);
+    return this.p.deadlines.counted(this.p.writes.publishRouted(node, input, options, deadline));
   }
 
-  /** Checks an entry as publish would (an Atom entry, within the payload limits) without writing. */
-  checkEntry(entry: string | Element): void {
-    this.p.writes.checkEntry(entry);
+  /** Checks an entry as a publish to `node` would (its kind of payload, within the limits) without writing. */
+  checkEntry(node: string, entry: string | Element): void {
+    this.p.writes.checkEntry(node, entry);
   }
 
   /** Turns an item into an RFC 6721 tombstone. Retracting a tombstone changes nothing. */
@@ -441,8 +449,38 @@ export class FeedEngine {
     node: string,
     id: string,
     options: { publisher?: string; quiet?: boolean; appendOnly?: boolean; notify?: boolean } = {},
+    deadline?: Deadline,
   ): Promise<Change> {
-    return this.p.writes.retractRouted(node, id, options);
+    if (deadline === undefined) return this.p.writes.retractRouted(node, id, options);
+    return this.p.deadlines.counted(this.p.writes.retractRouted(node, id, options, deadline));
+  }
+
+  /**
+   * The deadline of a publish or retraction taken now (deadline.ts): on a shared store, now plus
+   * the write time (`writeTimeoutMs`); none on a store of this instance's own.
+   */
+  writeDeadline(): Deadline | undefined {
+    return this.p.deadlines.next();
+  }
+
+  /** A write's checks before it reaches publish or retract, refused (not written) at its deadline. */
+  beforeDeadline<T>(step: Promise<T>, deadline: Deadline | undefined): Promise<T> {
+    return this.p.deadlines.before(step, deadline);
+  }
+
+  /**
+   * Whether the database answers, asked once (a health check): rejects at once when PostgreSQL is
+   * away, where other reads wait for it to come back.
+   */
+  async ping(): Promise<void> {
+    const { store } = this.p.s;
+    if (store.ping) await store.ping();
+    else await store.get(SERVICE_KEY);
+  }
+
+  /** Publishes and retractions refused for the database so far (metrics). */
+  storageRefusals(): StorageRefusals {
+    return { ...this.p.deadlines.refusals };
   }
 
   // ---- reads (engine/reads.ts, engine/positions.ts) ----------------------------------------
@@ -508,9 +546,23 @@ export class FeedEngine {
     return this.p.subs.subscriptionsOf(node);
   }
 
+  /** How many JIDs hold an approved subscription to any feed of the node. */
+  subscriberCount(node: string): Promise<number> {
+    return this.p.subs.subscriberCount(node);
+  }
+
   /** A user's subscriptions (any of their resources), across nodes, optionally of one node. */
   subscriptionsFor(bareJid: string, node?: string): Promise<Subscription[]> {
     return this.p.subs.subscriptionsFor(bareJid, node);
+  }
+
+  /** How many subscriptions a user holds to a node and in all, each counted up to its limit. */
+  countSubscriptionsFor(
+    bareJid: string,
+    node: string,
+    limits: { node?: number; total?: number },
+  ): Promise<{ node: number; total: number }> {
+    return this.p.subs.countFor(bareJid, node, limits);
   }
 
   // ---- export / import (engine/transfer.ts) ------------------------------------------------

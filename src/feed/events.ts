@@ -1,7 +1,7 @@
-import type { Affiliation } from './access.ts';
-import type { Change, Subscription } from './model.ts';
-import type { NodeConfig } from './nodeConfig.ts';
-import type { ReaderItem } from './service/visible.ts';
+import type { Affiliation } from './model/access.ts';
+import type { Change, Subscription } from './model/feed.ts';
+import type { NodeConfig } from './model/nodeConfig.ts';
+import type { ReaderItem } from './model/visible.ts';
 
 /** Why a subscription changed: bindings tell the subscriber of some causes and not of others. */
 export type SubscriptionCause =

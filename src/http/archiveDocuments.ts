@@ -1,7 +1,7 @@
-import type { FeedName } from '../feed/feedName.ts';
+import type { FeedName } from '../feed/model/feedName.ts';
+import type { ReaderItem } from '../feed/model/visible.ts';
 import type { Actor } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
-import type { ReaderItem } from '../feed/service/visible.ts';
 import type { ArchiveDocument } from './render/archive.ts';
 
 /**

@@ -1,5 +1,5 @@
-import type { FeedErrorCode } from '../feed/errors.ts';
-import { FeedError } from '../feed/errors.ts';
+import type { FeedErrorCode } from '../feed/model/errors.ts';
+import { FeedError, QuotaExceeded } from '../feed/model/errors.ts';
 
 /** An RFC 9457 problem to answer with: status, a short code (the `type` ends with it), detail. */
 export class HttpProblem extends Error {
@@ -36,6 +36,8 @@ const FEED_STATUS: Record<FeedErrorCode, number> = {
   'item-exists': 409,
   'append-only': 409,
   'invalid-jid': 400,
+  'quota-exceeded': 429,
+  'subscription-limit': 409,
 };
 
 /** Fastify's own errors (bodies, content types) that a client caused, by their code. */
@@ -67,11 +69,18 @@ export const problems = {
   unsupportedMediaType: (wanted: string) =>
     new HttpProblem(415, 'unsupported-media-type', `the body must be ${wanted}`),
   busy: (detail: string) => new HttpProblem(503, 'service-unavailable', detail, { 'retry-after': '1' }),
+  /** One client past one of its bounds (clientBounds.ts); the others are still served. */
+  tooManyRequests: (detail: string, retryAfterSeconds: number) =>
+    new HttpProblem(429, 'too-many-requests', detail, { 'retry-after': String(retryAfterSeconds) }),
 };
 
 /** Turns any failure into the problem to answer with (an unexpected one is a 500 without details). */
 export function toProblem(e: unknown): HttpProblem {
   if (e instanceof HttpProblem) return e;
+  if (e instanceof QuotaExceeded)
+    return new HttpProblem(FEED_STATUS[e.code], e.code, e.message, {
+      'retry-after': String(e.retryAfterSeconds),
+    });
   if (e instanceof FeedError) return new HttpProblem(FEED_STATUS[e.code], e.code, e.message);
   const code = (e as { code?: unknown }).code;
   const known = typeof code === 'string' ? FRAMEWORK_ERRORS[code] : undefined;

@@ -1,7 +1,8 @@
 import type { ServerResponse } from 'node:http';
-import type { Order } from '../feed/feedName.ts';
-import type { Change } from '../feed/model.ts';
-import type { ReaderPage } from '../feed/service/visible.ts';
+import type { Change } from '../feed/model/feed.ts';
+import type { Order } from '../feed/model/feedName.ts';
+import type { ReaderPage } from '../feed/model/visible.ts';
+import type { HeldPerClient } from './clientBounds.ts';
 import { problemBody, toProblem } from './errors.ts';
 import { LongPolls, type Watch } from './longPoll.ts';
 import { activityJson } from './render/json.ts';
@@ -70,8 +71,12 @@ export class EventStreams {
   /** Streams closed because their client read too slowly. */
   slowClosed = 0;
 
-  constructor(readonly options: StreamOptions) {
-    this.registry = new LongPolls(options.maxStreams, 'streams are open');
+  /** `perClient`: each client's own bound of open streams. */
+  constructor(
+    readonly options: StreamOptions,
+    perClient?: HeldPerClient,
+  ) {
+    this.registry = new LongPolls(options.maxStreams, 'streams are open', perClient);
   }
 
   get open(): number {
@@ -91,9 +96,12 @@ export class EventStreams {
     return this.registry.watching(node);
   }
 
-  /** Joins the feed's watchers before anything is read; a 503 past the bound or while stopping. */
-  join(plan: Pick<StreamPlan, 'node' | 'order'>): Watch {
-    return this.registry.watch(plan.node, plan.order);
+  /**
+   * Joins the feed's watchers before anything is read; a 503 past the bound or while stopping, a
+   * 429 past the client's own.
+   */
+  join(plan: Pick<StreamPlan, 'node' | 'order'>, client: string): Watch {
+    return this.registry.watch(plan.node, plan.order, client);
   }
 
   /** Ends every stream (shutdown): each client reconnects from its last event id. */

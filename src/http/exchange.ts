@@ -37,6 +37,8 @@ export interface Exchange {
    * from the query (`access_token`, RFC 6750 2.3) stands for the `Authorization` header.
    */
   caller(queryToken?: string): Actor;
+  /** Who the client is for its bounds (clientKey.ts): `reader`'s JID, else its address. */
+  client(reader?: Actor): string;
   /** Calls `gone` when the client leaves (at once if it has left); returns the unhook. */
   onGone(gone: () => void): () => void;
 }

@@ -1,6 +1,6 @@
-import { type FeedName, parseFeedName } from '../feed/feedName.ts';
-import { parsePositionSpec } from '../feed/positionSpec.ts';
-import { parseMax } from '../feed/query.ts';
+import { type FeedName, feedFromParts } from '../feed/model/feedName.ts';
+import { parsePositionSpec } from '../feed/model/positionSpec.ts';
+import { parseMax } from '../feed/model/query.ts';
 import { problems } from './errors.ts';
 
 /** A `GET /feeds/{node}` request, checked. */
@@ -60,8 +60,7 @@ export function parseFeedParameters(
     const value = params.get(name);
     if (value !== null) own.set(name, value);
   }
-  const text = own.toString();
-  const feed = parseFeedName(text === '' ? node : `${node}?${text}`);
+  const feed = feedFromParts(node, own.toString());
   return { params, feed };
 }
 

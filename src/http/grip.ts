@@ -1,6 +1,6 @@
 import type { IncomingHttpHeaders } from 'node:http';
 import { errors as joseErrors, jwtVerify } from 'jose';
-import { canonicalFeedName, type FeedName } from '../feed/feedName.ts';
+import { canonicalFeedName, type FeedName } from '../feed/model/feedName.ts';
 
 /** GRIP behind Pushpin (docs/operations.md "Behind Pushpin"): its key and publish endpoint. */
 export interface GripOptions {

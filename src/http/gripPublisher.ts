@@ -1,9 +1,11 @@
 import type { FeedEvent } from '../feed/events.ts';
-import { type FeedName, ORDERS } from '../feed/feedName.ts';
-import type { Change } from '../feed/model.ts';
+import type { Change } from '../feed/model/feed.ts';
+import { type FeedName, ORDERS } from '../feed/model/feedName.ts';
 import { ANONYMOUS } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
+import { CONFIGURED } from '../net/addresses.ts';
+import { limitsFor, OutboundClient, OutboundError, type OutboundSettings } from '../net/outbound.ts';
 import { channelOf } from './grip.ts';
 import { GRIP_RECOVERY_BYTES, type Recovered, RecoveryLog } from './gripRecovery.ts';
 import { activityJson } from './render/json.ts';
@@ -49,6 +51,8 @@ export class GripPublisher {
   private readonly unlisten: () => void;
   /** What was published lately, by channel: the exact answers to recovery requests. */
   readonly recovery: RecoveryLog;
+  /** Pushpin's endpoint is the operator's, often on loopback: no address is refused. */
+  private readonly client: OutboundClient;
   published = 0;
   failed = 0;
   dropped = 0;
@@ -58,8 +62,17 @@ export class GripPublisher {
     private readonly publishUrl: string,
     private readonly log: Log,
     recoveryBytes = GRIP_RECOVERY_BYTES,
+    outbound?: OutboundSettings,
   ) {
     this.recovery = new RecoveryLog(recoveryBytes);
+    this.client = new OutboundClient({
+      user: 'grip',
+      addresses: CONFIGURED,
+      // One batch in flight at a time; Pushpin answers a publish with a short text.
+      limits: limitsFor(outbound, { timeoutMs: 10_000, maxResponseBytes: 64 * 1024, hostConnections: 2 }),
+      userAgent: 'smartfeeds-grip',
+      observer: outbound?.observer,
+    });
     this.unlisten = feeds.onEvent((event) => this.onEvent(event));
   }
 
@@ -197,20 +210,20 @@ export class GripPublisher {
     while (this.queue.length > 0) {
       const items = this.queue.splice(0, BATCH);
       try {
-        const res = await fetch(this.publishUrl, {
+        const answer = await this.client.request(this.publishUrl, {
           method: 'POST',
           headers: { 'content-type': 'application/json' },
           body: JSON.stringify({ items }),
-          signal: AbortSignal.timeout(10_000),
         });
-        await res.arrayBuffer();
-        if (!res.ok) throw new Error(`Pushpin answered ${res.status}`);
+        if (answer.status < 200 || answer.status >= 300)
+          throw new OutboundError('failed', `Pushpin answered ${answer.status}`);
         this.published += items.length;
       } catch (e) {
+        if (!(e instanceof OutboundError)) throw e;
         this.failed += items.length;
         this.log.warn('grip publish failed; Pushpin recovers from the feed', {
           items: items.length,
-          error: String(e),
+          error: e.message,
         });
       }
     }
@@ -222,7 +235,10 @@ export class GripPublisher {
     while (this.sending) await this.sending;
   }
 
-  stop(): void {
+  /** Stops listening, sends what is queued, and closes the connections. */
+  async stop(): Promise<void> {
     this.unlisten();
+    await this.flush();
+    await this.client.close();
   }
 }

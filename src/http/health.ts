@@ -6,12 +6,75 @@ import type { Log } from '../log.ts';
 import { httpOutcome, type Metrics, type Operation } from '../metrics.ts';
 import type { HttpBinding } from './server.ts';
 
-/** What readiness asks of the server: the database answers, and the XMPP stream is up when there is one. */
+/**
+ * What readiness reports, read at once from state kept up to date in the background (a probe
+ * never waits on the database): the database answers, and the XMPP stream is up when there is one.
+ */
 export interface Readiness {
-  /** Any read of the database: it rejects once the database is closed or failing. */
-  database(): Promise<unknown>;
-  /** Whether the XMPP component's stream is online; absent when no component runs. */
-  xmppOnline?: () => boolean;
+  /** `ok`, or `failing: …` saying why (see DatabaseWatch). */
+  database(): string;
+  /** The component's stream: `ok`, `stream down`, or `off` where none runs (`--no-xmpp`): ready. */
+  xmpp(): 'ok' | 'stream down' | 'off';
+}
+
+/** How often the database is read in the background, and how long a read may take before it counts as failing. */
+export const DATABASE_WATCH = { everyMs: 500, slowMs: 2000 };
+
+/**
+ * Reads the database in the background (`probe`, any read: it rejects or hangs while the database
+ * is away), one read at a time, every `everyMs` after the last one ended. The state is the last
+ * read's outcome, or failing once a read has gone unanswered for `slowMs`, so that `/readyz`
+ * answers at once whatever the database does.
+ */
+export class DatabaseWatch {
+  private last: string | undefined;
+  /** When the read under way began. */
+  private since: number | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+
+  constructor(
+    private readonly probe: () => Promise<unknown>,
+    private readonly options: { everyMs: number; slowMs: number } = DATABASE_WATCH,
+  ) {}
+
+  /** Starts reading; resolves once the first read has answered, or has been waited for `slowMs`. */
+  async start(): Promise<void> {
+    const first = this.read();
+    await new Promise<void>((resolve) => {
+      const wait = setTimeout(resolve, this.options.slowMs);
+      void first.then(() => {
+        clearTimeout(wait);
+        resolve();
+      });
+    });
+  }
+
+  private async read(): Promise<void> {
+    this.since = Date.now();
+    try {
+      await this.probe();
+      this.last = 'ok';
+    } catch (e) {
+      this.last = `failing: ${(e as Error)?.message ?? String(e)}`;
+    }
+    this.since = undefined;
+    if (this.stopped) return;
+    this.timer = setTimeout(() => void this.read(), this.options.everyMs);
+    this.timer.unref();
+  }
+
+  /** `ok`, or `failing: …`: what the last read found, or that the one under way is late. */
+  status(): string {
+    const waited = this.since === undefined ? 0 : Date.now() - this.since;
+    if (waited >= this.options.slowMs) return `failing: no answer for ${Math.floor(waited / 1000)} s`;
+    return this.last ?? 'failing: not read yet';
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+  }
 }
 
 /** Who may scrape `/metrics`: the configured administrators' bearer tokens, or loopback callers. */
@@ -39,15 +102,8 @@ export function registerHealth(app: FastifyInstance, readiness: Readiness): void
     reply.header('cache-control', 'no-store').type('application/json; charset=utf-8').send('{"status":"ok"}'),
   );
   app.get('/readyz', async (_request, reply) => {
-    const checks: Record<string, string> = {};
-    try {
-      await readiness.database();
-      checks.database = 'ok';
-    } catch (e) {
-      checks.database = `failing: ${(e as Error).message}`;
-    }
-    if (readiness.xmppOnline) checks.xmpp = readiness.xmppOnline() ? 'ok' : 'stream down';
-    const ready = Object.values(checks).every((c) => c === 'ok');
+    const checks = { database: readiness.database(), xmpp: readiness.xmpp() };
+    const ready = checks.database === 'ok' && checks.xmpp !== 'stream down';
     return reply
       .code(ready ? 200 : 503)
       .header('cache-control', 'no-store')

@@ -1,7 +1,8 @@
-import type { Order } from '../feed/feedName.ts';
-import { ORDERS } from '../feed/feedName.ts';
-import type { Change } from '../feed/model.ts';
-import type { ReaderPage } from '../feed/service/visible.ts';
+import type { Change } from '../feed/model/feed.ts';
+import type { Order } from '../feed/model/feedName.ts';
+import { ORDERS } from '../feed/model/feedName.ts';
+import type { ReaderPage } from '../feed/model/visible.ts';
+import type { HeldPerClient } from './clientBounds.ts';
 import { problems } from './errors.ts';
 
 /** How a wait ended: the feed changed, time ran out, the client went away, or the server stops. */
@@ -90,6 +91,8 @@ export interface HeldRead {
   order: Order;
   /** Polls of one feed with the same `shared` key share each read. */
   shared: string;
+  /** Who holds it (clientKey.ts): counted against its own bound. */
+  client: string;
   read: () => Promise<ReaderPage>;
   /** Throws when the caller may no longer read what it waited for. */
   recheck: () => Promise<void>;
@@ -107,10 +110,11 @@ export class LongPolls {
   private count = 0;
   private closing = false;
 
-  /** `what` names the held requests in the 503 past the bound. */
+  /** `what` names the held requests in the 503 past the bound; `perClient` bounds each client's. */
   constructor(
     private readonly maxHeld: number,
     private readonly what = 'long polls are held',
+    private readonly perClient?: HeldPerClient,
   ) {}
 
   get held(): number {
@@ -121,10 +125,14 @@ export class LongPolls {
     return `${order} ${node}`;
   }
 
-  /** Joins a feed's watchers; refused with 503 when the bound is reached or the server stops. */
-  watch(node: string, order: Order): Watch {
+  /**
+   * Joins a feed's watchers; refused with 503 when the bound is reached or the server stops, with
+   * 429 when `client` holds its own bound's worth (without a client: counted globally only).
+   */
+  watch(node: string, order: Order, client?: string): Watch {
     if (this.closing) throw problems.busy('the server is shutting down');
     if (this.count >= this.maxHeld) throw problems.busy(`${this.maxHeld} ${this.what} already; retry later`);
+    if (client !== undefined) this.perClient?.take(client);
     const key = LongPolls.key(node, order);
     let feed = this.byFeed.get(key);
     if (!feed) {
@@ -135,6 +143,7 @@ export class LongPolls {
     const w = new Watch(entry, (me) => {
       if (!entry.watchers.delete(me)) return;
       this.count -= 1;
+      if (client !== undefined) this.perClient?.release(client);
       if (entry.watchers.size === 0 && this.byFeed.get(key) === entry) this.byFeed.delete(key);
     });
     entry.watchers.add(w);
@@ -174,7 +183,7 @@ export class LongPolls {
    * to the caller while the request waited gives 403, a deleted one 404.
    */
   async hold(poll: HeldRead): Promise<ReaderPage | undefined> {
-    const watch = this.watch(poll.node, poll.order);
+    const watch = this.watch(poll.node, poll.order, poll.client);
     const gone = () => watch.end('gone');
     const unhook = poll.onGone(gone);
     try {

@@ -9,14 +9,16 @@ import { type Fasp, registerFasp } from '../fasp/routes.ts';
 import { apRoutes } from '../fasp/sharing/apRoutes.ts';
 import { FaspSharing, type SharingOptions } from '../fasp/sharing/sharing.ts';
 import type { FeedEvent } from '../feed/events.ts';
-import { jidOf, user } from '../feed/service/actor.ts';
+import { type Actor, jidOf, user } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
+import type { OutboundSettings } from '../net/outbound.ts';
+import { type ClientBoundOptions, ClientBounds } from './clientBounds.ts';
 import { Credentials } from './credentials.ts';
 import { HttpProblem, problemBody, problems, toProblem } from './errors.ts';
 import { EventStreams, STREAM_DEFAULTS, type StreamOptions } from './eventStreams.ts';
 import type { Exchange, Route } from './exchange.ts';
-import { type GripOptions, GripSig } from './grip.ts';
+import { GRIP_STREAM_PARAMETER, type GripOptions, GripSig } from './grip.ts';
 import { GripPublisher } from './gripPublisher.ts';
 import type { GripDeps } from './handlers/gripFeed.ts';
 import { LongPolls } from './longPoll.ts';
@@ -36,6 +38,8 @@ export interface HttpOptions {
   streams?: Partial<StreamOptions>;
   /** The WebSub hub's settings over its defaults (`HUB_DEFAULTS`). */
   websub?: Partial<HubOptions>;
+  /** The per-client bounds over their defaults (`CLIENT_BOUND_DEFAULTS`), and who a client is. */
+  clients?: Partial<ClientBoundOptions>;
   /** Bounds of the cache of rendered feed pages (`PAGE_CACHE_DEFAULTS`); false runs without one. */
   pageCache?: Partial<PageCacheOptions> | false;
   /**
@@ -47,6 +51,8 @@ export interface HttpOptions {
   sharing?: SharingOptions;
   /** GRIP behind Pushpin: its signing key and publish endpoint (docs/operations.md). */
   grip?: GripOptions;
+  /** The outbound client's shared limits and its metrics, for WebSub, FASP and GRIP (src/net/). */
+  outbound?: OutboundSettings;
   /** More routes and hooks (the reader page, health, metrics: src/http/web/, health.ts). */
   extend?: (app: FastifyInstance, binding: HttpBinding) => void;
 }
@@ -61,6 +67,10 @@ const BODY_TOO_LARGE = 'FST_ERR_CTP_BODY_TOO_LARGE';
 const MAX_PARAM_CHARS = 12 * 1024 + 64;
 const HOST = /^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/;
 const METHODS = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'] as const;
+/** Methods that count as reads in a client's rates; every other one is a write. */
+const READS = new Set(['GET', 'HEAD', 'OPTIONS']);
+/** Health and metrics answer whoever asks as often: probes must not meet a client's bound. */
+const UNBOUNDED = new Set(['/healthz', '/readyz', '/metrics']);
 
 /**
  * The HTTP binding's wiring: the Fastify instance, its body parsers and error handler, the routes
@@ -81,6 +91,8 @@ export class HttpBinding {
   /** `http://HOST:PORT` once listening. */
   origin = '';
   readonly credentials: Credentials;
+  /** Who each client is, and its bounds (streams, long polls, rates; WebSub's are the hub's). */
+  readonly bounds: ClientBounds;
   private stopping = false;
   private readonly unlisten: () => void;
 
@@ -89,15 +101,26 @@ export class HttpBinding {
     readonly options: HttpOptions,
     readonly log: Log,
   ) {
-    this.polls = new LongPolls(options.maxHeld);
-    this.streams = new EventStreams({ ...STREAM_DEFAULTS, maxStreams: options.maxHeld, ...options.streams });
+    const streamOptions = { ...STREAM_DEFAULTS, maxStreams: options.maxHeld, ...options.streams };
+    this.bounds = new ClientBounds(options.clients ?? {}, {
+      maxStreams: streamOptions.maxStreams,
+      maxHeld: options.maxHeld,
+    });
+    this.polls = new LongPolls(options.maxHeld, undefined, this.bounds.longPolls);
+    this.streams = new EventStreams(streamOptions, this.bounds.streams);
     this.credentials = new Credentials(options.tokens);
     this.grip = options.grip && {
       sig: new GripSig(options.grip.key),
       publisher:
         options.grip.publishUrl === undefined
           ? undefined
-          : new GripPublisher(feeds, options.grip.publishUrl, log, options.grip.recoveryBytes),
+          : new GripPublisher(
+              feeds,
+              options.grip.publishUrl,
+              log,
+              options.grip.recoveryBytes,
+              options.outbound,
+            ),
       retryMs: this.streams.options.retryMs,
     };
     this.pages =
@@ -109,7 +132,15 @@ export class HttpBinding {
       this.pages?.onEvent(event);
       this.wakePolls(event);
     });
-    this.hub = new Hub(feeds, options.websub ?? {}, log);
+    this.hub = new Hub(
+      feeds,
+      {
+        outbound: options.outbound,
+        ...options.websub,
+        refuse: (bound, detail, retry) => this.bounds.refuse(bound, detail, retry),
+      },
+      log,
+    );
     this.app = fastify({
       // Fastify's own lines go to our sink; one line per request would drown the service's own.
       loggerInstance: log.pino,
@@ -123,6 +154,8 @@ export class HttpBinding {
       bodyLimit: feeds.limits.maxPayloadBytes + 1024,
       forceCloseConnections: 'idle',
     });
+    // First of all, before any body is read: each client's rate of requests.
+    this.app.addHook('onRequest', async (request) => this.admit(request));
     this.app.removeAllContentTypeParsers();
     this.app.addContentTypeParser(ATOM, { parseAs: 'string' }, (_req, body, done) => done(null, body));
     this.app.setErrorHandler((error, request, reply) => this.fail(request, reply, error));
@@ -141,6 +174,9 @@ export class HttpBinding {
       log,
       caller: (authorization) => jidOf(this.credentials.actor(authorization)),
       origin: (request) => this.originOf(request),
+      admitRegistration: (request) =>
+        this.bounds.take('fasp-registrations', this.bounds.keys.address(request)),
+      ...(options.outbound ? { outbound: options.outbound } : {}),
     });
     // Public feeds shared with FASPs: data_sharing, and nodes and items as ActivityPub resources.
     this.sharing = new FaspSharing(
@@ -241,6 +277,7 @@ export class HttpBinding {
         this.credentials.actor(
           queryToken === undefined ? request.headers.authorization : `Bearer ${queryToken}`,
         ),
+      client: (reader) => this.bounds.keys.of(request, reader),
       onGone: (gone) => {
         reply.raw.on('close', gone);
         // A client that left before the listener was on: its 'close' has been emitted already.
@@ -248,6 +285,28 @@ export class HttpBinding {
         return () => reply.raw.off('close', gone);
       },
     };
+  }
+
+  /**
+   * Counts a request against its client's rate of reads or writes (a 429 past it). The client is
+   * the bearer token's JID when the token is known, else its address. Health and metrics are not
+   * counted, nor Pushpin's own recovery requests of the streams it holds (signed by it).
+   */
+  private async admit(request: FastifyRequest): Promise<void> {
+    if (UNBOUNDED.has(request.routeOptions.url ?? '')) return;
+    if (
+      this.grip &&
+      request.headers['grip-sig'] !== undefined &&
+      request.url.includes(`${GRIP_STREAM_PARAMETER}=`)
+    )
+      if (await this.grip.sig.verify(request.headers)) return;
+    let reader: Actor | undefined;
+    try {
+      reader = this.credentials.actor(request.headers.authorization);
+    } catch {
+      // A bad token is the route's to refuse; the request counts as its address's.
+    }
+    this.bounds.take(READS.has(request.method) ? 'reads' : 'writes', this.bounds.keys.of(request, reader));
   }
 
   /** Runs a handler and writes its answer, with an ETag and 304 for conditional GETs. */
@@ -338,7 +397,12 @@ export class HttpBinding {
       tokens: this.credentials.size,
       maxHeld: this.options.maxHeld,
       maxTimeoutSeconds: this.options.maxTimeoutSeconds,
+      trustedProxies: this.bounds.options.trustedProxies,
     });
+    if (this.grip && this.bounds.options.trustedProxies.length === 0)
+      this.log.warn('behind Pushpin without --http-trusted-proxy: every client counts as Pushpin', {
+        see: 'docs/operations.md "On the open internet"',
+      });
     return this.origin;
   }
 
@@ -366,7 +430,6 @@ export class HttpBinding {
 
   /** Stops publishing to Pushpin, once what is queued is sent. */
   async stopPublishing(): Promise<void> {
-    this.grip?.publisher?.stop();
-    await this.grip?.publisher?.flush();
+    await this.grip?.publisher?.stop();
   }
 }

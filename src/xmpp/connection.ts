@@ -88,18 +88,49 @@ export function xmlChunks(element: Element): Buffer[] {
 
 const STANZAS = new Set(['iq', 'message', 'presence']);
 
+/** What the server takes from the component in one stanza, and what send() does about the rest. */
+export interface StanzaBound {
+  /** The largest stanza, in bytes. */
+  maxBytes: number;
+  /** Sees (and may change in place) each stanza before it is serialized. */
+  before?(element: Element): void;
+  /** What to send instead of a stanza over `maxBytes`; undefined: nothing. */
+  instead(element: Element, bytes: number): Element | undefined;
+  /** Told of each stanza over `maxBytes`: replaced (by `instead`) or not sent at all. */
+  report(outcome: 'replaced' | 'unsent', element: Element, bytes: number): void;
+}
+
+const byteLength = (chunks: Buffer[]) => chunks.reduce((n, c) => n + c.length, 0);
+
 /**
  * Makes send() write each element as its xmlChunks: what @xmpp/component's send() does (a stanza
  * without `from` gets the component's JID; refused while the stream closes; 'send' once the
  * socket took it), but not through one string. Every reply goes through it, pages of items too.
+ * With a bound, no stanza over it is written (one the server would close the stream for).
  */
-export function sendInChunks(xmpp: Component): void {
-  xmpp.send = async (element) => {
+export function sendInChunks(xmpp: Component, bound?: StanzaBound): void {
+  xmpp.send = async (given) => {
+    let element = given;
     if (STANZAS.has(element.name) && !element.attrs.from && xmpp.jid)
       element.attrs.from = xmpp.jid.toString();
     const socket = xmpp.socket;
     if (!socket || xmpp.status === 'closing') throw new Error('Connection is closing');
-    const chunks = xmlChunks(element);
+    bound?.before?.(element);
+    let chunks = xmlChunks(element);
+    if (bound) {
+      const bytes = byteLength(chunks);
+      if (bytes > bound.maxBytes) {
+        const instead = bound.instead(element, bytes);
+        const replaced = instead ? xmlChunks(instead) : undefined;
+        if (!instead || !replaced || byteLength(replaced) > bound.maxBytes) {
+          bound.report('unsent', element, bytes);
+          return;
+        }
+        bound.report('replaced', element, bytes);
+        element = instead;
+        chunks = replaced;
+      }
+    }
     await new Promise<void>((resolve, reject) => {
       // Corked, the chunks leave in one writev with whatever else this turn writes, after
       // anything written before them.

@@ -1,9 +1,10 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { parseFeedName } from '../feed/feedName.ts';
-import type { ReadQuery } from '../feed/model.ts';
+import { payloadNamespace } from '../feed/model/atom.ts';
+import type { ReadQuery } from '../feed/model/feed.ts';
+import { parseFeedName } from '../feed/model/feedName.ts';
 import type { NodeRange } from '../feed/service/nodes.ts';
-import { configForm, type FormField, resultForm } from './forms.ts';
+import { type FormField, metaDataForm, resultForm } from './forms.ts';
 import { MAM_FEATURES } from './mam.ts';
 import { NS } from './namespaces.ts';
 import { ORDER_BY_NAMESPACES } from './orderBy.ts';
@@ -86,17 +87,20 @@ export const discoInfo: Handler = async (binding, req) => {
   }
   const feed = parseFeedName(node);
   // The total is the feed's as named (filtered or not), as the asker sees it.
-  const { config, owners, total, filters } = await binding.feeds.describe(req.actor, node);
-  const meta = configForm(config, 'result', `${NS.pubsub}#meta-data`);
-  meta.append(xml('field', { var: 'pubsub#type' }, xml('value', {}, NS.atom)));
-  meta.append(
-    xml('field', { var: 'pubsub#owner', type: 'jid-multi' }, ...owners.map((j) => xml('value', {}, j))),
+  const { config, owners, total, subscribers, payloads, filters } = await binding.feeds.describe(
+    req.actor,
+    node,
   );
+  const meta = metaDataForm(config, {
+    payloadType: payloadNamespace(payloads),
+    owners,
+    ...(subscribers !== undefined ? { subscribers } : {}),
+  });
   const feedFields: FormField[] = [
     { var: 'position_specs', type: 'list-multi', values: ['cursor', 'id', 'time'] },
     { var: 'orders', type: 'list-multi', values: ['created', 'modified'] },
     { var: 'order', values: [feed.order] },
-    { var: 'item_format', values: ['atom'] },
+    { var: 'item_format', values: [payloads] },
     // protocol.md 11: the filter parameters the node's feeds take, and the views.
     { var: 'filters', type: 'list-multi', values: [...filters] },
     { var: 'views', type: 'list-multi', values: ['summary'] },

@@ -1,7 +1,7 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import type { FeedErrorCode } from '../feed/errors.ts';
-import { FeedError } from '../feed/errors.ts';
+import type { FeedErrorCode } from '../feed/model/errors.ts';
+import { FeedError } from '../feed/model/errors.ts';
 import { NS } from './namespaces.ts';
 
 type ErrorType = 'auth' | 'cancel' | 'continue' | 'modify' | 'wait';
@@ -42,6 +42,11 @@ const FEED_ERRORS: Record<FeedErrorCode, [ErrorType, string, string?]> = {
   'item-exists': ['cancel', 'conflict'],
   'append-only': ['cancel', 'not-allowed'],
   'invalid-jid': ['modify', 'bad-request', 'invalid-jid'],
+  // A bound per account is the service's policy, not a lack of resources (resource-constraint is
+  // the flood's answer): wait while a window's allowance refills, modify (end a subscription) for
+  // a count held.
+  'quota-exceeded': ['wait', 'policy-violation'],
+  'subscription-limit': ['modify', 'policy-violation'],
 };
 
 export function toStanzaError(e: unknown): StanzaError {

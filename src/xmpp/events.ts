@@ -1,8 +1,8 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
 import type { FeedEvent } from '../feed/events.ts';
-import type { Subscription } from '../feed/model.ts';
-import type { NodeConfig } from '../feed/nodeConfig.ts';
+import type { Subscription } from '../feed/model/feed.ts';
+import type { NodeConfig } from '../feed/model/nodeConfig.ts';
 import { authorizationForm, configForm } from './forms.ts';
 import { itemXml, rawElement } from './items.ts';
 import { NS } from './namespaces.ts';

@@ -1,8 +1,8 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { ACCESS_MODELS, PUBLISH_MODELS } from '../feed/access.ts';
-import { NotAcceptable, PreconditionNotMet } from '../feed/errors.ts';
-import { MAX_ARCHIVE_SIZE, type NodeConfig } from '../feed/nodeConfig.ts';
+import { ACCESS_MODELS, PUBLISH_MODELS } from '../feed/model/access.ts';
+import { NotAcceptable, PreconditionNotMet } from '../feed/model/errors.ts';
+import { MAX_ARCHIVE_SIZE, type NodeConfig } from '../feed/model/nodeConfig.ts';
 import { errors } from './errors.ts';
 import { INERT_FIELDS, inertValues, readInertField } from './inertFields.ts';
 import { NS } from './namespaces.ts';
@@ -156,6 +156,7 @@ const CONFIG_FIELDS: Record<string, ConfigField> = {
 };
 
 export const NODE_CONFIG_FORM = `${NS.pubsub}#node_config`;
+export const META_DATA_FORM = `${NS.pubsub}#meta-data`;
 
 /** The field of that name, honoured or inert; undefined for any other name (prototype keys too). */
 function lookup(name: string): { field: ConfigField } | { inert: (typeof INERT_FIELDS)[string] } | undefined {
@@ -171,11 +172,13 @@ function fieldValue(field: ConfigField, config: NodeConfig): string {
   return typeof v === 'boolean' ? (v ? 'true' : 'false') : String(v);
 }
 
-/** The node_config form: `form` to fill in, `result` to show (meta-data, notifications). */
+/** The node_config form: `form` to fill in, `result` to show (notifications). */
 export function configForm(
   config: NodeConfig,
   type: 'form' | 'result',
   formType = NODE_CONFIG_FORM,
+  /** Values shown for inert fields the node has not set (instead of what the field shows). */
+  unset: Readonly<Record<string, string[]>> = {},
 ): Element {
   const form = xml('x', { xmlns: NS.dataForms, type });
   form.append(xml('field', { var: 'FORM_TYPE', type: 'hidden' }, xml('value', {}, formType)));
@@ -188,9 +191,44 @@ export function configForm(
   for (const [name, field] of Object.entries(INERT_FIELDS)) {
     const el = xml('field', { var: name, type: field.type, label: field.label });
     for (const o of field.options ?? []) el.append(xml('option', {}, xml('value', {}, o)));
-    for (const v of inertValues(name, config.inertFields)) el.append(xml('value', {}, v));
+    const values = Object.hasOwn(config.inertFields, name) ? undefined : unset[name];
+    for (const v of values ?? inertValues(name, config.inertFields)) el.append(xml('value', {}, v));
     form.append(el);
   }
+  return form;
+}
+
+/** What a node's `pubsub#meta-data` form says beside its configuration (XEP-0060 5.4). */
+export interface NodeMetaData {
+  /** The namespace of the node's payloads: `pubsub#type` when the owners set none. */
+  payloadType: string;
+  owners: readonly string[];
+  /** `pubsub#num_subscribers`, for those who may know it. */
+  subscribers?: number;
+}
+
+/**
+ * The `pubsub#meta-data` form: the node's configuration as the configuration form shows it, each
+ * field once (`pubsub#type` is the configured one, else the payloads' namespace), then its owners
+ * and, when given, its number of subscribers.
+ */
+export function metaDataForm(config: NodeConfig, meta: NodeMetaData): Element {
+  const form = configForm(config, 'result', META_DATA_FORM, { 'pubsub#type': [meta.payloadType] });
+  form.append(
+    xml(
+      'field',
+      { var: 'pubsub#owner', type: 'jid-multi', label: 'Node owners' },
+      ...meta.owners.map((j) => xml('value', {}, j)),
+    ),
+  );
+  if (meta.subscribers !== undefined)
+    form.append(
+      xml(
+        'field',
+        { var: 'pubsub#num_subscribers', type: 'text-single', label: 'Number of subscribers to this node' },
+        xml('value', {}, String(meta.subscribers)),
+      ),
+    );
   return form;
 }
 

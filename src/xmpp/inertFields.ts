@@ -1,4 +1,5 @@
-import { NotAcceptable } from '../feed/errors.ts';
+import { NotAcceptable } from '../feed/model/errors.ts';
+import { bareJid } from '../feed/model/jid.ts';
 
 /**
  * The standard `pubsub#node_config` fields (XEP-0060's registry) that have no effect on a Smart
@@ -102,11 +103,28 @@ function booleanValue(name: string, value: string): string {
   throw new NotAcceptable(`${name} must be a boolean, not ${JSON.stringify(value)}`);
 }
 
-/** The values to store for an inert field, as its type allows them; else `not-acceptable`. */
+/** A JID as XEP-0004's jid fields take it: a bare JID (RFC 7622), and a resource if any. */
+function jidValue(name: string, value: string): string {
+  const slash = value.indexOf('/');
+  try {
+    bareJid(slash < 0 ? value : value.slice(0, slash));
+  } catch {
+    throw new NotAcceptable(`${name} takes JIDs, not ${JSON.stringify(value)}`);
+  }
+  if (slash === value.length - 1) throw new NotAcceptable(`${name} takes JIDs, not ${JSON.stringify(value)}`);
+  return value;
+}
+
+/**
+ * The values to store for an inert field, as its type allows them (XEP-0004: one value unless
+ * multi, each once; booleans; JIDs); else `not-acceptable`.
+ */
 export function readInertField(name: string, field: InertField, values: string[]): string[] {
   const multi = field.type === 'list-multi' || field.type === 'jid-multi';
   if (!multi && values.length > 1) throw new NotAcceptable(`${name} takes one value, not ${values.length}`);
+  if (new Set(values).size !== values.length) throw new NotAcceptable(`${name} holds a value twice`);
   if (field.type === 'boolean') return values.map((v) => booleanValue(name, v));
+  if (field.type === 'jid-multi') return values.map((v) => jidValue(name, v));
   for (const value of values) {
     if (field.options && !field.options.includes(value))
       throw new NotAcceptable(

@@ -1,8 +1,8 @@
 import type { Element } from 'ltx';
 import { escapeXML } from 'ltx';
-import type { Item } from '../feed/model.ts';
-import type { Visible } from '../feed/service/visible.ts';
-import { memoOf } from '../feed/versionMemo.ts';
+import type { Item } from '../feed/model/feed.ts';
+import type { Visible } from '../feed/model/visible.ts';
+import { memoOf } from '../feed/service/service.ts';
 
 /**
  * The one serializer of `<item>` for replies and notifications alike: built as text (payloads are

@@ -1,12 +1,12 @@
 import jid from '@xmpp/jid';
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { parseCursor } from '../feed/cursor.ts';
-import { canonicalFeedName, type FeedName } from '../feed/feedName.ts';
-import type { ReadQuery } from '../feed/model.ts';
-import type { NodeConfig } from '../feed/nodeConfig.ts';
-import { formatTime, parsePositionSpec } from '../feed/positionSpec.ts';
-import type { ReaderItem, ReaderPage } from '../feed/service/visible.ts';
+import { parseCursor } from '../feed/model/cursor.ts';
+import type { ReadQuery } from '../feed/model/feed.ts';
+import { canonicalFeedName, type FeedName, hasParameters } from '../feed/model/feedName.ts';
+import type { NodeConfig } from '../feed/model/nodeConfig.ts';
+import { formatTime, parsePositionSpec } from '../feed/model/positionSpec.ts';
+import type { ReaderItem, ReaderPage } from '../feed/model/visible.ts';
 import { errors } from './errors.ts';
 import { parseForm } from './forms.ts';
 import { itemXml, rawElement } from './items.ts';
@@ -122,10 +122,10 @@ interface Plan {
 /** The feed the query reads: `with` is the publisher filtered feed (protocol.md 11). */
 function feedToRead(feed: FeedName, publisher: string | undefined): string {
   // An <order> may have changed the order the name asked for: the name then says it.
-  const name = feed.requested.includes('?') ? feed.requested : canonicalFeedName(feed);
+  const name = hasParameters(feed.requested) ? feed.requested : canonicalFeedName(feed);
   if (publisher === undefined) return name;
   const param = new URLSearchParams({ publisher }).toString();
-  return `${name}${name.includes('?') ? '&' : '?'}${param}`;
+  return `${name}${hasParameters(name) ? '&' : '?'}${param}`;
 }
 
 /**

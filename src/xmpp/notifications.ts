@@ -1,7 +1,7 @@
 import { escapeXML } from 'ltx';
-import { canonicalFeedName, type Order } from '../feed/feedName.ts';
-import type { Change, Subscription } from '../feed/model.ts';
-import type { NodeConfig } from '../feed/nodeConfig.ts';
+import type { Change, Subscription } from '../feed/model/feed.ts';
+import { canonicalFeedName, type Order, splitFeedName } from '../feed/model/feedName.ts';
+import type { NodeConfig } from '../feed/model/nodeConfig.ts';
 import type { Delivery, DeliveryFor } from '../feed/service/audience.ts';
 import type { Log } from '../log.ts';
 import { itemXml } from './items.ts';
@@ -36,9 +36,8 @@ export function parseNotificationId(id: string): { node: string; order: Order; f
   if (!m) return undefined;
   const order: Order = m[1] === 'c' ? 'created' : 'modified';
   const named = Buffer.from(m[2] as string, 'base64url').toString('utf8');
-  const q = named.indexOf('?');
-  const node = q < 0 ? named : named.slice(0, q);
-  const params = new URLSearchParams(q < 0 ? '' : named.slice(q + 1));
+  const { base: node, parameters } = splitFeedName(named);
+  const params = new URLSearchParams(parameters);
   if (order === 'created') params.set('order', order);
   const text = params.toString();
   return { node, order, feed: text ? `${node}?${text}` : node };

@@ -1,5 +1,5 @@
 import type { Element } from 'ltx';
-import type { FeedName, Order } from '../feed/feedName.ts';
+import { type FeedName, hasParameters, type Order } from '../feed/model/feedName.ts';
 import { errors } from './errors.ts';
 
 /**
@@ -30,7 +30,7 @@ export function orderedFeed(parent: Element, feed: FeedName): FeedName {
   const orders = parent.getChildElements().filter(isOrderBy).map(orderOf);
   const wanted = orders[0];
   if (wanted === undefined) return feed;
-  if (feed.requested.includes('?') && feed.order !== wanted)
+  if (hasParameters(feed.requested) && feed.order !== wanted)
     throw errors.badRequest(`the node name asks for ${feed.order} order, <order> for ${wanted}`);
   return { ...feed, order: wanted };
 }

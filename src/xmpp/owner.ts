@@ -1,8 +1,8 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { canonicalFeedName, type FeedName, parseFeedName } from '../feed/feedName.ts';
-import type { Subscription } from '../feed/model.ts';
-import { DEFAULT_NODE_CONFIG } from '../feed/nodeConfig.ts';
+import type { Subscription } from '../feed/model/feed.ts';
+import { canonicalFeedName, type FeedName, parseFeedName } from '../feed/model/feedName.ts';
+import { DEFAULT_NODE_CONFIG } from '../feed/model/nodeConfig.ts';
 import type { Actor } from '../feed/service/actor.ts';
 import { errors, StanzaError } from './errors.ts';
 import { AUTHORIZATION_FORM, configForm, parseConfigForm, parseForm } from './forms.ts';

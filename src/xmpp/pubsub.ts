@@ -1,7 +1,7 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { parseFeedName } from '../feed/feedName.ts';
-import type { ReadQuery } from '../feed/model.ts';
+import type { ReadQuery } from '../feed/model/feed.ts';
+import { parseFeedName } from '../feed/model/feedName.ts';
 import { errors } from './errors.ts';
 import {
   AUDIENCE_FIELD,
@@ -70,7 +70,7 @@ function publishedEntry(verb: Element): { id: string | undefined; entry: Element
   const payloads = item.getChildElements();
   if (payloads.length !== 1) {
     throw errors.badRequest(
-      `an item holds exactly one Atom entry, not ${payloads.length} elements`,
+      `an item holds exactly one payload (an Atom entry), not ${payloads.length} elements`,
       'invalid-payload',
     );
   }
@@ -85,7 +85,7 @@ function takeAudience(form: ParsedForm): string[] | undefined {
   const values = form.fields.get(AUDIENCE_FIELD);
   if (values === undefined) return undefined;
   form.fields.delete(AUDIENCE_FIELD);
-  // Each JID is checked where every binding's are (the service: feed/jid.ts), refused as bad-request.
+  // Each JID is checked where every binding's are (the service: feed/model/jid.ts), refused as bad-request.
   return values.map((v) => v.trim()).filter((v) => v !== '');
 }
 

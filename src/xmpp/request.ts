@@ -1,6 +1,6 @@
 import type { Element } from 'ltx';
-import { type FeedName, parseFeedName } from '../feed/feedName.ts';
-import { bareJid } from '../feed/jid.ts';
+import { type FeedName, parseFeedName } from '../feed/model/feedName.ts';
+import { bareJid } from '../feed/model/jid.ts';
 import type { Actor } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
@@ -63,7 +63,7 @@ export function requireNode(verb: Element): FeedName {
 /** A `jid` attribute, full and bare; a missing or malformed one is `invalid-jid`. */
 export function parseJid(text: string | undefined): { full: string; bare: string } {
   if (!text) throw errors.invalidJid('the jid attribute is required');
-  // The bare part by RFC 7622 where every JID is checked (feed/jid.ts); a resource is kept as given.
+  // The bare part by RFC 7622 where every JID is checked (feed/model/jid.ts); a resource is kept as given.
   const slash = text.indexOf('/');
   const resource = slash < 0 ? undefined : text.slice(slash + 1);
   const refused = () => errors.invalidJid(`not a JID: ${JSON.stringify(text)}`);

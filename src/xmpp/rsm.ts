@@ -1,7 +1,7 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
-import { parseMax } from '../feed/query.ts';
-import type { ReaderPage } from '../feed/service/visible.ts';
+import { parseMax } from '../feed/model/query.ts';
+import type { ReaderPage } from '../feed/model/visible.ts';
 import { errors } from './errors.ts';
 import { NS } from './namespaces.ts';
 

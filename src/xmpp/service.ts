@@ -2,7 +2,7 @@ import { type Component, component } from '@xmpp/component';
 import type { IqContext } from '@xmpp/connection';
 import jid from '@xmpp/jid';
 import type { Element } from 'ltx';
-import { parentDomain } from '../feed/jid.ts';
+import { parentDomain } from '../feed/model/jid.ts';
 import { user } from '../feed/service/actor.ts';
 import type { FeedService } from '../feed/service/service.ts';
 import type { Log } from '../log.ts';
@@ -21,6 +21,7 @@ import { Notifier, type Outlet, parseNotificationId } from './notifications.ts';
 import { authorizationAnswer } from './owner.ts';
 import { RateLimiter, type RateLimitOptions } from './rateLimit.ts';
 import { DEFAULT_RECEIPTS, type ReceiptOptions, Receipts } from './receipts.ts';
+import { DEFAULT_STANZA_LIMIT, replacementFor, trimErrorReply } from './replyBounds.ts';
 import { type Binding, MAX_REQUEST_DEPTH, nestedDeeperThan } from './request.ts';
 import { IQ_CHILDREN, route } from './routes.ts';
 
@@ -43,6 +44,21 @@ export interface ComponentOptions {
   chat?: (stanza: Element) => void;
   /** Counts publishes, retracts and reads, and bounced notifications (src/metrics.ts). */
   metrics?: Pick<Metrics, 'xmppRequest' | 'notificationBounced'>;
+  /**
+   * The largest stanza the XMPP server takes from the component (default DEFAULT_STANZA_LIMIT):
+   * no answer over it is sent (replyBounds.ts).
+   */
+  stanzaLimit?: number;
+}
+
+/** Answers kept within what the server takes (replyBounds.ts), counted for the metrics. */
+export interface TrimmedReplies {
+  /** Error replies sent without the request's payload, which was large. */
+  payload: number;
+  /** Answers over the server's stanza limit, sent as an error instead. */
+  replaced: number;
+  /** Stanzas over the limit not sent at all (nothing smaller could stand in for them). */
+  unsent: number;
 }
 
 /**
@@ -53,6 +69,7 @@ export class PubsubComponent {
   readonly xmpp: Component;
   readonly notifier: Notifier;
   readonly receipts: Receipts;
+  readonly trimmed: TrimmedReplies = { payload: 0, replaced: 0, unsent: 0 };
   private readonly reconnector: Reconnector;
   private readonly binding: Binding;
   private readonly limiter: RateLimiter | undefined;
@@ -81,7 +98,30 @@ export class PubsubComponent {
       void feeds.resumePurges().catch((e) => log.error('resuming purges failed', { error: String(e) }));
     });
     keepNoDelay(this.xmpp);
-    sendInChunks(this.xmpp);
+    const stanzaLimit = options.stanzaLimit ?? DEFAULT_STANZA_LIMIT;
+    sendInChunks(this.xmpp, {
+      maxBytes: stanzaLimit,
+      // Every error reply, whoever built it (a handler, the rate limit, xmpp.js for a request it
+      // cannot route): its echo of the request is left out when large.
+      before: (stanza) => {
+        if (trimErrorReply(stanza)) this.trimmed.payload += 1;
+      },
+      instead: (stanza, bytes) => replacementFor(stanza, bytes, stanzaLimit),
+      report: (outcome, stanza, bytes) => {
+        this.trimmed[outcome] += 1;
+        const { name, attrs } = stanza;
+        log.warn(
+          outcome === 'replaced' ? 'answer too large, sent an error instead' : 'stanza too large, not sent',
+          {
+            stanza: name,
+            type: attrs.type,
+            to: attrs.to,
+            bytes,
+            limit: stanzaLimit,
+          },
+        );
+      },
+    });
     this.limiter = options.rateLimit?.rate ? new RateLimiter(options.rateLimit) : undefined;
     this.reconnector = new Reconnector(this.xmpp, log, options.backoff ?? DEFAULT_BACKOFF);
     const audience = (node: string) => feeds.audience(node);

@@ -8,8 +8,8 @@ import { FetchError, Fetcher, type FetchLimits } from '../../src/bot/fetcher.ts'
 import { FeedIngest, type FeedRecord, type IngestOptions } from '../../src/bot/ingest.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import type { FeedEvent } from '../../src/feed/events.ts';
-import type { Change } from '../../src/feed/model.ts';
-import { FeedService } from '../../src/feed/service/service.ts';
+import type { Change } from '../../src/feed/model/feed.ts';
+import { FeedService, type FeedServiceOptions } from '../../src/feed/service/service.ts';
 import { createLog } from '../../src/log.ts';
 import { FeedServer, fixture, rss } from './feedServer.ts';
 
@@ -36,8 +36,9 @@ let events: FeedEvent[];
 function makeIngest(
   options: Partial<IngestOptions> = {},
   wanted: (node: string) => boolean = () => true,
+  service: FeedServiceOptions = {},
 ): FeedIngest {
-  feeds = new FeedService(engine);
+  feeds = new FeedService(engine, service);
   events = [];
   feeds.onEvent((e) => {
     if (e.type !== 'item-changed') events.push(e);
@@ -253,6 +254,21 @@ describe('refusals', () => {
     await strict.close();
   });
 
+  it('with private addresses allowed, fetches the ranges WebSub admits, never the unspecified address', async () => {
+    // LIMITS allow private addresses. 0.0.0.0 would reach this machine's own servers.
+    server.document('/lan.xml', () => fixture('rss2.xml'));
+    const port = new URL(server.base).port;
+    await expect(fetcher.fetch(`http://0.0.0.0:${port}/lan.xml`)).rejects.toThrow(
+      new FetchError('0.0.0.0 is not a public address'),
+    );
+    await expect(fetcher.fetch('http://224.0.0.1/feed')).rejects.toThrow('224.0.0.1 is not a public address');
+    // A redirect is a new request, checked again.
+    server.redirect('/to-zero', `http://0.0.0.0:${port}/lan.xml`, 302);
+    await expect(fetcher.fetch(server.url('/to-zero'))).rejects.toThrow('0.0.0.0 is not a public address');
+    expect(server.hits.get('/lan.xml')).toBeUndefined();
+    expect((await fetcher.fetch(server.url('/lan.xml'))).kind).toBe('ok');
+  });
+
   it('the global feed cap', async () => {
     const capped = makeIngest({ maxFeeds: 1 });
     await capped.load();
@@ -302,6 +318,53 @@ describe('refusals', () => {
     expect(reloaded.feed(a.node)).toBeDefined();
     expect(reloaded.feed(b.node)).toBeUndefined();
     expect(reloaded.feed(c.node)).toBeDefined();
+  });
+});
+
+describe('the bounds of the user who asked (feed/service/bounds.ts)', () => {
+  const HOUR = 3_600_000;
+
+  it('makes nodes within that user’s allowance; another user still adds feeds', async () => {
+    const bounded = makeIngest({}, () => true, {
+      admins: ['admin@example.org'],
+      bounds: { nodes: { count: 2, windowMs: HOUR } },
+    });
+    await bounded.load();
+    for (const f of ['m1', 'm2', 'm3', 'a1', 'x1']) server.document(`/${f}.xml`, () => rss(f, [{ id: f }]));
+    await bounded.add(server.url('/m1.xml'), 'mallory@example.org');
+    await bounded.add(server.url('/m2.xml'), 'mallory@example.org');
+    await expect(bounded.add(server.url('/m3.xml'), 'mallory@example.org')).rejects.toThrow(
+      /mallory@example.org may create 2 nodes per 1 h; try again in 1800 s/,
+    );
+    expect(await bounded.nodeOf(server.url('/m3.xml'))).toBeUndefined();
+    // A feed followed already costs nothing; alice and administrators add theirs.
+    await bounded.add(server.url('/m1.xml'), 'mallory@example.org');
+    await bounded.add(server.url('/a1.xml'), 'alice@example.org');
+    await bounded.add(server.url('/x1.xml'), 'admin@example.org');
+    await bounded.add(server.url('/m3.xml'), 'admin@example.org');
+  });
+
+  it('writes a feed’s entries within the allowance of the user who added it, the rest at later polls', async () => {
+    const clock = { t: 0 };
+    const bounded = makeIngest({}, () => true, {
+      bounds: { items: { count: 3, windowMs: HOUR } },
+      now: () => clock.t,
+    });
+    await bounded.load();
+    const entries = Array.from({ length: 5 }, (_, i) => ({ id: `e${i}` }));
+    server.document('/five.xml', () => rss('Five', entries));
+    const rec = await bounded.add(server.url('/five.xml'), 'mallory@example.org');
+    expect(rec.addedBy).toBe('mallory@example.org');
+    expect(await engine.total(rec.node)).toBe(3);
+    // Nothing left in the allowance: the poll publishes nothing, and asks the whole document again.
+    expect(await bounded.poll(rec.node)).toEqual({ created: 0, updated: 0, notModified: false });
+    clock.t += HOUR;
+    expect(await bounded.poll(rec.node)).toEqual({ created: 2, updated: 0, notModified: false });
+    expect(await titles(rec.node)).toEqual(entries.map((e) => `Entry ${e.id}`).reverse());
+    // Another user's feed is written in full meanwhile.
+    server.document('/other.xml', () => rss('Other', entries));
+    const other = await bounded.add(server.url('/other.xml'), 'alice@example.org');
+    expect(await engine.total(other.node)).toBe(3);
   });
 });
 

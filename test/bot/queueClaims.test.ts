@@ -3,8 +3,8 @@
 // send every message; only those a dead instance held may be sent twice.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import type { Claim } from '../../src/feed/engine/kv.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import type { Claim } from '../../src/feed/kv.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
 
 const PREFIX = 'u\u0000';

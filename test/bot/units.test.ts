@@ -4,9 +4,9 @@ import { describe, expect, it } from 'vitest';
 import { parseCommand } from '../../src/bot/commands.ts';
 import { atomEntryOf, fingerprintOf, identityOf, itemIdOf } from '../../src/bot/entry.ts';
 import { nodeNameOf, normalizeFeedUrl } from '../../src/bot/feedUrl.ts';
-import { isPublicAddress } from '../../src/bot/fetcher.ts';
 import { decodeDocument, parseDocument, type RemoteEntry } from '../../src/bot/parse.ts';
-import { readAtomEntry } from '../../src/feed/atom.ts';
+import { readAtomEntry } from '../../src/feed/model/atom.ts';
+import { isPublicAddress } from '../../src/net/addresses.ts';
 
 describe('parseCommand', () => {
   it.each([

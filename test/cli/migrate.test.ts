@@ -5,8 +5,8 @@ import path from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli/main.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import { copyIntoPostgres } from '../../src/feed/migrate.ts';
 import { openStoreAt } from '../../src/feed/store/location.ts';
+import { copyIntoPostgres } from '../../src/feed/store/migrate.ts';
 import { Clock, entry, freshPostgresDatabase, Harness } from '../feed/support.ts';
 
 const h = new Harness('level');

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { itemIdOf } from '../../src/fasp/provider/activity.ts';
 import type { SharingServer } from '../../src/fasp/provider/servers.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import type { Item } from '../../src/feed/model.ts';
+import type { Item } from '../../src/feed/model/feed.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { HttpBinding } from '../../src/http/server.ts';

@@ -263,6 +263,11 @@ describe('the service as a FASP', () => {
     expect(getsOf(uri)).toHaveLength(1);
     const invalid = await peer.call('POST', '/data_sharing/v0/announcements', { category: 'content' });
     expect(invalid.status).toBe(422);
+    // The refusal names each field, and is signed like every answer.
+    expect(invalid.body).toMatchObject({
+      detail:
+        'the announcement is not valid: source: Invalid input: expected object, received undefined; objectUris: Invalid input: expected array, received undefined',
+    });
   });
 
   it('rechecks what it keeps once a week, by its clock: changed, no longer indexable, gone', async () => {

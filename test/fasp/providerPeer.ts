@@ -25,7 +25,7 @@ import {
 } from '../../src/fasp/signatures.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
-import { HttpBinding } from '../../src/http/server.ts';
+import { HttpBinding, type HttpOptions } from '../../src/http/server.ts';
 import { createLog } from '../../src/log.ts';
 import { testHttpOptions } from '../http/support.ts';
 
@@ -47,6 +47,7 @@ export async function startProviderService(
   dir?: string,
   clock = { now: Date.now() },
   options: Partial<typeof PROVIDER_DEFAULTS> = {},
+  http: Partial<HttpOptions> = {},
 ): Promise<ProviderStack> {
   const directory = dir ?? (await mkdtemp(join(tmpdir(), 'smartfeeds-provider-')));
   const engine = await FeedEngine.open(directory);
@@ -65,7 +66,7 @@ export async function startProviderService(
   );
   const binding = new HttpBinding(
     feeds,
-    testHttpOptions({ maxHeld: 100, maxTimeoutSeconds: 10, extend: providerExtension(provider) }),
+    testHttpOptions({ maxHeld: 100, maxTimeoutSeconds: 10, extend: providerExtension(provider), ...http }),
     log,
   );
   const origin = await binding.start();

@@ -239,6 +239,30 @@ describe('FASP registration, administration and signed calls', () => {
     expect((await adminCall('GET', `/${fasp.faspId}`)).json.enabled).toEqual({});
   });
 
+  it('refuses a provider_info that does not fit its schema, naming the field', async () => {
+    const cases: [unknown, string][] = [
+      [
+        { name: 'Test FASP', privacyPolicy: [], capabilities: [{ id: 7, version: '0.1' }] },
+        'capabilities[0].id: Invalid input: expected string, received number',
+      ],
+      [{ privacyPolicy: [], capabilities: [] }, 'name: Invalid input: expected string, received undefined'],
+      [
+        { name: 'x'.repeat(100_000), privacyPolicy: [], capabilities: [] },
+        'name: must be at most 512 characters',
+      ],
+      [[], 'Invalid input: expected object, received array'],
+    ];
+    for (const [info, reason] of cases) {
+      fasp.info = info;
+      const { status, json } = await adminCall('POST', `/${fasp.faspId}/confirm`);
+      expect(status, reason).toBe(502);
+      expect(json.detail).toBe(`${fasp.baseUrl}/provider_info: the provider_info is not valid: ${reason}`);
+    }
+    fasp.info = undefined;
+    // The service goes on: the right answer is taken.
+    expect((await adminCall('POST', `/${fasp.faspId}/confirm`)).json.info.name).toBe('Test FASP');
+  });
+
   it('refuses a FASP answer without a signature', async () => {
     fasp.unsignedAnswers = true;
     const { status, json } = await adminCall('POST', `/${fasp.faspId}/confirm`);

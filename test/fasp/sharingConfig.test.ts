@@ -2,7 +2,7 @@
 // set through the XMPP node configuration form.
 import { describe, expect, it } from 'vitest';
 import { nodeShareable } from '../../src/fasp/sharing/shareable.ts';
-import { DEFAULT_NODE_CONFIG, readNodeConfig } from '../../src/feed/nodeConfig.ts';
+import { DEFAULT_NODE_CONFIG, readNodeConfig } from '../../src/feed/model/nodeConfig.ts';
 import { configForm, parseConfigForm, parseForm } from '../../src/xmpp/forms.ts';
 
 const parsed = (form: ReturnType<typeof configForm>) =>
@@ -13,7 +13,7 @@ describe('the discovery opt-in', () => {
     expect(DEFAULT_NODE_CONFIG.discoverable).toBe(false);
     const { discoverable: _, ...old } = DEFAULT_NODE_CONFIG;
     expect(readNodeConfig(old).discoverable).toBe(false);
-    expect(nodeShareable(DEFAULT_NODE_CONFIG)).toBe(false);
+    expect(nodeShareable('blog', DEFAULT_NODE_CONFIG)).toBe(false);
   });
 
   it('is the smartfeeds#discoverable field of the node configuration form', () => {
@@ -26,6 +26,15 @@ describe('the discovery opt-in', () => {
 
   it('shares a node only when it is open too', () => {
     for (const accessModel of ['open', 'authorize', 'whitelist'] as const)
-      expect(nodeShareable({ accessModel, discoverable: true }), accessModel).toBe(accessModel === 'open');
+      expect(nodeShareable('blog', { accessModel, discoverable: true }), accessModel).toBe(
+        accessModel === 'open',
+      );
+  });
+
+  it('never shares an attachment node (XEP-0470): its items are no Atom entries', () => {
+    const config = { accessModel: 'open' as const, discoverable: true };
+    expect(
+      nodeShareable('urn:xmpp:pubsub-attachments:1/xmpp:feeds.example.org?;node=blog;item=p', config),
+    ).toBe(false);
   });
 });

@@ -131,6 +131,7 @@ describe('the announcement outbox', () => {
       polls: { held: 0 },
       streams: { open: 0, eventsSent: 0, slowClosed: 0 },
       hub: { pending: () => 0 },
+      bounds: { refused: {} },
       sharing: { outbox },
     });
     const { body } = await metrics.scrape();

@@ -21,7 +21,7 @@ import {
 } from '../../src/fasp/signatures.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
-import { HttpBinding } from '../../src/http/server.ts';
+import { HttpBinding, type HttpOptions } from '../../src/http/server.ts';
 import { createLog } from '../../src/log.ts';
 import { TOKENS, testHttpOptions } from '../http/support.ts';
 
@@ -36,14 +36,21 @@ export interface ServiceStack {
   close(): Promise<void>;
 }
 
-/** The binding on `dir` (a new temporary one by default), with `routes` added before it listens. */
-export async function startService(dir?: string, routes: SignedRoute[] = []): Promise<ServiceStack> {
+/**
+ * The binding on `dir` (a new temporary one by default), with `routes` added before it listens;
+ * `http`: options of the binding over the tests' own.
+ */
+export async function startService(
+  dir?: string,
+  routes: SignedRoute[] = [],
+  http: Partial<HttpOptions> = {},
+): Promise<ServiceStack> {
   const directory = dir ?? (await mkdtemp(join(tmpdir(), 'smartfeeds-fasp-')));
   const engine = await FeedEngine.open(directory);
   const feeds = new FeedService(engine, { admins: ['admin@localhost'] });
   const binding = new HttpBinding(
     feeds,
-    testHttpOptions({ maxHeld: 100, maxTimeoutSeconds: 10 }),
+    testHttpOptions({ maxHeld: 100, maxTimeoutSeconds: 10, ...http }),
     createLog('error', () => undefined),
   );
   for (const route of routes) binding.fasp.addSignedRoute(route);
@@ -87,6 +94,8 @@ export class TestFasp {
   /** Misbehaviour, to see the service refuse it: answers with a digest and no signature. */
   unsignedAnswers = false;
   capabilities = [{ id: 'data_sharing', version: '0.1' }];
+  /** Misbehaviour: a provider_info of this JSON instead of the right one. */
+  info: unknown;
   faspId = '';
   servicePublicKey = '';
   registrationCompletionUri = '';
@@ -182,7 +191,9 @@ export class TestFasp {
     if (req.method === 'GET' && path === '/provider_info')
       return {
         status: 200,
-        body: JSON.stringify({ name: this.name, privacyPolicy: [], capabilities: this.capabilities }),
+        body: JSON.stringify(
+          this.info ?? { name: this.name, privacyPolicy: [], capabilities: this.capabilities },
+        ),
       };
     const activation = /^\/capabilities\/([^/]+)\/([^/]+)\/activation$/.exec(path);
     if (activation && (req.method === 'POST' || req.method === 'DELETE')) {

@@ -14,8 +14,8 @@ import {
   PUBLISH_MODELS,
   type PublishModel,
   type Standing,
-} from '../../src/feed/access.ts';
-import { AccessDenied } from '../../src/feed/errors.ts';
+} from '../../src/feed/model/access.ts';
+import { AccessDenied } from '../../src/feed/model/errors.ts';
 
 const standing = (affiliation: Affiliation, more: Partial<Standing> = {}): Standing => ({
   affiliation,

@@ -1,7 +1,14 @@
 import { type Element, parse } from 'ltx';
 import { describe, expect, it } from 'vitest';
-import { MAX_ENTRY_DEPTH, readAtomElementText, readAtomEntry } from '../../src/feed/atom.ts';
-import { InvalidPayload } from '../../src/feed/errors.ts';
+import {
+  MAX_ENTRY_DEPTH,
+  payloadKindOf,
+  readAtomElementText,
+  readAtomEntry,
+  readPayload,
+  readPayloadElement,
+} from '../../src/feed/model/atom.ts';
+import { InvalidPayload } from '../../src/feed/model/errors.ts';
 
 const ATOM = 'http://www.w3.org/2005/Atom';
 const nested = (levels: number) =>
@@ -51,5 +58,39 @@ z	w</title><link href="http://e/?a=1&amp;b=&quot;2&quot;" rel='alt'/><content>&l
       const fromElement = readAtomElementText(parse(text) as Element);
       expect(fromElement).toEqual(fromText);
     }
+  });
+});
+
+describe('payloads of attachment nodes (XEP-0470, protocol.md 1)', () => {
+  const NS_ATT = 'urn:xmpp:pubsub-attachments:1';
+  const NODE = `${NS_ATT}/xmpp:feeds.example.org?;node=blog;item=p`;
+
+  it('are told apart by the node name', () => {
+    expect(payloadKindOf(NODE)).toBe('attachments');
+    expect(payloadKindOf('blog')).toBe('atom');
+    // The prefix is the namespace and a slash: nothing else makes an attachment node.
+    expect(payloadKindOf(NS_ATT)).toBe('atom');
+    expect(payloadKindOf(`${NS_ATT}x/y`)).toBe('atom');
+  });
+
+  it('read <attachments> only, with no Atom id nor categories, from text and from a stanza', () => {
+    const text = `<attachments xmlns='${NS_ATT}'><id xmlns='${ATOM}'>not an Atom id</id><noticed/></attachments>`;
+    expect(readPayload(text, 'attachments')).toEqual({
+      entry: `<attachments xmlns="${NS_ATT}"><id xmlns="${ATOM}">not an Atom id</id><noticed/></attachments>`,
+      atomId: undefined,
+    });
+    // Inside a stanza the namespace may be declared on an ancestor: the stored copy declares it.
+    const item = parse(
+      `<item xmlns:a='${NS_ATT}'><a:attachments><a:noticed/></a:attachments></item>`,
+    ) as Element;
+    expect(readPayloadElement(item.getChildElements()[0] as Element, 'attachments').entry).toBe(
+      `<a:attachments xmlns:a="${NS_ATT}"><a:noticed/></a:attachments>`,
+    );
+    for (const [xml, kind] of [
+      [`<entry xmlns='${ATOM}'/>`, 'attachments'],
+      [`<attachments xmlns='${NS_ATT}'/>`, 'atom'],
+      ['<attachments/>', 'attachments'],
+    ] as const)
+      expect(() => readPayload(xml, kind), xml).toThrow(InvalidPayload);
   });
 });

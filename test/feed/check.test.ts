@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { main } from '../../src/cli.ts';
 import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
+import type { ExportRecord, ItemRecord } from '../../src/feed/model/feed.ts';
 import {
   hubKey,
   indexKey,
@@ -15,9 +16,8 @@ import {
   SERVICE_KEY,
   subscriptionKey,
   userSubscriptionKey,
-} from '../../src/feed/keys.ts';
-import type { ExportRecord, ItemRecord } from '../../src/feed/model.ts';
-import { decodeRecord } from '../../src/feed/record.ts';
+} from '../../src/feed/store/keys.ts';
+import { decodeRecord } from '../../src/feed/store/record.ts';
 import { Clock, entry, Harness, locationArgs, openRaw, type RawDatabase, T0 } from './support.ts';
 
 type Db = RawDatabase;

@@ -1,7 +1,7 @@
 import zlib from 'node:zlib';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { formatCursor, GroupChecksum, groupChecksum, parseCursor } from '../../src/feed/cursor.ts';
+import { formatCursor, GroupChecksum, groupChecksum, parseCursor } from '../../src/feed/model/cursor.ts';
 
 // An independent CRC-32 (IEEE 802.3, reflected, as zlib computes it) over the UTF-8 bytes.
 const TABLE = Array.from({ length: 256 }, (_, n) => {

@@ -3,9 +3,9 @@ import fc from 'fast-check';
 import { createElement, type Element, parse as parseXml } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { FeedEngine } from '../../src/feed/engine.ts';
-import { ItemNotFound } from '../../src/feed/errors.ts';
-import type { Order } from '../../src/feed/feedName.ts';
-import type { Change, Item, Page, ReadQuery } from '../../src/feed/model.ts';
+import { ItemNotFound } from '../../src/feed/model/errors.ts';
+import type { Change, Item, Page, ReadQuery } from '../../src/feed/model/feed.ts';
+import type { Order } from '../../src/feed/model/feedName.ts';
 import { ATOM, entry, Harness, stored, T0 } from './support.ts';
 
 /*

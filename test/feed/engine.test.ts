@@ -13,8 +13,8 @@ import {
   NodeNotFound,
   NotSubscribed,
   PayloadTooBig,
-} from '../../src/feed/errors.ts';
-import type { Change, ExportRecord, Page, ReadQuery } from '../../src/feed/model.ts';
+} from '../../src/feed/model/errors.ts';
+import type { Change, ExportRecord, Page, ReadQuery } from '../../src/feed/model/feed.ts';
 import { itemElement } from '../../src/xmpp/items.ts';
 import { rsmReply } from '../../src/xmpp/rsm.ts';
 import { seen, seenPage } from '../support/visible.ts';

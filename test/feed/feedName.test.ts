@@ -1,12 +1,17 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { BadRequest } from '../../src/feed/errors.ts';
+import { BadRequest } from '../../src/feed/model/errors.ts';
 import {
   baseNodeName,
   canonicalFeedName,
   checkItemId,
   checkNodeName,
+  type FeedName,
+  feedFromParts,
+  hasParameters,
   parseFeedName,
-} from '../../src/feed/feedName.ts';
+  splitFeedName,
+} from '../../src/feed/model/feedName.ts';
 
 function badRequest(fn: () => unknown): BadRequest {
   let caught: unknown;
@@ -79,10 +84,13 @@ describe('parseFeedName', () => {
     );
   });
 
-  it('refuses a "?" in the base name (a second "?" belongs to the parameters)', () => {
+  it('refuses a "?" in the base name but as "?;" (a second "?" belongs to the parameters)', () => {
     expect(badRequest(() => parseFeedName('a?order=created?x')).message).toContain('"created?x"');
+    expect(badRequest(() => parseFeedName('a?order=created?;x')).message).toContain('"created?;x"');
     badRequest(() => checkNodeName('a?b'));
     badRequest(() => checkNodeName('?'));
+    badRequest(() => checkNodeName('a?;b?'));
+    expect(badRequest(() => checkNodeName('a?;b?c')).message).toContain('"?;"');
   });
 
   it('takes names of 1 to 1024 characters', () => {
@@ -118,6 +126,106 @@ describe('parseFeedName', () => {
     for (const name of ['a\tb', 'a\nb', 'a\rb', 'é', '中文', '😀', 'a b']) {
       expect(parseFeedName(name).node).toBe(name);
     }
+  });
+});
+
+// protocol.md 1: a "?" followed by ";" opens an XMPP URI's query (RFC 5122), part of the base name.
+describe('names holding an XMPP URI (XEP-0470 attachment nodes)', () => {
+  const ATTACHMENTS =
+    'urn:xmpp:pubsub-attachments:1/xmpp:feeds.localhost?;node=urn%3Axmpp%3Amicroblog%3A0;item=post1';
+
+  it('reads "?;" as part of the base name', () => {
+    expect(parseFeedName(ATTACHMENTS)).toEqual({
+      node: ATTACHMENTS,
+      order: 'modified',
+      requested: ATTACHMENTS,
+    });
+    expect(() => checkNodeName(ATTACHMENTS)).not.toThrow();
+    expect(hasParameters(ATTACHMENTS)).toBe(false);
+    expect(splitFeedName(ATTACHMENTS)).toEqual({ base: ATTACHMENTS, parameters: '' });
+    for (const name of ['?;', 'a?;', '?;?;b', 'x?;a=1?;b=2']) expect(parseFeedName(name).node).toBe(name);
+  });
+
+  it('takes parameters after it, from the first "?" that is not followed by ";"', () => {
+    const named = `${ATTACHMENTS}?order=created&category=a%3Fb`;
+    expect(parseFeedName(named)).toEqual({
+      node: ATTACHMENTS,
+      order: 'created',
+      filter: { kind: 'category', value: 'a?b' },
+      requested: named,
+    });
+    expect(splitFeedName(named)).toEqual({ base: ATTACHMENTS, parameters: 'order=created&category=a%3Fb' });
+    expect(parseFeedName(`${ATTACHMENTS}?`).node).toBe(ATTACHMENTS);
+    expect(baseNodeName(`${ATTACHMENTS}?order=created`)).toBe(ATTACHMENTS);
+    expect(canonicalFeedName(parseFeedName(`${ATTACHMENTS}?order=modified`))).toBe(ATTACHMENTS);
+  });
+
+  it('takes a base name and parameters given apart, as an HTTP path and its query', () => {
+    expect(feedFromParts(ATTACHMENTS, 'order=created')).toMatchObject({
+      node: ATTACHMENTS,
+      order: 'created',
+    });
+    expect(feedFromParts('blog', '')).toEqual({ node: 'blog', order: 'modified', requested: 'blog' });
+    // A path's node is a base name: parameters go in the query.
+    expect(badRequest(() => feedFromParts('blog?order=created', '')).message).toContain('"?;"');
+    badRequest(() => feedFromParts('blog?', 'order=created'));
+  });
+
+  const takes = (check: (text: string) => void) => (text: string) => {
+    try {
+      check(text);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  // Base names: any characters a name may hold, where every "?" is followed by ";".
+  const baseName = fc
+    .array(fc.oneof(fc.string({ unit: 'grapheme', minLength: 1, maxLength: 3 }), fc.constant('?;')), {
+      minLength: 1,
+      maxLength: 12,
+    })
+    .map((parts) => parts.join('').replace(/\?(?!;)/g, '?;'))
+    .filter(takes(checkNodeName));
+  const feedOf = fc.record({
+    node: baseName,
+    order: fc.constantFrom('modified' as const, 'created' as const),
+    filter: fc.option(
+      fc.record({
+        kind: fc.constant('category' as const),
+        value: fc.string({ unit: 'grapheme', minLength: 1, maxLength: 8 }).filter(takes(checkItemId)),
+      }),
+      { nil: undefined },
+    ),
+    view: fc.option(fc.constant('summary' as const), { nil: undefined }),
+  });
+
+  it('reads back every feed from its canonical name, and its base name from any name of it', () => {
+    fc.assert(
+      fc.property(feedOf, (feed) => {
+        const given: Pick<FeedName, 'node' | 'order' | 'filter' | 'view'> = {
+          node: feed.node,
+          order: feed.order,
+          ...(feed.filter ? { filter: feed.filter } : {}),
+          ...(feed.view ? { view: feed.view } : {}),
+        };
+        const name = canonicalFeedName(given);
+        const read = parseFeedName(name);
+        expect({ node: read.node, order: read.order, filter: read.filter, view: read.view }).toEqual({
+          node: feed.node,
+          order: feed.order,
+          filter: feed.filter,
+          view: feed.view,
+        });
+        expect(splitFeedName(name).base).toBe(feed.node);
+        expect(splitFeedName(`${feed.node}?order=${feed.order}`)).toEqual({
+          base: feed.node,
+          parameters: `order=${feed.order}`,
+        });
+        expect(feedFromParts(feed.node, `order=${feed.order}`).order).toBe(feed.order);
+      }),
+      { numRuns: 500 },
+    );
   });
 });
 

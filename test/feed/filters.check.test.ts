@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { Problem } from '../../src/feed/check/problems.ts';
 import { DatabaseCheck, openDatabase } from '../../src/feed/check.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import { familyPrefix, prefixEnd } from '../../src/feed/keys.ts';
+import { familyPrefix, prefixEnd } from '../../src/feed/store/keys.ts';
 
 /* `smartfeeds check` verifies the filtered and audience indexes against the records, and repairs them. */
 

@@ -2,9 +2,9 @@ import zlib from 'node:zlib';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import type { Order } from '../../src/feed/feedName.ts';
-import type { Change, ExportRecord } from '../../src/feed/model.ts';
-import { changeShows } from '../../src/feed/views.ts';
+import type { Change, ExportRecord } from '../../src/feed/model/feed.ts';
+import type { Order } from '../../src/feed/model/feedName.ts';
+import { changeShows } from '../../src/feed/model/views.ts';
 
 /*
  * Filtered feeds and readers' views (protocol.md 11) against a model written from the contract:

@@ -2,8 +2,8 @@
 // without each part the renderers look at, and text holding what XML and JSON escape.
 import fc from 'fast-check';
 import { createElement, type Element } from 'ltx';
-import { ATOM_NS, TOMBSTONE_NS } from '../../src/feed/atom.ts';
-import type { Item } from '../../src/feed/model.ts';
+import { ATOM_NS, TOMBSTONE_NS } from '../../src/feed/model/atom.ts';
+import type { Item } from '../../src/feed/model/feed.ts';
 
 /** Text with what XML and JSON escape, and characters outside the BMP. */
 const text = fc.oneof(

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { BadRequest } from '../../src/feed/errors.ts';
-import { bareJid } from '../../src/feed/jid.ts';
+import { BadRequest } from '../../src/feed/model/errors.ts';
+import { bareJid } from '../../src/feed/model/jid.ts';
 import { MALFORMED } from '../support/jids.ts';
 
 // Bare JIDs by RFC 7622, as the service stores them (audiences, publishers, affiliations).

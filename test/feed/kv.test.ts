@@ -6,9 +6,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DatabaseCheck, openDatabase, type Problem } from '../../src/feed/check.ts';
+import type { Claim } from '../../src/feed/engine/kv.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import { kvKey } from '../../src/feed/keys.ts';
-import type { Claim } from '../../src/feed/kv.ts';
+import { kvKey } from '../../src/feed/store/keys.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
 
 const dirs: string[] = [];

@@ -5,10 +5,10 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DatabaseCheck, openDatabase, type Problem } from '../../src/feed/check.ts';
-import { NodeNotFound } from '../../src/feed/errors.ts';
-import { affiliationKey, configKey, userAffiliationKey } from '../../src/feed/keys.ts';
-import type { Change } from '../../src/feed/model.ts';
-import { DEFAULT_NODE_CONFIG } from '../../src/feed/nodeConfig.ts';
+import { NodeNotFound } from '../../src/feed/model/errors.ts';
+import type { Change } from '../../src/feed/model/feed.ts';
+import { DEFAULT_NODE_CONFIG } from '../../src/feed/model/nodeConfig.ts';
+import { affiliationKey, configKey, userAffiliationKey } from '../../src/feed/store/keys.ts';
 import { entry, Harness, openRaw } from './support.ts';
 
 const h = new Harness();

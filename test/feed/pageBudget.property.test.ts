@@ -8,7 +8,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { xmlAttributeBytes } from '../../src/feed/engine/pageBudget.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import type { Page } from '../../src/feed/model.ts';
+import type { Page } from '../../src/feed/model/feed.ts';
 import { itemElement } from '../../src/xmpp/items.ts';
 import { rsmReply } from '../../src/xmpp/rsm.ts';
 import * as visible from '../support/visible.ts';

@@ -2,9 +2,9 @@
 // main thread's parse, in the order asked, refusals for the write that made them alone, and a
 // thread that dies handing its work back.
 import { afterEach, describe, expect, it, vi } from 'vitest';
-import { readAtomEntry } from '../../src/feed/atom.ts';
-import { InvalidPayload, ItemExists, PayloadTooBig } from '../../src/feed/errors.ts';
-import { EntryParser } from '../../src/feed/parsePool.ts';
+import { EntryParser } from '../../src/feed/engine/parsePool.ts';
+import { readAtomEntry } from '../../src/feed/model/atom.ts';
+import { InvalidPayload, ItemExists, PayloadTooBig } from '../../src/feed/model/errors.ts';
 import { ATOM, entry, Harness } from './support.ts';
 
 const h = new Harness();

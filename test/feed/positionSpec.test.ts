@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { InvalidPosition, ItemNotFound } from '../../src/feed/errors.ts';
-import { formatTime, parsePositionSpec, unknownIdPosition } from '../../src/feed/positionSpec.ts';
+import { InvalidPosition, ItemNotFound } from '../../src/feed/model/errors.ts';
+import { formatTime, parsePositionSpec, unknownIdPosition } from '../../src/feed/model/positionSpec.ts';
 
 const MS = Date.UTC(2026, 10, 21, 10, 0, 0, 0);
 

@@ -3,7 +3,7 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { FeedEngine } from '../../src/feed/engine.ts';
-import { familyPrefix, markKey, prefixEnd } from '../../src/feed/keys.ts';
+import { familyPrefix, markKey, prefixEnd } from '../../src/feed/store/keys.ts';
 import { Clock, entry, Harness } from './support.ts';
 
 const h = new Harness();

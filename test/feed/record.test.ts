@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { ItemRecord } from '../../src/feed/model.ts';
-import { decodeRecord, encodeRecord, entryBytesOf } from '../../src/feed/record.ts';
+import type { ItemRecord } from '../../src/feed/model/feed.ts';
+import { decodeRecord, encodeRecord, entryBytesOf } from '../../src/feed/store/record.ts';
 
 const stamp = fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER });
 const record: fc.Arbitrary<ItemRecord> = fc

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { indexCursor, take } from '../../src/feed/engine/cursors.ts';
-import { StorageError } from '../../src/feed/errors.ts';
+import { StorageError } from '../../src/feed/model/errors.ts';
 import { openLevelStore } from '../../src/feed/store/level.ts';
 import { openMemoryStore } from '../../src/feed/store/memory.ts';
 import { openPostgresStore } from '../../src/feed/store/postgres.ts';

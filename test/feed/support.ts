@@ -7,7 +7,7 @@ import { ClassicLevel } from 'classic-level';
 import { inject } from 'vitest';
 import { createDatabase, withClient } from '../../prosody-dev/postgres.ts';
 import { type EngineOptions, FeedEngine } from '../../src/feed/engine.ts';
-import type { Page } from '../../src/feed/model.ts';
+import type { Page } from '../../src/feed/model/feed.ts';
 import { openLevelStore } from '../../src/feed/store/level.ts';
 import { openStoreAt } from '../../src/feed/store/location.ts';
 import { openMemoryStore } from '../../src/feed/store/memory.ts';

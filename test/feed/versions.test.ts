@@ -1,12 +1,12 @@
 // Decoded item versions (src/feed/engine/versions.ts): found again by the version an index entry
 // names, never another version, and kept within their bound.
 import { describe, expect, it } from 'vitest';
+import { memoOf, VersionMemo } from '../../src/feed/engine/versionMemo.ts';
 import { VersionCache } from '../../src/feed/engine/versions.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import type { Item, ItemRecord } from '../../src/feed/model.ts';
-import { encodeRecord } from '../../src/feed/record.ts';
+import type { Item, ItemRecord } from '../../src/feed/model/feed.ts';
 import { openMemoryStore } from '../../src/feed/store/memory.ts';
-import { memoOf, VersionMemo } from '../../src/feed/versionMemo.ts';
+import { encodeRecord } from '../../src/feed/store/record.ts';
 import { entry, stored } from './support.ts';
 
 const rec = (m: number, ms: number, text: string): ItemRecord => ({ c: 1, cs: 1, m, ms, e: text, p: 'a@b' });

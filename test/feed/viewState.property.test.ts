@@ -2,8 +2,8 @@
 // computed afresh from the group (stamp, offset of the last entry, CRC-32 of the ids in order).
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { formatCursor, groupChecksum } from '../../src/feed/cursor.ts';
 import { IndexTail } from '../../src/feed/engine/viewState.ts';
+import { formatCursor, groupChecksum } from '../../src/feed/model/cursor.ts';
 
 const fresh = (t: IndexTail) =>
   t.group.length === 0

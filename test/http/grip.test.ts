@@ -56,7 +56,12 @@ async function startBinding(): Promise<void> {
   const { port: proxyPort } = publishProxy.address() as AddressInfo;
   binding = new HttpBinding(
     feeds,
-    testHttpOptions({ port, grip: { key: KEY, publishUrl: `http://127.0.0.1:${proxyPort}/publish/` } }),
+    testHttpOptions({
+      port,
+      grip: { key: KEY, publishUrl: `http://127.0.0.1:${proxyPort}/publish/` },
+      // Every request comes from Pushpin's address, hundreds of them: its rate of reads is raised.
+      clients: { reads: 1000 },
+    }),
     createLog('warn', () => undefined),
   );
   const origin = await binding.start();

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseFeedName } from '../../src/feed/feedName.ts';
+import { parseFeedName } from '../../src/feed/model/feedName.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { channelOf } from '../../src/http/grip.ts';
 import { GripPublisher } from '../../src/http/gripPublisher.ts';

@@ -272,6 +272,37 @@ describe('GET /feeds/{node}: parameters and errors', () => {
     }
   });
 
+  it('serves an attachment node named after an XMPP URI ("?;" in the path), parameters in the query', async () => {
+    // protocol.md 1: the "?;" of XEP-0470's node names belongs to the base name, and such a node
+    // holds <attachments>, which the Atom view gives as an entry's XML content (protocol.md 10).
+    const node = 'urn:xmpp:pubsub-attachments:1/xmpp:feeds.localhost?;node=blog;item=p1';
+    const attachments = (inner: string) =>
+      `<attachments xmlns='urn:xmpp:pubsub-attachments:1'>${inner}</attachments>`;
+    await s.engine.publish(
+      node,
+      { id: 'ann@example.org', entry: attachments('<noticed/>') },
+      { autoCreate: true },
+    );
+    await s.engine.publish(node, { id: 'bob@example.org', entry: attachments('<noticed/>') });
+    await s.engine.publish(node, { id: 'ann@example.org', entry: attachments('<reactions/>') });
+    const ids = async (query: string) =>
+      ((await get(feedUrl(s.origin, node, query))).json as Collection).items.map((i) => i.id);
+    expect(await ids('')).toEqual(['bob@example.org', 'ann@example.org']);
+    expect(await ids('order=created')).toEqual(['ann@example.org', 'bob@example.org']);
+    const atom = await get(feedUrl(s.origin, node), { accept: 'application/atom+xml' });
+    const entries = parse(atom.text).getChildren('entry', ATOM);
+    const content = entries[1]?.getChild('content', ATOM);
+    expect(content?.attrs.type).toBe('application/xml');
+    expect(
+      content?.getChild('attachments', 'urn:xmpp:pubsub-attachments:1')?.getChild('reactions'),
+    ).toBeDefined();
+    expect(entries[1]?.getChildText('id', ATOM)).toBe(`${feedUrl(s.origin, node)}/items/ann%40example.org`);
+    // The path names a base name: a "?" that starts parameters there is refused, not read.
+    const inPath = await get(feedUrl(s.origin, 'rich?order=created'));
+    expect(inPath.status).toBe(400);
+    expect((inPath.json as Problem).detail).toContain('"?;"');
+  });
+
   it('returns an empty page at once for timeout=0 and for a read bounded by until', async () => {
     const last = ((await get(feedUrl(s.origin, 'rich'))).json as Collection).last_cursor;
     const empty = await get(feedUrl(s.origin, 'rich', `since=cursor:${last}&timeout=0`));

@@ -23,9 +23,14 @@ export interface SseStream {
   close(): void;
 }
 
-export async function openStream(url: string, headers: Record<string, string> = {}): Promise<SseStream> {
+/** `localAddress`: the loopback address it connects from (a second client: 127.0.0.2). */
+export async function openStream(
+  url: string,
+  headers: Record<string, string> = {},
+  localAddress?: string,
+): Promise<SseStream> {
   const abort = new AbortController();
-  const agent = new Agent({ connections: 1 });
+  const agent = new Agent({ connections: 1, ...(localAddress ? { localAddress } : {}) });
   const res = await fetch(url, {
     headers: { accept: 'text/event-stream', ...headers },
     signal: abort.signal,

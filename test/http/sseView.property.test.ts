@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import { ItemNotFound } from '../../src/feed/errors.ts';
+import { ItemNotFound } from '../../src/feed/model/errors.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import type { FeedService } from '../../src/feed/service/service.ts';
 import { openStream, type SseEvent, type SseStream } from './sseClient.ts';
@@ -135,7 +135,8 @@ const sorted = (m: Map<string, string>) => [...m].sort(([a], [b]) => a.localeCom
 describe('a stream shows its reader exactly the model view', () => {
   it('live and caught up, anonymous, filtered and with a token', async () => {
     const engine = await FeedEngine.inMemory();
-    const http = await startHttp({ engine });
+    // Hundreds of reads from one address, as fast as the rounds go: its rate of reads is raised.
+    const http = await startHttp({ engine, http: { clients: { reads: 1000 } } });
     try {
       let round = 0;
       await fc.assert(

@@ -4,7 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import type { Limits } from '../../src/feed/model.ts';
+import type { Limits } from '../../src/feed/model/feed.ts';
 import { FeedService, type FeedServiceOptions } from '../../src/feed/service/service.ts';
 import { HttpBinding, type HttpOptions } from '../../src/http/server.ts';
 import { createLog } from '../../src/log.ts';

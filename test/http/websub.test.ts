@@ -635,6 +635,35 @@ describe('persistence and safety', () => {
     }
   });
 
+  it('with private callbacks allowed, admits the private ranges only: never unspecified or multicast', async () => {
+    await publish('lan', 'a');
+    const sub = await subscriber();
+    const port = new URL(sub.url).port;
+    for (const callback of [
+      `http://0.0.0.0:${port}/push`,
+      `http://[::]:${port}/push`,
+      `http://[::ffff:0.0.0.0]:${port}/push`,
+      'http://224.0.0.1/push',
+      'http://[ff02::1]/push',
+      'http://255.255.255.255/push',
+    ]) {
+      const r = await hubPost(s, {
+        'hub.mode': 'subscribe',
+        'hub.callback': callback,
+        'hub.topic': feedUrl(s.origin, 'lan'),
+      });
+      expect(r.status, callback).toBe(400);
+      // No option would allow these: none is named.
+      expect(JSON.parse(r.text).detail, callback).toMatch(
+        /^hub\.callback is refused: \S+ is not a public address$/,
+      );
+    }
+    expect(sub.verifications).toHaveLength(0);
+    // The same subscriber on loopback is verified.
+    await subscribe(s, sub, feedUrl(s.origin, 'lan'));
+    expect(sub.verifications).toHaveLength(1);
+  });
+
   it('refuses callbacks to loopback, private and link-local addresses unless configured', async () => {
     const strict = await startHttp({ http: { websub: { ...FAST, allowPrivate: false } } });
     try {
@@ -661,6 +690,15 @@ describe('persistence and safety', () => {
         expect(r.status, callback).toBe(400);
         expect(JSON.parse(r.text).detail).toMatch(/hub.callback is refused/);
       }
+      // The refusal of an address the option would allow names the option.
+      const named = await hubPost(strict, {
+        'hub.mode': 'subscribe',
+        'hub.callback': sub.url,
+        'hub.topic': feedUrl(strict.origin, 'safe'),
+      });
+      expect(JSON.parse(named.text).detail).toBe(
+        'hub.callback is refused: 127.0.0.1 is not a public address (the service allows those with --websub-allow-private or SMARTFEEDS_WEBSUB_ALLOW_PRIVATE=1)',
+      );
       expect(sub.verifications).toHaveLength(0);
     } finally {
       await strict.stop();

@@ -26,7 +26,8 @@ let admin: User;
 beforeAll(async () => {
   stack = await Stack.start();
   // One service under both bindings, as serve.ts composes them.
-  http = await startHttp({ engine: stack.engine, feeds: stack.feeds });
+  // One token writes hundreds of items as fast as it can: its rate of writes is raised to let it.
+  http = await startHttp({ engine: stack.engine, feeds: stack.feeds, http: { clients: { writes: 1000 } } });
   admin = await stack.user('admin');
 });
 

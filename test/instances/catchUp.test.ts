@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { X_VIEW } from '../../src/feed/engine/filters.ts';
-import type { Change } from '../../src/feed/model.ts';
+import type { Change } from '../../src/feed/model/feed.ts';
 import { entry, instances, until } from './support.ts';
 
 /**

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { readLog } from '../../src/feed/engine/changeLog.ts';
-import type { Change, Page } from '../../src/feed/model.ts';
+import type { Change, Page } from '../../src/feed/model/feed.ts';
 import { entry, type Instance, instances } from './support.ts';
 
 /** Several engines in one process on one shared in-memory store behave as several instances. */

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { Change } from '../../src/feed/model.ts';
+import type { Change } from '../../src/feed/model/feed.ts';
 import type { Collection } from '../../src/http/render/json.ts';
 import { openStream } from '../http/sseClient.ts';
 import { feedUrl, get, startHttp } from '../http/support.ts';

@@ -1,9 +1,9 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { BUCKETS } from '../../src/feed/engine/changeLog.ts';
-import { NodeNotEmpty } from '../../src/feed/errors.ts';
 import type { NodeEvent } from '../../src/feed/events.ts';
-import type { Change, ExportRecord } from '../../src/feed/model.ts';
+import { NodeNotEmpty } from '../../src/feed/model/errors.ts';
+import type { Change, ExportRecord } from '../../src/feed/model/feed.ts';
 import { OPERATOR, user } from '../../src/feed/service/actor.ts';
 import type { Op as StoreOp } from '../../src/feed/store/store.ts';
 import { closeInstance, entry, type Instance, instance, instances, until } from './support.ts';

@@ -110,4 +110,24 @@ describe('the hand-off link over TCP', () => {
     await expect(refused).rejects.toBeInstanceOf(PeerUnreachable);
     await closing;
   });
+
+  it('says a request may have been taken when no answer has come by its deadline', async () => {
+    const [a, b] = [await link('s'), await link('s')];
+    let answer: (() => void) | undefined;
+    a.serve(
+      () =>
+        new Promise((resolve) => {
+          answer = () => resolve({ change: { node: 'n', item: { id: 'late' } } as never });
+        }),
+    );
+    const late = await b.request(a.address, retract('late'), Date.now() + 100).catch((e: unknown) => e);
+    expect(late).toBeInstanceOf(PeerLost);
+    expect((late as Error).message).toBe('no answer in time');
+    // The answer that comes after is dropped; the link goes on.
+    answer?.();
+    a.serve(async () => ({ change: { node: 'n', item: { id: 'next' } } as never }));
+    await expect(b.request(a.address, retract('next'), Date.now() + 10_000)).resolves.toEqual({
+      change: { node: 'n', item: { id: 'next' } },
+    });
+  });
 });

@@ -33,7 +33,7 @@ export class MemoryLink implements PeerLink {
     this.handler = handler;
   }
 
-  request(address: string, request: Handed): Promise<HandedReply> {
+  request(address: string, request: Handed, deadline?: number): Promise<HandedReply> {
     const to = this.links.get(address);
     if (!this.alive || !to?.alive || !to.handler) return Promise.reject(new PeerUnreachable(address));
     const handler = to.handler;
@@ -41,6 +41,18 @@ export class MemoryLink implements PeerLink {
       const lose = (e: Error) => reject(e);
       this.waiting.add(lose);
       to.waiting.add(lose);
+      // As over TCP: no answer by the write's deadline is no answer.
+      const late =
+        deadline === undefined
+          ? undefined
+          : setTimeout(
+              () => {
+                this.waiting.delete(lose);
+                to.waiting.delete(lose);
+                lose(new PeerLost('no answer in time'));
+              },
+              Math.max(0, deadline - Date.now()),
+            );
       // A copy, as over the wire.
       const sent = JSON.parse(JSON.stringify(request)) as Handed;
       setImmediate(() => {
@@ -50,6 +62,7 @@ export class MemoryLink implements PeerLink {
           setImmediate(() => {
             this.waiting.delete(lose);
             to.waiting.delete(lose);
+            clearTimeout(late);
             if (this.alive && to.alive) resolve(JSON.parse(JSON.stringify(reply)) as HandedReply);
             else lose(new PeerLost(address));
           }),

@@ -3,7 +3,7 @@ import { createDatabase, startPostgres } from '../../prosody-dev/postgres.ts';
 import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
 import { readLog } from '../../src/feed/engine/changeLog.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import type { Change } from '../../src/feed/model.ts';
+import type { Change } from '../../src/feed/model/feed.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { openSharedPostgresStore, type SharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
 import { postgresAdminUrl } from '../feed/support.ts';

@@ -3,8 +3,8 @@
 // an instance gone are claimed again.
 import { afterEach, describe, expect, it } from 'vitest';
 import { createDatabase } from '../../prosody-dev/postgres.ts';
+import type { Claim } from '../../src/feed/engine/kv.ts';
 import { FeedEngine } from '../../src/feed/engine.ts';
-import type { Claim } from '../../src/feed/kv.ts';
 import { openSharedPostgresStore } from '../../src/feed/store/postgresShared.ts';
 import { postgresAdminUrl } from '../feed/support.ts';
 

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
 import { BUCKETS, bucketHeads, bucketPushed, logKey, pushedKey } from '../../src/feed/engine/changeLog.ts';
-import type { Change } from '../../src/feed/model.ts';
+import type { Change } from '../../src/feed/model/feed.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { Metrics } from '../../src/metrics.ts';
 import { closeInstance, entry, type Instance, instance, instances, until } from './support.ts';

@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import { parseCursor } from '../../src/feed/cursor.ts';
-import type { Change } from '../../src/feed/model.ts';
+import { parseCursor } from '../../src/feed/model/cursor.ts';
+import type { Change } from '../../src/feed/model/feed.ts';
 import { entry, type Instance, pairWithNode, until } from './support.ts';
 
 /**

@@ -96,6 +96,8 @@ export class ServeCluster {
       `${TOKEN}=admin@localhost`,
     ];
     args.push('--admin', 'admin@localhost', '--bot', 'off', '--push-lease', '1.5');
+    // One token writes and reads as fast as it can through each instance: its rates are raised.
+    args.push('--http-client-writes', '1000', '--http-client-reads', '1000');
     if (!slot.xmpp) args.push('--no-xmpp');
     slot.proc = spawnServe(this.ctx, args, { SMARTFEEDS_LOG_LEVEL: 'info', INSTANCE: String(i) });
     expect(await untilLogged(slot.proc, 'http listening', 60_000)).toBe(true);

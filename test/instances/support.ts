@@ -1,6 +1,6 @@
 import { FeedEngine } from '../../src/feed/engine.ts';
 import type { NodeEvent } from '../../src/feed/events.ts';
-import type { Change } from '../../src/feed/model.ts';
+import type { Change } from '../../src/feed/model/feed.ts';
 import { FeedService } from '../../src/feed/service/service.ts';
 import { SharedMemory, type SharedMemoryHandle } from '../../src/feed/store/sharedMemory.ts';
 

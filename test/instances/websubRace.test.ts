@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { DatabaseCheck, type Problem } from '../../src/feed/check.ts';
-import { hubVersionKey } from '../../src/feed/keys.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
+import { hubVersionKey } from '../../src/feed/store/keys.ts';
 import { SharedMemory } from '../../src/feed/store/sharedMemory.ts';
 import { entry, until } from './support.ts';
 import { callback, pusherAndPeer, subscription } from './websubSupport.ts';

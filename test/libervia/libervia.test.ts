@@ -3,10 +3,12 @@
 // mod_pubsub on the same server (pubsub.localhost, in prosody-dev/prosody.cfg.lua.template).
 // Where the answers differ, the test says why: Prosody 0.12 ignores XEP-0413 and RSM on items and
 // keeps no archive of its nodes, and the Smart Feeds contract keeps tombstones in pulls
-// (docs/xmpp.md, "For client authors").
+// (docs/xmpp.md, "For client authors"). Everything else agrees: node discovery, XEP-0470
+// attachments (reactions, "noticed") on blog posts.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import { type Libervia, startLibervia } from '../support/libervia.ts';
 import { Stack } from '../xmpp/stack.ts';
 
@@ -143,6 +145,94 @@ describe('Libervia 0.9 against the component and against Prosody mod_pubsub', { 
       expect(prosody.code).not.toBe(0);
       expect(prosody.stderr).toContain('service-unavailable');
     });
+  });
+
+  it('describes a node (`info disco`): each service sends a meta-data form Libervia reads', async () => {
+    // `info disco -O json`, as Libervia 0.9 writes it: each form field is [its attributes, values].
+    const Disco = z.object({
+      identities: z.array(z.array(z.string())),
+      extensions: z.record(
+        z.string(),
+        z.array(z.tuple([z.object({ var: z.string() }), z.array(z.string())])),
+      ),
+      items: z.array(z.tuple([z.string(), z.string(), z.string()])),
+    });
+    const described: Record<string, unknown> = {};
+    for (const service of SERVICES) {
+      // As the command is usually given (the backend may answer from its cache), then uncached.
+      const cached = await libervia.cli(['info', 'disco', ...PROFILE, '-n', 'bar', service]);
+      expect(cached.code, `${service}: ${cached.stderr}`).toBe(0);
+      const fresh = Disco.parse(
+        JSON.parse(
+          await libervia.ok(['info', 'disco', ...PROFILE, '-n', 'bar', '-C', '-O', 'json', service]),
+        ),
+      );
+      const meta = Object.fromEntries(
+        (fresh.extensions['http://jabber.org/protocol/pubsub#meta-data'] ?? []).map(([f, v]) => [f.var, v]),
+      );
+      described[service] = {
+        identities: fresh.identities,
+        models: [meta['pubsub#access_model'], meta['pubsub#publish_model']],
+        items: fresh.items.map(([, , name]) => name),
+      };
+      if (service === FEEDS) expect(meta['pubsub#num_subscribers']).toEqual(['0']);
+    }
+    expect(described[FEEDS]).toEqual(described[PROSODY]);
+    expect(described[FEEDS]).toEqual({
+      identities: [['pubsub', 'leaf', '']],
+      models: [['open'], ['publishers']],
+      items: ['x', 'y', 'z'],
+    });
+  });
+
+  it('attaches "noticed" and reactions to a blog post (XEP-0470), with the same results on both', async () => {
+    // Libervia made each post's attachment node with the post, named after the post's XMPP URI
+    // (urn:xmpp:pubsub-attachments:1/xmpp:SERVICE?;node=…;item=post2: protocol.md 1).
+    const attached = async (service: Service) => {
+      const out = await on(service, [
+        'pubsub',
+        'attachments',
+        'get',
+        '-n',
+        MICROBLOG,
+        '-i',
+        'post2',
+        '-O',
+        'json',
+      ]);
+      // The timestamps are each service's own.
+      return JSON.parse(out.replace(/"timestamp": \d+/g, '"timestamp": 0')) as unknown;
+    };
+    const set = (service: Service, ...args: string[]) =>
+      on(service, ['pubsub', 'attachments', 'set', '-n', MICROBLOG, '-i', 'post2', ...args]);
+    const results: Record<Service, unknown[]> = { [FEEDS]: [], [PROSODY]: [] };
+    for (const service of SERVICES) {
+      expect(await set(service, '-N')).toContain('data attached');
+      results[service].push(await attached(service));
+      await set(service, '-r', '👍', '-r', '🎉');
+      await set(service, '-R', '🎉');
+      results[service].push(await attached(service));
+      await set(service, '--replace', '-r', '😀', '-N', 'false');
+      results[service].push(await attached(service));
+    }
+    expect(results[FEEDS]).toEqual(results[PROSODY]);
+    expect(results[FEEDS]).toEqual([
+      [{ from: 'admin@localhost', noticed: { noticed: true, timestamp: 0 } }],
+      [
+        {
+          from: 'admin@localhost',
+          noticed: { noticed: true, timestamp: 0 },
+          reactions: { reactions: ['👍'], timestamp: 0 },
+        },
+      ],
+      // "Not noticed" is no <noticed> element at all.
+      [{ from: 'admin@localhost', reactions: { reactions: ['😀'], timestamp: 0 } }],
+    ]);
+    // Here the node is a feed like any other: its one item (one per user) read by its name.
+    const node = `urn:xmpp:pubsub-attachments:1/xmpp:${FEEDS}?;node=${encodeURIComponent(MICROBLOG)};item=post2`;
+    expect(idsOf(await on(FEEDS, ['pubsub', 'get', '-n', node, '-O', 'xml-raw']))).toEqual([
+      'admin@localhost',
+    ]);
   });
 
   it('keeps its cache of a node in sync, until a tombstone, which the contract keeps in pulls', async () => {

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { BadRequest } from '../../src/feed/errors.ts';
-import type { Change } from '../../src/feed/model.ts';
+import { BadRequest } from '../../src/feed/model/errors.ts';
+import type { Change } from '../../src/feed/model/feed.ts';
 import { ANONYMOUS, OPERATOR, user } from '../../src/feed/service/actor.ts';
 import { ATOM, alice, bob, carol, type Harness, openService } from './support.ts';
 

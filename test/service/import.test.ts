@@ -1,6 +1,6 @@
 // Importing exported lines through the service: what a failed import leaves behind.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ExportRecord } from '../../src/feed/model.ts';
+import type { ExportRecord } from '../../src/feed/model/feed.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { entry, type Harness, openService } from './support.ts';
 

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { AccessDenied } from '../../src/feed/errors.ts';
+import { AccessDenied } from '../../src/feed/model/errors.ts';
 import { OPERATOR, user } from '../../src/feed/service/actor.ts';
 import { ATOM, alice, bob, carol, type Harness, openService } from './support.ts';
 

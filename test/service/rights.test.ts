@@ -2,8 +2,8 @@
 // engine in a temp dir, with a spy event sink, no XMPP server. Expectations are written out from
 // XEP-0060 (4.1 and the models), not computed by the table under test.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { AccessModel, PublishModel } from '../../src/feed/access.ts';
 import type { FeedEventType } from '../../src/feed/events.ts';
+import type { AccessModel, PublishModel } from '../../src/feed/model/access.ts';
 import { type Actor, ANONYMOUS, OPERATOR, user } from '../../src/feed/service/actor.ts';
 import type { FeedService } from '../../src/feed/service/service.ts';
 import { ADMIN, entry, type Harness, openService } from './support.ts';

@@ -5,16 +5,24 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
-import { isLoopback, OperationsListener, operationsRoutes, type Readiness } from '../../src/http/health.ts';
+import {
+  DatabaseWatch,
+  isLoopback,
+  OperationsListener,
+  operationsRoutes,
+  type Readiness,
+} from '../../src/http/health.ts';
 import { CONTENT_SECURITY_POLICY, webRoutes } from '../../src/http/web/routes.ts';
 import { createLog } from '../../src/log.ts';
 import { Metrics } from '../../src/metrics.ts';
 import { entry, feedUrl, get, type HttpStack, startHttp, TOKENS } from '../http/support.ts';
+import { until } from '../instances/support.ts';
 import { sample } from '../support/metrics.ts';
 
 let http: HttpStack;
 let metrics: Metrics;
-let xmppUp = true;
+let xmpp: ReturnType<Readiness['xmpp']> = 'ok';
+let watch: DatabaseWatch;
 let unobserve: () => void;
 
 beforeAll(async () => {
@@ -22,10 +30,9 @@ beforeAll(async () => {
   http = await startHttp({
     http: {
       extend: (app, binding) => {
-        const readiness: Readiness = {
-          database: () => binding.feeds.listNodes(OPERATOR, { max: 1 }),
-          xmppOnline: () => xmppUp,
-        };
+        watch = new DatabaseWatch(() => binding.feeds.listNodes(OPERATOR, { max: 1 }));
+        void watch.start();
+        const readiness: Readiness = { database: () => watch.status(), xmpp: () => xmpp };
         webRoutes('feeds.localhost')(app, binding);
         operationsRoutes({
           readiness,
@@ -47,6 +54,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  watch?.stop();
   unobserve?.();
   await http?.stop();
 });
@@ -60,18 +68,69 @@ describe('health', () => {
   });
 
   it('is ready when the database answers and the XMPP stream is up, and says what is not', async () => {
+    await until(async () => (await get(`${http.origin}/readyz`)).status === 200);
     const ready = await get(`${http.origin}/readyz`);
     expect([ready.status, ready.json]).toEqual([
       200,
       { status: 'ready', checks: { database: 'ok', xmpp: 'ok' } },
     ]);
-    xmppUp = false;
+    xmpp = 'stream down';
     const down = await get(`${http.origin}/readyz`);
-    xmppUp = true;
+    // Without a component (--no-xmpp) the stream is off, not fine, and the instance is ready.
+    xmpp = 'off';
+    const off = await get(`${http.origin}/readyz`);
+    xmpp = 'ok';
     expect([down.status, down.json]).toEqual([
       503,
       { status: 'not ready', checks: { database: 'ok', xmpp: 'stream down' } },
     ]);
+    expect([off.status, off.json]).toEqual([
+      200,
+      { status: 'ready', checks: { database: 'ok', xmpp: 'off' } },
+    ]);
+  });
+});
+
+describe('the background check of the database', () => {
+  const fast = { everyMs: 5, slowMs: 50 };
+
+  it('says failing once a read goes unanswered, at once, and ok again once one answers', async () => {
+    let answer: (() => void) | undefined;
+    let hang = false;
+    const reads = { started: 0 };
+    const watch = new DatabaseWatch(() => {
+      reads.started += 1;
+      if (!hang) return Promise.resolve();
+      return new Promise<void>((resolve) => {
+        answer = resolve;
+      });
+    }, fast);
+    await watch.start();
+    try {
+      expect(watch.status()).toBe('ok');
+      hang = true;
+      await until(() => watch.status().startsWith('failing: no answer for'));
+      // One read at a time: the hung one is not joined by others.
+      const started = reads.started;
+      expect(watch.status()).toMatch(/^failing: no answer for \d+ s$/);
+      expect(reads.started).toBe(started);
+      hang = false;
+      answer?.();
+      await until(() => watch.status() === 'ok');
+    } finally {
+      watch.stop();
+    }
+  });
+
+  it('says why a read failed, and a start whose first read hangs does not wait past its time', async () => {
+    const failing = new DatabaseWatch(() => Promise.reject(new Error('connect ECONNREFUSED')), fast);
+    await failing.start();
+    failing.stop();
+    expect(failing.status()).toBe('failing: connect ECONNREFUSED');
+    const hung = new DatabaseWatch(() => new Promise(() => undefined), fast);
+    await hung.start();
+    hung.stop();
+    expect(hung.status()).toMatch(/^failing: no answer for \d+ s$/);
   });
 });
 
@@ -124,7 +183,7 @@ describe('metrics', () => {
     const own = new Metrics({ processFigures: false });
     const exposure = { metrics: own, tokens: new Map(), admins: [] };
     const log = createLog('error', () => undefined);
-    const readiness = { database: async () => undefined };
+    const readiness: Readiness = { database: () => 'ok', xmpp: () => 'off' };
     const loopback = new OperationsListener(
       { host: '127.0.0.1', port: 0 },
       { ...exposure, access: 'loopback' },
@@ -139,7 +198,10 @@ describe('metrics', () => {
       expect(
         sample(res.text, 'smartfeeds_requests_total', 'binding="xmpp",operation="read",outcome="ok"'),
       ).toBe(1);
-      expect((await get(`${origin}/readyz`)).json).toEqual({ status: 'ready', checks: { database: 'ok' } });
+      expect((await get(`${origin}/readyz`)).json).toEqual({
+        status: 'ready',
+        checks: { database: 'ok', xmpp: 'off' },
+      });
     } finally {
       await loopback.stop();
     }
@@ -164,7 +226,10 @@ describe('WebSub figures', () => {
     const hub = await startHttp({
       http: {
         websub: { allowPrivate: true, retryForMs: 0, metrics: figures },
-        extend: operationsRoutes({ readiness: { database: async () => undefined }, metrics: figures }),
+        extend: operationsRoutes({
+          readiness: { database: () => 'ok', xmpp: () => 'off' },
+          metrics: figures,
+        }),
       },
     });
     // A subscriber that confirms every intent, takes deliveries to /ok and fails those to /fail.

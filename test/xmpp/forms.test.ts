@@ -1,8 +1,8 @@
 import xml from '@xmpp/xml';
 import type { Element } from 'ltx';
 import { describe, expect, it } from 'vitest';
-import { NotAcceptable, PreconditionNotMet } from '../../src/feed/errors.ts';
-import { DEFAULT_NODE_CONFIG, readNodeConfig } from '../../src/feed/nodeConfig.ts';
+import { NotAcceptable, PreconditionNotMet } from '../../src/feed/model/errors.ts';
+import { DEFAULT_NODE_CONFIG, readNodeConfig } from '../../src/feed/model/nodeConfig.ts';
 import { StanzaError } from '../../src/xmpp/errors.ts';
 import { checkPreconditions, configForm, parseConfigForm, parseForm } from '../../src/xmpp/forms.ts';
 
@@ -63,6 +63,10 @@ describe('the node configuration form', () => {
       [{ 'pubsub#purge_offline': 'sometimes' }],
       [{ 'pubsub#itemreply': 'everyone' }],
       [{ 'pubsub#type': ['a', 'b'] }],
+      [{ 'pubsub#contact': ['not a jid'] }],
+      [{ 'pubsub#contact': ['a@example.org/'] }],
+      [{ 'pubsub#contact': ['a@example.org', 'a@example.org'] }],
+      [{ 'pubsub#roster_groups_allowed': ['g', 'g'] }],
       [{}, 'http://jabber.org/protocol/pubsub#publish-options'],
     ] as [Record<string, string | string[]>, string?][])
       expect(() => parse(fields, formType), JSON.stringify(fields)).toThrow(NotAcceptable);

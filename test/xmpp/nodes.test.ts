@@ -5,8 +5,8 @@ import { xml } from '@xmpp/client';
 import type { Element } from 'ltx';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DatabaseCheck, openDatabase } from '../../src/feed/check.ts';
-import { decodeRecord } from '../../src/feed/record.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
+import { decodeRecord } from '../../src/feed/store/record.ts';
 import {
   entry,
   errorOf,

@@ -88,6 +88,24 @@ describe(`RSM paging through a 1,000-item node on ${SERVER_TITLE}`, () => {
     expect(until.ids).toEqual(big.ids.slice(2, 5));
   });
 
+  it('answers the example of docs/xmpp.md: a page that ends the feed gives its first index', async () => {
+    // Five items in creation order; the page after the fourth holds the fifth alone: index 4 of 5.
+    for (const id of ['one', 'two', 'three', 'four', 'hello']) {
+      const r = await admin.iq('set', publishIq('doc-blog', id));
+      expect(r.attrs.type, r.toString()).toBe('result');
+    }
+    const read = (set: Parameters<typeof rsm>[0]) =>
+      alice.iq('get', pubsub(xml('items', { node: 'doc-blog?order=created' }), rsm(set))).then(itemsOf);
+    const four = await read({ max: 4 });
+    expect(four).toMatchObject({ ids: ['one', 'two', 'three', 'four'], firstIndex: '0', count: 5 });
+    const rest = await read({ after: four.last as string, max: 20 });
+    expect(rest).toMatchObject({ ids: ['hello'], firstIndex: '4', count: 5 });
+    // A page that neither starts nor ends the feed has no index (its position would take a count).
+    const middle = await read({ after: `id:one`, max: 2 });
+    expect(middle.ids).toEqual(['two', 'three']);
+    expect(middle.firstIndex).toBeUndefined();
+  });
+
   it('delivers a page filled to its byte budget (about 240 KiB) whole', async () => {
     // Six entries of 60 KiB: the 256 KiB budget holds four, so the reply is about 240 KiB, under
     // both servers' 512 KiB limit on the component's stanzas. Each must carry it to the client whole.

@@ -10,7 +10,7 @@ import { type ServerName, startServer, testServer, type XmppServer } from '../..
 import { type BotOptions, FeedBot } from '../../src/bot/bot.ts';
 import { saslLogin } from '../../src/client/client.ts';
 import { type EngineOptions, FeedEngine } from '../../src/feed/engine.ts';
-import type { Limits } from '../../src/feed/model.ts';
+import type { Limits } from '../../src/feed/model/feed.ts';
 import { FeedService, type FeedServiceOptions } from '../../src/feed/service/service.ts';
 import { createLog } from '../../src/log.ts';
 import { sendStanza } from '../../src/serve.ts';
@@ -63,17 +63,19 @@ export class Stack {
   botOptions: BotOptions | undefined;
   bot: FeedBot | undefined;
 
-  /** Service policy (who may create, auto-create) and engine options, kept across restarts. */
-  policy: Pick<FeedServiceOptions, 'create' | 'autoCreate'> = {};
+  /** Service policy (who may create, auto-create, bounds per account) and engine options, kept across restarts. */
+  policy: Pick<FeedServiceOptions, 'create' | 'autoCreate' | 'bounds'> = {};
   engineOptions: EngineOptions = {};
 
   static async start(
     options: {
       limits?: Partial<Limits>;
       rateLimit?: RateLimitOptions;
-      policy?: Pick<FeedServiceOptions, 'create' | 'autoCreate'>;
+      policy?: Pick<FeedServiceOptions, 'create' | 'autoCreate' | 'bounds'>;
       engine?: EngineOptions;
       bot?: BotOptions;
+      /** The largest stanza a client may send the server (the harness's default: 256 KiB). */
+      c2sStanzaLimit?: number;
     } = {},
   ): Promise<Stack> {
     const stack = new Stack();
@@ -81,7 +83,10 @@ export class Stack {
     stack.botOptions = options.bot;
     stack.policy = options.policy ?? {};
     stack.engineOptions = options.engine ?? {};
-    stack.server = await startServer(SERVER, { users: USERS });
+    stack.server = await startServer(SERVER, {
+      users: USERS,
+      ...(options.c2sStanzaLimit ? { c2sStanzaLimit: options.c2sStanzaLimit } : {}),
+    });
     stack.dataDir = await mkdtemp(join(tmpdir(), 'smartfeeds-xmpp-'));
     await stack.startComponent(options.limits);
     return stack;
@@ -298,8 +303,8 @@ export async function iqWithin(
   type: 'get' | 'set',
   child: Element,
   timeoutMs: number,
+  id = `r${Math.random().toString(36).slice(2)}`,
 ): Promise<Element> {
-  const id = `r${Math.random().toString(36).slice(2)}`;
   return new Promise<Element>((resolve, reject) => {
     const timer = setTimeout(() => {
       xmpp.removeListener('stanza', on);

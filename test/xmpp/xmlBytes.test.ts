@@ -2,7 +2,7 @@ import xml from '@xmpp/xml';
 import fc from 'fast-check';
 import { type Element, escapeXMLText } from 'ltx';
 import { describe, expect, it } from 'vitest';
-import { PageItem, VersionMemo } from '../../src/feed/versionMemo.ts';
+import { PageItem, VersionMemo } from '../../src/feed/engine/versionMemo.ts';
 import { xmlChunks } from '../../src/xmpp/connection.ts';
 import { itemElement } from '../../src/xmpp/items.ts';
 import { seen } from '../support/visible.ts';

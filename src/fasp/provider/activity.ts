@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto';
 import { createElement, type Element } from 'ltx';
-import { ATOM_NS } from '../../feed/atom.ts';
+import { z } from 'zod';
+import { ATOM_NS } from '../../feed/model/atom.ts';
+import { hashtag } from '../wire.ts';
 
 const PUBLIC = new Set(['https://www.w3.org/ns/activitystreams#Public', 'as:Public', 'Public']);
 /** The object types that are content (data_sharing's `content` category); actors and collections are not. */
@@ -25,14 +27,15 @@ export interface ContentObject {
   fields: Record<string, unknown>;
 }
 
+/** A link to another object: its id, or the object itself with its id. */
+const reference = z.union([z.string(), z.object({ id: z.string() }).transform((o) => o.id)]);
+
+/** The ids a property names: one or a list of strings or objects with an id; anything else, none. */
 const strings = (value: unknown): string[] =>
-  (Array.isArray(value) ? value : [value]).flatMap((v) =>
-    typeof v === 'string'
-      ? [v]
-      : v && typeof (v as { id?: unknown }).id === 'string'
-        ? [(v as { id: string }).id]
-        : [],
-  );
+  (Array.isArray(value) ? value : [value]).flatMap((v) => {
+    const id = reference.safeParse(v);
+    return id.success ? [id.data] : [];
+  });
 
 /**
  * The checks of an announced object itself: it is the object the URI names (its `id`), a piece of
@@ -127,11 +130,10 @@ export function atomEntryOf(object: ContentObject, author: Author, maxBytes: num
   const published = dateOf(o.published);
   const updated = dateOf(o.updated) ?? published;
   const tags = (Array.isArray(o.tag) ? o.tag : [])
-    .filter(
-      (t) =>
-        (t as { type?: unknown })?.type === 'Hashtag' && typeof (t as { name?: unknown }).name === 'string',
-    )
-    .map((t) => (t as { name: string }).name.replace(/^#/, ''))
+    .flatMap((t) => {
+      const tag = hashtag.safeParse(t);
+      return tag.success ? [tag.data.name.replace(/^#/, '')] : [];
+    })
     .filter((t) => t !== '');
   const build = (withContent: boolean, cut = Number.POSITIVE_INFINITY): string => {
     const children: Element[] = [];

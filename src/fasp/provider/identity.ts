@@ -1,5 +1,5 @@
 import { createPrivateKey, createPublicKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
-import type { KeyValueStore } from '../../feed/kv.ts';
+import type { KeyValueStore } from '../../feed/service/service.ts';
 import { type Ed25519Pair, exportPrivateKey, generateEd25519, importPrivateKey } from '../signatures.ts';
 
 /**

@@ -1,8 +1,7 @@
 import { createHash } from 'node:crypto';
-import { FeedError } from '../../feed/errors.ts';
-import type { KeyValueStore } from '../../feed/kv.ts';
+import { FeedError } from '../../feed/model/errors.ts';
 import { OPERATOR } from '../../feed/service/actor.ts';
-import type { FeedService } from '../../feed/service/service.ts';
+import type { FeedService, KeyValueStore } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import {
   type Author,

@@ -1,7 +1,6 @@
-import { isIP } from 'node:net';
 import { cavage, createSigner, httpbis } from 'http-message-signatures';
-import { Agent, fetch } from 'undici';
-import { isPublicAddress, publicLookup } from '../../bot/fetcher.ts';
+import { type OutboundClient, OutboundError } from '../../net/outbound.ts';
+import { jsonObject } from '../../net/outsideJson.ts';
 import type { ProviderKeys } from './identity.ts';
 
 /** How a host accepted our signed GETs: RFC 9421, or the cavage draft (after a double knock). */
@@ -10,10 +9,6 @@ export type SignatureScheme = 'rfc9421' | 'cavage';
 export interface ObjectFetchOptions {
   /** The keyid of our signatures: the actor's key URI (known once the base URL is). */
   keyId: () => string;
-  timeoutMs: number;
-  maxBytes: number;
-  /** Loopback and private addresses are refused unless this is set (announced URIs are anyone's). */
-  allowPrivateAddresses: boolean;
   /** A host that took cavage only is offered RFC 9421 again after this long (the spec asks for it). */
   retryRfc9421Ms: number;
   now?: () => number;
@@ -36,21 +31,20 @@ export const ACTIVITY_ACCEPT =
  */
 export class ObjectFetcher {
   private readonly schemes = new Map<string, { scheme: SignatureScheme; at: number }>();
-  private readonly agent: Agent;
   private readonly now: () => number;
   /** GETs sent, by scheme: what a test or a metric reads. */
   readonly sent = { rfc9421: 0, cavage: 0 };
 
+  /**
+   * `client` is the provider's outbound client: announced URIs are anyone's, so its address
+   * policy refuses loopback and private addresses unless the operator allows them.
+   */
   constructor(
     private readonly keys: ProviderKeys,
+    private readonly client: OutboundClient,
     private readonly options: ObjectFetchOptions,
   ) {
     this.now = options.now ?? Date.now;
-    const guarded = publicLookup(
-      options.allowPrivateAddresses,
-      (hostname) => new Error(`${hostname} resolves only to non-public addresses`),
-    );
-    this.agent = new Agent({ connections: 4, connect: { lookup: guarded } });
   }
 
   /** The scheme remembered for a host (undefined when none is, or RFC 9421 is due a retry). */
@@ -68,11 +62,12 @@ export class ObjectFetcher {
     } catch {
       return { kind: 'failed', reason: `${JSON.stringify(uri)} is not a URL` };
     }
-    if (url.protocol !== 'https:' && url.protocol !== 'http:')
-      return { kind: 'failed', reason: `${url.protocol} URIs are not fetched` };
-    const literal = url.hostname.replace(/^\[|\]$/g, '');
-    if (isIP(literal) && !this.options.allowPrivateAddresses && !isPublicAddress(literal))
-      return { kind: 'failed', reason: `${literal} is not a public address` };
+    try {
+      this.client.check(url);
+    } catch (e) {
+      if (e instanceof OutboundError) return { kind: 'failed', reason: `${uri}: ${e.message}` };
+      throw e;
+    }
     const remembered = this.schemeFor(url.host);
     const first: SignatureScheme = remembered ?? 'rfc9421';
     let answer = await this.attempt(url, first);
@@ -87,17 +82,11 @@ export class ObjectFetcher {
     if (answer.status === 404 || answer.status === 410) return { kind: 'gone', status: answer.status };
     if (answer.status !== 200) return { kind: 'failed', reason: `${uri} answered ${answer.status}` };
     try {
-      const document = JSON.parse(answer.bytes.toString('utf8')) as unknown;
-      if (typeof document !== 'object' || document === null || Array.isArray(document))
-        return { kind: 'failed', reason: `${uri} is not a JSON object` };
-      return { kind: 'ok', document: document as Record<string, unknown>, scheme };
-    } catch {
-      return { kind: 'failed', reason: `${uri} is not JSON` };
+      return { kind: 'ok', document: this.client.json(answer, jsonObject, 'the document'), scheme };
+    } catch (e) {
+      if (e instanceof OutboundError) return { kind: 'failed', reason: e.message };
+      throw e;
     }
-  }
-
-  async close(): Promise<void> {
-    await this.agent.close();
   }
 
   /** The signed headers; signatures carry the wall clock's time, whatever clock `now` is. */
@@ -130,40 +119,21 @@ export class ObjectFetcher {
     return rest;
   }
 
+  /** One signed GET; status 0 and the reason when no answer came (refused, unreachable, too large). */
   private async attempt(
     url: URL,
     scheme: SignatureScheme,
-  ): Promise<{ status: number; bytes: Buffer; reason: string }> {
+  ): Promise<{ status: number; url: string; body: Buffer; reason: string }> {
     this.sent[scheme] += 1;
     try {
-      const response = await fetch(url, {
+      const answer = await this.client.request(url, {
         headers: await this.headers(url, scheme),
-        redirect: 'manual',
-        dispatcher: this.agent,
-        signal: AbortSignal.timeout(this.options.timeoutMs),
+        bodyFor: (status) => status === 200,
       });
-      const chunks: Buffer[] = [];
-      let size = 0;
-      for await (const chunk of response.body ?? []) {
-        size += (chunk as Uint8Array).length;
-        if (size > this.options.maxBytes) {
-          await response.body?.cancel().catch(() => undefined);
-          return {
-            status: 0,
-            bytes: Buffer.alloc(0),
-            reason: `${url.href} is larger than ${this.options.maxBytes} bytes`,
-          };
-        }
-        chunks.push(Buffer.from(chunk as Uint8Array));
-      }
-      return { status: response.status, bytes: Buffer.concat(chunks), reason: '' };
+      return { ...answer, reason: '' };
     } catch (e) {
-      const cause = (e as { cause?: Error }).cause;
-      return {
-        status: 0,
-        bytes: Buffer.alloc(0),
-        reason: `${url.href}: ${cause?.message ?? (e as Error).message}`,
-      };
+      if (!(e instanceof OutboundError)) throw e;
+      return { status: 0, url: url.href, body: Buffer.alloc(0), reason: `${url.href}: ${e.message}` };
     }
   }
 }

@@ -1,5 +1,9 @@
 import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
+import { publicAddresses } from '../../net/addresses.ts';
+import { limitsFor, OutboundClient, type OutboundSettings } from '../../net/outbound.ts';
+import { checkOutside } from '../../net/outsideJson.ts';
+import { announcement as announcementSchema, backfillAnswer, subscriptionAnswer } from '../wire.ts';
 import { type ActorNames, actorKeyId, type ProviderKeys, providerKeys } from './identity.ts';
 import { Ingest } from './ingest.ts';
 import { ObjectFetcher } from './objectFetcher.ts';
@@ -17,8 +21,13 @@ export interface FaspProviderOptions {
   username: string;
   /** Node names are this prefix and the server's host. */
   nodePrefix: string;
-  /** Announced objects on loopback or private addresses are fetched (tests, private networks). */
+  /**
+   * Fediverse servers and announced objects on loopback or private addresses are reached (tests,
+   * private networks).
+   */
   allowPrivateAddresses: boolean;
+  /** The outbound client's shared limits and its metrics (src/net/). */
+  outbound?: OutboundSettings;
   maxBatchSize: number;
   backfillCount: number;
   /** The clock of the checks (tests move it instead of waiting a week). */
@@ -34,6 +43,10 @@ export const PROVIDER_DEFAULTS: FaspProviderOptions = {
   maxBatchSize: 50,
   backfillCount: 100,
 };
+
+/** What the operator sets to let the provider reach loopback and private addresses. */
+export const PROVIDER_ALLOWED_BY =
+  '--fasp-provider-allow-private or SMARTFEEDS_FASP_PROVIDER_ALLOW_PRIVATE=1';
 
 /** The path of the provider's API and actor under the HTTP binding's origin. */
 export const PROVIDER_PATH = '/fasp-provider';
@@ -58,6 +71,8 @@ export class FaspProvider {
   readonly fetcher: ObjectFetcher;
   readonly ingest: Ingest;
   readonly recheck: Recheck;
+  /** Every request to servers and for objects: addresses strangers name, checked as such. */
+  private readonly outbound: OutboundClient;
   private readonly background = new Set<Promise<unknown>>();
   private origin: string | undefined;
 
@@ -70,12 +85,17 @@ export class FaspProvider {
     const kv = feeds.kv('fasp-provider');
     const now = options.now ?? Date.now;
     this.servers = new ServerStore(kv);
-    this.client = new ServerClient(keys);
-    this.fetcher = new ObjectFetcher(keys, {
+    this.outbound = new OutboundClient({
+      user: 'fasp-provider',
+      addresses: publicAddresses(options.allowPrivateAddresses, PROVIDER_ALLOWED_BY),
+      // Answers and objects are small JSON documents.
+      limits: limitsFor(options.outbound, { timeoutMs: 10_000, maxResponseBytes: 1024 * 1024 }),
+      userAgent: `smartfeeds-fasp-provider (${options.name})`,
+      observer: options.outbound?.observer,
+    });
+    this.client = new ServerClient(keys, this.outbound);
+    this.fetcher = new ObjectFetcher(keys, this.outbound, {
       keyId: () => actorKeyId(this.names),
-      timeoutMs: 10_000,
-      maxBytes: 1024 * 1024,
-      allowPrivateAddresses: options.allowPrivateAddresses,
       retryRfc9421Ms: 24 * 3600_000,
       now,
     });
@@ -123,7 +143,7 @@ export class FaspProvider {
     this.ingest.stop();
     await this.recheck.stop();
     await this.settled();
-    await this.fetcher.close();
+    await this.outbound.close();
   }
 
   /** Whether work started by calls so far is still going (subscriptions, backfill, the queue). */
@@ -189,23 +209,21 @@ export class FaspProvider {
     let server = await this.servers.get(serverId);
     if (server?.status !== 'active') return;
     if (server.subscriptionId === undefined) {
-      const { body } = await this.client.call(server, 'POST', '/data_sharing/v0/event_subscriptions', {
+      const answer = await this.client.call(server, 'POST', '/data_sharing/v0/event_subscriptions', {
         category: 'content',
         subscriptionType: 'lifecycle',
         maxBatchSize: this.options.maxBatchSize,
       });
-      const id = (body as { subscription?: { id?: unknown } })?.subscription?.id;
-      if (id === undefined) throw new ServerCallError(201, 'the subscription answer has no subscription.id');
-      server = (await this.servers.update(serverId, { subscriptionId: String(id) })) ?? server;
+      const { id } = this.client.parse(answer, subscriptionAnswer, 'the subscription answer').subscription;
+      server = (await this.servers.update(serverId, { subscriptionId: id })) ?? server;
     }
     if (server.backfillId === undefined && !server.backfillDone) {
-      const { body } = await this.client.call(server, 'POST', '/data_sharing/v0/backfill_requests', {
+      const answer = await this.client.call(server, 'POST', '/data_sharing/v0/backfill_requests', {
         category: 'content',
         maxCount: this.options.backfillCount,
       });
-      const id = (body as { backfillRequest?: { id?: unknown } })?.backfillRequest?.id;
-      if (id === undefined) throw new ServerCallError(201, 'the backfill answer has no backfillRequest.id');
-      await this.servers.update(serverId, { backfillId: String(id) });
+      const { id } = this.client.parse(answer, backfillAnswer, 'the backfill answer').backfillRequest;
+      await this.servers.update(serverId, { backfillId: id });
     }
   }
 
@@ -261,32 +279,18 @@ export class FaspProvider {
 
 /** Checks an announcement body (data_sharing v0, "Announcing content"); a string says what is wrong. */
 export function parseAnnouncement(body: unknown): Announcement | string {
-  if (typeof body !== 'object' || body === null || Array.isArray(body))
-    return 'the announcement is not an object';
-  const b = body as Record<string, unknown>;
-  const source = b.source as Record<string, { id?: unknown }> | undefined;
-  const subscription = source?.subscription?.id;
-  const backfill = source?.backfillRequest?.id;
-  if ((subscription === undefined) === (backfill === undefined))
-    return 'source must name one subscription or one backfillRequest';
-  if (b.category !== 'content' && b.category !== 'account') return 'category must be content or account';
-  if (!Array.isArray(b.objectUris) || b.objectUris.length === 0 || b.objectUris.length > 1000)
-    return 'objectUris must list 1 to 1000 URIs';
-  if (!b.objectUris.every((u) => typeof u === 'string' && u.length <= 2048 && /^https?:\/\//.test(u)))
-    return 'objectUris must be http(s) URIs';
-  const events = ['new', 'update', 'delete', 'trending'];
-  if (subscription !== undefined && !events.includes(b.eventType as string))
-    return 'eventType must be new, update, delete or trending';
-  if (backfill !== undefined && typeof b.moreObjectsAvailable !== 'boolean')
-    return 'a backfill announcement needs moreObjectsAvailable';
-  return {
-    source:
-      subscription !== undefined
-        ? { subscription: { id: String(subscription) } }
-        : { backfillRequest: { id: String(backfill) } },
-    category: b.category,
-    ...(subscription !== undefined ? { eventType: b.eventType as Announcement['eventType'] } : {}),
-    objectUris: b.objectUris as string[],
-    ...(backfill !== undefined ? { moreObjectsAvailable: b.moreObjectsAvailable as boolean } : {}),
-  };
+  const checked = checkOutside(body, announcementSchema, 'the announcement');
+  if (!checked.ok) return checked.error;
+  const { source, category, eventType, objectUris, moreObjectsAvailable } = checked.value;
+  if (source.subscription !== undefined)
+    return { source: { subscription: source.subscription }, category, eventType, objectUris };
+  if (source.backfillRequest !== undefined)
+    return {
+      source: { backfillRequest: source.backfillRequest },
+      category,
+      objectUris,
+      moreObjectsAvailable,
+    };
+  // The schema admits exactly one of the two.
+  return 'the announcement is not valid: source must name one subscription or one backfillRequest';
 }

@@ -1,4 +1,4 @@
-import type { KeyValueStore } from '../../feed/kv.ts';
+import type { KeyValueStore } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import type { Ingest, ObjectRecord } from './ingest.ts';
 

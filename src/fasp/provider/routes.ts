@@ -1,7 +1,9 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
 import { HttpProblem } from '../../http/errors.ts';
 import type { HttpBinding } from '../../http/server.ts';
 import type { Log } from '../../log.ts';
+import { checkOutside } from '../../net/outsideJson.ts';
 import {
   REQUEST_COMPONENTS,
   ReplayGuard,
@@ -9,6 +11,7 @@ import {
   signResponse,
   verifyRequestFrom,
 } from '../signatures.ts';
+import { serverToRegister } from '../wire.ts';
 import { actorAcct, actorDocument, emptyOutbox, webfingerDocument } from './identity.ts';
 import { type FaspProvider, PROVIDER_PATH, parseAnnouncement } from './provider.ts';
 import { ServerCallError } from './serverClient.ts';
@@ -19,12 +22,16 @@ const WEBFINGER = '/.well-known/webfinger';
 /** Announcements of up to 1,000 URIs of 2 KB each; everything else is smaller. */
 const BODY_LIMIT = 2.5 * 1024 * 1024;
 const ACTIVITY_JSON = 'application/activity+json; charset=utf-8';
+/** WebFinger's query: a resource named once (a repeated one is no resource of ours). */
+const webfingerQuery = z.object({ resource: z.string() });
 
 export interface ProviderRouteDependencies {
   /** Whether the request's bearer token is an administrator's (401 / 403 problems otherwise). */
   requireAdmin(request: FastifyRequest): void;
   /** The public origin a request addressed: the `@target-uri` it was signed for. */
   origin(request: FastifyRequest): string;
+  /** Counts an announcement against its server's bound; throws its refusal (a 429 HttpProblem). */
+  admitAnnouncement?(serverId: string): void;
   log: Log;
 }
 
@@ -64,7 +71,7 @@ export function registerProviderRoutes(
         reply.header(name, value);
       return payload;
     });
-    registerServerCalls(scope, provider, authenticate);
+    registerServerCalls(scope, provider, authenticate, deps.admitAnnouncement);
     registerActor(scope, provider);
     registerAdmin(scope, provider, deps);
   });
@@ -115,6 +122,7 @@ function registerServerCalls(
   scope: FastifyInstance,
   provider: FaspProvider,
   authenticate: (request: FastifyRequest) => Promise<SharingServer>,
+  admitAnnouncement: (serverId: string) => void = () => undefined,
 ): void {
   scope.get(`${PROVIDER_PATH}/provider_info`, async (request, reply) => {
     await authenticate(request);
@@ -125,18 +133,22 @@ function registerServerCalls(
       fediverseAccount: `@${actorAcct(provider.names).slice('acct:'.length)}`,
     });
   });
-  const activation = (on: boolean) => async (request: FastifyRequest, reply: FastifyReply) => {
-    const server = await authenticate(request);
-    const { id, version } = request.params as { id: string; version: string };
-    if (id !== 'data_sharing' || version !== '0')
-      throw new HttpProblem(404, 'not-found', `no capability ${id} version ${version} here`);
-    await provider.activation(server, on);
-    return send(reply, 204);
-  };
+  const activation =
+    (on: boolean) =>
+    async (request: FastifyRequest<{ Params: { id: string; version: string } }>, reply: FastifyReply) => {
+      const server = await authenticate(request);
+      const { id, version } = request.params;
+      if (id !== 'data_sharing' || version !== '0')
+        throw new HttpProblem(404, 'not-found', `no capability ${id} version ${version} here`);
+      await provider.activation(server, on);
+      return send(reply, 204);
+    };
   scope.post(`${PROVIDER_PATH}/capabilities/:id/:version/activation`, activation(true));
   scope.delete(`${PROVIDER_PATH}/capabilities/:id/:version/activation`, activation(false));
   scope.post(`${PROVIDER_PATH}/data_sharing/v0/announcements`, async (request, reply) => {
     const server = await authenticate(request);
+    // Each announcement queues up to a thousand URIs to fetch: a server's rate of them is bounded.
+    admitAnnouncement(server.serverId);
     const announcement = parseAnnouncement(jsonBody(request));
     if (typeof announcement === 'string') throw new HttpProblem(422, 'unprocessable-content', announcement);
     if (server.status !== 'active')
@@ -159,7 +171,7 @@ function registerActor(scope: FastifyInstance, provider: FaspProvider): void {
 
 function registerWebfinger(app: FastifyInstance, provider: FaspProvider): void {
   const answer = (request: FastifyRequest, reply: FastifyReply): FastifyReply | undefined => {
-    const resource = (request.query as { resource?: string }).resource;
+    const resource = webfingerQuery.safeParse(request.query).data?.resource;
     if (resource !== actorAcct(provider.names) && resource !== `${provider.names.base}/actor`)
       return undefined;
     return send(reply, 200, webfingerDocument(provider.names), 'application/jrd+json; charset=utf-8');
@@ -189,13 +201,9 @@ function registerAdmin(
     send(reply, 200, { servers: await provider.servers.list() }),
   );
   scope.post(SERVERS_ADMIN, admin, async (request, reply) => {
-    const { url } = (jsonBody(request) ?? {}) as { url?: unknown };
-    if (typeof url !== 'string' || !/^https?:\/\//.test(url))
-      throw new HttpProblem(
-        422,
-        'unprocessable-content',
-        'url must be the http(s) address of a fediverse server',
-      );
+    const checked = checkOutside(jsonBody(request), serverToRegister, 'the server to register');
+    if (!checked.ok) throw new HttpProblem(422, 'unprocessable-content', checked.error);
+    const { url } = checked.value;
     if (!provider.options.baseUrl) provider.useOrigin(deps.origin(request));
     try {
       return send(reply, 201, await provider.register(url));
@@ -204,8 +212,8 @@ function registerAdmin(
       throw e;
     }
   });
-  scope.delete(`${SERVERS_ADMIN}/:id`, admin, async (request, reply) => {
-    const { id } = request.params as { id: string };
+  scope.delete<{ Params: { id: string } }>(`${SERVERS_ADMIN}/:id`, admin, async (request, reply) => {
+    const { id } = request.params;
     if (!(await provider.forget(id)))
       throw new HttpProblem(404, 'not-found', `no server ${JSON.stringify(id)}`);
     return send(reply, 204);
@@ -220,6 +228,7 @@ export function providerExtension(
     registerProviderRoutes(app, provider, {
       log: binding.log,
       origin: (request) => binding.originOf(request),
+      admitAnnouncement: (serverId) => binding.bounds.take('fasp-announcements', `fasp:${serverId}`),
       requireAdmin: (request) => {
         const actor = binding.credentials.actor(request.headers.authorization);
         if (actor.kind !== 'user')

@@ -1,3 +1,5 @@
+import type { z } from 'zod';
+import { type OutboundAnswer, type OutboundClient, OutboundError } from '../../net/outbound.ts';
 import {
   publicKeyFromRaw,
   rawPublicKey,
@@ -5,6 +7,7 @@ import {
   signRequest,
   verifyResponse,
 } from '../signatures.ts';
+import { nodeInfo, nodeInfoLinks, registrationAnswer } from '../wire.ts';
 import type { ProviderKeys } from './identity.ts';
 import type { SharingServer } from './servers.ts';
 
@@ -18,14 +21,6 @@ export class ServerCallError extends Error {
   }
 }
 
-const MAX_ANSWER_BYTES = 1024 * 1024;
-const TIMEOUT_MS = 10_000;
-
-export interface ServerAnswer {
-  status: number;
-  body: unknown;
-}
-
 /** What a server answered to our registration. */
 export interface RegistrationAnswer {
   faspId: string;
@@ -37,25 +32,28 @@ export interface RegistrationAnswer {
  * The FASP's side of the base protocol's calls (general/v0.1): registration (unsigned: it
  * exchanges the keys, but its answer is checked against the key it carries), then every request
  * signed with our Ed25519 key and the `faspId` as keyid, every answer checked against the
- * server's key.
+ * server's key. Through the provider's outbound client: a server's address is checked as any
+ * other that strangers give (its NodeInfo names where its FASP API is).
  */
 export class ServerClient {
-  constructor(private readonly keys: ProviderKeys) {}
+  constructor(
+    private readonly keys: ProviderKeys,
+    private readonly client: OutboundClient,
+  ) {}
 
   /** The server's FASP base URL: given as such (it has a path), or found through its NodeInfo. */
   async discover(address: string): Promise<string> {
     const url = new URL(address);
     if (url.pathname !== '/' && url.pathname !== '') return url.href.replace(/\/+$/, '');
-    const links = (await getJson(new URL('/.well-known/nodeinfo', url).href)) as {
-      links?: { rel?: string; href?: string }[];
-    };
-    const link = links.links?.find((l) => /nodeinfo\.diaspora\.software\/ns\/schema\/2\./.test(l.rel ?? ''));
-    if (!link?.href) throw new ServerCallError(0, `${url.origin} publishes no NodeInfo 2.x`);
-    const nodeinfo = (await getJson(link.href)) as { metadata?: { faspBaseUrl?: unknown } };
-    const base = nodeinfo.metadata?.faspBaseUrl;
-    if (typeof base !== 'string' || !/^https?:\/\//.test(base))
-      throw new ServerCallError(0, `${url.origin} has no metadata.faspBaseUrl in its NodeInfo`);
-    return base.replace(/\/+$/, '');
+    const { links } = await this.getJson(
+      new URL('/.well-known/nodeinfo', url).href,
+      nodeInfoLinks,
+      'the NodeInfo discovery document',
+    );
+    const link = links.find((l) => /nodeinfo\.diaspora\.software\/ns\/schema\/2\./.test(l.rel));
+    if (!link) throw new ServerCallError(0, `${url.origin} publishes no NodeInfo 2.x`);
+    const { metadata } = await this.getJson(link.href, nodeInfo, 'the NodeInfo document');
+    return metadata.faspBaseUrl.replace(/\/+$/, '');
   }
 
   /** `POST {faspBaseUrl}/registration` with our name, base URL, serverId and public key. */
@@ -65,35 +63,25 @@ export class ServerClient {
   ): Promise<RegistrationAnswer> {
     const body = JSON.stringify({ ...fields, publicKey: rawPublicKey(this.keys.registration.publicKey) });
     const url = `${faspBaseUrl}/registration`;
-    const { status, bytes, headers } = await exchange(url, {
+    const answer = await this.exchange(url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json' },
       body,
     });
-    if (status !== 201)
-      throw new ServerCallError(status, `${url} answered ${status}: ${bytes.toString('utf8')}`);
-    const answer = parseJson(bytes, url) as Partial<RegistrationAnswer>;
-    if (
-      typeof answer.faspId !== 'string' ||
-      typeof answer.publicKey !== 'string' ||
-      typeof answer.registrationCompletionUri !== 'string'
-    )
+    if (answer.status !== 201)
       throw new ServerCallError(
-        status,
-        `${url}: the answer lacks faspId, publicKey or registrationCompletionUri`,
+        answer.status,
+        `${url} answered ${answer.status}: ${answer.body.toString('utf8')}`,
       );
+    const registered = this.parse(answer, registrationAnswer, 'the registration answer');
     try {
-      await verifyResponse({ status, headers, body: bytes }, publicKeyFromRaw(answer.publicKey));
+      await verifyResponse(answer, publicKeyFromRaw(registered.publicKey));
     } catch (e) {
       if (e instanceof SignatureError)
-        throw new ServerCallError(status, `${url}: the answer is refused: ${e.message}`);
+        throw new ServerCallError(answer.status, `${url}: the answer is refused: ${e.message}`);
       throw e;
     }
-    return {
-      faspId: answer.faspId,
-      publicKey: answer.publicKey,
-      registrationCompletionUri: answer.registrationCompletionUri,
-    };
+    return registered;
   }
 
   /** A signed call to the server's FASP API; its answer must be signed by the server's key. */
@@ -102,7 +90,7 @@ export class ServerClient {
     method: 'GET' | 'POST' | 'DELETE',
     path: string,
     body?: unknown,
-  ): Promise<ServerAnswer> {
+  ): Promise<OutboundAnswer> {
     const url = `${server.faspBaseUrl}${path}`;
     const text = body === undefined ? '' : JSON.stringify(body);
     const headers: Record<string, string> = { accept: 'application/json' };
@@ -111,16 +99,13 @@ export class ServerClient {
       { method, url, headers, body: text },
       { privateKey: this.keys.registration.privateKey, keyId: server.faspId },
     );
-    const answer = await exchange(url, {
+    const answer = await this.exchange(url, {
       method,
       headers: signed,
       ...(method === 'GET' ? {} : { body: text }),
     });
     try {
-      await verifyResponse(
-        { status: answer.status, headers: answer.headers, body: answer.bytes },
-        publicKeyFromRaw(server.publicKey),
-      );
+      await verifyResponse(answer, publicKeyFromRaw(server.publicKey));
     } catch (e) {
       if (e instanceof SignatureError)
         throw new ServerCallError(answer.status, `${method} ${url}: the answer is refused: ${e.message}`);
@@ -128,41 +113,36 @@ export class ServerClient {
     }
     if (answer.status >= 300)
       throw new ServerCallError(answer.status, `${method} ${url} answered ${answer.status}`);
-    return { status: answer.status, body: answer.bytes.length ? parseJson(answer.bytes, url) : undefined };
+    return answer;
   }
-}
 
-async function exchange(
-  url: string,
-  init: { method: string; headers: Record<string, string>; body?: string },
-): Promise<{ status: number; bytes: Buffer; headers: Record<string, string> }> {
-  let response: Response;
-  try {
-    response = await fetch(url, { ...init, redirect: 'manual', signal: AbortSignal.timeout(TIMEOUT_MS) });
-  } catch (e) {
-    throw new ServerCallError(0, `${init.method} ${url} failed: ${(e as Error).message}`);
+  /** An answer's JSON through its schema; one that is not valid is counted and refused. */
+  parse<T>(answer: OutboundAnswer, schema: z.ZodType<T>, what: string): T {
+    try {
+      return this.client.json(answer, schema, what);
+    } catch (e) {
+      if (e instanceof OutboundError) throw new ServerCallError(answer.status, e.message);
+      throw e;
+    }
   }
-  const length = Number(response.headers.get('content-length') ?? 0);
-  if (length > MAX_ANSWER_BYTES) {
-    await response.body?.cancel().catch(() => undefined);
-    throw new ServerCallError(response.status, `${url}: the answer is larger than ${MAX_ANSWER_BYTES} bytes`);
+
+  private async exchange(
+    url: string,
+    init: { method: 'GET' | 'POST' | 'DELETE'; headers: Record<string, string>; body?: string },
+  ): Promise<OutboundAnswer> {
+    try {
+      return await this.client.request(url, init);
+    } catch (e) {
+      if (e instanceof OutboundError)
+        throw new ServerCallError(0, `${init.method} ${url} failed: ${e.message}`);
+      throw e;
+    }
   }
-  const bytes = Buffer.from(await response.arrayBuffer());
-  if (bytes.length > MAX_ANSWER_BYTES)
-    throw new ServerCallError(response.status, `${url}: the answer is larger than ${MAX_ANSWER_BYTES} bytes`);
-  return { status: response.status, bytes, headers: Object.fromEntries(response.headers) };
-}
 
-async function getJson(url: string): Promise<unknown> {
-  const { status, bytes } = await exchange(url, { method: 'GET', headers: { accept: 'application/json' } });
-  if (status !== 200) throw new ServerCallError(status, `GET ${url} answered ${status}`);
-  return parseJson(bytes, url);
-}
-
-function parseJson(bytes: Buffer, url: string): unknown {
-  try {
-    return JSON.parse(bytes.toString('utf8'));
-  } catch {
-    throw new ServerCallError(200, `${url}: the answer is not JSON`);
+  private async getJson<T>(url: string, schema: z.ZodType<T>, what: string): Promise<T> {
+    const answer = await this.exchange(url, { method: 'GET', headers: { accept: 'application/json' } });
+    if (answer.status !== 200)
+      throw new ServerCallError(answer.status, `GET ${url} answered ${answer.status}`);
+    return this.parse(answer, schema, what);
   }
 }

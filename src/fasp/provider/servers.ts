@@ -1,4 +1,4 @@
-import type { KeyValueStore } from '../../feed/kv.ts';
+import type { KeyValueStore } from '../../feed/service/service.ts';
 import { newId } from '../ids.ts';
 
 /**

@@ -1,5 +1,5 @@
 import Negotiator from 'negotiator';
-import { checkItemId } from '../../feed/feedName.ts';
+import { checkItemId } from '../../feed/model/feedName.ts';
 import { ANONYMOUS } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import { problems } from '../../http/errors.ts';

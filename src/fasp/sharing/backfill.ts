@@ -1,5 +1,5 @@
 import { type BackoffOptions, backoffDelay } from '../../backoff.ts';
-import { FeedError } from '../../feed/errors.ts';
+import { FeedError } from '../../feed/model/errors.ts';
 import { ANONYMOUS } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
@@ -42,7 +42,7 @@ export function walkReader(feeds: Pick<FeedService, 'listNodes' | 'read' | 'sett
       (await feeds.listNodes(ANONYMOUS, { ...(after !== undefined ? { after } : {}), max: 1 }))[0],
     shareable: async (node) => {
       try {
-        return nodeShareable(await feeds.settings(ANONYMOUS, node));
+        return nodeShareable(node, await feeds.settings(ANONYMOUS, node));
       } catch (e) {
         if (e instanceof FeedError) return false;
         throw e;

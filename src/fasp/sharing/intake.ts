@@ -1,9 +1,9 @@
-import { parseCursor } from '../../feed/cursor.ts';
 import type { FeedEvent } from '../../feed/events.ts';
-import type { KeyValueStore } from '../../feed/kv.ts';
-import type { Change, ChangeKind, Item } from '../../feed/model.ts';
-import type { NodeConfig } from '../../feed/nodeConfig.ts';
-import type { ReaderItem } from '../../feed/service/visible.ts';
+import { parseCursor } from '../../feed/model/cursor.ts';
+import type { Change, ChangeKind, Item } from '../../feed/model/feed.ts';
+import type { NodeConfig } from '../../feed/model/nodeConfig.ts';
+import type { ReaderItem } from '../../feed/model/visible.ts';
+import type { KeyValueStore } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import type { Announcement, KvOp, Outbox } from './outbox.ts';
 import type { Category, EventSubscription, SharingRequests } from './requests.ts';
@@ -169,7 +169,7 @@ export class Intake {
         if (page.atEnd || page.items.length === 0) break;
       }
       const config = await this.config(round, node);
-      if (!config || !nodeShareable(config)) await this.nodeChanged(round, node, false);
+      if (!config || !nodeShareable(node, config)) await this.nodeChanged(round, node, false);
       if (!config) round.ops.push({ key });
       this.caughtUp.set(node, since);
       await this.commit(round);
@@ -205,7 +205,7 @@ export class Intake {
         await this.itemChanged(round, node, item, kind, feeds.modified.cursor, sight);
       } else if (event.type === 'node-configured') {
         round.configs.set(event.node, event.config);
-        await this.nodeChanged(round, event.node, nodeShareable(event.config));
+        await this.nodeChanged(round, event.node, nodeShareable(event.node, event.config));
       } else if (event.type === 'node-deleted') {
         round.configs.set(event.node, undefined);
         round.cursors.delete(event.node);
@@ -252,7 +252,7 @@ export class Intake {
   ): Promise<void> {
     round.cursors.set(node, cursor);
     const config = await this.config(round, node);
-    const nodeShared = config !== undefined && nodeShareable(config);
+    const nodeShared = config !== undefined && nodeShareable(node, config);
     const shareable = nodeShared && sight === 'shown';
     const key = sharedPrefix(node) + item.id;
     const was = await this.wasShared(round, key);

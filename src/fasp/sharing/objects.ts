@@ -1,8 +1,8 @@
 import { type Element, escapeXML, parse } from 'ltx';
-import { ATOM_NS } from '../../feed/atom.ts';
-import type { NodeConfig } from '../../feed/nodeConfig.ts';
-import { renditions } from '../../feed/renditions.ts';
-import type { ReaderItem } from '../../feed/service/visible.ts';
+import { ATOM_NS } from '../../feed/model/atom.ts';
+import type { NodeConfig } from '../../feed/model/nodeConfig.ts';
+import type { ReaderItem } from '../../feed/model/visible.ts';
+import { renditions } from '../../render/renditions.ts';
 import { THREAD_NS } from './trends.ts';
 import { actorUri, keyId, objectUri, PUBLIC } from './uris.ts';
 

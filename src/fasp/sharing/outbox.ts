@@ -1,5 +1,5 @@
 import { type BackoffOptions, backoffDelay } from '../../backoff.ts';
-import type { KeyValueStore } from '../../feed/kv.ts';
+import type { KeyValueStore } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import type { EventSubscription } from './requests.ts';
 

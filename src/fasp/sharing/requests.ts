@@ -1,5 +1,7 @@
-import type { KeyValueStore } from '../../feed/kv.ts';
+import type { KeyValueStore } from '../../feed/service/service.ts';
+import { checkOutside } from '../../net/outsideJson.ts';
 import { newId } from '../ids.ts';
+import { backfillRequest, subscriptionRequest } from '../wire.ts';
 
 /**
  * What a FASP asks of the service under data_sharing v0: event subscriptions and backfill
@@ -9,8 +11,6 @@ import { newId } from '../ids.ts';
 
 export type Category = 'content' | 'account';
 export type SubscriptionType = 'lifecycle' | 'trends';
-export const CATEGORIES: readonly Category[] = ['content', 'account'];
-const TYPES: readonly SubscriptionType[] = ['lifecycle', 'trends'];
 
 /** The specification's defaults for a `trends` threshold. */
 export const THRESHOLD_DEFAULTS = { timeframe: 15, shares: 3, likes: 3, replies: 3 } as const;
@@ -22,8 +22,6 @@ export const MAX_BATCH_SIZE = 100;
 export const MAX_BACKFILL_COUNT = 500;
 /** Each provider keeps at most this many subscriptions and open backfill requests. */
 export const MAX_PER_PROVIDER = 100;
-/** Whole numbers a FASP may send, and their ceiling (a week of minutes is the longest timeframe). */
-const MAX_NUMBER = 1_000_000;
 
 export interface EventSubscription {
   id: string;
@@ -55,55 +53,30 @@ export interface BackfillRequest {
 /** A request that is not one: the 422's detail. */
 export class InvalidRequest extends Error {}
 
-function object(body: unknown, what: string): Record<string, unknown> {
-  if (typeof body !== 'object' || body === null || Array.isArray(body))
-    throw new InvalidRequest(`${what} must be a JSON object`);
-  return body as Record<string, unknown>;
-}
-
-function oneOf<T extends string>(value: unknown, allowed: readonly T[], field: string): T {
-  if (typeof value !== 'string' || !allowed.includes(value as T))
-    throw new InvalidRequest(`${field} must be one of ${allowed.join(', ')}`);
-  return value as T;
-}
-
-function count(value: unknown, field: string): number {
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < 1 || value > MAX_NUMBER)
-    throw new InvalidRequest(`${field} must be a whole number from 1 to ${MAX_NUMBER}`);
-  return value;
-}
-
-function threshold(value: unknown): Threshold {
-  const out: Threshold = { ...THRESHOLD_DEFAULTS };
-  if (value === undefined || value === null) return out;
-  const given = object(value, 'threshold');
-  for (const [key, v] of Object.entries(given)) {
-    if (!(key in out)) throw new InvalidRequest(`threshold has no key ${JSON.stringify(key)}`);
-    out[key as keyof Threshold] = count(v, `threshold.${key}`);
-  }
-  return out;
-}
-
 /** The fields of `POST /data_sharing/v0/event_subscriptions`, checked, with the defaults filled in. */
 export function parseSubscription(body: unknown): Omit<EventSubscription, 'id' | 'provider' | 'created'> {
-  const b = object(body, 'the subscription');
-  const category = oneOf(b.category, CATEGORIES, 'category');
-  const type = oneOf(b.subscriptionType, TYPES, 'subscriptionType');
-  if (type === 'trends' && category !== 'content')
-    throw new InvalidRequest('trends subscriptions are for the content category only');
-  const maxBatchSize =
-    b.maxBatchSize === undefined || b.maxBatchSize === null
-      ? MAX_BATCH_SIZE
-      : Math.min(count(b.maxBatchSize, 'maxBatchSize'), MAX_BATCH_SIZE);
-  if (type === 'lifecycle' && b.threshold !== undefined && b.threshold !== null)
-    throw new InvalidRequest('a threshold is for trends subscriptions only');
-  return { category, type, maxBatchSize, threshold: threshold(b.threshold) };
+  const checked = checkOutside(body, subscriptionRequest, 'the subscription');
+  if (!checked.ok) throw new InvalidRequest(checked.error);
+  const { category, subscriptionType: type, maxBatchSize, threshold: t } = checked.value;
+  const d = THRESHOLD_DEFAULTS;
+  return {
+    category,
+    type,
+    maxBatchSize: Math.min(maxBatchSize ?? MAX_BATCH_SIZE, MAX_BATCH_SIZE),
+    threshold: {
+      timeframe: t?.timeframe ?? d.timeframe,
+      shares: t?.shares ?? d.shares,
+      likes: t?.likes ?? d.likes,
+      replies: t?.replies ?? d.replies,
+    },
+  };
 }
 
 /** The fields of `POST /data_sharing/v0/backfill_requests`, checked. */
 export function parseBackfill(body: unknown): Pick<BackfillRequest, 'category' | 'maxCount'> {
-  const b = object(body, 'the backfill request');
-  return { category: oneOf(b.category, CATEGORIES, 'category'), maxCount: count(b.maxCount, 'maxCount') };
+  const checked = checkOutside(body, backfillRequest, 'the backfill request');
+  if (!checked.ok) throw new InvalidRequest(checked.error);
+  return checked.value;
 }
 
 const SUBSCRIPTION = 'sub:';

@@ -1,7 +1,7 @@
 import { generateKeyPair } from 'node:crypto';
 import { promisify } from 'node:util';
-import { FeedError, NodeNotFound } from '../../feed/errors.ts';
-import type { NodeConfig } from '../../feed/nodeConfig.ts';
+import { FeedError, NodeNotFound } from '../../feed/model/errors.ts';
+import type { NodeConfig } from '../../feed/model/nodeConfig.ts';
 import { ANONYMOUS, OPERATOR } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import { HttpProblem } from '../../http/errors.ts';
@@ -96,6 +96,7 @@ export class FaspSharing {
     this.signedFetch = new SignedFetch({
       required: options.requireSignedFetch === true,
       providers: () => deps.fasp.store.list(),
+      outbound: deps.fasp.client.outbound,
     });
     this.addRoutes();
   }
@@ -141,7 +142,7 @@ export class FaspSharing {
   async sharedConfig(node: string): Promise<NodeConfig | undefined> {
     try {
       const config = await this.deps.feeds.settings(ANONYMOUS, node);
-      return nodeShareable(config) ? config : undefined;
+      return nodeShareable(node, config) ? config : undefined;
     } catch (e) {
       if (e instanceof FeedError) return undefined;
       throw e;

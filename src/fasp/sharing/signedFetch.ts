@@ -2,8 +2,10 @@ import { createPublicKey, type KeyObject } from 'node:crypto';
 import { cavage, createVerifier, httpbis } from 'http-message-signatures';
 import { isInnerList, parseDictionary } from 'structured-headers';
 import { HttpProblem } from '../../http/errors.ts';
+import { type OutboundClient, OutboundError } from '../../net/outbound.ts';
 import type { Provider } from '../providers.ts';
 import { FUTURE_SKEW_SECONDS, type Headers, MAX_AGE_SECONDS, SignatureError } from '../signatures.ts';
+import { actorKeys } from '../wire.ts';
 
 /**
  * Signed GETs of shared objects and actors by a FASP (data_sharing v0, "Retrieving content"): an
@@ -15,6 +17,8 @@ export interface SignedFetchOptions {
   /** Refuse unsigned or unverifiable GETs with 401 (the FASP then "double-knocks" with cavage). */
   required: boolean;
   providers(): Promise<Provider[]>;
+  /** The client the service calls its providers with (their addresses are the administrator's choice). */
+  outbound: OutboundClient;
 }
 
 /** An actor document is small. */
@@ -146,40 +150,32 @@ export class SignedFetch {
     );
     if (!providers.some((p) => new URL(p.baseUrl).origin === url.origin))
       throw new SignatureError(`the keyid ${keyId} is not at the origin of a provider sharing data`);
-    const key = await fetchActorKey(keyId);
+    const key = await fetchActorKey(this.options.outbound, keyId);
     this.keys.set(keyId, { key, until: Date.now() + KEY_TTL_MS });
     return key;
   }
 }
 
 /** The `publicKeyPem` of the actor document a keyid points into. */
-async function fetchActorKey(keyId: string): Promise<KeyObject> {
+async function fetchActorKey(outbound: OutboundClient, keyId: string): Promise<KeyObject> {
   const documentUrl = keyId.split('#')[0] as string;
-  let text: string;
+  let keys: { id?: string | undefined; publicKeyPem: string }[];
   try {
-    const response = await fetch(documentUrl, {
+    const answer = await outbound.request(documentUrl, {
       headers: { accept: 'application/activity+json, application/ld+json' },
-      redirect: 'error',
-      signal: AbortSignal.timeout(FETCH_TIMEOUT_MS),
+      limits: { timeoutMs: FETCH_TIMEOUT_MS, maxResponseBytes: MAX_ACTOR_BYTES, maxRedirects: 0 },
+      bodyFor: (status) => status === 200,
     });
-    if (!response.ok) throw new Error(`it answered ${response.status}`);
-    text = await response.text();
+    if (answer.status !== 200)
+      throw new SignatureError(`the key ${keyId} cannot be fetched: it answered ${answer.status}`);
+    keys = outbound.json(answer, actorKeys, `the actor document of ${keyId}`).publicKey;
   } catch (e) {
-    throw new SignatureError(`the key ${keyId} cannot be fetched: ${(e as Error).message}`);
+    if (e instanceof OutboundError)
+      throw new SignatureError(`the key ${keyId} cannot be fetched: ${e.message}`);
+    throw e;
   }
-  if (text.length > MAX_ACTOR_BYTES) throw new SignatureError(`the actor document of ${keyId} is too large`);
-  let actor: { publicKey?: unknown };
-  try {
-    actor = JSON.parse(text) as { publicKey?: unknown };
-  } catch {
-    throw new SignatureError(`the actor document of ${keyId} is not JSON`);
-  }
-  const keys = (Array.isArray(actor.publicKey) ? actor.publicKey : [actor.publicKey]) as {
-    id?: string;
-    publicKeyPem?: string;
-  }[];
-  const found = keys.find((k) => k && (k.id === keyId || keys.length === 1));
-  if (typeof found?.publicKeyPem !== 'string') throw new SignatureError(`no publicKeyPem for ${keyId}`);
+  const found = keys.find((k) => k.id === keyId || keys.length === 1);
+  if (found === undefined) throw new SignatureError(`no publicKeyPem for ${keyId}`);
   try {
     return createPublicKey(found.publicKeyPem);
   } catch {

@@ -1,5 +1,5 @@
 import { parse } from 'ltx';
-import type { Item } from '../../feed/model.ts';
+import type { Item } from '../../feed/model/feed.ts';
 import type { EventSubscription, SharingRequests } from './requests.ts';
 import { itemOfUri } from './uris.ts';
 

@@ -3,8 +3,8 @@
  * against their node (and their version on a shared store), and key-value entries (`k`, kv.ts), whose framing alone is checked.
  */
 
-import { hubSlot, readHubSubscription } from '../hubStore.ts';
-import { familyPrefix, parseHubKey } from '../keys.ts';
+import { hubSlot, readHubSubscription } from '../engine/hubStore.ts';
+import { familyPrefix, parseHubKey } from '../store/keys.ts';
 import { chunks, KEY_CHUNK, prefixRange, RECORD_CHUNK } from './chunks.ts';
 import type { CheckRun, NodeAt } from './findings.ts';
 import { q } from './values.ts';

@@ -3,8 +3,8 @@
  * writes a batch at a time, so memory stays bounded whatever a node holds.
  */
 
-import type { Order } from '../feedName.ts';
-import { indexRange, prefixEnd } from '../keys.ts';
+import type { Order } from '../model/feedName.ts';
+import { indexRange, prefixEnd } from '../store/keys.ts';
 import type { Cursor, Op, Store } from '../store/store.ts';
 
 /** Records (with payloads of up to 64 KiB) read at once. */

@@ -3,8 +3,8 @@
  * number of seqs at once (see `findDuplicateSeqs`).
  */
 
-import type { Order } from '../feedName.ts';
-import { indexRange, seqOfIndexKey } from '../keys.ts';
+import type { Order } from '../model/feedName.ts';
+import { indexRange, seqOfIndexKey } from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
 import { chunks, indexSpan, KEY_CHUNK, keyChunks } from './chunks.ts';
 

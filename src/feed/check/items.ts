@@ -12,7 +12,7 @@
  * Every problem found here is mended by rebuilding the node's indexes and counters from its records.
  */
 
-import { ORDERS, type Order } from '../feedName.ts';
+import { ORDERS, type Order } from '../model/feedName.ts';
 import {
   idOfItemKey,
   indexKey,
@@ -21,7 +21,7 @@ import {
   metaKey,
   seqOfIndexKey,
   stampOfIndexKey,
-} from '../keys.ts';
+} from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
 import { chunks, indexSpan, prefixRange, RECORD_CHUNK } from './chunks.ts';
 import { findDuplicateSeqs, suspectRound } from './duplicates.ts';

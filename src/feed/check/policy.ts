@@ -3,7 +3,7 @@
  * the by-user affiliation keys (`b`) that mirror them.
  */
 
-import { AFFILIATIONS } from '../access.ts';
+import { AFFILIATIONS } from '../model/access.ts';
 import {
   affiliationKey,
   affiliationPrefix,
@@ -11,7 +11,7 @@ import {
   jidOfAffiliationKey,
   parseUserAffiliationKey,
   userAffiliationKey,
-} from '../keys.ts';
+} from '../store/keys.ts';
 import { chunks, KEY_CHUNK, prefixRange } from './chunks.ts';
 import type { CheckRun, NodeAt } from './findings.ts';
 import { q, readJson } from './values.ts';

@@ -1,6 +1,6 @@
 /** Remembered created-order positions (`r`, engine.createdIdAt): each names an index entry that is there. */
 
-import { familyPrefix, INDEX_KEY_BYTES, indexRange } from '../keys.ts';
+import { familyPrefix, INDEX_KEY_BYTES, indexRange } from '../store/keys.ts';
 import { chunks, KEY_CHUNK, prefixRange } from './chunks.ts';
 import type { CheckRun, NodeAt } from './findings.ts';
 

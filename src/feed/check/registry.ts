@@ -12,7 +12,7 @@ import {
   nidOfKey,
   prefixEnd,
   SERVICE_KEY,
-} from '../keys.ts';
+} from '../store/keys.ts';
 import { chunks, KEY_CHUNK, prefixRange } from './chunks.ts';
 import type { CheckRun } from './findings.ts';
 import { checkNode } from './node.ts';

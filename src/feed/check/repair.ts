@@ -4,7 +4,8 @@
  * keys from the `s` keys, the `b` keys from the affiliations, the registry and service counter.
  */
 
-import { ORDERS } from '../feedName.ts';
+import { sweepDeleted } from '../engine/sweep.ts';
+import { ORDERS } from '../model/feedName.ts';
 import {
   bareOf,
   familyPrefix,
@@ -22,10 +23,9 @@ import {
   stampOfIndexKey,
   userAffiliationKey,
   userSubscriptionKey,
-} from '../keys.ts';
-import { encodeRecord } from '../record.ts';
+} from '../store/keys.ts';
+import { encodeRecord } from '../store/record.ts';
 import type { Store } from '../store/store.ts';
-import { sweepDeleted } from '../sweep.ts';
 import {
   BATCH_OPS,
   BatchWriter,

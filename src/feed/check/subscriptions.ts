@@ -3,8 +3,13 @@
  * Any problem here has a repair rewrite every `u` key from the subscriptions (repair.ts).
  */
 
-import { bareOf, parseSubscriptionKey, parseUserSubscriptionKey, userSubscriptionKey } from '../keys.ts';
-import type { Subscription } from '../model.ts';
+import type { Subscription } from '../model/feed.ts';
+import {
+  bareOf,
+  parseSubscriptionKey,
+  parseUserSubscriptionKey,
+  userSubscriptionKey,
+} from '../store/keys.ts';
 import { chunks, KEY_CHUNK, prefixRange } from './chunks.ts';
 import type { CheckRun, Findings } from './findings.ts';
 import type { ProblemKind, Report } from './problems.ts';

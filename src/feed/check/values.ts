@@ -3,9 +3,9 @@
  * not what the key layout (keys.ts) says it holds, so the check reports it instead of throwing.
  */
 
-import { feedParameters, type Order, parseFeedName } from '../feedName.ts';
-import type { ItemRecord, Subscription } from '../model.ts';
-import { decodeRecord } from '../record.ts';
+import type { ItemRecord, Subscription } from '../model/feed.ts';
+import { feedParameters, type Order, parseFeedName } from '../model/feedName.ts';
+import { decodeRecord } from '../store/record.ts';
 
 /** A node's counters (`m NID`). */
 export interface NodeMeta {

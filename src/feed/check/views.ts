@@ -6,7 +6,8 @@
  */
 
 import { indexPrefix, membershipOf } from '../engine/filters.ts';
-import { ORDERS } from '../feedName.ts';
+import type { ItemRecord } from '../model/feed.ts';
+import { ORDERS } from '../model/feedName.ts';
 import {
   audienceFlagKey,
   familyPrefix,
@@ -15,8 +16,7 @@ import {
   keyUnder,
   viewCountKey,
   viewOfCountKey,
-} from '../keys.ts';
-import type { ItemRecord } from '../model.ts';
+} from '../store/keys.ts';
 import type { Store } from '../store/store.ts';
 import { BatchWriter, chunks, clearRange, KEY_CHUNK, prefixRange, RECORD_CHUNK } from './chunks.ts';
 import type { CheckRun, NodeAt } from './findings.ts';

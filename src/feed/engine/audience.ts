@@ -1,5 +1,5 @@
-import { ORDERS } from '../feedName.ts';
-import { audienceFlagKey, keyUnder, positionOfKey, prefixEnd, viewCountKey } from '../keys.ts';
+import { ORDERS } from '../model/feedName.ts';
+import { audienceFlagKey, keyUnder, positionOfKey, prefixEnd, viewCountKey } from '../store/keys.ts';
 import type { Op } from '../store/store.ts';
 import { ALL, IndexTail, indexPrefix, PUBLIC, splitView, viewName, X_VIEW } from './filters.ts';
 import type { NodeRegistry } from './nodes.ts';

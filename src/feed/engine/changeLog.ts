@@ -1,6 +1,6 @@
 import type { NodeEvent } from '../events.ts';
-import { prefixEnd } from '../keys.ts';
-import type { Change } from '../model.ts';
+import type { Change } from '../model/feed.ts';
+import { prefixEnd } from '../store/keys.ts';
 import type { BoundedRange, SharedStore } from '../store/shared.ts';
 import type { Entry, Op, StoreReader } from '../store/store.ts';
 

@@ -1,9 +1,9 @@
-import { type Cursor, formatCursor, GroupChecksum, groupChecksum } from '../cursor.ts';
-import type { FeedName, Order } from '../feedName.ts';
-import { indexKey, itemKey, stampOfIndexKey } from '../keys.ts';
-import type { ItemRecord } from '../model.ts';
-import { type PositionSpec, parsePositionSpec, unknownIdPosition } from '../positionSpec.ts';
-import { decodeRecord } from '../record.ts';
+import { type Cursor, formatCursor, GroupChecksum, groupChecksum } from '../model/cursor.ts';
+import type { ItemRecord } from '../model/feed.ts';
+import type { FeedName, Order } from '../model/feedName.ts';
+import { type PositionSpec, parsePositionSpec, unknownIdPosition } from '../model/positionSpec.ts';
+import { indexKey, itemKey, stampOfIndexKey } from '../store/keys.ts';
+import { decodeRecord } from '../store/record.ts';
 import type {
   Range,
   Snapshot,

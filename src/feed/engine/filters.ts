@@ -1,5 +1,7 @@
-import { formatCursor, groupChecksum } from '../cursor.ts';
-import { ORDERS, type Order } from '../feedName.ts';
+import { formatCursor, groupChecksum } from '../model/cursor.ts';
+import type { ItemRecord, ViewPositions } from '../model/feed.ts';
+import { ORDERS, type Order } from '../model/feedName.ts';
+import { shows } from '../model/views.ts';
 import {
   audienceFlagKey,
   familyPrefix,
@@ -10,10 +12,8 @@ import {
   viewCountKey,
   viewIndexPrefix,
   viewOfCountKey,
-} from '../keys.ts';
-import type { ItemRecord, ViewPositions } from '../model.ts';
+} from '../store/keys.ts';
 import type { Op, StoreReader } from '../store/store.ts';
-import { shows } from '../views.ts';
 import type { NodeState } from './state.ts';
 import { type IndexState, IndexTail, type NodeViews } from './viewState.ts';
 

@@ -1,5 +1,6 @@
-import { FeedError, type FeedErrorCode, StorageError } from '../errors.ts';
-import type { Change } from '../model.ts';
+import { byDeadline, type Deadline, passed } from '../model/deadline.ts';
+import { FeedError, type FeedErrorCode, NotWritten, OutcomeUnknown, WriteTimedOut } from '../model/errors.ts';
+import type { Change } from '../model/feed.ts';
 import type { NodeState } from './state.ts';
 
 /**
@@ -12,7 +13,7 @@ import type { NodeState } from './state.ts';
  */
 
 /** A write as one instance hands it to another. */
-export type Handed =
+export type Handed = (
   | {
       op: 'publish';
       node: string;
@@ -31,10 +32,25 @@ export type Handed =
       node: string;
       id: string;
       options: { publisher?: string; quiet?: boolean; appendOnly?: boolean; notify?: boolean };
-    };
+    }
+) & {
+  /**
+   * What is left of the write's time when it is sent, in ms, less a margin for the way there and
+   * back: the holder answers within it (its deadline is its own clock's now plus this).
+   */
+  budget?: number;
+};
 
-/** The answer: the durable change, or the error the write was refused with. */
-export type HandedReply = { change: Change } | { error: { code: FeedErrorCode; message: string } };
+/** Taken off a hand-off's budget for the request's way to the holder and the answer's back. */
+export const HANDOFF_MARGIN_MS = 250;
+
+/**
+ * The answer: the durable change, or the error the write was refused with (`outcome`: a storage
+ * error known to have left it unwritten, or one whose outcome is unknown).
+ */
+export type HandedReply =
+  | { change: Change }
+  | { error: { code: FeedErrorCode; message: string; outcome?: 'not-written' | 'unknown' } };
 
 /** The request never reached the other instance (refused, or its address is gone): nothing done there. */
 export class PeerUnreachable extends Error {}
@@ -48,8 +64,11 @@ export interface PeerLink {
   readonly address: string;
   /** Takes the requests of the others. */
   serve(handler: (request: Handed) => Promise<HandedReply>): void;
-  /** Sends a request; rejects with PeerUnreachable or PeerLost when it gets no answer. */
-  request(address: string, request: Handed): Promise<HandedReply>;
+  /**
+   * Sends a request; rejects with PeerUnreachable or PeerLost when it gets no answer (PeerLost
+   * too when none has come by `deadline`).
+   */
+  request(address: string, request: Handed, deadline?: Deadline): Promise<HandedReply>;
   close(): Promise<void>;
 }
 
@@ -100,7 +119,13 @@ export class Handoff {
    * order across a move of its bucket: a write to the new holder waits until every write sent
    * the old way is answered.
    */
-  route(node: string, request: () => Handed, local: () => Promise<Change>): Promise<Change> {
+  route(
+    node: string,
+    request: () => Handed,
+    local: () => Promise<Change>,
+    /** When the write must be answered by: it waits behind the writes sent the old way until then. */
+    deadline?: Deadline,
+  ): Promise<Change> {
     const st = this.ready.get(node);
     const target = st && !st.deleted ? this.owner(st.nid) : undefined;
     let lane = this.lanes.get(node);
@@ -122,9 +147,14 @@ export class Handoff {
         // The entry was refused as the request was made: nothing is sent.
         return Promise.reject(e);
       }
-      return this.send(target, made, local);
+      if (deadline !== undefined) {
+        made.budget = deadline - Date.now() - HANDOFF_MARGIN_MS;
+        // Too late to be written there in time: not sent.
+        if (made.budget <= 0) return Promise.reject(new WriteTimedOut());
+      }
+      return this.send(target, made, local, deadline);
     };
-    const result = gate ? gate.then(run) : run();
+    const result = gate ? byDeadline(gate, deadline).then(run) : run();
     const last = result.catch(() => undefined);
     const current = lane;
     current.last = last;
@@ -134,25 +164,34 @@ export class Handoff {
     return result;
   }
 
-  private async send(target: string, request: Handed, local: () => Promise<Change>): Promise<Change> {
+  private async send(
+    target: string,
+    request: Handed,
+    local: () => Promise<Change>,
+    deadline: Deadline | undefined,
+  ): Promise<Change> {
     let reply: HandedReply;
     try {
-      reply = await this.link.request(target, request);
+      reply = await this.link.request(target, request, deadline);
     } catch (e) {
-      // Never delivered: nobody else has it, so it is committed here.
+      // Never delivered: nobody else has it, so it is committed here (in what is left of its time).
       if (e instanceof PeerUnreachable) {
+        if (passed(deadline)) throw new WriteTimedOut();
         this.counts.here += 1;
         return local();
       }
       this.counts.lost += 1;
-      throw new StorageError(
-        `the instance holding node ${JSON.stringify(request.node)} went away while writing it: the write may or may not be committed; send it again with the same item id`,
+      throw new OutcomeUnknown(
+        `the instance holding node ${JSON.stringify(request.node)} did not answer (${(e as Error).message})`,
         { cause: e },
       );
     }
     this.counts.sent += 1;
     if ('change' in reply) return reply.change;
-    throw new FeedError(reply.error.code, reply.error.message);
+    const { code, message, outcome } = reply.error;
+    if (outcome === 'not-written') throw new NotWritten(message, { told: true });
+    if (outcome === 'unknown') throw new OutcomeUnknown(message, { told: true });
+    throw new FeedError(code, message);
   }
 
   close(): Promise<void> {
@@ -161,6 +200,9 @@ export class Handoff {
 }
 
 function replyOf(e: unknown): HandedReply {
+  // The holder's own words (not written, outcome unknown...) reach the client as they are.
+  if (e instanceof NotWritten) return { error: { code: e.code, message: e.message, outcome: 'not-written' } };
+  if (e instanceof OutcomeUnknown) return { error: { code: e.code, message: e.message, outcome: 'unknown' } };
   if (e instanceof FeedError) return { error: { code: e.code, message: e.message } };
   return { error: { code: 'storage', message: `write failed: ${(e as Error)?.message ?? String(e)}` } };
 }

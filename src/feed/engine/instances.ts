@@ -1,7 +1,7 @@
-import { NodeNotFound } from '../errors.ts';
 import type { NodeEvent } from '../events.ts';
-import { deletedKey, metaKey } from '../keys.ts';
-import type { Change } from '../model.ts';
+import { NodeNotFound } from '../model/errors.ts';
+import type { Change } from '../model/feed.ts';
+import { deletedKey, metaKey } from '../store/keys.ts';
 import type { LockedReader, SharedFeedStore } from '../store/shared.ts';
 import type { Op, StoreReader } from '../store/store.ts';
 import {

@@ -1,6 +1,7 @@
-import { NodeExists, NodeNotFound } from '../errors.ts';
 import type { NodeEvent } from '../events.ts';
-import { checkNodeName, type FeedName, filterKey, ORDERS, parseFeedName } from '../feedName.ts';
+import { NodeExists, NodeNotFound } from '../model/errors.ts';
+import type { Subscription } from '../model/feed.ts';
+import { checkNodeName, type FeedName, filterKey, ORDERS, parseFeedName } from '../model/feedName.ts';
 import {
   deletedKey,
   indexKey,
@@ -13,14 +14,13 @@ import {
   SERVICE_KEY,
   stampOfIndexKey,
   subscriptionPrefix,
-} from '../keys.ts';
-import type { Subscription } from '../model.ts';
+} from '../store/keys.ts';
 import type { Op, StoreReader } from '../store/store.ts';
-import { FeedTail } from '../tail.ts';
 import { changedMessage, deletedMessage, eventLogOps, headKey, nextEventPosition } from './changeLog.ts';
 import { ALL, lastCursorOf, loadViews, resolveView, X_VIEW } from './filters.ts';
 import type { Instances } from './instances.ts';
 import { type EngineState, json, type NodeMeta, type NodeState, parse, serialize } from './state.ts';
+import { FeedTail } from './tail.ts';
 
 /** A node's counters and the ids at each feed's last stamp, as stored. */
 async function readCounters(

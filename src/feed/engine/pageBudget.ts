@@ -1,4 +1,4 @@
-import type { Limits } from '../model.ts';
+import type { Limits } from '../model/feed.ts';
 
 /**
  * The page byte budget (protocol.md section 4): a page stops early rather than make an XMPP reply

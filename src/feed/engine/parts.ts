@@ -1,7 +1,8 @@
-import { Committer } from '../commit.ts';
-import { DEFAULT_LIMITS, type Limits } from '../model.ts';
+import { DEFAULT_LIMITS, type Limits } from '../model/feed.ts';
+import { Committer } from '../store/commit.ts';
 import { isShared } from '../store/shared.ts';
 import type { Store } from '../store/store.ts';
+import { WriteDeadlines } from './deadlines.ts';
 import { batchMessages, Instances } from './instances.ts';
 import { NodeRegistry } from './nodes.ts';
 import { CreatedPositions } from './positions.ts';
@@ -21,7 +22,14 @@ export interface EngineOptions {
   sync?: boolean;
   /** Keys removed per batch when sweeping a deleted node (default 1,000). */
   sweepBatch?: number;
+  /**
+   * On a shared store, how long a publish or retraction may wait for the database, from when it
+   * is taken to its answer, across every layer it waits in (deadline.ts). Default 15 s.
+   */
+  writeTimeoutMs?: number;
 }
+
+export const DEFAULT_WRITE_TIMEOUT_MS = 15_000;
 
 /**
  * The engine's concerns wired together on one store, and the order they are closed in: the
@@ -40,6 +48,7 @@ export class EngineParts {
   readonly transfer: Transfer;
   /** Set on a store shared with other instances (several `smartfeeds serve` on one database). */
   readonly instances: Instances | undefined;
+  readonly deadlines: WriteDeadlines;
 
   constructor(store: Store, options: EngineOptions) {
     this.limits = { ...DEFAULT_LIMITS, ...options.limits };
@@ -57,8 +66,10 @@ export class EngineParts {
       // One clock for every instance: the store's, read when a round holds its node's lock.
       instances ? () => instances.now() : (options.now ?? Date.now),
       options.sweepBatch ?? 1000,
+      options.writeTimeoutMs ?? DEFAULT_WRITE_TIMEOUT_MS,
     );
     this.s = s;
+    this.deadlines = new WriteDeadlines(instances !== undefined, s.writeTimeoutMs);
     this.nodes = new NodeRegistry(s, instances);
     this.queue = new WriteQueue(s, this.nodes, instances);
     this.writes = new Writes(s, this.queue);

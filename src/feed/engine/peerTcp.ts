@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { createServer, type Server, type Socket, connect as tcpConnect } from 'node:net';
 import { hostname } from 'node:os';
 import { holdForTurn } from '../../heldWrites.ts';
+import type { Deadline } from '../model/deadline.ts';
 import { type Handed, type HandedReply, type PeerLink, PeerLost, PeerUnreachable } from './handoff.ts';
 
 /**
@@ -56,6 +57,9 @@ function frames(socket: Socket, each: (frame: Frame) => void): void {
       buffered = buffered.slice(end + 1);
       if (line.length > 0) {
         try {
+          // Cast, not parsed by a schema: past the first line, frames come only from instances
+          // that proved the shared secret (our own code); a first line that is not a hello, or
+          // any line that throws, closes the connection here.
           each(JSON.parse(line) as Frame);
         } catch {
           socket.destroy();
@@ -121,13 +125,29 @@ class Peer {
     });
   }
 
-  request(request: Handed): Promise<HandedReply> {
+  request(request: Handed, deadline: Deadline | undefined): Promise<HandedReply> {
     const n = this.next++;
     return new Promise((resolve, reject) => {
+      // The other instance answers within the request's budget: past the deadline, it is not coming.
+      const timer =
+        deadline === undefined
+          ? undefined
+          : setTimeout(
+              () => {
+                if (this.waiting.delete(n)) reject(new PeerLost('no answer in time'));
+              },
+              Math.max(0, deadline - Date.now()),
+            );
+      const settled =
+        <A extends unknown[]>(then: (...a: A) => void) =>
+        (...a: A) => {
+          clearTimeout(timer);
+          then(...a);
+        };
       this.waiting.set(n, {
-        resolve,
-        reject,
-        retry: () => reject(new PeerUnreachable('the other instance is stopping')),
+        resolve: settled(resolve),
+        reject: settled(reject),
+        retry: settled(() => reject(new PeerUnreachable('the other instance is stopping'))),
       });
       send(this.socket, { n, r: request });
     });
@@ -222,7 +242,7 @@ export class TcpPeerLink implements PeerLink {
     });
   }
 
-  request(address: string, request: Handed): Promise<HandedReply> {
+  request(address: string, request: Handed, deadline?: Deadline): Promise<HandedReply> {
     let peer = this.peers.get(address);
     if (!peer) {
       const made: Peer = new Peer(
@@ -236,7 +256,7 @@ export class TcpPeerLink implements PeerLink {
       peer = made;
       this.peers.set(address, peer);
     }
-    return peer.request(request);
+    return peer.request(request, deadline);
   }
 
   /** Refuses new requests, answers those taken, then closes every connection. */

@@ -1,5 +1,5 @@
-import { parseFeedName } from '../feedName.ts';
-import { blockOfMarkKey, INDEX_KEY_BYTES, indexRange, markKey } from '../keys.ts';
+import { parseFeedName } from '../model/feedName.ts';
+import { blockOfMarkKey, INDEX_KEY_BYTES, indexRange, markKey } from '../store/keys.ts';
 import type { Op } from '../store/store.ts';
 import type { NodeRegistry } from './nodes.ts';
 import type { EngineState } from './state.ts';

@@ -1,12 +1,12 @@
-import { ItemNotFound, NodeNotFound } from '../errors.ts';
-import { parseFeedName } from '../feedName.ts';
-import { DELETED_PREFIX, indexRange, itemKey, PURGE_PREFIX, prefixEnd, purgeKey } from '../keys.ts';
-import { decodeRecord } from '../record.ts';
+import { ItemNotFound, NodeNotFound } from '../model/errors.ts';
+import { parseFeedName } from '../model/feedName.ts';
+import { DELETED_PREFIX, indexRange, itemKey, PURGE_PREFIX, prefixEnd, purgeKey } from '../store/keys.ts';
+import { decodeRecord } from '../store/record.ts';
 import type { Op } from '../store/store.ts';
-import { sweepDeleted } from '../sweep.ts';
 import type { Instances } from './instances.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { type EngineState, json, parse } from './state.ts';
+import { sweepDeleted } from './sweep.ts';
 import type { Writes } from './writes.ts';
 
 /** Purges (resumable, in chunks) and the sweep of deleted nodes' keys. */

@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { type NodeEvent, nodeOfEvent } from '../events.ts';
-import { type HubStore, hubVersionOf } from '../hubStore.ts';
-import { hubVersionKey } from '../keys.ts';
+import { hubVersionKey } from '../store/keys.ts';
 import type { LogEntry } from './changeLog.ts';
 import { Handoff, type PeerLink } from './handoff.ts';
+import { type HubStore, hubVersionOf } from './hubStore.ts';
 import type { Instances, RoundPush } from './instances.ts';
 import { BucketOwners, liveMembers, type PushLeaseOptions, PushLeases } from './leases.ts';
 import type { NodeRegistry } from './nodes.ts';

@@ -1,12 +1,11 @@
-import { groupChecksum } from '../cursor.ts';
-import { BadRequest, StorageError } from '../errors.ts';
-import { checkItemId, type FeedName, filterKey, parseFeedName } from '../feedName.ts';
-import { indexKey, indexRange, itemKey, metaKey, seqOfIndexKey, stampOfIndexKey } from '../keys.ts';
-import type { Item, Page, ReadQuery } from '../model.ts';
-import type { PositionSpec } from '../positionSpec.ts';
-import { decodeRecord } from '../record.ts';
+import { groupChecksum } from '../model/cursor.ts';
+import { BadRequest, StorageError } from '../model/errors.ts';
+import type { Item, Page, ReadQuery } from '../model/feed.ts';
+import { checkItemId, type FeedName, filterKey, parseFeedName } from '../model/feedName.ts';
+import type { PositionSpec } from '../model/positionSpec.ts';
+import { indexKey, indexRange, itemKey, metaKey, seqOfIndexKey, stampOfIndexKey } from '../store/keys.ts';
+import { decodeRecord } from '../store/record.ts';
 import type { Snapshot } from '../store/store.ts';
-import { PageItem } from '../versionMemo.ts';
 import {
   cursors,
   type Entry,
@@ -21,6 +20,7 @@ import { ALL, resolveView, X_VIEW } from './filters.ts';
 import type { NodeRegistry } from './nodes.ts';
 import { itemBytes, itemsWithinBudget } from './pageBudget.ts';
 import { type EngineState, itemView, type NodeMeta, parse, recordStamp } from './state.ts';
+import { PageItem } from './versionMemo.ts';
 import { type Version, VersionCache } from './versions.ts';
 import { ViewReads } from './viewReads.ts';
 

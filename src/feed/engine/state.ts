@@ -1,9 +1,10 @@
-import type { Committer } from '../commit.ts';
-import type { Order } from '../feedName.ts';
-import type { Change, Item, ItemRecord, Limits, Subscription } from '../model.ts';
-import { EntryParser } from '../parsePool.ts';
+import type { Deadline } from '../model/deadline.ts';
+import type { Change, Item, ItemRecord, Limits, Subscription } from '../model/feed.ts';
+import type { Order } from '../model/feedName.ts';
+import type { Committer } from '../store/commit.ts';
 import type { Store } from '../store/store.ts';
-import type { FeedTail } from '../tail.ts';
+import { EntryParser } from './parsePool.ts';
+import type { FeedTail } from './tail.ts';
 import type { NodeViews } from './viewState.ts';
 
 /** A node's counters, as stored (`m NID`). */
@@ -50,6 +51,12 @@ export interface QueuedWrite {
   ready?: Promise<Error | undefined>;
   /** The id was generated for this write (a random UUID): no item has it, none is read. */
   generated?: boolean;
+  /** When it must be answered by, on a shared store (deadline.ts): its round ends by then. */
+  deadline?: Deadline;
+  /** While it waits for its round: refuses it at its deadline (WriteQueue.submit). */
+  expiry?: NodeJS.Timeout;
+  /** Refused at its deadline before a round took it: no round takes it. */
+  expired?: boolean;
   resolve: (change: Change) => void;
   reject: (error: Error) => void;
 }
@@ -115,6 +122,8 @@ export class EngineState {
     readonly now: () => number,
     /** Keys removed per batch when sweeping a deleted node. */
     readonly sweepBatch: number,
+    /** On a shared store, the time a write has from when it is taken to its answer (deadline.ts). */
+    readonly writeTimeoutMs: number,
   ) {}
 
   emit(change: Change): void {

@@ -1,17 +1,18 @@
 import { randomUUID } from 'node:crypto';
-import { InvalidSubid, NodeNotFound, NotSubscribed } from '../errors.ts';
 import type { ChangeEvent } from '../events.ts';
-import { type FeedName, feedParameters, parseFeedName } from '../feedName.ts';
+import { InvalidSubid, NodeNotFound, NotSubscribed } from '../model/errors.ts';
+import type { Subscription } from '../model/feed.ts';
+import { type FeedName, feedParameters, parseFeedName } from '../model/feedName.ts';
 import {
   deletedKey,
   metaKey,
   prefixEnd,
   subscriptionKey,
   subscriptionPrefix,
+  userNodePrefix,
   userPrefix,
   userSubscriptionKey,
-} from '../keys.ts';
-import type { Subscription } from '../model.ts';
+} from '../store/keys.ts';
 import type { Op } from '../store/store.ts';
 import { touchedMessage } from './changeLog.ts';
 import type { Instances } from './instances.ts';
@@ -48,6 +49,13 @@ function putOps(
     { type: 'put', key: userSubscriptionKey(bareJid, st.nid, feed.order, jid, feedParameters(feed)), value },
   ];
 }
+
+/**
+ * The subscriber count of each cached subscription map, counted at its first use after a change:
+ * disco#info asks for it, and counting a large node's subscriptions on every ask would cost each
+ * ask as much as a publish's fan-out.
+ */
+const counted = new WeakMap<Map<string, Subscription>, number>();
 
 /** Durable subscriptions of JIDs to feeds, cached per node once read. */
 export class Subscriptions {
@@ -110,6 +118,7 @@ export class Subscriptions {
       }
       if (written.cached === null) st.subscriptions?.delete(key.toString('latin1'));
       else if (written.cached) st.subscriptions?.set(key.toString('latin1'), written.cached);
+      if (st.subscriptions && written.cached !== undefined) counted.delete(st.subscriptions);
       return written.result;
     });
   }
@@ -209,6 +218,22 @@ export class Subscriptions {
     return [...(await this.subscriptionMap(st)).values()];
   }
 
+  /**
+   * The node's subscribers as XEP-0060 counts them: each JID with an approved subscription to any
+   * of its feeds, once (a pending subscription is no subscriber yet).
+   */
+  async subscriberCount(node: string): Promise<number> {
+    const subs = await this.subscriptionMap(await this.nodes.requireNode(node));
+    let n = counted.get(subs);
+    if (n === undefined) {
+      const jids = new Set<string>();
+      for (const s of subs.values()) if (!s.pending) jids.add(s.jid);
+      n = jids.size;
+      counted.set(subs, n);
+    }
+    return n;
+  }
+
   /** A user's subscriptions (any of their resources), across nodes, optionally of one node. */
   async subscriptionsFor(bareJid: string, node?: string): Promise<Subscription[]> {
     const prefix = userPrefix(bareJid);
@@ -224,7 +249,26 @@ export class Subscriptions {
     return out;
   }
 
-  // ---- export / import --------------------------------------------------------------------
+  /**
+   * How many subscriptions a user holds (any resource, order or feed, pending ones too), to one
+   * node and in all, each counted up to its limit (reading no more keys than that; none given:
+   * not counted, 0). Those of a deleted node count in all until the sweep has removed them.
+   */
+  async countFor(
+    bareJid: string,
+    node: string,
+    limits: { node?: number; total?: number },
+  ): Promise<{ node: number; total: number }> {
+    const st = await this.nodes.loadOnce(node);
+    const count = async (prefix: Buffer, limit: number | undefined) =>
+      limit === undefined || limit < 1
+        ? 0
+        : (await this.s.store.keys({ gte: prefix, lt: prefixEnd(prefix), limit })).length;
+    return {
+      node: st ? await count(userNodePrefix(bareJid, st.nid), limits.node) : 0,
+      total: await count(userPrefix(bareJid), limits.total),
+    };
+  }
 }
 
 /** The error for a subscription that is not there. */

@@ -1,10 +1,18 @@
-import { readAtomEntry, readTombstone } from '../atom.ts';
-import { BadRequest, NodeExists, NodeNotEmpty, NodeNotFound, StorageError } from '../errors.ts';
-import { checkItemId, checkNodeName } from '../feedName.ts';
-import { bareJid } from '../jid.ts';
-import { audienceFlagKey, deletedKey, indexKey, indexRange, itemKey, keyUnder, metaKey } from '../keys.ts';
-import type { ExportRecord, ItemRecord } from '../model.ts';
-import { decodeRecord, encodeRecord } from '../record.ts';
+import { payloadKindOf, readPayload, readTombstone } from '../model/atom.ts';
+import { BadRequest, NodeExists, NodeNotEmpty, NodeNotFound, StorageError } from '../model/errors.ts';
+import type { ExportRecord, ItemRecord } from '../model/feed.ts';
+import { checkItemId, checkNodeName } from '../model/feedName.ts';
+import { bareJid } from '../model/jid.ts';
+import {
+  audienceFlagKey,
+  deletedKey,
+  indexKey,
+  indexRange,
+  itemKey,
+  keyUnder,
+  metaKey,
+} from '../store/keys.ts';
+import { decodeRecord, encodeRecord } from '../store/record.ts';
 import type { Op } from '../store/store.ts';
 import { changedMessage } from './changeLog.ts';
 import {
@@ -86,6 +94,7 @@ export class Transfer {
     records: AsyncIterable<ExportRecord> | Iterable<ExportRecord>,
   ): Promise<number> {
     checkNodeName(node);
+    const kind = payloadKindOf(node);
     if (!(await this.nodes.loadNode(node))) {
       await this.nodes.createNodeWith(node).catch((e) => {
         if (!(e instanceof NodeExists)) throw e;
@@ -132,7 +141,7 @@ export class Transfer {
           if (m < lastModified) throw bad('lines are not in modified order');
           if (typeof r.entry !== 'string') throw bad('no entry');
           // Stored as the engine would have stored it: canonical, well-formed XML.
-          const parsed = r.deleted ? undefined : readAtomEntry(r.entry);
+          const parsed = r.deleted ? undefined : readPayload(r.entry, kind);
           const entry = parsed ? parsed.entry : readTombstone(r.entry);
           seen.add(r.id);
           seqs.add(r.modifiedSeq);

@@ -1,8 +1,8 @@
-import type { Item, ItemRecord } from '../model.ts';
-import { decodeRecord, entryBytesOf, versionOfRecord } from '../record.ts';
-import { VersionMemo } from '../versionMemo.ts';
+import type { Item, ItemRecord } from '../model/feed.ts';
+import { decodeRecord, entryBytesOf, versionOfRecord } from '../store/record.ts';
 import { xmlAttributeBytes } from './pageBudget.ts';
 import { itemView } from './state.ts';
+import { VersionMemo } from './versionMemo.ts';
 
 /** One item version as pages use it: decoded once, shared by every read that meets it. */
 export interface Version {

@@ -1,5 +1,5 @@
-import { checksumAfter, formatCursor, groupChecksum } from '../cursor.ts';
-import type { Order } from '../feedName.ts';
+import { checksumAfter, formatCursor, groupChecksum } from '../model/cursor.ts';
+import type { Order } from '../model/feedName.ts';
 
 /** An index's last stamp group, with sequence numbers (to merge two indexes' groups). */
 export class IndexTail {

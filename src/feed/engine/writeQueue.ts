@@ -1,10 +1,12 @@
-import { FeedError, NodeExists, NodeNotFound, StorageError } from '../errors.ts';
-import { deletedKey, indexKey, itemKey, metaKey } from '../keys.ts';
-import type { Change, ItemRecord } from '../model.ts';
-import { decodeRecord, encodeRecord } from '../record.ts';
+import type { Deadline } from '../model/deadline.ts';
+import { FeedError, NodeExists, NodeNotFound, StorageError } from '../model/errors.ts';
+import type { Change, ItemRecord } from '../model/feed.ts';
+import { deletedKey, indexKey, itemKey, metaKey } from '../store/keys.ts';
+import { decodeRecord, encodeRecord } from '../store/record.ts';
 import type { Op, StoreReader } from '../store/store.ts';
 import { changedMessage, headKey, logEntry, logOps, positionOf, seqValue } from './changeLog.ts';
 import { cursorOf } from './cursors.ts';
+import { earliest, expireAt, sharedRefusal, taken } from './deadlines.ts';
 import { viewFields, writeViews } from './filters.ts';
 import type { Instances, RoundPush } from './instances.ts';
 import type { NodeRegistry } from './nodes.ts';
@@ -80,9 +82,13 @@ export class WriteQueue {
         notify: write.notify,
         ready: write.ready,
         generated: write.generated,
+        deadline: write.deadline,
         resolve,
         reject,
       };
+      // On a shared store the database may be away: a write still waiting for its round at its
+      // deadline (behind a round that fails slowly, or its node's lookup) is refused, unwritten.
+      if (write.deadline !== undefined && this.instances) expireAt(queued, write.deadline);
       const ready = this.nodes.ready.get(name);
       if (ready && !this.arrivals.has(name)) {
         // The common case: the node is loaded and nothing is ahead in routing.
@@ -100,7 +106,8 @@ export class WriteQueue {
               return;
             }
           }
-          this.enqueue(await this.nodeFor(name, autoCreate), queued);
+          const st = await this.nodeFor(name, autoCreate);
+          if (!queued.expired) this.enqueue(st, queued);
         })
         .catch(reject);
       this.arrivals.set(name, step);
@@ -145,6 +152,7 @@ export class WriteQueue {
       st.pumpScheduled = true;
       void serialize(st, () => this.pump(st));
     }
+    if (this.instances) batch = taken(batch);
     if (batch.some((w) => w.ready !== undefined)) {
       // Entries parsed on the parse thread: the round waits for its own, in order.
       const refused = await Promise.all(batch.map((w) => w.ready));
@@ -160,7 +168,7 @@ export class WriteQueue {
       return;
     }
     if (this.instances) {
-      await this.pumpLocked(st, batch, this.instances);
+      await this.pumpLocked(st, batch, this.instances, earliest(batch));
       return;
     }
     const known = new Map<string, ItemRecord>();
@@ -235,10 +243,11 @@ export class WriteQueue {
     st: NodeState,
     queued: readonly QueuedWrite[],
     instances: Instances,
+    deadline: Deadline | undefined,
   ): Promise<void> {
     let batch = queued;
     if (!instances.needsLock(st)) {
-      const left = await this.pumpConditional(st, batch, instances);
+      const left = await this.pumpConditional(st, batch, instances, deadline);
       if (left === undefined) return;
       batch = left;
     }
@@ -247,37 +256,42 @@ export class WriteQueue {
     let counters: (Op & { type: 'put' }) | undefined;
     let round: Round;
     try {
-      round = await instances.store.locked([metaKey(st.nid)], async (tx) => {
-        const ids = [...new Set(batch.filter((w) => !w.generated).map((w) => w.id))];
-        // The counters and the previous versions in one read, under the node's lock.
-        const caught = await instances.catchUp(
-          tx,
-          st,
-          ids.map((id) => itemKey(st.nid, id)),
-        );
-        missed = caught.missed;
-        before.total = st.total;
-        before.stamp = st.stamp;
-        before.seq = st.seq;
-        const known = new Map<string, ItemRecord>();
-        caught.values.forEach((buf, i) => {
-          if (buf) known.set(ids[i] as string, decodeRecord(buf));
-        });
-        instances.sawClock(tx.now);
-        const computed = this.computeAt(tx.now, st, batch, known, instances);
-        if (computed.written.length === 0) return { ops: [], result: computed };
-        const logged = computed.written.map(({ change, rec }) => ({ seq: rec.ms, change }));
-        const meta = this.metaOp(st);
-        counters = meta;
-        const ops = [...computed.ops, meta, ...logOps(st.nid, logged)];
-        return { ops, notify: [changedMessage(st.nid, st.seq, 0)], result: computed };
-      });
+      round = await instances.store.locked(
+        [metaKey(st.nid)],
+        async (tx) => {
+          const ids = [...new Set(batch.filter((w) => !w.generated).map((w) => w.id))];
+          // The counters and the previous versions in one read, under the node's lock.
+          const caught = await instances.catchUp(
+            tx,
+            st,
+            ids.map((id) => itemKey(st.nid, id)),
+          );
+          missed = caught.missed;
+          before.total = st.total;
+          before.stamp = st.stamp;
+          before.seq = st.seq;
+          const known = new Map<string, ItemRecord>();
+          caught.values.forEach((buf, i) => {
+            if (buf) known.set(ids[i] as string, decodeRecord(buf));
+          });
+          instances.sawClock(tx.now);
+          const computed = this.computeAt(tx.now, st, batch, known, instances);
+          if (computed.written.length === 0) return { ops: [], result: computed };
+          const logged = computed.written.map(({ change, rec }) => ({ seq: rec.ms, change }));
+          const meta = this.metaOp(st);
+          counters = meta;
+          const ops = [...computed.ops, meta, ...logOps(st.nid, logged)];
+          return { ops, notify: [changedMessage(st.nid, st.seq, 0)], result: computed };
+        },
+        deadline,
+      );
     } catch (e) {
       // What another instance committed was caught up with, whatever became of this round.
       for (const change of missed) this.s.emit(change);
       for (const w of batch) st.pending.delete(w.id);
       instances.spoiled(st, before);
-      for (const w of batch) w.reject(storageError(e, 'write'));
+      const refusal = sharedRefusal(e);
+      for (const w of batch) w.reject(refusal);
       return;
     }
     for (const change of missed) this.s.emit(change);
@@ -299,11 +313,12 @@ export class WriteQueue {
     st: NodeState,
     batch: readonly QueuedWrite[],
     instances: Instances,
+    deadline: Deadline | undefined,
   ): Promise<readonly QueuedWrite[] | undefined> {
     // Where this instance pushes the node, the round's check covers its log head too (RoundPush).
     const push = instances.pushFromRound(st.nid);
     try {
-      return await this.pumpConditionalWith(st, batch, instances, push);
+      return await this.pumpConditionalWith(st, batch, instances, push, deadline);
     } finally {
       push?.done();
     }
@@ -314,6 +329,7 @@ export class WriteQueue {
     batch: readonly QueuedWrite[],
     instances: Instances,
     push: RoundPush | undefined,
+    deadline: Deadline | undefined,
   ): Promise<readonly QueuedWrite[] | undefined> {
     const ids = [...new Set(batch.filter((w) => !w.generated).map((w) => w.id))];
     let read = ids.length === 0 ? instances.unread(st) : undefined;
@@ -321,14 +337,18 @@ export class WriteQueue {
     let head: Buffer | undefined = seqValue(st.seq);
     if (read === undefined) {
       try {
-        read = await instances.store.readNow([
-          metaKey(st.nid),
-          deletedKey(st.nid),
-          ...ids.map((id) => itemKey(st.nid, id)),
-          ...(push ? [headKey(st.nid)] : []),
-        ]);
+        read = await instances.store.readNow(
+          [
+            metaKey(st.nid),
+            deletedKey(st.nid),
+            ...ids.map((id) => itemKey(st.nid, id)),
+            ...(push ? [headKey(st.nid)] : []),
+          ],
+          deadline,
+        );
       } catch (e) {
-        for (const w of batch) w.reject(storageError(e, 'read'));
+        const refusal = sharedRefusal(e);
+        for (const w of batch) w.reject(refusal);
         return undefined;
       }
       instances.sawClock(read.now);
@@ -346,7 +366,14 @@ export class WriteQueue {
     const kept = new Set([...round.written, ...round.unchanged].map((r) => r.w));
     const left = batch.filter((w) => kept.has(w));
     if (round.written.length > 0) {
-      const wrote = await this.writeConditional(st, round, metaBuf, instances, push && { push, head });
+      const wrote = await this.writeConditional(
+        st,
+        round,
+        metaBuf,
+        instances,
+        deadline,
+        push && { push, head },
+      );
       if (wrote !== true) {
         for (const w of batch) st.pending.delete(w.id);
         instances.spoiled(st, before);
@@ -371,6 +398,7 @@ export class WriteQueue {
     round: Round,
     metaBuf: Buffer,
     instances: Instances,
+    deadline: Deadline | undefined,
     /** Where its changes are pushed from memory, and the node's log head it expects. */
     pushing?: { push: RoundPush; head: Buffer | undefined },
   ): Promise<boolean | Error> {
@@ -391,6 +419,7 @@ export class WriteQueue {
         ops: [...round.ops, counters, ...log],
         notify: [changedMessage(st.nid, st.seq, 0)],
         proof: [proof.key, proof.value],
+        ...(deadline !== undefined ? { deadline } : {}),
       });
       if (wrote) {
         instances.wrote(st, counters.value);
@@ -403,7 +432,7 @@ export class WriteQueue {
       }
       return wrote;
     } catch (e) {
-      return storageError(e, 'write');
+      return sharedRefusal(e);
     }
   }
 

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Element } from 'ltx';
-import { type AtomEntry, readAtomElementText, readAtomEntry, tombstone } from '../atom.ts';
+import { type AtomEntry, payloadKindOf, readPayload, readPayloadElement, tombstone } from '../model/atom.ts';
+import type { Deadline } from '../model/deadline.ts';
 import {
   AccessDenied,
   AppendOnly,
@@ -8,9 +9,9 @@ import {
   ItemExists,
   ItemNotFound,
   PayloadTooBig,
-} from '../errors.ts';
-import { checkItemId, parseFeedName } from '../feedName.ts';
-import type { Change, ItemRecord } from '../model.ts';
+} from '../model/errors.ts';
+import type { Change, ItemRecord } from '../model/feed.ts';
+import { checkItemId, parseFeedName } from '../model/feedName.ts';
 import { type Handed, type Handoff, type HandoffCounts, noHandoffs } from './handoff.ts';
 import type { EngineState, RecordBody } from './state.ts';
 import type { WriteQueue } from './writeQueue.ts';
@@ -18,7 +19,10 @@ import type { WriteQueue } from './writeQueue.ts';
 export interface PublishInput {
   /** The item id; one is generated when absent. */
   id?: string;
-  /** One Atom entry: XML text, or an element a binding has parsed already. */
+  /**
+   * One Atom entry (or, in an attachment node, XEP-0470 attachments): XML text, or an element a
+   * binding has parsed already.
+   */
   entry: string | Element;
   /** The publisher's bare JID. */
   publisher?: string;
@@ -50,9 +54,14 @@ export class Writes {
   ) {}
 
   /** A publish as FeedEngine makes it: handed to the node's holder when another instance holds it. */
-  publishRouted(node: string, input: PublishInput, options: PublishGuards = {}): Promise<Change> {
+  publishRouted(
+    node: string,
+    input: PublishInput,
+    options: PublishGuards = {},
+    deadline?: Deadline,
+  ): Promise<Change> {
     const { handoff } = this;
-    if (!handoff) return this.publish(node, input, options);
+    if (!handoff) return this.publish(node, input, options, undefined, undefined, deadline);
     let name: string;
     try {
       name = this.baseName(node);
@@ -74,7 +83,7 @@ export class Writes {
         };
         if (typeof input.entry === 'string') return { ...base, input: { ...fixed, entry: input.entry } };
         // Parsed already (XMPP): checked and made canonical here, so the holder parses nothing.
-        const { entry, atomId, categories } = readAtomElementText(input.entry);
+        const { entry, atomId, categories } = readPayloadElement(input.entry, payloadKindOf(name));
         return {
           ...base,
           input: { ...fixed, entry },
@@ -84,14 +93,20 @@ export class Writes {
           },
         };
       },
-      () => this.publish(name, fixed, options, generated),
+      () => this.publish(name, fixed, options, generated, undefined, deadline),
+      deadline,
     );
   }
 
   /** A retraction as FeedEngine makes it (see publishRouted). */
-  retractRouted(node: string, id: string, options: RetractOptions = {}): Promise<Change> {
+  retractRouted(
+    node: string,
+    id: string,
+    options: RetractOptions = {},
+    deadline?: Deadline,
+  ): Promise<Change> {
     const { handoff } = this;
-    if (!handoff) return this.retract(node, id, options);
+    if (!handoff) return this.retract(node, id, options, deadline);
     let name: string;
     try {
       name = this.baseName(node);
@@ -101,15 +116,33 @@ export class Writes {
     return handoff.route(
       name,
       () => ({ op: 'retract', node: name, id, options }),
-      () => this.retract(name, id, options),
+      () => this.retract(name, id, options, deadline),
+      deadline,
     );
   }
 
-  /** A write another instance handed here: committed here, whoever holds its node now. */
+  /**
+   * A write another instance handed here: committed here, whoever holds its node now, within the
+   * time it has left (its budget, at most this instance's own write time).
+   */
   handed(request: Handed): Promise<Change> {
-    if (request.op === 'retract') return this.retract(request.node, request.id, request.options);
+    const { budget } = request;
+    const left =
+      typeof budget === 'number' && Number.isFinite(budget)
+        ? Math.min(Math.max(budget, 0), this.s.writeTimeoutMs)
+        : this.s.writeTimeoutMs;
+    const deadline = Date.now() + left;
+    if (request.op === 'retract') return this.retract(request.node, request.id, request.options, deadline);
     const { checked } = request;
-    if (!checked) return this.publish(request.node, request.input, request.options, request.generated);
+    if (!checked)
+      return this.publish(
+        request.node,
+        request.input,
+        request.options,
+        request.generated,
+        undefined,
+        deadline,
+      );
     const { atomId, categories } = checked;
     if (
       (atomId !== undefined && typeof atomId !== 'string') ||
@@ -117,11 +150,18 @@ export class Writes {
         !(Array.isArray(categories) && categories.every((c) => typeof c === 'string')))
     )
       return Promise.reject(new InvalidPayload('a handed entry with malformed checked fields'));
-    return this.publish(request.node, request.input, request.options, request.generated, {
-      entry: request.input.entry,
-      atomId,
-      ...(categories !== undefined ? { categories } : {}),
-    });
+    return this.publish(
+      request.node,
+      request.input,
+      request.options,
+      request.generated,
+      {
+        entry: request.input.entry,
+        atomId,
+        ...(categories !== undefined ? { categories } : {}),
+      },
+      deadline,
+    );
   }
 
   /**
@@ -140,6 +180,8 @@ export class Writes {
     givenGenerated?: true,
     /** The entry as another instance checked it (handed): `input.entry` is not parsed again. */
     checked?: AtomEntry,
+    /** When it must be answered by, on a shared store (deadline.ts). */
+    deadline?: Deadline,
   ): Promise<Change> {
     // Not an async function: the promise of the write itself is returned, one fewer per publish.
     let name: string;
@@ -155,25 +197,29 @@ export class Writes {
       if (typeof input.entry === 'string' && input.entry.length > this.s.limits.maxPayloadBytes + 1024) {
         throw new PayloadTooBig(Buffer.byteLength(input.entry, 'utf8'), this.s.limits.maxPayloadBytes);
       }
-      if (checked === undefined && typeof input.entry === 'string' && this.busy()) {
+      const kind = payloadKindOf(name);
+      if (checked === undefined && typeof input.entry === 'string' && kind === 'atom' && this.busy()) {
         // Busy: the text is parsed on the parse thread while this one computes and writes.
         const parsed = this.s.parser.parse(input.entry);
-        return this.publishParsed(name, { id, generated }, parsed, input, options);
+        return this.publishParsed(name, { id, generated, deadline }, parsed, input, options);
       }
       body = this.bodyOf(
         checked ??
-          (typeof input.entry === 'string' ? readAtomEntry(input.entry) : readAtomElementText(input.entry)),
+          (typeof input.entry === 'string'
+            ? readPayload(input.entry, kind)
+            : readPayloadElement(input.entry, kind)),
         input,
       );
     } catch (e) {
       return Promise.reject(e);
     }
     if (!options.appendOnly && options.onlyOwnBy === undefined)
-      return this.queue.submit(name, options.autoCreate === true, { id, generated, version: body });
+      return this.queue.submit(name, options.autoCreate === true, { id, generated, deadline, version: body });
     const fresh = body;
     return this.queue.submit(name, options.autoCreate === true, {
       id,
       generated,
+      deadline,
       version: (old) => {
         guard(name, id, old, options);
         return fresh;
@@ -195,11 +241,13 @@ export class Writes {
   }
 
   /**
-   * Checks an entry as publish would (an Atom entry, within the payload limits) without writing:
-   * for a binding that must refuse a payload before it acts on the publish (e.g. creates a node).
+   * Checks an entry as a publish to `node` would (its node's kind of payload, within the payload
+   * limits) without writing: for a binding that must refuse a payload before it acts on the
+   * publish (e.g. creates a node).
    */
-  checkEntry(entry: string | Element): void {
-    this.bodyOf(typeof entry === 'string' ? readAtomEntry(entry) : readAtomElementText(entry), {});
+  checkEntry(node: string, entry: string | Element): void {
+    const kind = payloadKindOf(this.baseName(node));
+    this.bodyOf(typeof entry === 'string' ? readPayload(entry, kind) : readPayloadElement(entry, kind), {});
   }
 
   /** A checked entry's record body; refuses one whose canonical form is over the limit. */
@@ -226,7 +274,7 @@ export class Writes {
    */
   publishParsed(
     name: string,
-    { id, generated }: { id: string; generated: true | undefined },
+    { id, generated, deadline }: { id: string; generated: true | undefined; deadline: Deadline | undefined },
     parsed: Promise<AtomEntry>,
     input: Pick<PublishInput, 'publisher' | 'audience'>,
     options: PublishGuards,
@@ -246,6 +294,7 @@ export class Writes {
     return this.queue.submit(name, options.autoCreate === true, {
       id,
       generated,
+      deadline,
       ready,
       version: (old) => {
         guard(name, id, old, options);
@@ -269,6 +318,8 @@ export class Writes {
      * carries `notify` (subscribers are told whatever the node's settings).
      */
     options: RetractOptions = {},
+    /** When it must be answered by, on a shared store (deadline.ts). */
+    deadline?: Deadline,
   ): Promise<Change> {
     const name = parseFeedName(node).node;
     checkItemId(id);
@@ -276,6 +327,7 @@ export class Writes {
     return this.queue.submit(name, false, {
       id,
       quiet: options.quiet === true,
+      deadline,
       ...(options.notify ? { notify: true as const } : {}),
       version: (old, stamp) => {
         if (!old || old.d === 1) return undefined;

@@ -2,15 +2,21 @@
  * Who acts on the service. Every verb takes one: the rights table decides from it.
  * - a user, by bare JID (administrators are named in the service's options);
  * - anonymous: an HTTP request without credentials (reads at most);
- * - the operator: the CLI and the feed bot, acting for whoever runs the service (every right).
+ * - the operator: the CLI and the feed bot, acting for whoever runs the service (every right);
+ *   the feed bot names the user it acts for, whose bounds (bounds.ts) its work is charged to.
  */
 export type Actor =
   | { readonly kind: 'user'; readonly jid: string }
   | { readonly kind: 'anonymous' }
-  | { readonly kind: 'operator' };
+  | { readonly kind: 'operator'; readonly onBehalfOf?: string };
 
 export const ANONYMOUS: Actor = Object.freeze({ kind: 'anonymous' });
 export const OPERATOR: Actor = Object.freeze({ kind: 'operator' });
+
+/** The operator acting at a user's request (a bare JID): every right, within that user's bounds. */
+export function onBehalfOf(bare: string): Actor {
+  return { kind: 'operator', onBehalfOf: bare };
+}
 
 /** A user acting by bare JID (callers pass it canonical, as `@xmpp/jid` spells it). */
 export function user(bare: string): Actor {

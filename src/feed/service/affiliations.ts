@@ -1,5 +1,5 @@
-import { AFFILIATIONS, type Affiliation } from '../access.ts';
-import { bareJid } from '../jid.ts';
+import { AFFILIATIONS, type Affiliation } from '../model/access.ts';
+import { bareJid } from '../model/jid.ts';
 import type { Actor } from './actor.ts';
 import type { ServiceContext } from './context.ts';
 import { revokeUnentitled } from './subscriptions.ts';

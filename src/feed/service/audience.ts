@@ -1,12 +1,12 @@
-import { tombstone } from '../atom.ts';
-import { type FeedName, filterKey } from '../feedName.ts';
-import { bareJid } from '../jid.ts';
-import type { Change, ChangeKind, Item, Page, Subscription } from '../model.ts';
-import { summarize } from '../summary.ts';
-import { changeShows } from '../views.ts';
+import { tombstone } from '../model/atom.ts';
+import type { Change, ChangeKind, Item, Page, Subscription } from '../model/feed.ts';
+import { type FeedName, filterKey } from '../model/feedName.ts';
+import { bareJid } from '../model/jid.ts';
+import { summarize } from '../model/summary.ts';
+import { changeShows } from '../model/views.ts';
+import type { ReaderPage, Visible } from '../model/visible.ts';
 import type { Actor } from './actor.ts';
 import type { ServiceContext } from './context.ts';
-import type { ReaderPage, Visible } from './visible.ts';
 
 /**
  * Audiences (protocol.md 11): who reads which view of a node. Owners, the node's publishers and

@@ -1,6 +1,7 @@
+import type { PolicyStore } from '../engine/policy.ts';
 import type { FeedEngine } from '../engine.ts';
 import type { ChangeEvent, FeedEvent } from '../events.ts';
-import type { PolicyStore } from '../policy.ts';
+import type { AccountLimits } from './bounds.ts';
 import type { Rights } from './rights.ts';
 
 /** What the verbs (one file per concern) share: the engine below, the rights, the event sink. */
@@ -8,6 +9,8 @@ export interface ServiceContext {
   readonly engine: FeedEngine;
   readonly policy: PolicyStore;
   readonly rights: Rights;
+  /** What each account may take (nodes created, writes, subscriptions held). */
+  readonly bounds: AccountLimits;
   /** Whether publishing to a missing node creates it (for those who may create). */
   readonly autoCreate: boolean;
   /** Tells this instance's listeners now (and nobody else). */

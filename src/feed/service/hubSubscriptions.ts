@@ -1,5 +1,5 @@
+import type { HubSubscription } from '../engine/hubStore.ts';
 import type { FeedEngine } from '../engine.ts';
-import type { HubSubscription } from '../hubStore.ts';
 
 export type { HubSubscription };
 
@@ -22,4 +22,4 @@ export function hubSubscriptions(engine: FeedEngine): HubSubscriptions {
   return engine.hubs();
 }
 
-export { hubSlot } from '../hubStore.ts';
+export { hubSlot } from '../engine/hubStore.ts';

@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { AppendOnly, NodeNotFound } from '../errors.ts';
 import type { NodeEvent } from '../events.ts';
-import { FILTER_KINDS, type FilterKind } from '../feedName.ts';
-import { bareJid } from '../jid.ts';
-import type { NodeConfig } from '../nodeConfig.ts';
+import { type PayloadKind, payloadKindOf } from '../model/atom.ts';
+import { AppendOnly, NodeNotFound } from '../model/errors.ts';
+import { FILTER_KINDS, type FilterKind } from '../model/feedName.ts';
+import { bareJid } from '../model/jid.ts';
+import type { NodeConfig } from '../model/nodeConfig.ts';
 import { type Actor, jidOf } from './actor.ts';
 import { readerOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';
@@ -27,10 +28,17 @@ export async function create(
   const node = name ?? randomUUID();
   const given = actor.kind === 'operator' ? options.owner : undefined;
   const owner = given !== undefined ? bareJid(given, 'the owner') : jidOf(actor);
-  if (owner !== undefined) await ctx.policy.createNode(node, owner, settings);
-  else {
-    await ctx.engine.createNode(node);
-    if (Object.keys(settings).length > 0) await ctx.policy.configure(node, settings);
+  // Taken once the request is known good; given back when the node is not made (a taken name).
+  const refund = ctx.bounds.createNode(actor);
+  try {
+    if (owner !== undefined) await ctx.policy.createNode(node, owner, settings);
+    else {
+      await ctx.engine.createNode(node);
+      if (Object.keys(settings).length > 0) await ctx.policy.configure(node, settings);
+    }
+  } catch (e) {
+    refund();
+    throw e;
   }
   return node;
 }
@@ -107,13 +115,20 @@ export async function purge(
   await ctx.engine.purgeNode(node, { wait: options.wait === true });
 }
 
-/** What disco#info tells of a node; `total` only to those who may read its items. */
+/** What disco#info tells of a node; `total` and `subscribers` only to those who may read its items. */
 export interface NodeDescription {
   config: NodeConfig;
   owners: string[];
   readable: boolean;
+  /** What the node's items hold (protocol.md 1). */
+  payloads: PayloadKind;
   /** Items in the feed described, as the actor sees it (a filtered feed's, or their view's). */
   total?: number;
+  /**
+   * The node's subscribers, as XEP-0060 counts them: each JID with an approved subscription to
+   * any feed of the node counts once (a pending one is no subscriber yet).
+   */
+  subscribers?: number;
   /** The filter parameters the node's feeds take (protocol.md 11). */
   filters: readonly FilterKind[];
 }
@@ -130,8 +145,20 @@ export async function describe(ctx: ServiceContext, actor: Actor, name: string):
   const readable = await ctx.rights.may(node, actor, 'retrieve');
   if (!readable && config.accessModel === 'whitelist') await ctx.rights.check(node, actor, 'retrieve');
   const owners = (await ctx.policy.affiliations(node)).filter(([, a]) => a === 'owner').map(([j]) => j);
-  const out: NodeDescription = { config, owners, readable, filters: FILTER_KINDS };
-  if (readable) out.total = (await ctx.engine.read(feed, { max: 0 }, await readerOf(ctx, node, actor))).total;
+  const out: NodeDescription = {
+    config,
+    owners,
+    readable,
+    payloads: payloadKindOf(node),
+    filters: FILTER_KINDS,
+  };
+  // Who reads the items may know how many they are, and how many follow them: the access model
+  // decides both (a whitelist node's members, an authorize node's approved subscribers, anyone
+  // of an open node but its outcasts).
+  if (readable) {
+    out.total = (await ctx.engine.read(feed, { max: 0 }, await readerOf(ctx, node, actor))).total;
+    out.subscribers = await ctx.engine.subscriberCount(node);
+  }
   return out;
 }
 

@@ -1,7 +1,14 @@
-import { type Action, type CreatePolicy, decide, enforce, mayCreate, type Standing } from '../access.ts';
-import { AccessDenied } from '../errors.ts';
-import type { NodeConfig } from '../nodeConfig.ts';
-import type { PolicyStore } from '../policy.ts';
+import type { PolicyStore } from '../engine/policy.ts';
+import {
+  type Action,
+  type CreatePolicy,
+  decide,
+  enforce,
+  mayCreate,
+  type Standing,
+} from '../model/access.ts';
+import { AccessDenied } from '../model/errors.ts';
+import type { NodeConfig } from '../model/nodeConfig.ts';
 import { type Actor, describe } from './actor.ts';
 
 /** The service's configuration of who is who. */

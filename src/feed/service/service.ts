@@ -1,13 +1,14 @@
-import type { Affiliation, CreatePolicy } from '../access.ts';
-import type { BackupPair } from '../backup.ts';
+import type { BackupPair } from '../engine/backup.ts';
+import type { Claim, KeyValueStore } from '../engine/kv.ts';
+import type { PolicyStore } from '../engine/policy.ts';
 import type { FeedEngine } from '../engine.ts';
-import { AccessDenied, NodeExists } from '../errors.ts';
 import type { FeedEvent, FeedEventListener, NodeEvent } from '../events.ts';
-import type { FeedName } from '../feedName.ts';
-import type { Claim, KeyValueStore } from '../kv.ts';
-import type { Change, ExportRecord, Limits, ReadQuery, Subscription } from '../model.ts';
-import type { NodeConfig } from '../nodeConfig.ts';
-import type { PolicyStore } from '../policy.ts';
+import type { Affiliation, CreatePolicy } from '../model/access.ts';
+import { AccessDenied, NodeExists } from '../model/errors.ts';
+import type { Change, ExportRecord, Limits, ReadQuery, Subscription } from '../model/feed.ts';
+import type { FeedName } from '../model/feedName.ts';
+import type { NodeConfig } from '../model/nodeConfig.ts';
+import type { ReaderItem, ReaderPage } from '../model/visible.ts';
 import { type Actor, jidOf } from './actor.ts';
 import * as affiliations from './affiliations.ts';
 import {
@@ -18,6 +19,7 @@ import {
   publicChange,
   readerOf,
 } from './audience.ts';
+import { type AccountBounds, AccountLimits, type BoundName } from './bounds.ts';
 import type { ServiceContext } from './context.ts';
 import { type HubSubscriptions, hubSubscriptions } from './hubSubscriptions.ts';
 import * as items from './items.ts';
@@ -25,8 +27,9 @@ import { feedOf } from './items.ts';
 import * as nodes from './nodes.ts';
 import { Rights } from './rights.ts';
 import * as subscriptions from './subscriptions.ts';
-import type { ReaderItem, ReaderPage } from './visible.ts';
 
+/** The memo of what readers made of an item's version (its entry as UTF-8, its renditions). */
+export { memoOf, type VersionMemo } from '../engine/versionMemo.ts';
 /** A binding's own key-value state (the feed bot's), kept by the service in its store. */
 export type { Claim, KeyValueStore };
 
@@ -39,6 +42,10 @@ export interface FeedServiceOptions {
   localDomain?: string;
   /** Publishing to a missing node creates it, for those who may create (default true). */
   autoCreate?: boolean;
+  /** What one account may take (bounds.ts); a part left out, or all of it, is not bounded. */
+  bounds?: AccountBounds;
+  /** The clock of the bounds' windows, in ms (default: performance.now; tests give their own). */
+  now?: () => number;
 }
 
 /**
@@ -67,10 +74,12 @@ export class FeedService {
       create: options.create ?? 'admins',
       localDomain: options.localDomain ?? 'localhost',
     });
+    const admins = this.rights.options.admins;
     this.ctx = {
       engine,
       policy: this.policy,
       rights: this.rights,
+      bounds: new AccountLimits(options.bounds ?? {}, (bare) => admins.has(bare), options.now),
       autoCreate: options.autoCreate ?? true,
       emit: (event) => this.emit(event),
       changed: async (change, event) => {
@@ -346,6 +355,11 @@ export class FeedService {
 
   get limits(): Limits {
     return this.engine.limits;
+  }
+
+  /** Requests refused so far by each bound per account (bounds.ts), for the metrics. */
+  boundRefusals(): Readonly<Record<BoundName, number>> {
+    return this.ctx.bounds.refused;
   }
 
   /**

@@ -1,13 +1,13 @@
-import { AccessDenied, InvalidJid, NotSubscribed } from '../errors.ts';
 import type { NodeEvent } from '../events.ts';
-import type { FeedName } from '../feedName.ts';
-import type { Subscription } from '../model.ts';
-import type { NodeConfig } from '../nodeConfig.ts';
+import { AccessDenied, InvalidJid, NotSubscribed, SubscriptionLimit } from '../model/errors.ts';
+import type { Subscription } from '../model/feed.ts';
+import type { FeedName } from '../model/feedName.ts';
+import type { NodeConfig } from '../model/nodeConfig.ts';
+import type { ReaderItem } from '../model/visible.ts';
 import type { Actor } from './actor.ts';
 import { presentItem, readerOf } from './audience.ts';
 import type { ServiceContext } from './context.ts';
 import { feedOf } from './items.ts';
-import type { ReaderItem } from './visible.ts';
 
 /** The bare part of a full JID (bindings pass JIDs canonical). */
 export function bareOf(full: string): string {
@@ -29,6 +29,36 @@ async function approvers(ctx: ServiceContext, node: string): Promise<string[]> {
 }
 
 /**
+ * Runs `make`, which may add a subscription of `jid`'s to the feed, within the bounds of the
+ * subscriber's account (bounds.ts): past them, SubscriptionLimit, unless `jid` holds that one
+ * already (subscribing again adds nothing). An account's subscribes take turns, so that its own
+ * concurrent requests cannot each count below the bound and all pass it.
+ */
+function withinSubscriptionBounds<T>(
+  ctx: ServiceContext,
+  actor: Actor,
+  feed: FeedName,
+  jid: string,
+  make: () => Promise<T>,
+): Promise<T> {
+  const bare = bareOf(jid);
+  const account = ctx.bounds.subscriberOf(actor, bare);
+  if (account === undefined) return make();
+  const { nodeSubscriptions, subscriptions } = ctx.bounds.bounds;
+  return ctx.bounds.subscribing(account, async () => {
+    const held = await ctx.engine.countSubscriptionsFor(bare, feed.node, {
+      ...(nodeSubscriptions !== undefined ? { node: nodeSubscriptions } : {}),
+      ...(subscriptions !== undefined ? { total: subscriptions } : {}),
+    });
+    const full =
+      (nodeSubscriptions !== undefined && held.node >= nodeSubscriptions) ||
+      (subscriptions !== undefined && held.total >= subscriptions);
+    if (full && !(await find(ctx, feed, jid))) ctx.bounds.checkSubscriptions(account, held);
+    return make();
+  });
+}
+
+/**
  * Subscribes `jid` (a full JID, the actor's own) to a feed: pending on an authorize node until an
  * owner approves. Subscribing again returns the same subscription and tells nobody.
  */
@@ -40,7 +70,20 @@ export async function subscribe(
 ): Promise<Subscription> {
   const feed = feedOf(feedName);
   ownJid(actor, jid, 'invalid-jid');
-  const { decision, config } = await ctx.rights.check(feed.node, actor, 'subscribe');
+  const checked = await ctx.rights.check(feed.node, actor, 'subscribe');
+  return withinSubscriptionBounds(ctx, actor, feed, jid, () =>
+    subscribeChecked(ctx, actor, feed, jid, checked),
+  );
+}
+
+/** subscribe, once the right and the bounds are checked. */
+async function subscribeChecked(
+  ctx: ServiceContext,
+  actor: Actor,
+  feed: FeedName,
+  jid: string,
+  { decision, config }: { decision: 'allow' | 'approval'; config: NodeConfig },
+): Promise<Subscription> {
   const pending = decision === 'approval';
   // On a shared store the event is built under the node's lock, which waits for no other read:
   // what it needs is read before.
@@ -203,6 +246,31 @@ export async function setSubscription(
     return true;
   }
   if (state !== 'subscribed') return false;
+  // The subscriber's bounds hold whoever makes the subscription: an owner cannot give an account
+  // more fan-out than it may take itself. Past them the change cannot be applied.
+  if (!found)
+    try {
+      await withinSubscriptionBounds(ctx, actor, feed, jid, () =>
+        ownerSubscribes(ctx, feed, jid, bare, found, config),
+      );
+      return true;
+    } catch (e) {
+      if (e instanceof SubscriptionLimit) return false;
+      throw e;
+    }
+  await ownerSubscribes(ctx, feed, jid, bare, found, config);
+  return true;
+}
+
+/** An owner's `subscribed`: approves the subscription found, or makes one. */
+async function ownerSubscribes(
+  ctx: ServiceContext,
+  feed: FeedName,
+  jid: string,
+  bare: string,
+  found: Subscription | undefined,
+  config: NodeConfig,
+): Promise<void> {
   await ctx.changed<Subscription>(
     async (logged) =>
       found
@@ -220,7 +288,6 @@ export async function setSubscription(
         ? { type: 'subscription-changed', subscription, state: 'subscribed', cause: 'owner', config }
         : undefined,
   );
-  return true;
 }
 
 /** Every subscription to a node, each feed and order, for those who manage it. */

@@ -1,5 +1,5 @@
 import { mkdir, readdir } from 'node:fs/promises';
-import { StorageError } from '../errors.ts';
+import { StorageError } from '../model/errors.ts';
 import { openLevelStore } from './level.ts';
 import type { Cursor, Entry, Snapshot, Store } from './store.ts';
 

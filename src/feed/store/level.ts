@@ -1,5 +1,5 @@
 import { ClassicLevel } from 'classic-level';
-import { StorageError } from '../errors.ts';
+import { StorageError } from '../model/errors.ts';
 import type {
   Cursor,
   Entry,

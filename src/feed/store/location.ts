@@ -1,4 +1,4 @@
-import { StorageError } from '../errors.ts';
+import { StorageError } from '../model/errors.ts';
 import { openLevelStore } from './level.ts';
 import type { Store } from './store.ts';
 

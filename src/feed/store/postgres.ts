@@ -12,7 +12,8 @@
  * by its id once PostgreSQL answers again: a write either commits or fails, never half.
  */
 import pg from 'pg';
-import { StorageError } from '../errors.ts';
+import { byDeadline, type Deadline } from '../model/deadline.ts';
+import { OutcomeUnknown, StorageError, WriteTimedOut } from '../model/errors.ts';
 import { hasStoreTables, migrate, STORE_MIGRATIONS } from './postgresSchema.ts';
 import type { Cursor, Entry, Op, Range, Snapshot, Store, StoreReader, WriteOptions } from './store.ts';
 
@@ -246,7 +247,7 @@ export const WRITE = `WITH deleted AS (DELETE FROM kv WHERE key = ANY($1::bytea[
 SELECT pg_current_xact_id()::text`;
 
 /** A client of the pool, held for a transaction; `lost` once its connection has failed. */
-class Held {
+export class Held {
   lost: Error | undefined;
   private readonly onError = (e: Error) => {
     this.lost = e;
@@ -275,7 +276,8 @@ export class PostgresStore extends PostgresReader implements Store {
     /** The pool: for the code beside this file that needs its own statements (a change log, say). */
     readonly pool: pg.Pool,
     private readonly where: string,
-    private readonly retryForMs: number,
+    /** How long an operation given no deadline waits for PostgreSQL to come back. */
+    readonly retryForMs: number,
   ) {
     super((text, params) => this.retrying(async () => (await pool.query(query(text, params))).rows));
   }
@@ -303,8 +305,42 @@ export class PostgresStore extends PostgresReader implements Store {
     if (this.closed) throw new StorageError(`the store on ${this.where} is closed`);
   }
 
-  /** A client of its own, once PostgreSQL answers (connecting is tried again with backoff). */
-  async hold(deadline?: number): Promise<Held> {
+  /**
+   * `retrying` for a write's deadline: each try also ends at it (a connection that hangs, a pool
+   * whose clients are all busy), with WriteTimedOut; what a try abandoned brings goes to `abandoned`.
+   */
+  async within<T>(fn: () => Promise<T>, deadline: Deadline, abandoned?: (value: T) => void): Promise<T> {
+    for (let delay = FIRST_DELAY_MS; ; delay = Math.min(2 * delay, MAX_DELAY_MS)) {
+      this.requireOpen();
+      try {
+        return await byDeadline(fn(), deadline, () => this.late(), abandoned);
+      } catch (e) {
+        if (e instanceof WriteTimedOut || this.closed || !isConnectionLoss(e)) throw this.failure(e);
+        if (Date.now() + delay > deadline) throw this.late(e);
+        await sleep(delay);
+      }
+    }
+  }
+
+  /** The refusal of an operation PostgreSQL did not answer by its deadline. */
+  private late(cause?: unknown): WriteTimedOut {
+    const why = cause instanceof Error ? `: ${cause.message}` : '';
+    return new WriteTimedOut(`PostgreSQL at ${this.where} did not answer in time${why}`);
+  }
+
+  /**
+   * A client of its own, once PostgreSQL answers (connecting is tried again with backoff until
+   * `deadline`). With `strict`, a connection that has not come by the deadline is given up too.
+   */
+  async hold(deadline?: Deadline, strict = false): Promise<Held> {
+    if (strict && deadline !== undefined)
+      return new Held(
+        await this.within(
+          () => this.pool.connect(),
+          deadline,
+          (client) => client.release(),
+        ),
+      );
     return new Held(await this.retrying(() => this.pool.connect(), deadline));
   }
 
@@ -337,13 +373,12 @@ export class PostgresStore extends PostgresReader implements Store {
         held.release(lost);
         if (this.closed || !lost) throw this.failure(e);
         if (xid !== undefined) {
-          const status = await this.statusOf(xid, deadline);
+          const status = await this.statusOf(xid, deadline).catch(() => undefined);
           if (status === 'committed') return;
           if (status !== 'aborted')
-            throw new StorageError(
-              `PostgreSQL at ${this.where} went away while a write committed: its outcome is unknown`,
-              { cause: e },
-            );
+            throw new OutcomeUnknown(`PostgreSQL at ${this.where} went away while the write committed`, {
+              cause: e,
+            });
         }
         // Not committed: the batch is written again, whole.
         if (Date.now() + delay > deadline) throw this.failure(e);
@@ -352,10 +387,16 @@ export class PostgresStore extends PostgresReader implements Store {
     }
   }
 
-  /** A transaction's fate once the server answers again: committed, aborted, or still unknown. */
-  private async statusOf(xid: string, deadline: number): Promise<string | undefined> {
+  /**
+   * A transaction's fate once the server answers again by `deadline`: committed, aborted, or still
+   * unknown (rejects when it does not answer by then).
+   */
+  async statusOf(xid: string, deadline: Deadline): Promise<string | undefined> {
     for (;;) {
-      const rows = await this.run('SELECT pg_xact_status($1::xid8)', [xid]);
+      const rows = await this.retrying(
+        async () => (await this.pool.query(query('SELECT pg_xact_status($1::xid8)', [xid]))).rows,
+        deadline,
+      );
       const status = rows[0]?.[0] as string | null | undefined;
       // In progress: its backend has not yet seen its client go; it will roll back or commit.
       if (status !== 'in progress' || Date.now() > deadline) return status ?? undefined;
@@ -363,10 +404,21 @@ export class PostgresStore extends PostgresReader implements Store {
     }
   }
 
+  async ping(): Promise<void> {
+    this.requireOpen();
+    try {
+      await this.pool.query('SELECT 1');
+    } catch (e) {
+      throw this.failure(e);
+    }
+  }
+
   snapshot(): Snapshot {
     this.requireOpen();
+    // One time for the whole begin, however many connections it tries.
+    const deadline = Date.now() + this.retryForMs;
     const begun = this.retrying(async () => {
-      const held = await this.hold();
+      const held = await this.hold(deadline);
       try {
         // The snapshot is taken at the first statement after BEGIN: both go in one round trip.
         await held.client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT 1');
@@ -375,7 +427,7 @@ export class PostgresStore extends PostgresReader implements Store {
         held.release(true);
         throw e;
       }
-    });
+    }, deadline);
     const waiting = begun.catch(() => undefined);
     this.beginning.add(waiting);
     void waiting.then(() => this.beginning.delete(waiting));

@@ -1,3 +1,5 @@
+import { type Deadline, passed } from '../model/deadline.ts';
+import { WriteTimedOut } from '../model/errors.ts';
 import { byteaArray, type finalOps } from './postgres.ts';
 import type { ConditionalWrite } from './shared.ts';
 
@@ -113,6 +115,26 @@ export interface QueuedRound {
   lock: bigint;
   done: (written: boolean) => void;
   fail: (e: unknown) => void;
+  /** Refuses it, unsent, at its deadline while it waits for a statement (RoundBatcher). */
+  expiry?: NodeJS.Timeout;
+}
+
+/** The earliest deadline of `rounds` (a statement carrying them must be answered by then). */
+export function earliest(rounds: readonly QueuedRound[]): Deadline | undefined {
+  let first: Deadline | undefined;
+  for (const { write } of rounds)
+    if (write.deadline !== undefined && (first === undefined || write.deadline < first))
+      first = write.deadline;
+  return first;
+}
+
+/** Those of `rounds` whose deadline has not passed; the others are refused, unsent. */
+export function unexpired(rounds: readonly QueuedRound[]): QueuedRound[] {
+  return rounds.filter((round) => {
+    if (!passed(round.write.deadline)) return true;
+    round.fail(new WriteTimedOut());
+    return false;
+  });
 }
 
 /** The parameters of ROUNDS for `rounds`, in the order given (ascending lock ids). */
@@ -172,6 +194,19 @@ export class RoundBatcher {
 
   add(round: QueuedRound): void {
     this.queued.push(round);
+    const { deadline } = round.write;
+    // The statements on their way may hang (PostgreSQL away): a round still waiting at its
+    // deadline is refused unsent, not held behind them.
+    if (deadline !== undefined)
+      round.expiry = setTimeout(
+        () => {
+          const at = this.queued.indexOf(round);
+          if (at < 0) return;
+          this.queued.splice(at, 1);
+          round.fail(new WriteTimedOut());
+        },
+        Math.max(0, deadline - Date.now()),
+      );
     this.schedule();
   }
 
@@ -190,6 +225,7 @@ export class RoundBatcher {
     // Sorted by lock, stably: rounds on one lock are made in the order they were asked for.
     const batch = this.queued.splice(0, MAX_BATCH);
     if (batch.length === 0) return;
+    for (const round of batch) clearTimeout(round.expiry);
     batch.sort((a, b) => (a.lock < b.lock ? -1 : a.lock > b.lock ? 1 : 0));
     this.sending += 1;
     void this.send(batch).finally(() => {

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { StorageError } from '../errors.ts';
+import { StorageError } from '../model/errors.ts';
 
 /**
  * The store's tables, one migration a step: step N brings a database from version N to N+1.

@@ -1,10 +1,12 @@
 import { createHash } from 'node:crypto';
 import type pg from 'pg';
-import { FeedError, StorageError } from '../errors.ts';
+import { byDeadline, type Deadline, passed } from '../model/deadline.ts';
+import { FeedError, NotWritten, OutcomeUnknown, StorageError, WriteTimedOut } from '../model/errors.ts';
 import {
   byteaArray,
   collapse,
   finalOps,
+  type Held,
   isConnectionLoss,
   openPostgresStore,
   PostgresReader,
@@ -15,11 +17,13 @@ import {
 } from './postgres.ts';
 import {
   APPLY_BY_INDEX,
+  earliest,
   type QueuedRound,
   ROUNDS,
   ROUNDS_FUNCTION,
   RoundBatcher,
   roundsParams,
+  unexpired,
 } from './postgresRounds.ts';
 import { migrate } from './postgresSchema.ts';
 import type {
@@ -149,16 +153,23 @@ export class SharedPostgresStore implements SharedFeedStore {
   snapshot(): Snapshot {
     return this.pg.snapshot();
   }
+  ping(): Promise<void> {
+    return this.pg.ping();
+  }
   async close(): Promise<void> {
     this.stopped = true;
     await this.pg.close();
   }
 
-  async readNow(keys: readonly Buffer[]): Promise<{ now: number; values: (Buffer | undefined)[] }> {
+  async readNow(
+    keys: readonly Buffer[],
+    deadline?: Deadline,
+  ): Promise<{ now: number; values: (Buffer | undefined)[] }> {
     const rows = await this.rows(
       `SELECT n.now, kv.key, kv.value FROM (SELECT ${NOW_MS} AS now) AS n
        LEFT JOIN kv ON kv.key = ANY($1::bytea[])`,
       [byteaArray(keys)],
+      deadline,
     );
     const found = new Map<string, Buffer>();
     for (const [, k, v] of rows) if (k !== null) found.set((k as Buffer).toString('latin1'), v as Buffer);
@@ -174,24 +185,52 @@ export class SharedPostgresStore implements SharedFeedStore {
 
   /**
    * One statement for a batch of rounds; each is answered on its own. Rounds whose node's lock
-   * was held elsewhere are then made one by one, each waiting for its lock.
+   * was held elsewhere are then made one by one, each waiting for its lock. A round whose
+   * deadline passes before a connection is had is refused unsent.
    */
   private async sendRounds(batch: QueuedRound[]): Promise<void> {
-    const [first] = batch;
-    if (batch.length === 1 && first) return this.sendOne(first);
-    await this.statement(batch, ROUNDS, roundsParams(batch), (made) => {
-      batch.forEach((round, i) => {
-        const one: unknown = Array.isArray(made) ? made[i] : undefined;
-        if (one === null) void this.sendOne(round);
-        else round.done(one === true);
+    const held = await this.connection(batch);
+    if (!held) return;
+    const live = unexpired(batch);
+    const [first] = live;
+    if (!first) held.release();
+    else if (live.length === 1)
+      await this.statement(held, live, ROUND, this.roundParams(first), (made) => first.done(made === true));
+    else
+      await this.statement(held, live, ROUNDS, roundsParams(live), (made) => {
+        live.forEach((round, i) => {
+          const one: unknown = Array.isArray(made) ? made[i] : undefined;
+          if (one === null) void this.sendOne(round);
+          else round.done(one === true);
+        });
       });
-    });
+  }
+
+  /** A connection for `rounds`, had by their earliest deadline; undefined (each refused) if none. */
+  private async connection(rounds: readonly QueuedRound[]): Promise<Held | undefined> {
+    try {
+      return await this.pg.hold(earliest(rounds), true);
+    } catch (e) {
+      const error = notWritten(this.pg.failure(e));
+      for (const round of rounds) round.fail(error);
+      return undefined;
+    }
   }
 
   /** One round in a statement of its own (`smartfeeds_round`), which waits for the node's lock. */
-  private sendOne(round: QueuedRound): Promise<void> {
+  private async sendOne(round: QueuedRound): Promise<void> {
+    const held = await this.connection([round]);
+    if (!held) return;
+    if (unexpired([round]).length === 0) held.release();
+    else
+      await this.statement(held, [round], ROUND, this.roundParams(round), (made) =>
+        round.done(made === true),
+      );
+  }
+
+  private roundParams(round: QueuedRound): unknown[] {
     const { write, ops } = round;
-    const params = [
+    return [
       round.lock.toString(),
       byteaArray(write.expect.map(([key]) => key)),
       byteaArray(write.expect.map(([, value]) => value)),
@@ -200,126 +239,166 @@ export class SharedPostgresStore implements SharedFeedStore {
       byteaArray(ops.putValues),
       [...write.notify],
     ];
-    return this.statement([round], ROUND, params, (made) => round.done(made === true));
   }
 
   /**
-   * Runs a statement of rounds on a client of its own and hands its result to `answer`. When
-   * its answer is lost (the connection broke), each round's proof tells whether it committed.
+   * Runs a statement of rounds on `held` and hands its result to `answer`. When its answer is
+   * lost (the connection broke), each round's proof tells whether it committed; when it has not
+   * come by the rounds' earliest deadline, their outcome is unknown.
    */
   private async statement(
+    held: Held,
     rounds: readonly QueuedRound[],
     text: string,
     params: unknown[],
     answer: (result: unknown) => void,
   ): Promise<void> {
+    const deadline = earliest(rounds);
+    const pid = backendPid(held.client);
+    let result: unknown;
     try {
-      const held = await this.pg.hold();
-      const pid = backendPid(held.client);
-      let result: unknown;
-      try {
-        const { rows } = await held.client.query(query(text, params));
-        held.release();
-        result = rows[0]?.[0];
-      } catch (e) {
-        const lost = held.lost !== undefined || isConnectionLoss(e);
-        held.release(lost);
-        if (!lost) throw e;
-        for (const round of rounds) await this.outcome(round.write, pid).then(round.done, round.fail);
+      const { rows } = await byDeadline(
+        held.client.query(query(text, params)),
+        deadline,
+        () => new OutcomeUnknown('PostgreSQL did not answer the commit in time'),
+      );
+      held.release();
+      result = rows[0]?.[0];
+    } catch (e) {
+      if (e instanceof OutcomeUnknown) {
+        // The statement may still commit: its connection is not used again.
+        held.release(true);
+        for (const round of rounds) round.fail(e);
         return;
       }
-      answer(result);
-    } catch (e) {
-      const error = this.pg.failure(e);
-      for (const round of rounds) round.fail(error);
+      const lost = held.lost !== undefined || isConnectionLoss(e);
+      held.release(lost);
+      if (!lost) {
+        // Its transaction failed, so none of its rounds is written.
+        const error = notWritten(this.pg.failure(e));
+        for (const round of rounds) round.fail(error);
+        return;
+      }
+      for (const round of rounds) await this.outcome(round.write, pid, deadline).then(round.done, round.fail);
+      return;
     }
+    answer(result);
   }
 
   /**
    * A conditional round whose answer was lost: once the backend that ran it is gone (ended here
-   * if PostgreSQL has not noticed yet), its proof tells, read under the node's lock.
+   * if PostgreSQL has not noticed yet), its proof tells, read under the node's lock; unknown when
+   * PostgreSQL does not answer that by the deadline.
    */
-  private async outcome(write: ConditionalWrite, pid: number | undefined): Promise<boolean> {
-    const deadline = Date.now() + 15_000;
-    for (; pid !== undefined; ) {
-      const rows = await this.rows(
-        'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1::int',
-        [pid],
+  private async outcome(
+    write: ConditionalWrite,
+    pid: number | undefined,
+    given: Deadline | undefined,
+  ): Promise<boolean> {
+    const deadline = given ?? Date.now() + this.pg.retryForMs;
+    try {
+      for (; pid !== undefined; ) {
+        const rows = await this.rows(
+          'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1::int',
+          [pid],
+          deadline,
+        );
+        if (rows.length === 0) break;
+        if (passed(deadline)) throw new WriteTimedOut();
+        await sleep(50);
+      }
+      const [key, value] = write.proof;
+      return await this.locked(
+        [write.lock],
+        async (tx) => {
+          const found = await tx.get(key);
+          return { ops: [], result: found !== undefined && value !== undefined && found.equals(value) };
+        },
+        deadline,
       );
-      if (rows.length === 0) break;
-      if (Date.now() > deadline)
-        throw new StorageError('PostgreSQL went away while a write committed: its outcome is unknown');
-      await sleep(50);
+    } catch (e) {
+      throw new OutcomeUnknown(
+        'PostgreSQL went away while the write committed and did not answer again in time',
+        {
+          cause: e,
+        },
+      );
     }
-    const [key, value] = write.proof;
-    return this.locked([write.lock], async (tx) => {
-      const found = await tx.get(key);
-      return { ops: [], result: found !== undefined && value !== undefined && found.equals(value) };
-    });
   }
 
-  async locked<T>(locks: readonly Buffer[], work: (tx: LockedReader) => Promise<LockedWrite<T>>): Promise<T> {
-    const held = await this.pg.hold();
+  async locked<T>(
+    locks: readonly Buffer[],
+    work: (tx: LockedReader) => Promise<LockedWrite<T>>,
+    deadline?: Deadline,
+  ): Promise<T> {
+    const held = await this.pg.hold(deadline, true);
     const client = held.client;
+    // With a deadline, no statement is awaited past it, and COMMIT is not sent once it has passed.
+    const run = <R>(sent: Promise<R>): Promise<R> => byDeadline(sent, deadline);
     let xid: string | undefined;
     let result: T | undefined;
     try {
-      await client.query('BEGIN');
+      await run(client.query('BEGIN'));
       const ids = [...new Set(locks.map(lockId))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
       const last = ids.pop();
       for (const id of ids)
-        await client.query(query('SELECT pg_advisory_xact_lock($1::bigint)', [id.toString()]));
+        await run(client.query(query('SELECT pg_advisory_xact_lock($1::bigint)', [id.toString()])));
       // The last lock and the clock in one round trip (the lock is held for every round trip of
       // the round): the subquery takes the lock before the clock is read.
-      const clock = await client.query(
-        last === undefined
-          ? query(`SELECT ${NOW_MS}`, [])
-          : query(`SELECT ${NOW_MS} FROM (SELECT pg_advisory_xact_lock($1::bigint)) AS locked`, [
-              last.toString(),
-            ]),
+      const clock = await run(
+        client.query(
+          last === undefined
+            ? query(`SELECT ${NOW_MS}`, [])
+            : query(`SELECT ${NOW_MS} FROM (SELECT pg_advisory_xact_lock($1::bigint)) AS locked`, [
+                last.toString(),
+              ]),
+        ),
       );
       const reader = new PostgresReader(
-        async (text, params) => (await client.query(query(text, params))).rows,
+        async (text, params) => (await run(client.query(query(text, params)))).rows,
       );
       const tx: LockedReader = Object.assign(reader, { now: Number(clock.rows[0]?.[0]) });
       const done = await work(tx);
       result = done.result;
       const { puts, dels } = collapse(done.ops);
-      const written = await client.query(query(WRITE, [dels, puts[0], puts[1]]));
+      const written = await run(client.query(query(WRITE, [dels, puts[0], puts[1]])));
       if (done.notify && done.notify.length > 0)
-        await client.query(
-          query('SELECT pg_notify($1, m) FROM unnest($2::text[]) AS m', [CHANNEL, done.notify]),
+        await run(
+          client.query(query('SELECT pg_notify($1, m) FROM unnest($2::text[]) AS m', [CHANNEL, done.notify])),
         );
+      if (passed(deadline)) throw new WriteTimedOut();
       // From here on COMMIT may be sent: only the transaction's status can tell what happened.
       xid = written.rows[0]?.[0] as string;
-      await client.query('COMMIT');
+      await byDeadline(
+        client.query('COMMIT'),
+        deadline,
+        () => new OutcomeUnknown('PostgreSQL did not answer the commit in time'),
+      );
       held.release();
       return done.result;
     } catch (e) {
+      // A statement given up at the deadline may still be running: its connection goes.
+      const late = e instanceof WriteTimedOut || e instanceof OutcomeUnknown;
       const lost = held.lost !== undefined || isConnectionLoss(e);
-      if (!lost) await client.query('ROLLBACK').catch(() => undefined);
-      held.release(lost);
-      if (lost && xid !== undefined && (await this.statusOf(xid)) === 'committed') return result as T;
+      if (!lost && !late) await client.query('ROLLBACK').catch(() => undefined);
+      held.release(lost || late);
+      if (e instanceof OutcomeUnknown) throw e;
+      if (lost && xid !== undefined) {
+        const status = await this.pg
+          .statusOf(xid, deadline ?? Date.now() + this.pg.retryForMs)
+          .catch(() => undefined);
+        if (status === 'committed') return result as T;
+        if (status !== 'aborted')
+          throw new OutcomeUnknown('PostgreSQL went away while the write committed', { cause: e });
+      }
       if (e instanceof FeedError) throw e;
       throw this.pg.failure(e);
     }
   }
 
-  /** A transaction's fate once PostgreSQL answers again (it may still be finishing). */
-  private async statusOf(xid: string): Promise<string | undefined> {
-    const deadline = Date.now() + 15_000;
-    for (;;) {
-      const rows = await this.pg.retrying(
-        async () => (await this.pg.pool.query(query('SELECT pg_xact_status($1::xid8)', [xid]))).rows,
-      );
-      const status = rows[0]?.[0] as string | null | undefined;
-      if (status !== 'in progress' || Date.now() > deadline) return status ?? undefined;
-      await sleep(250);
-    }
-  }
-
-  private async rows(text: string, params: unknown[]): Promise<unknown[][]> {
-    return this.pg.retrying(async () => (await this.pg.pool.query(query(text, params))).rows);
+  private async rows(text: string, params: unknown[], deadline?: Deadline): Promise<unknown[][]> {
+    const run = async () => (await this.pg.pool.query(query(text, params))).rows;
+    return deadline === undefined ? this.pg.retrying(run) : this.pg.within(run, deadline);
   }
 
   async clock(): Promise<number> {
@@ -459,6 +538,11 @@ export class SharedPostgresStore implements SharedFeedStore {
       }
     };
   }
+}
+
+/** A round's failure as its writes are told: known not to be committed. */
+function notWritten(e: StorageError): StorageError {
+  return e instanceof NotWritten || e instanceof OutcomeUnknown ? e : new NotWritten(e.message, { cause: e });
 }
 
 /** Opens the store at `url` with the shared-store extension (its lease table made if missing). */

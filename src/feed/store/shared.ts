@@ -1,3 +1,4 @@
+import type { Deadline } from '../model/deadline.ts';
 import type { Entry, Op, Store, StoreReader } from './store.ts';
 
 /**
@@ -48,6 +49,11 @@ export interface ConditionalWrite {
    * outcome is read from it under the lock once the store answers again.
    */
   proof: Expect;
+  /**
+   * When it must be answered by: not sent once it has passed (WriteTimedOut), and answered
+   * OutcomeUnknown when sent and not confirmed by then.
+   */
+  deadline?: Deadline;
 }
 
 export interface SharedStore {
@@ -55,20 +61,30 @@ export interface SharedStore {
    * The store's clock and these keys' values, read together without a lock: what a round reads
    * before its one conditional statement (writeIf), in one round trip.
    */
-  readNow(keys: readonly Buffer[]): Promise<{ now: number; values: (Buffer | undefined)[] }>;
+  readNow(
+    keys: readonly Buffer[],
+    deadline?: Deadline,
+  ): Promise<{ now: number; values: (Buffer | undefined)[] }>;
   /**
    * A round in one round trip: under the lock, when every `expect` holds, writes `ops`, sends
    * `notify` if it commits, and commits: true. When one does not hold: nothing written, false.
-   * Rejects, writing nothing, when it fails; a lost answer is decided by `proof`.
+   * Rejects, writing nothing, when it fails; a lost answer is decided by `proof` (OutcomeUnknown
+   * when it cannot be, by the deadline).
    */
   writeIf(write: ConditionalWrite): Promise<boolean>;
   /**
    * Runs `work` inside one transaction holding the locks named by these keys (taken in byte order,
    * so that two transactions never wait on each other crosswise), reading through `tx`; writes its
    * operations and commits. Two transactions holding a common lock run one after the other, in
-   * every process. Rejects, writing nothing, when `work` throws or the commit fails.
+   * every process. Rejects, writing nothing, when `work` throws or the commit fails; with
+   * OutcomeUnknown when the commit was sent and its fate could not be learnt. With a deadline,
+   * settles by it: nothing is sent for commit once it has passed (WriteTimedOut).
    */
-  locked<T>(locks: readonly Buffer[], work: (tx: LockedReader) => Promise<LockedWrite<T>>): Promise<T>;
+  locked<T>(
+    locks: readonly Buffer[],
+    work: (tx: LockedReader) => Promise<LockedWrite<T>>,
+    deadline?: Deadline,
+  ): Promise<T>;
   /** The store's clock, ms since the epoch: one clock for every instance. */
   clock(): Promise<number>;
   /**

@@ -79,6 +79,11 @@ export interface Store extends StoreReader {
   snapshot(): Snapshot;
   /** Closes the store; every snapshot must be closed first. */
   close(): Promise<void>;
+  /**
+   * One read that is not tried again, for a health check: a store that can go away (PostgreSQL)
+   * says so at once rather than waiting for it to come back. Absent: any read will do.
+   */
+  ping?(): Promise<void>;
 }
 
 export interface WriteOptions {

@@ -1,4 +1,4 @@
-import { type FeedName, parseFeedName } from '../../feed/feedName.ts';
+import { type FeedName, feedFromParts } from '../../feed/model/feedName.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import { numberingOf, readDocument } from '../archiveDocuments.ts';
 import { problems } from '../errors.ts';
@@ -26,7 +26,7 @@ const httpDate = (ms: number) => new Date(ms).toUTCString();
 export function readArchive(deps: ArchiveDeps): RouteHandler {
   const { feeds } = deps;
   return async (x) => {
-    const feed = parseFeedName(x.params.node ?? '');
+    const feed = feedFromParts(x.params.node ?? '', '');
     const extra = [...new URLSearchParams(x.search).keys()][0];
     if (extra !== undefined)
       throw problems.badRequest(`an archive document takes no parameter, not ${JSON.stringify(extra)}`);

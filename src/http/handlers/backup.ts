@@ -1,5 +1,5 @@
 import { Readable } from 'node:stream';
-import { BACKUP_TYPE, encodeBackup } from '../../feed/backup.ts';
+import { BACKUP_TYPE, encodeBackup } from '../../feed/service/maintenance.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import { problems } from '../errors.ts';
 import type { RouteHandler } from '../exchange.ts';

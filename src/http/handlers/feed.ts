@@ -1,8 +1,8 @@
-import { ItemNotFound } from '../../feed/errors.ts';
-import { canonicalFeedName, checkItemId } from '../../feed/feedName.ts';
+import { ItemNotFound } from '../../feed/model/errors.ts';
+import { canonicalFeedName, checkItemId } from '../../feed/model/feedName.ts';
+import type { ReaderPage } from '../../feed/model/visible.ts';
 import { type Actor, describe } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
-import type { ReaderPage } from '../../feed/service/visible.ts';
 import type { Log } from '../../log.ts';
 import { problems, toProblem } from '../errors.ts';
 import type { EventStreams } from '../eventStreams.ts';
@@ -89,6 +89,7 @@ export function holdRead(
     // Shared among polls of one reader of one feed (filter and view included) only: the read
     // checks its right to read, and a reader's view is theirs.
     shared: `${describe(reader)}\n${canonicalFeedName(feed)}\n${query.since ?? ''}\n${query.max ?? ''}`,
+    client: x.client(reader),
     read: () => deps.feeds.read(reader, feed, readQuery(query)),
     recheck: async () => {
       await deps.feeds.settings(reader, feed.node);

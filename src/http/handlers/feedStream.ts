@@ -1,6 +1,6 @@
 import Negotiator from 'negotiator';
-import { canonicalFeedName } from '../../feed/feedName.ts';
-import { parsePositionSpec } from '../../feed/positionSpec.ts';
+import { canonicalFeedName } from '../../feed/model/feedName.ts';
+import { parsePositionSpec } from '../../feed/model/positionSpec.ts';
 import { type Actor, describe } from '../../feed/service/actor.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import { problems } from '../errors.ts';
@@ -67,7 +67,7 @@ export function streamFeed(deps: StreamDeps, x: Exchange, query: FeedQuery, read
   const { feed } = query;
   const max = query.max ?? deps.feeds.limits.defaultPageItems;
   if (max === 0) throw problems.badRequest('a stream takes a max of at least 1');
-  const watch = deps.streams.join(feed);
+  const watch = deps.streams.join(feed, x.client(reader));
   const plan = {
     node: feed.node,
     order: feed.order,

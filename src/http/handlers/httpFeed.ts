@@ -1,5 +1,5 @@
-import { canonicalParameters } from '../../feed/feedName.ts';
-import type { ReaderPage } from '../../feed/service/visible.ts';
+import { canonicalParameters } from '../../feed/model/feedName.ts';
+import type { ReaderPage } from '../../feed/model/visible.ts';
 import type { RouteHandler } from '../exchange.ts';
 import { parseHttpFeedQuery } from '../feedQuery.ts';
 import { nodeUrl } from '../paths.ts';

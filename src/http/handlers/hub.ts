@@ -22,6 +22,7 @@ export function subscribe(deps: HubRouteDeps): RouteHandler {
       ...deps.hub.options,
       origin,
       caller: () => x.caller(),
+      client: (reader) => x.client(reader),
       mayRead: async (node, reader) => {
         await deps.feeds.settings(reader, node);
       },

@@ -1,7 +1,7 @@
-import { readAtomEntry } from '../../feed/atom.ts';
-import { AccessDenied } from '../../feed/errors.ts';
-import { checkItemId, parseFeedName } from '../../feed/feedName.ts';
-import type { Change } from '../../feed/model.ts';
+import { payloadKindOf, readPayload } from '../../feed/model/atom.ts';
+import { AccessDenied } from '../../feed/model/errors.ts';
+import type { Change } from '../../feed/model/feed.ts';
+import { checkItemId, checkNodeName } from '../../feed/model/feedName.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import { problems } from '../errors.ts';
 import type { Answer, Exchange, RouteHandler } from '../exchange.ts';
@@ -64,13 +64,20 @@ async function publishBody(
   return written(x, node, change, change.kind === 'create' ? 201 : 200);
 }
 
+/** The node of the path: a base name (its parameters would be the query's). */
+function baseOf(x: Exchange): string {
+  const node = x.params.node ?? '';
+  checkNodeName(node);
+  return node;
+}
+
 /** `POST /feeds/{node}`: a new item, or the item the entry's Atom id names. */
 export function postItem(deps: WriteDeps): RouteHandler {
   return async (x) => {
-    const node = parseFeedName(x.params.node ?? '').node;
+    const node = baseOf(x);
     // The item id is the entry's Atom id when that can be one, so that posting an entry again
     // replaces it rather than duplicating it.
-    const { atomId } = readAtomEntry(requireBody(x));
+    const { atomId } = readPayload(requireBody(x), payloadKindOf(node));
     // Without one (or one longer than an item id may be), the engine makes a new id: a new
     // item, whose write reads no previous version.
     let id: string | undefined;
@@ -89,7 +96,7 @@ export function postItem(deps: WriteDeps): RouteHandler {
 /** `PUT /feeds/{node}/items/{id}`: the item with that id, created or replaced. */
 export function putItem(deps: WriteDeps): RouteHandler {
   return async (x) => {
-    const node = parseFeedName(x.params.node ?? '').node;
+    const node = baseOf(x);
     requireBody(x);
     return publishBody(deps, x, node, x.params.id ?? '');
   };
@@ -99,7 +106,7 @@ export function putItem(deps: WriteDeps): RouteHandler {
 export function deleteItem(deps: WriteDeps): RouteHandler {
   const { feeds } = deps;
   return async (x) => {
-    const node = parseFeedName(x.params.node ?? '').node;
+    const node = baseOf(x);
     const id = x.params.id ?? '';
     checkItemId(id);
     const change = await feeds.retract(x.caller(), node, id);

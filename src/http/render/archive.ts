@@ -1,6 +1,6 @@
 import { escapeXML } from 'ltx';
-import { ATOM_NS, TOMBSTONE_NS } from '../../feed/atom.ts';
-import type { ReaderItem } from '../../feed/service/visible.ts';
+import { ATOM_NS, TOMBSTONE_NS } from '../../feed/model/atom.ts';
+import type { ReaderItem } from '../../feed/model/visible.ts';
 import { deletedEntry, entry, FANOUT_NS } from './atom.ts';
 
 export const HISTORY_NS = 'http://purl.org/syndication/history/1.0';

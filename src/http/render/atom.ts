@@ -1,11 +1,11 @@
 import { escapeXML } from 'ltx';
-import { ATOM_NS, TOMBSTONE_NS } from '../../feed/atom.ts';
-import { FANOUT_NS, renditions } from '../../feed/renditions.ts';
-import type { ReaderItem } from '../../feed/service/visible.ts';
+import { ATOM_NS, TOMBSTONE_NS } from '../../feed/model/atom.ts';
+import type { ReaderItem } from '../../feed/model/visible.ts';
+import { FANOUT_NS, renditions } from '../../render/renditions.ts';
 import type { PageView } from './pageView.ts';
 import { type Part, partsText } from './parts.ts';
 
-export { FANOUT_NS, itemUrl } from '../../feed/renditions.ts';
+export { FANOUT_NS, itemUrl } from '../../render/renditions.ts';
 
 /**
  * The seed's Atom feed document of a page: `fo:total`, `fo:last_cursor`, self and next links,
@@ -47,7 +47,7 @@ export function entryDocument(item: ReaderItem, feedUrl: string): string {
   return `<?xml version="1.0" encoding="utf-8"?>\n${el}\n`;
 }
 
-/** The entry with what RFC 4287 requires and its `fo:id`, built once per version (src/feed/renditions.ts). */
+/** The entry with what RFC 4287 requires and its `fo:id`, built once per version (src/render/renditions.ts). */
 export function entry(item: ReaderItem, feedUrl: string): string {
   return renditions.atomEntry(item, feedUrl);
 }

@@ -1,4 +1,4 @@
-import type { ReaderItem } from '../../feed/service/visible.ts';
+import type { ReaderItem } from '../../feed/model/visible.ts';
 
 /**
  * The HTTP Feeds view (https://www.http-feeds.org/): a feed as a batch of CloudEvents 1.0. The `modified`

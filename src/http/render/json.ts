@@ -1,5 +1,5 @@
-import { jsonHead, renditions } from '../../feed/renditions.ts';
-import type { ReaderItem } from '../../feed/service/visible.ts';
+import type { ReaderItem } from '../../feed/model/visible.ts';
+import { jsonHead, renditions } from '../../render/renditions.ts';
 import type { PageView } from './pageView.ts';
 import { type Part, partsText } from './parts.ts';
 
@@ -32,7 +32,7 @@ export interface Collection {
 
 /**
  * The page's collection as JSON text: the bytes `JSON.stringify` gives of its Collection, put
- * together from each item version's JSON, built once (src/feed/renditions.ts).
+ * together from each item version's JSON, built once (src/render/renditions.ts).
  */
 export function collectionJson(view: PageView): string {
   return partsText(collectionParts(view));

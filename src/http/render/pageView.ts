@@ -1,4 +1,4 @@
-import type { ReaderPage } from '../../feed/service/visible.ts';
+import type { ReaderPage } from '../../feed/model/visible.ts';
 
 /** A page and the links around it, ready to be written in any representation. */
 export interface PageView {

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Piece } from '../../feed/renditions.ts';
+import type { Piece } from '../../render/renditions.ts';
 
 /** A page as written: strings made for this request, and pieces made once per item version. */
 export type Part = string | Piece;

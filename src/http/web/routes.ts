@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { FILTER_KINDS } from '../../feed/feedName.ts';
+import { FILTER_KINDS } from '../../feed/model/feedName.ts';
 import { ANONYMOUS, jidOf, OPERATOR, user } from '../../feed/service/actor.ts';
 import { HttpProblem, toProblem } from '../errors.ts';
 import type { HttpBinding } from '../server.ts';

@@ -1,20 +1,20 @@
 import { createHmac } from 'node:crypto';
 import type { BackoffOptions } from '../../backoff.ts';
 import { backoffDelay } from '../../backoff.ts';
-import type { Change } from '../../feed/model.ts';
+import type { Change } from '../../feed/model/feed.ts';
 import type { Delivery } from '../../feed/service/audience.ts';
 
 /** A change as one subscription's reader is told it (the hub builds it from the service's Delivery). */
 export type ToldChange = Omit<Change, 'item'> & { item: Delivery['item'] };
 
 import type { HubSubscription } from '../../feed/service/hubSubscriptions.ts';
+import type { OutboundClient } from '../../net/outbound.ts';
 import { atomFeed } from '../render/atom.ts';
 import { callCallback } from './callback.ts';
 
 export interface DeliveryOptions {
-  allowPrivate: boolean;
-  /** Longest wait for a subscriber's answer to one delivery, in ms. */
-  timeoutMs: number;
+  /** The hub's client to callbacks: address policy, timeout, what is read of an answer. */
+  client: OutboundClient;
   /** Delays between attempts of one delivery. */
   backoff: BackoffOptions;
   /** How long one delivery is retried before it is given up, in ms. */
@@ -142,13 +142,10 @@ export class DeliveryQueue {
     for (let attempt = 0; ; attempt++) {
       try {
         const { status } = await callCallback(
+          this.options.client,
           new URL(sub.callback),
           { method: 'POST', headers, body },
-          {
-            allowPrivate: this.options.allowPrivate,
-            timeoutMs: this.options.timeoutMs,
-            signal: this.abort.signal,
-          },
+          this.abort.signal,
         );
         if (status >= 200 && status < 300) return { kind: 'delivered', status };
         if (status === 410) return { kind: 'gone' };

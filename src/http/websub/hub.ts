@@ -1,15 +1,17 @@
 import { randomBytes } from 'node:crypto';
-import { FeedError } from '../../feed/errors.ts';
 import type { FeedEvent } from '../../feed/events.ts';
-import type { FeedName } from '../../feed/feedName.ts';
-import type { Change } from '../../feed/model.ts';
+import { FeedError } from '../../feed/model/errors.ts';
+import type { Change } from '../../feed/model/feed.ts';
+import type { FeedName } from '../../feed/model/feedName.ts';
 import { ANONYMOUS, jidOf, user } from '../../feed/service/actor.ts';
 import { type HubSubscription, type HubSubscriptions, hubSlot } from '../../feed/service/hubSubscriptions.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
 import type { Metrics } from '../../metrics.ts';
+import type { OutboundClient, OutboundSettings } from '../../net/outbound.ts';
 import { problems } from '../errors.ts';
-import { callCallback } from './callback.ts';
+import { type AdmissionBounds, HubAdmission } from './admission.ts';
+import { callbackClient, callCallback } from './callback.ts';
 import { DeliveryQueue, type Outcome, type ToldChange } from './delivery.ts';
 import type { Intent } from './intent.ts';
 
@@ -33,8 +35,16 @@ export interface HubOptions {
   maxSubscriptions: number;
   /** Verifications in progress; a request beyond it is refused (503). */
   maxVerifying: number;
+  /** Subscriptions one client holds or has being verified; a new one beyond it is refused (429). */
+  maxClientSubscriptions: number;
+  /** Verifications in progress for one client; a request beyond it is refused (429). */
+  maxClientVerifying: number;
+  /** The refusal of a client past one of its bounds, counted (ClientBounds.refuse). */
+  refuse?: AdmissionBounds['refuse'];
   /** Told of each delivery's outcome and of each one dropped (src/metrics.ts). */
   metrics?: Pick<Metrics, 'websubDelivery' | 'websubDrop'>;
+  /** The outbound client's shared limits and its metrics (src/net/). */
+  outbound?: OutboundSettings;
 }
 
 export const HUB_DEFAULTS: HubOptions = {
@@ -49,6 +59,8 @@ export const HUB_DEFAULTS: HubOptions = {
   maxQueue: 1_000,
   maxSubscriptions: 10_000,
   maxVerifying: 64,
+  maxClientSubscriptions: 200,
+  maxClientVerifying: 8,
 };
 
 /** Timers cannot wait longer; a lease beyond it is looked at again when the timer fires. */
@@ -71,12 +83,16 @@ export class Hub {
   private readonly byFeed = new Map<string, Map<string, Active>>();
   /** Verifications per subscription run one after another, in the order they were asked. */
   private readonly verifying = new Map<string, Promise<void>>();
+  /** The bounds on what it takes: its own, and each client's share. */
+  private readonly admission: HubAdmission;
   private readonly inFlight = new Set<Promise<void>>();
   /** Changes being checked against the access of their subscribers, one after another. */
   private pushing: Promise<void> = Promise.resolve();
   /** Re-reads of stored subscriptions queued on `pushing` and not done yet. */
   private resyncs = 0;
   private readonly abort = new AbortController();
+  /** Every verification and delivery goes through it (src/net/). */
+  private readonly callbacks: OutboundClient;
   private unlisten: (() => void) | undefined;
   private stopping = false;
 
@@ -90,6 +106,8 @@ export class Hub {
   ) {
     this.store = feeds.hubSubscriptions;
     this.options = { ...HUB_DEFAULTS, ...options };
+    this.admission = new HubAdmission(this.options);
+    this.callbacks = callbackClient(this.options, this.options.outbound);
   }
 
   /** Loads the stored subscriptions and starts listening to the service's events. */
@@ -164,6 +182,7 @@ export class Hub {
       }
     this.byFeed.clear();
     await Promise.allSettled([...this.inFlight]);
+    await this.callbacks.close();
   }
 
   /** Active subscriptions (for tests and the log): feed key → callbacks. */
@@ -291,23 +310,20 @@ export class Hub {
 
   /**
    * Takes a checked subscription request: its verification runs after the answer (WebSub's hub
-   * answers 202 and calls back). Refused (503) beyond the bounds on verifications and subscriptions.
+   * answers 202 and calls back). Refused beyond the bounds on verifications and subscriptions: the
+   * hub's own (503), and the client's own share of them (429), so that one client's slow callbacks
+   * or many subscriptions leave room for the others.
    */
   accept(intent: Intent): void {
     if (this.stopping) throw problems.busy('the server is shutting down');
-    const key = `${feedKey(intent.feed?.node ?? '', intent.feed?.order ?? 'modified')} ${hubSlot({ ...intent.feed, callback: intent.callback.href })}`;
-    // Every subscription holds a queue and timers, every verification a request: both are bounded.
-    if (this.verifying.size >= this.options.maxVerifying && !this.verifying.has(key))
-      throw problems.busy('too many subscription requests are being verified; retry later');
-    if (intent.mode === 'subscribe' && intent.feed) {
-      const known = this.byFeed
-        .get(feedKey(intent.feed.node, intent.feed.order))
-        ?.has(hubSlot({ ...intent.feed, callback: intent.callback.href }));
-      let count = 0;
-      for (const feed of this.byFeed.values()) count += feed.size;
-      if (!known && count >= this.options.maxSubscriptions)
-        throw problems.busy(`the hub holds ${count} subscriptions, its limit`);
-    }
+    const slot = hubSlot({ ...intent.feed, callback: intent.callback.href });
+    const key = `${feedKey(intent.feed?.node ?? '', intent.feed?.order ?? 'modified')} ${slot}`;
+    const known = intent.feed && this.byFeed.get(feedKey(intent.feed.node, intent.feed.order))?.has(slot);
+    const verified = this.admission.admit(intent.client, key, {
+      verifying: this.verifying,
+      adds: intent.mode === 'subscribe' && intent.feed !== undefined && !known,
+      held: () => this.subscriptions(),
+    });
     const run = (this.verifying.get(key) ?? Promise.resolve()).then(() => this.verify(intent));
     const tracked = run.catch((e) => this.log.error('websub verification failed', { error: String(e) }));
     this.verifying.set(key, tracked);
@@ -315,19 +331,17 @@ export class Hub {
     void tracked.then(() => {
       this.inFlight.delete(tracked);
       if (this.verifying.get(key) === tracked) this.verifying.delete(key);
+      verified();
     });
   }
 
   /** A GET to a subscriber's callback with the hub's parameters (verification, denial). */
   private ask(callback: string, params: Record<string, string>) {
     return callCallback(
+      this.callbacks,
       withHubParams(callback, params),
       { method: 'GET' },
-      {
-        allowPrivate: this.options.allowPrivate,
-        timeoutMs: this.options.timeoutMs,
-        signal: this.abort.signal,
-      },
+      this.abort.signal,
     );
   }
 
@@ -379,6 +393,7 @@ export class Hub {
       expires: Date.now() + intent.leaseSeconds * 1000,
       ...(intent.secret !== undefined ? { secret: intent.secret } : {}),
       ...(reader !== undefined ? { reader } : {}),
+      client: intent.client,
     };
     await this.store.put(sub);
     this.activate(sub);
@@ -399,8 +414,7 @@ export class Hub {
       new DeliveryQueue(
         sub,
         {
-          allowPrivate: this.options.allowPrivate,
-          timeoutMs: this.options.timeoutMs,
+          client: this.callbacks,
           backoff: { initialMs: this.options.retryInitialMs, maxMs: this.options.retryMaxMs },
           retryForMs: this.options.retryForMs,
           maxQueue: this.options.maxQueue,
@@ -491,7 +505,8 @@ function sameLease(a: HubSubscription, b: HubSubscription): boolean {
     a.secret === b.secret &&
     a.reader === b.reader &&
     a.topic === b.topic &&
-    a.hub === b.hub
+    a.hub === b.hub &&
+    a.client === b.client
   );
 }
 

@@ -1,5 +1,5 @@
-import { FeedError } from '../../feed/errors.ts';
-import { type FeedName, parseFeedName } from '../../feed/feedName.ts';
+import { FeedError } from '../../feed/model/errors.ts';
+import { type FeedName, feedFromParts } from '../../feed/model/feedName.ts';
 import type { Actor } from '../../feed/service/actor.ts';
 import { problems } from '../errors.ts';
 import { HUB_PATH } from '../paths.ts';
@@ -17,6 +17,8 @@ export interface Intent {
   feed: FeedName | undefined;
   /** Who asked, from its bearer token: deliveries are checked against its right to read. */
   reader: Actor;
+  /** Who asked, as its bounds count it (clientKey.ts): the token's JID, else its address. */
+  client: string;
   denial: string;
 }
 
@@ -30,6 +32,8 @@ export interface IntentContext {
   origin: string;
   /** The caller; a bad token is the request's error (401), before anything is verified. */
   caller: () => Actor;
+  /** The client a reader's request counts against (clientKey.ts). */
+  client: (reader: Actor) => string;
   /** Throws when `reader` may not read the node. */
   mayRead: (node: string, reader: Actor) => Promise<void>;
 }
@@ -68,7 +72,8 @@ export async function parseIntent(body: string, context: IntentContext): Promise
     if ((e as { status?: number }).status === 401) throw e;
   }
   const hub = `${context.origin}${HUB_PATH}`;
-  return { mode, callback, topic, hub, leaseSeconds, secret, feed, reader, denial };
+  const client = context.client(reader);
+  return { mode, callback, topic, hub, leaseSeconds, secret, feed, reader, client, denial };
 }
 
 async function checkedCallback(raw: string | undefined, allowPrivate: boolean): Promise<URL> {
@@ -86,7 +91,7 @@ async function checkedCallback(raw: string | undefined, allowPrivate: boolean): 
 /** The lease asked for, within the hub's bounds; the hub's own when none is asked. */
 function lease(
   raw: string | undefined,
-  bounds: Omit<IntentContext, 'origin' | 'caller' | 'mayRead'>,
+  bounds: Omit<IntentContext, 'origin' | 'caller' | 'client' | 'mayRead'>,
 ): number {
   let seconds = bounds.leaseSeconds;
   if (raw !== undefined && raw !== '') {
@@ -114,7 +119,7 @@ async function topicFeed(topic: string, context: IntentContext, reader: Actor): 
   } catch {
     throw new Error('the topic is not a feed of this hub');
   }
-  const feed = parseFeedName(url.search ? `${node}?${url.search.slice(1)}` : node);
+  const feed = feedFromParts(node, url.search.slice(1));
   await context.mayRead(feed.node, reader);
   return feed;
 }
