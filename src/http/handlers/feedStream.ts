@@ -67,16 +67,17 @@ export function streamFeed(deps: StreamDeps, x: Exchange, query: FeedQuery, read
   const { feed } = query;
   const max = query.max ?? deps.feeds.limits.defaultPageItems;
   if (max === 0) throw problems.badRequest('a stream takes a max of at least 1');
-  const watch = deps.streams.join(feed, x.client(reader));
-  const plan = {
-    node: feed.node,
-    order: feed.order,
-    // Shared among streams of one reader of one feed (filter and view included) only.
-    shared: `${describe(reader)}\n${canonicalFeedName(feed)}\n${max}`,
-    since,
-    read: (from: string | undefined) =>
-      deps.feeds.read(reader, feed, { ...(from !== undefined ? { since: from } : {}), max }),
-  };
+  const ticket = deps.streams.join(
+    {
+      node: feed.node,
+      order: feed.order,
+      // One view per reader of one feed (filter and view included): the read checks the reader's
+      // right to read, and what it gives is the reader's own view.
+      shared: `${describe(reader)}\n${canonicalFeedName(feed)}\n${max}`,
+      read: (from) => deps.feeds.read(reader, feed, { ...(from !== undefined ? { since: from } : {}), max }),
+    },
+    x.client(reader),
+  );
   return {
     status: 200,
     type: `${EVENT_STREAM}; charset=utf-8`,
@@ -84,6 +85,6 @@ export function streamFeed(deps: StreamDeps, x: Exchange, query: FeedQuery, read
     cache: reader.kind === 'anonymous' ? 'no-store' : 'private, no-store',
     // A stream's end is its connection's: the next one starts from its last event id.
     headers: { vary: 'Accept, Authorization', 'x-accel-buffering': 'no', connection: 'close' },
-    takeover: (res) => deps.streams.run(watch, plan, res),
+    takeover: (res) => deps.streams.run(ticket, since, res),
   };
 }
