@@ -36,8 +36,10 @@ import { freePort } from '../prosody-dev/process.ts';
 import { PUSHPIN_BIN } from '../prosody-dev/pushpin.ts';
 import type { ClientGroup } from './sseClients.ts';
 import {
+  compare,
   entry,
   type Leg,
+  type LegOutcome,
   type LegRun,
   NODE,
   prefill,
@@ -121,10 +123,10 @@ async function legs(
   inspectPort: number,
   write: Leg['write'],
   loads: number[],
-): Promise<void> {
+): Promise<{ streams: LegOutcome; polls: LegOutcome | undefined }> {
   console.log(`\n## ${target}`);
   const common = { inspectPort, write };
-  await runLeg(
+  const streams = await runLeg(
     origin,
     { name: 'streams', groups: streamGroups(), gauge: 'smartfeeds_http_streams_open', ...common },
     0,
@@ -132,17 +134,18 @@ async function legs(
     HOW,
   );
   await waitFor(origin, 'smartfeeds_http_streams_open', 0, 'streams closed', true);
-  if (Number(values['long-polls']) === 0) return;
+  if (Number(values['long-polls']) === 0) return { streams, polls: undefined };
   const polls: ClientGroup[] = [
     { name: 'anonymous', kind: 'poll', path: `/feeds/${NODE}`, count: Number(values['long-polls']) },
   ];
-  await runLeg(
+  const held = await runLeg(
     origin,
     { name: 'long polls', groups: polls, gauge: 'smartfeeds_http_long_polls_held', ...common },
     100,
     loads,
     HOW,
   );
+  return { streams, polls: held };
 }
 
 /** The streams and long polls on `smartfeeds serve`, then on the bare node:http baseline. */
@@ -153,7 +156,7 @@ async function directAndBaseline(dir: string, children: ChildProcess[], loads: n
   children.push(serve(dir, port, inspectPort, CPU_PROF ? { cpuProf: CPU_PROF } : {}));
   await started(origin);
   await prefill(origin);
-  await legs(
+  const ours = await legs(
     'smartfeeds serve',
     origin,
     inspectPort,
@@ -178,7 +181,7 @@ async function directAndBaseline(dir: string, children: ChildProcess[], loads: n
     ),
   );
   await started(borigin);
-  await legs(
+  const bare = await legs(
     'node:http baseline (same clients, same machine, same run)',
     borigin,
     binspect,
@@ -186,6 +189,12 @@ async function directAndBaseline(dir: string, children: ChildProcess[], loads: n
     loads,
   );
   const loadsBaseline = loads.splice(0);
+  const names: [string, string] = ['smartfeeds', 'node:http'];
+  compare('one write to every stream', names, [ours.streams, bare.streams], {
+    p99: '<= 1.2x',
+    rss: '<= 10 KiB',
+  });
+  if (ours.polls) compare('one write to every long poll', names, [ours.polls, bare.polls]);
   const fmt = (l: number[]) => l.map((x) => x.toFixed(2)).join(', ');
   return `smartfeeds ${fmt(loadsSmartfeeds)}; baseline ${fmt(loadsBaseline)}`;
 }

@@ -178,6 +178,8 @@ export interface Leg {
   clientBase?: string | string[];
   /** The RSS in bytes of each of the proxy's processes, by name, when there is a proxy. */
   proxyRss?: () => Record<string, number>;
+  /** The CPU time in seconds of each of the proxy's processes, by name, when there is a proxy. */
+  proxyCpu?: () => Record<string, number>;
   /** Sends write `w` with `title`; resolves once the server acknowledged it. */
   write: (w: number, title: string) => Promise<unknown>;
 }
@@ -192,13 +194,41 @@ export interface LegRun {
 /** One group's latencies over every write of a leg, in ms, sorted. */
 export type LegResult = Map<string, { count: number; ms: number[] }>;
 
+/** What a leg measured: latencies by group and all together, memory a client, the server's CPU a write. */
+export interface LegOutcome {
+  groups: LegResult;
+  /** Every client's latency of every write, in ms, sorted. */
+  all: number[];
+  /** The growth in RSS of the server and of the proxy's processes (0 without), and the server's heap used, bytes a client. */
+  rss: number;
+  proxyRss: number;
+  heap: number;
+  /** The CPU time a write of the server and of the proxy's processes, ms. */
+  cpuMs: number;
+  proxyCpuMs: number;
+}
+
+const sum = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
+
 /** Prints the proxy's growth in RSS per client, process by process. */
 function proxyFigure(before: Record<string, number>, held: Record<string, number>, total: number): string {
   const parts = Object.keys(held).map(
     (name) => `${name} +${kib(((held[name] ?? 0) - (before[name] ?? 0)) / total)}`,
   );
-  const sum = (r: Record<string, number>) => Object.values(r).reduce((a, b) => a + b, 0);
   return `; proxy RSS ${f0(sum(held) / 2 ** 20)} MiB, +${kib((sum(held) - sum(before)) / total)} KiB per client (${parts.join(', ')} KiB)`;
+}
+
+/** CPU time a write, in ms, of the server and of each of the proxy's processes, over the writes' span. */
+function cpuFigure(
+  from: { server: number; proxy: Record<string, number> },
+  to: { server: number; proxy: Record<string, number> },
+  writes: number,
+): string {
+  const ms = (seconds: number) => ((seconds * 1000) / writes).toFixed(0);
+  const names = Object.keys(to.proxy).filter((n) => (to.proxy[n] ?? 0) > (from.proxy[n] ?? 0));
+  const proxy = names.map((n) => `${n} ${ms((to.proxy[n] ?? 0) - (from.proxy[n] ?? 0))}`);
+  const total = names.reduce((t, n) => t + (to.proxy[n] ?? 0) - (from.proxy[n] ?? 0), 0);
+  return `server ${ms(to.server - from.server)} ms${names.length > 0 ? `, proxy ${ms(total)} ms (${proxy.join(', ')})` : ''} (heartbeats, keep-alives and the metrics read included)`;
 }
 
 export async function runLeg(
@@ -207,7 +237,7 @@ export async function runLeg(
   first: number,
   loads: number[],
   how: LegRun,
-): Promise<LegResult> {
+): Promise<LegOutcome> {
   const total = leg.groups.reduce((n, g) => n + g.count, 0);
   const before = await memory(origin, leg.inspectPort);
   const proxyBefore = leg.proxyRss?.() ?? {};
@@ -224,6 +254,10 @@ export async function runLeg(
   // The writes' span on CLOCK_MONOTONIC, as V8 stamps its CPU profiles (bench/profileTop.ts --from --to).
   const monotonicMs = () => Number(process.hrtime.bigint() / 1000n) / 1000;
   const spanFrom = monotonicMs();
+  const cpuFrom = {
+    server: (await metrics(origin)).process_cpu_seconds_total ?? 0,
+    proxy: leg.proxyCpu?.() ?? {},
+  };
   for (let w = first; w < first + how.writes; w++) {
     if (leg.groups.some((g) => g.kind === 'poll'))
       await waitFor(origin, leg.gauge, total, 'polls held again');
@@ -244,6 +278,10 @@ export async function runLeg(
     await sleep(1000);
   }
   const spanTo = monotonicMs();
+  const cpuTo = {
+    server: (await metrics(origin)).process_cpu_seconds_total ?? 0,
+    proxy: leg.proxyCpu?.() ?? {},
+  };
   await fleet.close();
   const result: LegResult = new Map();
   for (const g of leg.groups) {
@@ -263,7 +301,9 @@ export async function runLeg(
   console.log(
     `\n${leg.name}: ${fleet.opened.toLocaleString('en')} of ${total.toLocaleString('en')} opened in ${openS.toFixed(1)} s${failures ? ` (failed: ${failures})` : ''}${ended ? `, ${ended} ended by the server` : ''}; server RSS ${f0((held.process_resident_memory_bytes ?? 0) / 2 ** 20)} MiB, +${kib(rss / total)} KiB and heap +${kib(heap / total)} KiB per client${leg.proxyRss ? proxyFigure(proxyBefore, proxyHeld, fleet.opened) : ''}`,
   );
-  console.log(`writes from ${spanFrom.toFixed(0)} to ${spanTo.toFixed(0)} ms (CLOCK_MONOTONIC)`);
+  console.log(
+    `writes from ${spanFrom.toFixed(0)} to ${spanTo.toFixed(0)} ms (CLOCK_MONOTONIC); CPU a write: ${cpuFigure(cpuFrom, cpuTo, how.writes)}`,
+  );
   console.log(`| leg: clients | n | p50 ms | p99 ms | max ms | within ${GOAL_MS} ms |`);
   console.log('|---|---|---|---|---|---|');
   for (const [name, { count, ms }] of result) {
@@ -273,5 +313,49 @@ export async function runLeg(
       `| ${leg.name}: ${name} | ${count.toLocaleString('en')} | ${f0(quantile(ms, 0.5))} | ${f0(quantile(ms, 0.99))} | ${f0(ms[ms.length - 1] ?? Number.NaN)} | ${within.toLocaleString('en')} of ${expected.toLocaleString('en')} (${(expected - ms.length).toLocaleString('en')} missing) |`,
     );
   }
-  return result;
+  return {
+    groups: result,
+    all: [...result.values()].flatMap((r) => r.ms).sort((a, b) => a - b),
+    rss: rss / total,
+    proxyRss: (sum(proxyHeld) - sum(proxyBefore)) / Math.max(1, fleet.opened),
+    heap: heap / total,
+    cpuMs: ((cpuTo.server - cpuFrom.server) * 1000) / how.writes,
+    proxyCpuMs: ((sum(cpuTo.proxy) - sum(cpuFrom.proxy)) * 1000) / how.writes,
+  };
+}
+
+const ratio = (a: number, b: number) => (Number.isFinite(a / b) ? `${(a / b).toFixed(2)}x` : '-');
+
+/** Prints one leg beside its baseline: latencies of every client, memory and CPU, and their ratios. */
+export function compare(
+  title: string,
+  names: [string, string],
+  [a, b]: [LegOutcome | undefined, LegOutcome | undefined],
+  goals: { p99?: string; rss?: string } = {},
+): void {
+  const ms = (x: number) => (Number.isFinite(x) ? `${x.toFixed(0)} ms` : '-');
+  const both = (o: LegOutcome | undefined, f: (o: LegOutcome) => number) => (o ? f(o) : Number.NaN);
+  const rows: [string, number, number, (x: number) => string, string][] = [
+    ['p50', quantile(a?.all ?? [], 0.5), quantile(b?.all ?? [], 0.5), ms, ''],
+    ['p99', quantile(a?.all ?? [], 0.99), quantile(b?.all ?? [], 0.99), ms, goals.p99 ?? ''],
+    [
+      'RSS a client (server and proxy)',
+      both(a, (o) => o.rss + o.proxyRss),
+      both(b, (o) => o.rss + o.proxyRss),
+      (x) => `${kib(x)} KiB`,
+      goals.rss ?? '',
+    ],
+    ['heap a client (server)', both(a, (o) => o.heap), both(b, (o) => o.heap), (x) => `${kib(x)} KiB`, ''],
+    [
+      'CPU a write (server and proxy)',
+      both(a, (o) => o.cpuMs + o.proxyCpuMs),
+      both(b, (o) => o.cpuMs + o.proxyCpuMs),
+      ms,
+      '',
+    ],
+  ];
+  console.log(`\n| ${title} | ${names[0]} | ${names[1]} | ratio | goal |`);
+  console.log('|---|---:|---:|---:|---|');
+  for (const [label, x, y, fmt, goal] of rows)
+    console.log(`| ${label} | ${fmt(x)} | ${fmt(y)} | ${ratio(x, y)} | ${goal} |`);
 }
