@@ -31,6 +31,12 @@ const STOP_GRACE_MS = 10_000;
  * ZeroMQ's late count of what the other side has read. The requests past it wait their turn.
  */
 export const PUSHPIN_OPEN_REQUESTS = 50;
+/**
+ * Pushpin's handler paces its deliveries (`message_rate`, a second) and drops those past
+ * `message_hwm` waiting: Debian's 2,500 and 25,000 take 4 s to bring one write to 10,000 streams,
+ * and drop half of one to 50,000. Both are set to this many times the streams the harness holds.
+ */
+const DELIVERIES_PER_STREAM = 10;
 /** Open files a connection manager keeps for itself beyond its connections (sockets, logs). */
 const MANAGER_SPARE_FILES = 500;
 
@@ -203,8 +209,10 @@ function configText({
     push_in_http_port: ports.publish ?? 0,
     stats_spec: 'ipc://{rundir}/{ipc_prefix}stats',
     command_spec: `tcp://127.0.0.1:${ports.command}`,
-    message_rate: 100000,
-    message_hwm: 100000,
+    // One publish to N held streams is N deliveries: a write reaches every stream within 0.1 s,
+    // and ten writes' worth may wait before Pushpin drops deliveries.
+    message_rate: DELIVERIES_PER_STREAM * managers * maxConnections,
+    message_hwm: DELIVERIES_PER_STREAM * managers * maxConnections,
     id_cache_ttl: 60,
     connection_subscription_max: 20,
     subscription_linger: 60,
