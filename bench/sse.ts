@@ -2,7 +2,7 @@
  * Fan-out benchmark: one write reaching many Server-Sent Event streams, and many long polls.
  *
  *   npm run bench:sse -- [--streams N (10000)] [--filtered N (1000)] [--readers N (1000)]
- *     [--long-polls N (10000)] [--writes N (5)] [--processes N (4)]
+ *     [--long-polls N (10000)] [--writes N (5)] [--processes N (4)] [--rounds N (1)]
  *     [--pushpin-streams N (as --streams)] [--pushpin-managers K] [--pushpin-only] [--no-pushpin]
  *     [--cpu-prof DIR (the server's CPU profile, for bench/profileTop.ts)]
  *
@@ -13,15 +13,17 @@
  * from the moment it was sent to the moment each client received it, as the client saw it; the
  * server's memory (RSS and heap used, from /metrics, after a collection forced through the
  * inspector) before and with the streams open gives the memory per stream. The streams are then
- * closed and the same is done with long polls on the feed. The two legs run one after the other:
- * together they would pass the 20,000 open files a process may have here (a limit even root may
- * not raise in this container). Then the same clients run against bench/sseBaseline.ts, a bare
- * node:http server doing the least for them, in the same run.
+ * closed, and the same clients open them on bench/sseBaseline.ts, a bare node:http server doing
+ * the least for them, in the same run: with --rounds N, N times, one server after the other, and
+ * the ratio of each round with their median (a busy machine moves one round's figures by half).
+ * Then the same is done once with long polls. The legs run one after the other: together they
+ * would pass the 20,000 open files a process may have here (a limit even root may not raise in
+ * this container).
  *
  * Last (unless --no-pushpin, or without /usr/bin/pushpin; alone with --pushpin-only), Pushpin in
  * front of `smartfeeds serve --grip` (bench/ssePushpin.ts): --pushpin-streams anonymous streams
- * straight to it, then as many opened at once through Pushpin, the same writes timed for both,
- * and their ratio. Past the open-file limit, Pushpin runs several connection managers
+ * straight to it, then as many opened at once through Pushpin, the same writes timed for both
+ * (--rounds times), and their ratio. Past the open-file limit, Pushpin runs several connection managers
  * (--pushpin-managers, by default as many as the streams need) and the clients more processes,
  * each from a source address of its own (127.0.0.2, ...); the direct leg is then not run.
  */
@@ -63,6 +65,7 @@ const { values } = parseArgs({
     'long-polls': { type: 'string', default: '10000' },
     writes: { type: 'string', default: '5' },
     processes: { type: 'string', default: '4' },
+    rounds: { type: 'string', default: '1' },
     'pushpin-streams': { type: 'string' },
     'pushpin-managers': { type: 'string' },
     'pushpin-only': { type: 'boolean', default: false },
@@ -83,6 +86,7 @@ const count = (name: string, value: string | undefined, min: number): number | u
 };
 for (const name of ['streams', 'filtered', 'readers', 'long-polls'] as const) count(name, values[name], 0);
 const WRITES = count('writes', values.writes, 1) as number;
+const ROUNDS = count('rounds', values.rounds, 1) as number;
 const PUSHPIN_STREAMS = count('pushpin-streams', values['pushpin-streams'] ?? values.streams, 1) as number;
 const PUSHPIN_MANAGERS = count('pushpin-managers', values['pushpin-managers'], 1);
 const HOW: LegRun = { writes: WRITES, processes: count('processes', values.processes, 1) as number };
@@ -116,39 +120,42 @@ function streamGroups(): ClientGroup[] {
   ].filter((g) => g.count > 0);
 }
 
-/** Both legs against one server: streams, then (once they are closed) long polls. */
-async function legs(
+/** The stream leg against one server; `round` numbers its writes apart from other legs'. */
+async function streamLeg(
   target: string,
   origin: string,
   inspectPort: number,
   write: Leg['write'],
   loads: number[],
-): Promise<{ streams: LegOutcome; polls: LegOutcome | undefined }> {
+  round: number,
+): Promise<LegOutcome> {
   console.log(`\n## ${target}`);
-  const common = { inspectPort, write };
-  const streams = await runLeg(
-    origin,
-    { name: 'streams', groups: streamGroups(), gauge: 'smartfeeds_http_streams_open', ...common },
-    0,
-    loads,
-    HOW,
-  );
+  const leg = { name: 'streams', groups: streamGroups(), gauge: 'smartfeeds_http_streams_open' };
+  const outcome = await runLeg(origin, { ...leg, inspectPort, write }, 1000 * round, loads, HOW);
   await waitFor(origin, 'smartfeeds_http_streams_open', 0, 'streams closed', true);
-  if (Number(values['long-polls']) === 0) return { streams, polls: undefined };
+  return outcome;
+}
+
+/** The long-poll leg against one server. */
+async function pollLeg(
+  target: string,
+  origin: string,
+  inspectPort: number,
+  write: Leg['write'],
+  loads: number[],
+): Promise<LegOutcome> {
+  console.log(`\n## ${target}`);
   const polls: ClientGroup[] = [
     { name: 'anonymous', kind: 'poll', path: `/feeds/${NODE}`, count: Number(values['long-polls']) },
   ];
-  const held = await runLeg(
-    origin,
-    { name: 'long polls', groups: polls, gauge: 'smartfeeds_http_long_polls_held', ...common },
-    100,
-    loads,
-    HOW,
-  );
-  return { streams, polls: held };
+  const leg = { name: 'long polls', groups: polls, gauge: 'smartfeeds_http_long_polls_held' };
+  return runLeg(origin, { ...leg, inspectPort, write }, 100, loads, HOW);
 }
 
-/** The streams and long polls on `smartfeeds serve`, then on the bare node:http baseline. */
+/**
+ * `smartfeeds serve` and the bare node:http baseline side by side: the streams on one, then on
+ * the other, round after round; then the long polls on each.
+ */
 async function directAndBaseline(dir: string, children: ChildProcess[], loads: number[]): Promise<string> {
   const port = await freePort();
   const origin = `http://127.0.0.1:${port}`;
@@ -156,14 +163,6 @@ async function directAndBaseline(dir: string, children: ChildProcess[], loads: n
   children.push(serve(dir, port, inspectPort, CPU_PROF ? { cpuProf: CPU_PROF } : {}));
   await started(origin);
   await prefill(origin);
-  const ours = await legs(
-    'smartfeeds serve',
-    origin,
-    inspectPort,
-    (w, title) => put(origin, `w${w}`, entry(title, 'hot')),
-    loads,
-  );
-  const loadsSmartfeeds = loads.splice(0);
   // The same clients against a bare node:http server writing the same kind of bytes.
   const bport = await freePort();
   const borigin = `http://127.0.0.1:${bport}`;
@@ -181,22 +180,27 @@ async function directAndBaseline(dir: string, children: ChildProcess[], loads: n
     ),
   );
   await started(borigin);
-  const bare = await legs(
-    'node:http baseline (same clients, same machine, same run)',
-    borigin,
-    binspect,
-    (_w, title) => fetch(`${borigin}/write`, { method: 'POST', body: title }),
-    loads,
-  );
-  const loadsBaseline = loads.splice(0);
+  const ours: Leg['write'] = (w, title) => put(origin, `w${w}`, entry(title, 'hot'));
+  const bare: Leg['write'] = (_w, title) => fetch(`${borigin}/write`, { method: 'POST', body: title });
+  const loadsOurs: number[] = [];
+  const loadsBare: number[] = [];
+  const rounds: [LegOutcome, LegOutcome][] = [];
+  for (let r = 0; r < ROUNDS; r++) {
+    const of = ROUNDS > 1 ? ` (round ${r + 1} of ${ROUNDS})` : '';
+    const a = await streamLeg(`smartfeeds serve${of}`, origin, inspectPort, ours, loadsOurs, r);
+    const b = await streamLeg(`node:http baseline${of}`, borigin, binspect, bare, loadsBare, r);
+    rounds.push([a, b]);
+  }
   const names: [string, string] = ['smartfeeds', 'node:http'];
-  compare('one write to every stream', names, [ours.streams, bare.streams], {
-    p99: '<= 1.2x',
-    rss: '<= 10 KiB',
-  });
-  if (ours.polls) compare('one write to every long poll', names, [ours.polls, bare.polls]);
+  compare('one write to every stream', names, rounds, { p99: '<= 1.2x', rss: '<= 10 KiB' });
+  if (Number(values['long-polls']) > 0) {
+    const a = await pollLeg('smartfeeds serve', origin, inspectPort, ours, loadsOurs);
+    const b = await pollLeg('node:http baseline', borigin, binspect, bare, loadsBare);
+    compare('one write to every long poll', names, [[a, b]]);
+  }
+  loads.length = 0;
   const fmt = (l: number[]) => l.map((x) => x.toFixed(2)).join(', ');
-  return `smartfeeds ${fmt(loadsSmartfeeds)}; baseline ${fmt(loadsBaseline)}`;
+  return `smartfeeds ${fmt(loadsOurs)}; baseline ${fmt(loadsBare)}`;
 }
 
 async function main(): Promise<void> {
@@ -212,6 +216,7 @@ async function main(): Promise<void> {
         streams: PUSHPIN_STREAMS,
         ...(PUSHPIN_MANAGERS ? { managers: PUSHPIN_MANAGERS } : {}),
         writes: WRITES,
+        rounds: ROUNDS,
         processes: HOW.processes,
         ...(CPU_PROF ? { cpuProf: CPU_PROF } : {}),
       });

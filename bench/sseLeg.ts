@@ -324,38 +324,63 @@ export async function runLeg(
   };
 }
 
-const ratio = (a: number, b: number) => (Number.isFinite(a / b) ? `${(a / b).toFixed(2)}x` : '-');
+const median = (xs: number[]) => {
+  const finite = xs.filter(Number.isFinite).sort((x, y) => x - y);
+  const mid = finite.length / 2;
+  if (finite.length === 0) return Number.NaN;
+  return finite.length % 2 === 1
+    ? (finite[Math.floor(mid)] as number)
+    : ((finite[mid - 1] as number) + (finite[mid] as number)) / 2;
+};
 
-/** Prints one leg beside its baseline: latencies of every client, memory and CPU, and their ratios. */
+/**
+ * Prints a leg beside its baseline, round by round (each round runs one, then the other): the
+ * latencies of every client, with their ratio each round and the median of those ratios; the
+ * memory a client of the first round (later rounds reuse a warm process); the CPU a write.
+ */
 export function compare(
   title: string,
   names: [string, string],
-  [a, b]: [LegOutcome | undefined, LegOutcome | undefined],
+  rounds: [LegOutcome | undefined, LegOutcome | undefined][],
   goals: { p99?: string; rss?: string } = {},
 ): void {
   const ms = (x: number) => (Number.isFinite(x) ? `${x.toFixed(0)} ms` : '-');
-  const both = (o: LegOutcome | undefined, f: (o: LegOutcome) => number) => (o ? f(o) : Number.NaN);
-  const rows: [string, number, number, (x: number) => string, string][] = [
-    ['p50', quantile(a?.all ?? [], 0.5), quantile(b?.all ?? [], 0.5), ms, ''],
-    ['p99', quantile(a?.all ?? [], 0.99), quantile(b?.all ?? [], 0.99), ms, goals.p99 ?? ''],
-    [
-      'RSS a client (server and proxy)',
-      both(a, (o) => o.rss + o.proxyRss),
-      both(b, (o) => o.rss + o.proxyRss),
-      (x) => `${kib(x)} KiB`,
-      goals.rss ?? '',
-    ],
-    ['heap a client (server)', both(a, (o) => o.heap), both(b, (o) => o.heap), (x) => `${kib(x)} KiB`, ''],
-    [
-      'CPU a write (server and proxy)',
-      both(a, (o) => o.cpuMs + o.proxyCpuMs),
-      both(b, (o) => o.cpuMs + o.proxyCpuMs),
-      ms,
-      '',
-    ],
-  ];
+  const kb = (x: number) => (Number.isFinite(x) ? `${kib(x)} KiB` : '-');
+  const of = (o: LegOutcome | undefined, f: (o: LegOutcome) => number) => (o ? f(o) : Number.NaN);
+  const p = (q: number) => (o: LegOutcome) => quantile(o.all, q);
+  const cpu = (o: LegOutcome) => o.cpuMs + o.proxyCpuMs;
   console.log(`\n| ${title} | ${names[0]} | ${names[1]} | ratio | goal |`);
   console.log('|---|---:|---:|---:|---|');
-  for (const [label, x, y, fmt, goal] of rows)
-    console.log(`| ${label} | ${fmt(x)} | ${fmt(y)} | ${ratio(x, y)} | ${goal} |`);
+  const row = (label: string, x: number, y: number, fmt: (x: number) => string, r: number, goal = '') =>
+    console.log(
+      `| ${label} | ${fmt(x)} | ${fmt(y)} | ${Number.isFinite(r) ? `${r.toFixed(2)}x` : '-'} | ${goal} |`,
+    );
+  const several = rounds.length > 1;
+  for (const [label, f, goal] of [
+    ['p50', p(0.5), ''],
+    ['p99', p(0.99), goals.p99 ?? ''],
+    ['CPU a write (server and proxy)', cpu, ''],
+  ] as const) {
+    const ratios: number[] = [];
+    for (const [i, [a, b]] of rounds.entries()) {
+      const [x, y] = [of(a, f), of(b, f)];
+      ratios.push(x / y);
+      row(several ? `${label}, round ${i + 1}` : label, x, y, ms, x / y, several ? '' : goal);
+    }
+    if (several)
+      row(`${label}, median of the rounds' ratios`, Number.NaN, Number.NaN, ms, median(ratios), goal);
+  }
+  const [a, b] = rounds[0] ?? [undefined, undefined];
+  const rss = (o: LegOutcome) => o.rss + o.proxyRss;
+  const first = several ? ', first round' : '';
+  row(
+    `RSS a client (server and proxy${first})`,
+    of(a, rss),
+    of(b, rss),
+    kb,
+    of(a, rss) / of(b, rss),
+    goals.rss,
+  );
+  const heap = (o: LegOutcome) => o.heap;
+  row(`heap a client (server${first})`, of(a, heap), of(b, heap), kb, of(a, heap) / of(b, heap));
 }
