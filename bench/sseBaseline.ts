@@ -25,7 +25,9 @@ function write(title: string): void {
 
 function metrics(): string {
   const { rss, heapUsed } = process.memoryUsage();
+  const { user, system } = process.cpuUsage();
   return [
+    `process_cpu_seconds_total ${(user + system) / 1e6}`,
     `smartfeeds_http_streams_open ${streams.size}`,
     `smartfeeds_http_long_polls_held ${polls.size}`,
     `process_resident_memory_bytes ${rss}`,

@@ -43,13 +43,32 @@ class Clients {
   readonly latencies: Latencies = {};
   opened = 0;
   failed = 0;
+  /** Why clients failed to open: an HTTP status, or a socket error's code, with how many. */
+  readonly failures: Record<string, number> = {};
   /** Long polls waiting for an answer now. */
   waiting = 0;
+  /** Streams that opened and then ended before the benchmark closed them. */
+  ended = 0;
   private readonly sockets = new Set<IncomingMessage>();
-  private readonly agent = new Agent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY });
+  private readonly agent: Agent;
   private closing = false;
 
-  constructor(private readonly base: URL) {}
+  constructor(
+    private readonly base: URL,
+    /** The source address of every connection (any of 127.0.0.0/8 on loopback), when set. */
+    private readonly localAddress?: string,
+  ) {
+    this.agent = new Agent({
+      keepAlive: true,
+      maxSockets: Number.POSITIVE_INFINITY,
+      ...(localAddress ? { localAddress } : {}),
+    });
+  }
+
+  private fail(reason: string): void {
+    this.failed += 1;
+    this.failures[reason] = (this.failures[reason] ?? 0) + 1;
+  }
 
   private note(group: string, text: string, seen: Set<number>): void {
     for (const m of text.matchAll(MARK)) {
@@ -67,12 +86,24 @@ class Clients {
       const req = get(new URL(g.path, this.base), {
         headers: { accept: 'text/event-stream', ...g.headers },
         agent: false,
+        ...(this.localAddress ? { localAddress: this.localAddress } : {}),
       });
       req.on('response', (res) => {
         if (res.statusCode !== 200) {
-          this.failed += 1;
-          res.resume();
-          resolve();
+          // The status and the answer's start: a proxy says there why it refused.
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (chunk: string) => {
+            if (body.length < 200) body += chunk;
+          });
+          res.on('end', () => {
+            this.fail(`${res.statusCode} ${body.replaceAll('\n', ' ').slice(0, 160)}`.trim());
+            resolve();
+          });
+          res.on('error', () => {
+            this.fail(String(res.statusCode));
+            resolve();
+          });
           return;
         }
         this.opened += 1;
@@ -89,11 +120,14 @@ class Clients {
           rest = text.slice(end + 2);
           this.note(g.name, text.slice(0, end), seen);
         });
-        res.on('close', () => this.sockets.delete(res));
+        res.on('close', () => {
+          this.sockets.delete(res);
+          if (!this.closing) this.ended += 1;
+        });
         resolve();
       });
-      req.on('error', () => {
-        if (!this.closing) this.failed += 1;
+      req.on('error', (error: NodeJS.ErrnoException) => {
+        if (!this.closing) this.fail(error.code ?? error.message);
         resolve();
       });
     });
@@ -120,7 +154,7 @@ class Clients {
             body += c;
           });
           res.on('end', () => {
-            if (res.statusCode !== 200) this.failed += 1;
+            if (res.statusCode !== 200) this.fail(String(res.statusCode));
             else {
               this.note(g.name, body, seen);
               const last = (JSON.parse(body) as { last_cursor?: string }).last_cursor;
@@ -129,11 +163,11 @@ class Clients {
             next();
           });
         });
-        req.on('error', () => {
+        req.on('error', (error: NodeJS.ErrnoException) => {
           this.waiting -= 1;
           // Refused or reset (a full listen backlog): counted, and asked again.
           if (this.closing) return;
-          this.failed += 1;
+          this.fail(error.code ?? error.message);
           setTimeout(next, 100);
         });
         if (first) {
@@ -154,8 +188,8 @@ class Clients {
 }
 
 /** The child's side: opens its groups 250 at a time, then answers `report` and `close` on stdin. */
-async function childMain(base: string, groups: ClientGroup[]): Promise<void> {
-  const clients = new Clients(new URL(base));
+async function childMain(base: string, groups: ClientGroup[], localAddress?: string): Promise<void> {
+  const clients = new Clients(new URL(base), localAddress);
   for (const g of groups) {
     for (let i = 0; i < g.count; i += 250) {
       const batch = Array.from({ length: Math.min(250, g.count - i) }, () =>
@@ -165,10 +199,15 @@ async function childMain(base: string, groups: ClientGroup[]): Promise<void> {
     }
   }
   const say = (o: unknown) => process.stdout.write(`${JSON.stringify(o)}\n`);
-  say({ opened: clients.opened, failed: clients.failed });
+  say({ opened: clients.opened, failed: clients.failed, failures: clients.failures });
   for await (const line of createInterface({ input: process.stdin })) {
     if (line === 'report') {
-      say({ latencies: clients.latencies, failed: clients.failed, waiting: clients.waiting });
+      say({
+        latencies: clients.latencies,
+        failed: clients.failed,
+        waiting: clients.waiting,
+        ended: clients.ended,
+      });
     } else if (line === 'close') break;
   }
   clients.close();
@@ -179,19 +218,29 @@ async function childMain(base: string, groups: ClientGroup[]): Promise<void> {
 export interface ClientFleet {
   opened: number;
   failed: number;
-  /** Every process's latencies merged, with the long polls waiting now. */
-  report(): Promise<{ latencies: Latencies; failed: number; waiting: number }>;
+  /** Why clients failed to open (an HTTP status and its answer's first line, or a socket error), with how many. */
+  failures: Record<string, number>;
+  /**
+   * Every process's latencies merged, with the long polls waiting now and the streams that opened
+   * and then ended before they were closed.
+   */
+  report(): Promise<{ latencies: Latencies; failed: number; waiting: number; ended: number }>;
   close(): Promise<void>;
 }
 
 /**
  * Opens the groups against `base`, each group's clients dealt over `processes` child processes,
  * and resolves once every client has its answer's head (a stream) or has sent its request (a poll).
+ * With several bases (the ports of one proxy), process p connects to the p-th, round and round.
+ * With `sourceAddresses` (loopback addresses such as 127.0.0.2), process p connects from the
+ * p-th of them, round and round: one source address has about 28,000 ephemeral ports towards
+ * one server port.
  */
 export async function openClients(
-  base: string,
+  base: string | readonly string[],
   groups: ClientGroup[],
   processes: number,
+  sourceAddresses: readonly string[] = [],
 ): Promise<ClientFleet> {
   const children: { child: ChildProcess; lines: AsyncIterator<string> }[] = [];
   for (let p = 0; p < processes; p++) {
@@ -199,7 +248,14 @@ export async function openClients(
       .map((g) => ({ ...g, count: Math.floor(g.count / processes) + (p < g.count % processes ? 1 : 0) }))
       .filter((g) => g.count > 0);
     const child = spawn(process.execPath, [...process.execArgv, fileURLToPath(import.meta.url), '--child'], {
-      env: { ...process.env, SSE_CLIENTS: JSON.stringify({ base, groups: share }) },
+      env: {
+        ...process.env,
+        SSE_CLIENTS: JSON.stringify({
+          base: typeof base === 'string' ? base : base[p % base.length],
+          groups: share,
+          localAddress: sourceAddresses[p % sourceAddresses.length],
+        }),
+      },
       stdio: ['pipe', 'pipe', 'inherit'],
     });
     children.push({
@@ -208,16 +264,25 @@ export async function openClients(
     });
   }
   const read = async (c: (typeof children)[number]) => JSON.parse((await c.lines.next()).value as string);
-  const heads = (await Promise.all(children.map(read))) as { opened: number; failed: number }[];
+  const heads = (await Promise.all(children.map(read))) as {
+    opened: number;
+    failed: number;
+    failures: Record<string, number>;
+  }[];
+  const failures: Record<string, number> = {};
+  for (const h of heads)
+    for (const [reason, n] of Object.entries(h.failures)) failures[reason] = (failures[reason] ?? 0) + n;
   return {
     opened: heads.reduce((n, h) => n + h.opened, 0),
     failed: heads.reduce((n, h) => n + h.failed, 0),
+    failures,
     async report() {
       for (const c of children) c.child.stdin?.write('report\n');
       const parts = (await Promise.all(children.map(read))) as {
         latencies: Latencies;
         failed: number;
         waiting: number;
+        ended: number;
       }[];
       const latencies: Latencies = {};
       for (const part of parts)
@@ -227,6 +292,7 @@ export async function openClients(
         latencies,
         failed: parts.reduce((n, p) => n + p.failed, 0),
         waiting: parts.reduce((n, p) => n + p.waiting, 0),
+        ended: parts.reduce((n, p) => n + p.ended, 0),
       };
     },
     async close() {
@@ -244,9 +310,10 @@ export async function openClients(
 }
 
 if (process.argv.includes('--child')) {
-  const { base, groups } = JSON.parse(process.env.SSE_CLIENTS ?? '{}') as {
+  const { base, groups, localAddress } = JSON.parse(process.env.SSE_CLIENTS ?? '{}') as {
     base: string;
     groups: ClientGroup[];
+    localAddress?: string;
   };
-  await childMain(base, groups);
+  await childMain(base, groups, localAddress);
 }

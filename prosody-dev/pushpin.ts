@@ -2,6 +2,11 @@
  * A throwaway Pushpin (Debian's `pushpin` package) for the GRIP tests: its own config, routes file
  * and run directory under a temp dir, free loopback ports, run as the package's unprivileged
  * `pushpin` user (or `nobody`), stopped by its pid. The packaged service is never used.
+ *
+ * It is set to take many streams opened at once (docs/operations.md, "Behind Pushpin"): the proxy
+ * works on at most 50 requests at a time, and each connection manager (condure) may hold as many
+ * connections as the open-file limit leaves room for. Past that limit, more connection managers
+ * (`connectionManagers`), each on its own port, hold more streams for one proxy and one handler.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -15,8 +20,41 @@ import { chownAll, freePort, logTail, userIds } from './process.ts';
 export const PUSHPIN_BIN = '/usr/bin/pushpin';
 /** The package's internal socket layout, which the config takes over with its paths moved. */
 const INTERNAL_CONF = '/usr/lib/pushpin/internal.conf';
+const CONDURE_BIN = '/usr/bin/condure';
 const START_TIMEOUT_MS = 30_000;
 const STOP_GRACE_MS = 10_000;
+/**
+ * Requests the proxy works on at once (its `max_open_requests`). Pushpin 1.36's proxy hands each
+ * request to zurl, and each answer to the handler, through ZeroMQ sockets whose high-water mark is
+ * 100 messages, compiled in; a request that finds its socket full is refused at once (502 "Error
+ * while proxying to origin", or 500 "Accept service unavailable"). Half of it leaves room for
+ * ZeroMQ's late count of what the other side has read. The requests past it wait their turn.
+ */
+export const PUSHPIN_OPEN_REQUESTS = 50;
+/**
+ * Pushpin's handler paces its deliveries (`message_rate`, a second) and drops those past
+ * `message_hwm` waiting: Debian's 2,500 and 25,000 take 4 s to bring one write to 10,000 streams,
+ * and drop half of one to 50,000. Both are set to this many times the streams the harness holds.
+ */
+const DELIVERIES_PER_STREAM = 10;
+/** Open files a connection manager keeps for itself beyond its connections (sockets, logs). */
+const MANAGER_SPARE_FILES = 500;
+
+/**
+ * The soft limit on open files of this process, which the processes it spawns inherit (read from
+ * /proc/self/limits; 1024 when it cannot be read).
+ */
+export function openFilesLimit(): number {
+  try {
+    const line = readFileSync('/proc/self/limits', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Max open files'));
+    const soft = line?.split(/\s{2,}/)[1];
+    return soft === 'unlimited' ? Number.MAX_SAFE_INTEGER : Number(soft) || 1024;
+  } catch {
+    return 1024;
+  }
+}
 
 export interface PushpinOptions {
   /** The origins Pushpin forwards every request to (`127.0.0.1:PORT`, several balanced). */
@@ -27,18 +65,34 @@ export interface PushpinOptions {
   originLater?: boolean;
   /** Pushpin's `log_level`: 2 (info, the default) or 3 (debug: each publish, hold and recovery request). */
   logLevel?: 2 | 3;
+  /** Settings written over the harness's own, by section (`runner`, `proxy`, `handler`, ...). */
+  settings?: Record<string, Record<string, string | number>>;
+  /**
+   * Connection managers (condure processes), each listening on a port of its own (`urls`), all
+   * for the one proxy and handler. Default 1: the runner's own.
+   */
+  connectionManagers?: number;
+  /**
+   * Connections each connection manager holds at most (`client_maxconn`). Default: the open-file
+   * limit less 500, at most 50,000.
+   */
+  maxConnections?: number;
   /** `x_forwarded_for` of `[proxy]`: how Pushpin tells the origin who the client is (`truncate:0,append`). */
   xForwardedFor?: string;
 }
 
 export interface RunningPushpin {
-  /** `http://127.0.0.1:PORT`: where clients connect. */
+  /** `http://127.0.0.1:PORT`: where clients connect (the first connection manager). */
   url: string;
+  /** Where clients connect, one URL per connection manager. */
+  urls: string[];
   /** `http://127.0.0.1:PORT/publish/`: the publish endpoint (GRIP's HTTP control API). */
   publishUrl: string;
   sigKey: string;
   dir: string;
   readonly pid: number | undefined;
+  /** The runner's pid (its descendants are Pushpin's processes) and those of the extra connection managers. */
+  readonly pids: number[];
   /** Waits until a request through Pushpin reaches the origin (Pushpin's proxy takes requests). */
   reachesOrigin(): Promise<void>;
   /** Points the route at other origins (`host:port`, several to balance); Pushpin reloads it. */
@@ -83,19 +137,48 @@ function routesText(origins: string[]): string {
   return `* ${origins.join(' ')}\n`;
 }
 
-async function configText(
-  dir: string,
-  sigKey: string,
-  ports: Record<string, number>,
-  logLevel: number,
-  xForwardedFor = '',
-): Promise<string> {
+/** The ZeroMQ sockets' base name of connection manager `m` (0: the runner's own). */
+const managerBase = (m: number) => (m === 0 ? 'condure' : `condure-${m}`);
+
+interface ConfigInput {
+  dir: string;
+  sigKey: string;
+  ports: Record<string, number>;
+  logLevel: number;
+  maxConnections: number;
+  managers: number;
+  settings: Record<string, Record<string, string | number>>;
+  xForwardedFor: string;
+}
+
+function configText({
+  dir,
+  sigKey,
+  ports,
+  logLevel,
+  maxConnections,
+  managers,
+  settings,
+  xForwardedFor,
+}: ConfigInput): string {
   const sections = internalSections();
   const set = (section: string, entries: Record<string, string | number>) => {
     const s = sections.get(section) ?? new Map<string, string>();
     for (const [k, v] of Object.entries(entries)) s.set(k, String(v));
     sections.set(section, s);
   };
+  // The proxy and the handler talk to every connection manager: its requests in (`-out`,
+  // `-out-stream`), their answers out (`-in`).
+  const specs = (suffix: string) =>
+    Array.from({ length: managers }, (_, m) => `ipc://{rundir}/{ipc_prefix}${managerBase(m)}${suffix}`).join(
+      ',',
+    );
+  set('proxy', {
+    condure_in_specs: specs('-out'),
+    condure_in_stream_specs: specs('-out-stream'),
+    condure_out_specs: specs('-in'),
+  });
+  set('handler', { condure_in_stream_specs: specs('-out-stream'), condure_out_specs: specs('-in') });
   set('global', {
     rundir: path.join(dir, 'run'),
     ipc_prefix: 'pp-',
@@ -108,13 +191,14 @@ async function configText(
     logdir: path.join(dir, 'log'),
     log_level: logLevel,
     client_buffer_size: 8192,
-    client_maxconn: 20000,
+    client_maxconn: maxConnections,
   });
   set('proxy', {
     routesfile: path.join(dir, 'routes'),
     sig_iss: 'pushpin',
     sig_key: sigKey,
     updates_check: 'off',
+    max_open_requests: PUSHPIN_OPEN_REQUESTS,
     x_forwarded_for: xForwardedFor,
   });
   set('handler', {
@@ -125,12 +209,15 @@ async function configText(
     push_in_http_port: ports.publish ?? 0,
     stats_spec: 'ipc://{rundir}/{ipc_prefix}stats',
     command_spec: `tcp://127.0.0.1:${ports.command}`,
-    message_rate: 100000,
-    message_hwm: 100000,
+    // One publish to N held streams is N deliveries: a write reaches every stream within 0.1 s,
+    // and ten writes' worth may wait before Pushpin drops deliveries.
+    message_rate: DELIVERIES_PER_STREAM * managers * maxConnections,
+    message_hwm: DELIVERIES_PER_STREAM * managers * maxConnections,
     id_cache_ttl: 60,
     connection_subscription_max: 20,
     subscription_linger: 60,
   });
+  for (const [section, entries] of Object.entries(settings)) set(section, entries);
   let text = '';
   for (const [name, entries] of sections) {
     text += `[${name}]\n`;
@@ -164,10 +251,26 @@ async function reachesOrigin(url: string): Promise<boolean> {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Starts Pushpin; resolves once its HTTP and publish ports take connections. */
+/** SIGTERM, then SIGKILL after a grace period; resolves once the process has exited. */
+async function stopProcess(proc: ChildProcess): Promise<void> {
+  if (proc.exitCode !== null || proc.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
+  proc.kill('SIGTERM');
+  const timer = setTimeout(() => proc.kill('SIGKILL'), STOP_GRACE_MS);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** Starts Pushpin; resolves once its HTTP ports and its publish port take connections. */
 export async function startPushpin(opts: PushpinOptions): Promise<RunningPushpin> {
   if (!existsSync(PUSHPIN_BIN))
     throw new Error(`Pushpin is not installed (no ${PUSHPIN_BIN}): apt-get install pushpin`);
+  const managers = opts.connectionManagers ?? 1;
+  const maxConnections = opts.maxConnections ?? Math.min(50_000, openFilesLimit() - MANAGER_SPARE_FILES);
+  if (!Number.isSafeInteger(managers) || managers < 1)
+    throw new Error('connectionManagers must be 1 or more');
+  if (!Number.isSafeInteger(maxConnections) || maxConnections < 1)
+    throw new Error(`maxConnections must be 1 or more (the open-file limit is ${openFilesLimit()})`);
   const ids = (await userIds('pushpin')) ?? (await userIds('nobody'));
   const dir = await mkdtemp(path.join(os.tmpdir(), 'smartfeeds-pushpin-'));
   const ports = {
@@ -177,32 +280,68 @@ export async function startPushpin(opts: PushpinOptions): Promise<RunningPushpin
     pushSub: await freePort(),
     command: await freePort(),
   };
+  // The ports of the extra connection managers (the runner's own listens on `http`).
+  const managerPorts: number[] = [ports.http];
+  while (managerPorts.length < managers) managerPorts.push(await freePort());
   const sigKey = opts.sigKey ?? randomBytes(16).toString('hex');
   for (const sub of ['run', 'log']) await mkdir(path.join(dir, sub));
   const conf = path.join(dir, 'pushpin.conf');
   const routes = path.join(dir, 'routes');
-  await writeFile(conf, await configText(dir, sigKey, ports, opts.logLevel ?? 2, opts.xForwardedFor));
+  const logLevel = opts.logLevel ?? 2;
+  await writeFile(
+    conf,
+    configText({
+      dir,
+      sigKey,
+      ports,
+      logLevel,
+      maxConnections,
+      managers,
+      settings: opts.settings ?? {},
+      xForwardedFor: opts.xForwardedFor ?? '',
+    }),
+  );
   await writeFile(routes, routesText(typeof opts.origin === 'string' ? [opts.origin] : opts.origin));
   const consoleFile = path.join(dir, 'console.log');
   await chownAll(ids, [dir, path.join(dir, 'run'), path.join(dir, 'log'), conf, routes]);
-  let child: ChildProcess | undefined;
+  let children: ChildProcess[] = [];
   // SIGTERM: the runner stops its own processes (condure, zurl, proxy, handler) as it exits.
-  const onExit = () => child?.kill('SIGTERM');
-
-  const start = async () => {
+  const onExit = () => {
+    for (const c of children) c.kill('SIGTERM');
+  };
+  const spawnLogged = (file: string, args: string[]) => {
     const fd = openSync(consoleFile, 'a');
-    const proc = spawn(PUSHPIN_BIN, ['--config', conf, '--merge-output'], {
+    const proc = spawn(file, args, {
       cwd: dir,
       stdio: ['ignore', fd, fd],
       ...(ids ? { uid: ids.uid, gid: ids.gid } : {}),
       env: { PATH: '/usr/bin:/bin', HOME: dir },
     });
     closeSync(fd);
-    child = proc;
+    children.push(proc);
+    return proc;
+  };
+
+  const start = async () => {
     process.on('exit', onExit);
+    spawnLogged(PUSHPIN_BIN, ['--config', conf, '--merge-output']);
+    // The extra connection managers, as the runner starts its own, each with its own id and sockets.
+    for (let m = 1; m < managers; m++)
+      spawnLogged(CONDURE_BIN, [
+        `--id=${managerBase(m)}`,
+        `--log-level=${logLevel}`,
+        `--listen=127.0.0.1:${managerPorts[m]},stream`,
+        `--zclient-stream=ipc://${path.join(dir, 'run', `pp-${managerBase(m)}`)}`,
+        '--buffer-size=8192',
+        `--stream-maxconn=${maxConnections}`,
+      ]);
     const deadline = Date.now() + START_TIMEOUT_MS;
-    while (!((await connects(ports.http)) && (await connects(ports.publish)))) {
-      if (proc.exitCode !== null || proc.signalCode !== null)
+    const listening = async () => {
+      for (const port of [...managerPorts, ports.publish]) if (!(await connects(port))) return false;
+      return true;
+    };
+    while (!(await listening())) {
+      if (children.some((c) => c.exitCode !== null || c.signalCode !== null))
         throw new Error(
           `Pushpin exited during startup\n${await logTail({ log: consoleFile, console: '' }, 'pushpin', 40)}`,
         );
@@ -215,32 +354,32 @@ export async function startPushpin(opts: PushpinOptions): Promise<RunningPushpin
   // The ports listen before the proxy takes requests: wait until one reaches the origin.
   const untilOrigin = async () => {
     const deadline = Date.now() + START_TIMEOUT_MS;
-    while (!(await reachesOrigin(`http://127.0.0.1:${ports.http}/`))) {
-      if (Date.now() > deadline) throw new Error('Pushpin did not reach its origin in time');
-      await sleep(100);
-    }
+    for (const port of managerPorts)
+      while (!(await reachesOrigin(`http://127.0.0.1:${port}/`))) {
+        if (Date.now() > deadline) throw new Error('Pushpin did not reach its origin in time');
+        await sleep(100);
+      }
   };
 
   const stop = async () => {
-    const proc = child;
-    if (!proc || proc.exitCode !== null || proc.signalCode !== null) return;
-    const exited = new Promise<void>((resolve) => proc.once('exit', () => resolve()));
-    proc.kill('SIGTERM');
-    const timer = setTimeout(() => proc.kill('SIGKILL'), STOP_GRACE_MS);
-    await exited;
-    clearTimeout(timer);
+    await Promise.all(children.map(stopProcess));
     process.off('exit', onExit);
-    child = undefined;
+    children = [];
   };
 
   await start();
+  const urls = managerPorts.map((port) => `http://127.0.0.1:${port}`);
   return {
-    url: `http://127.0.0.1:${ports.http}`,
+    url: urls[0] as string,
+    urls,
     publishUrl: `http://127.0.0.1:${ports.publish}/publish/`,
     sigKey,
     dir,
     get pid() {
-      return child?.pid;
+      return children[0]?.pid;
+    },
+    get pids() {
+      return children.flatMap((c) => (c.pid === undefined ? [] : [c.pid]));
     },
     reachesOrigin: untilOrigin,
     async route(origins) {

@@ -181,6 +181,7 @@ export const SERVE_OPTIONS = {
   grip: { type: 'string' },
   'grip-publish': { type: 'string' },
   'grip-recovery-bytes': { type: 'string' },
+  'grip-idle-recovery': { type: 'string' },
   'websub-allow-private': { type: 'boolean' },
   'websub-lease': { type: 'string' },
   'websub-queue': { type: 'string' },

@@ -13,6 +13,7 @@ import {
 import { ConfigError, checked, type Sources } from './configSources.ts';
 import { CLIENT_BOUND_DEFAULTS, type ClientBoundOptions } from './http/clientBounds.ts';
 import { CLIENT_HEADERS, isAddressOrRange } from './http/clientKey.ts';
+import { GRIP_IDLE_RECOVERY_SECONDS } from './http/grip.ts';
 import { GRIP_RECOVERY_BYTES } from './http/gripRecovery.ts';
 
 // The options of `serve` that shape its HTTP side: the binding, its clients' bounds, WebSub,
@@ -38,10 +39,12 @@ export interface HttpConfig {
   /** Server-Sent Event streams open at once; more are refused with 503. */
   maxStreams: number;
   /**
-   * GRIP behind Pushpin (`--grip`, `--grip-publish`, `--grip-recovery-bytes`); undefined without.
-   * Its key is never logged.
+   * GRIP behind Pushpin (`--grip`, `--grip-publish`, `--grip-recovery-bytes`,
+   * `--grip-idle-recovery`); undefined without. Its key is never logged.
    */
-  grip: { key: string; publishUrl: string | undefined; recoveryBytes: number } | undefined;
+  grip:
+    | { key: string; publishUrl: string | undefined; recoveryBytes: number; idleRecoverySeconds: number }
+    | undefined;
   /** Who a client is (trusted proxies and their header), and each client's bounds. */
   clients: Omit<ClientBoundOptions, 'now'>;
   /**
@@ -168,6 +171,10 @@ function clientsConfig(src: Sources): HttpConfig['clients'] {
   };
 }
 
+/** Pushpin keeps the wait in a 32-bit count of milliseconds: a day is far within it. */
+const MAX_IDLE_RECOVERY_SECONDS = 86_400;
+const idleSeconds = positive.pipe(z.number().max(MAX_IDLE_RECOVERY_SECONDS));
+
 function gripConfig(src: Sources): HttpConfig['grip'] {
   const key = src.read('grip', nonEmpty, 'a non-empty key', undefined);
   const url = z.url({ protocol: /^https?$/ });
@@ -178,12 +185,18 @@ function gripConfig(src: Sources): HttpConfig['grip'] {
     'a whole number of bytes, zero or more',
     GRIP_RECOVERY_BYTES,
   );
+  const idleRecoverySeconds = src.read(
+    'grip-idle-recovery',
+    idleSeconds,
+    `a whole number of seconds from 1 to ${MAX_IDLE_RECOVERY_SECONDS}`,
+    GRIP_IDLE_RECOVERY_SECONDS,
+  );
   if (key === undefined) {
     if (publishUrl !== undefined)
       throw new ConfigError('grip-publish needs grip (the key Pushpin signs with)');
     return undefined;
   }
-  return { key, publishUrl, recoveryBytes };
+  return { key, publishUrl, recoveryBytes, idleRecoverySeconds };
 }
 
 function faspProviderConfig(src: Sources): FaspProviderConfig | undefined {

@@ -196,6 +196,13 @@ export const OPTION_GROUPS: OptionGroup[] = [
         "Pushpin asks a held stream's recovery link when it sees a gap, a second after a channel's first subscriber, and when a stream has had nothing for a while; it retries while the origin restarts. A recovery from a change still kept gets every change since, as the live stream would have; an older one, or one asked of an instance that does not publish the node, is answered by a pull (each item at its latest position). 0 keeps none. See docs/protocol.md section 14.",
       ),
       opt(
+        'grip-idle-recovery',
+        'SECONDS',
+        '600',
+        'how long a stream Pushpin holds may have nothing before Pushpin asks its recovery link on its own (`Grip-Link` timeout)',
+        "Pushpin's own default is 120. Each stream of a quiet feed then asks once a wait, all at once; Pushpin's proxy takes new streams first, and ends a stream whose request cannot get through in about 30 s. Keep it above the time your streams take to open at once (50,000 took about three minutes on two cores). A change whose publish was lost reaches the clients at the view's next publish, or after this wait.",
+      ),
+      opt(
         'public-url',
         'URL',
         "the request's origin",

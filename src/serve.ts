@@ -223,6 +223,7 @@ function httpBinding(
               key: http.grip.key,
               ...(http.grip.publishUrl ? { publishUrl: http.grip.publishUrl } : {}),
               recoveryBytes: http.grip.recoveryBytes,
+              idleRecoverySeconds: http.grip.idleRecoverySeconds,
             },
           }
         : {}),

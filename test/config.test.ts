@@ -206,11 +206,17 @@ describe('http options', () => {
       loadConfig([...base, '--grip-publish', 'http://127.0.0.1:5561/publish/'], {
         SMARTFEEDS_GRIP: 'k3y',
       }).http?.grip,
-    ).toEqual({ key: 'k3y', publishUrl: 'http://127.0.0.1:5561/publish/', recoveryBytes: 8 * 1024 * 1024 });
+    ).toEqual({
+      key: 'k3y',
+      publishUrl: 'http://127.0.0.1:5561/publish/',
+      recoveryBytes: 8 * 1024 * 1024,
+      idleRecoverySeconds: 600,
+    });
     expect(loadConfig([...base, '--grip', 'k'], {}).http?.grip).toEqual({
       key: 'k',
       publishUrl: undefined,
       recoveryBytes: 8 * 1024 * 1024,
+      idleRecoverySeconds: 600,
     });
     expect(() => loadConfig([...base, '--grip-publish', 'http://127.0.0.1:5561/publish/'], {})).toThrow(
       'grip-publish needs grip (the key Pushpin signs with)',
@@ -228,6 +234,18 @@ describe('http options', () => {
     );
     for (const bad of ['-1', '1.5', 'lots'])
       expect(() => loadConfig([...base, '--grip-recovery-bytes', bad], {})).toThrow(/grip-recovery-bytes/);
+  });
+
+  it('reads how long a held stream may be idle before Pushpin recovers it: whole seconds, 1 to a day', () => {
+    const base = ['--secret', 's', '--http', '127.0.0.1:1', '--grip', 'k'];
+    expect(loadConfig([...base, '--grip-idle-recovery', '120'], {}).http?.grip?.idleRecoverySeconds).toBe(
+      120,
+    );
+    expect(loadConfig(base, { SMARTFEEDS_GRIP_IDLE_RECOVERY: '86400' }).http?.grip?.idleRecoverySeconds).toBe(
+      86_400,
+    );
+    for (const bad of ['0', '-5', '1.5', '86401', 'soon'])
+      expect(() => loadConfig([...base, '--grip-idle-recovery', bad], {})).toThrow(/grip-idle-recovery/);
   });
 
   it('leaves HTTP off unless --http is given, and reads HOST:PORT and the limits', () => {

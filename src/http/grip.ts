@@ -10,7 +10,18 @@ export interface GripOptions {
   publishUrl?: string;
   /** Bytes of recent changes kept to answer recovery requests exactly (gripRecovery.ts); 0: none. */
   recoveryBytes?: number;
+  /** Seconds a held stream may have nothing before Pushpin asks its recovery link on its own. */
+  idleRecoverySeconds?: number;
 }
+
+/**
+ * Pushpin's own is 120 s. Every stream of a channel that had nothing that long asks its recovery
+ * link at once, a hundred at a time, ten times a second, through the proxy that takes new requests
+ * first: with 50,000 streams opened at once (about three minutes here), those that cannot get
+ * through in about 30 s are ended. A longer wait also spares a quiet feed's streams a request
+ * each every two minutes; what a lost publish leaves behind comes at the next publish anyway.
+ */
+export const GRIP_IDLE_RECOVERY_SECONDS = 600;
 
 /**
  * The one query parameter of a stream's recovery link: Pushpin fetches the link with its own

@@ -15,7 +15,7 @@ import { Credentials } from './credentials.ts';
 import { HttpProblem, problemBody, problems, toProblem } from './errors.ts';
 import { EventStreams, STREAM_DEFAULTS, type StreamOptions } from './eventStreams.ts';
 import type { Exchange, Route } from './exchange.ts';
-import { GRIP_STREAM_PARAMETER, type GripOptions, GripSig } from './grip.ts';
+import { GRIP_IDLE_RECOVERY_SECONDS, GRIP_STREAM_PARAMETER, type GripOptions, GripSig } from './grip.ts';
 import { GripPublisher } from './gripPublisher.ts';
 import type { GripDeps } from './handlers/gripFeed.ts';
 import { LongPolls } from './longPoll.ts';
@@ -134,6 +134,7 @@ export class HttpBinding {
               options.outbound,
             ),
       retryMs: this.streams.options.retryMs,
+      idleRecoverySeconds: options.grip.idleRecoverySeconds ?? GRIP_IDLE_RECOVERY_SECONDS,
     };
     this.pages =
       options.pageCache === false

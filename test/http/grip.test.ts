@@ -338,7 +338,7 @@ describe('Grip-Sig', () => {
     expect(good.headers.get('grip-hold')).toBe('stream');
     expect(good.headers.get('grip-channel')).toMatch(new RegExp(`^f-[A-Za-z0-9_-]+; prev-id=${last}$`));
     expect(good.headers.get('grip-link')).toBe(
-      `<http://127.0.0.1:${port}/feeds/signed?since=cursor%3A${last}&grip=stream>; rel=next`,
+      `<http://127.0.0.1:${port}/feeds/signed?since=cursor%3A${last}&grip=stream>; rel=next; timeout=600`,
     );
     expect(await good.text()).toBe('retry: 2000\n\n');
     for (const sig of [await sign('another-key'), 'not.a.jwt', undefined]) {

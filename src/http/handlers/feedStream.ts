@@ -71,19 +71,21 @@ export function streamFeed(deps: StreamDeps, x: Exchange, query: FeedQuery, read
   const { feed } = query;
   const max = query.max ?? deps.feeds.limits.defaultPageItems;
   if (max === 0) throw problems.badRequest('a stream takes a max of at least 1');
-  const watch = deps.streams.join(feed, x.client(reader));
   let opening: Reading | undefined = reading;
-  const plan = {
-    node: feed.node,
-    order: feed.order,
-    // Shared among streams of one reader of one feed (filter and view included) only.
-    shared: `${describe(reader)}\n${canonicalFeedName(feed)}\n${max}`,
-    since,
-    read: async (from: string | undefined) => {
-      const current = opening ?? (await deps.feeds.reading(reader, feed.node));
-      return current.read(feed, { ...(from !== undefined ? { since: from } : {}), max });
+  const ticket = deps.streams.join(
+    {
+      node: feed.node,
+      order: feed.order,
+      // One view per reader of one feed (filter and view included): the read checks the reader's
+      // right to read, and what it gives is the reader's own view.
+      shared: `${describe(reader)}\n${canonicalFeedName(feed)}\n${max}`,
+      read: async (from) => {
+        const current = opening ?? (await deps.feeds.reading(reader, feed.node));
+        return current.read(feed, { ...(from !== undefined ? { since: from } : {}), max });
+      },
     },
-  };
+    x.client(reader),
+  );
   return {
     status: 200,
     type: `${EVENT_STREAM}; charset=utf-8`,
@@ -92,7 +94,7 @@ export function streamFeed(deps: StreamDeps, x: Exchange, query: FeedQuery, read
     // A stream's end is its connection's: the next one starts from its last event id.
     headers: { vary: 'Accept, Authorization', 'x-accel-buffering': 'no', connection: 'close' },
     takeover: (res) => {
-      const running = deps.streams.run(watch, plan, res);
+      const running = deps.streams.run(ticket, since, res);
       // The stream made its first read as it started: the open's decision is spent.
       opening = undefined;
       return running;

@@ -14,6 +14,8 @@ export interface GripDeps {
   publisher: GripPublisher | undefined;
   /** The `retry:` hint of streams. */
   retryMs: number;
+  /** Seconds a held stream may have nothing before Pushpin asks its recovery link (`Grip-Link` timeout). */
+  idleRecoverySeconds: number;
 }
 
 /** Pages a hold's answer carries at most; Pushpin fetches the rest from the recovery link. */
@@ -105,7 +107,7 @@ export async function gripStream(
       vary: 'Accept, Authorization',
       'grip-hold': 'stream',
       'grip-channel': channelHeader(channel, cursorOf(since)),
-      'grip-link': `<${link}>; rel=next`,
+      'grip-link': `<${link}>; rel=next; timeout=${deps.grip.idleRecoverySeconds}`,
       'grip-keep-alive': ':\\n\\n; format=cstring; timeout=15',
     },
   };
