@@ -87,7 +87,7 @@ beforeAll(async () => {
     const reply = await admin.iq('set', publishIq(NODE, `i${i}`));
     expect(reply.attrs.type, reply.toString()).toBe('result');
   }
-  const read = stack.engine.reads.read.bind(stack.engine);
+  const read = stack.engine.reads.read.bind(stack.engine.reads);
   stack.engine.reads.read = (...args) => {
     engineReads += 1;
     return read(...args);
