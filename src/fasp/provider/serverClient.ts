@@ -32,7 +32,7 @@ export interface RegistrationAnswer {
  * The FASP's side of the base protocol's calls (general/v0.1): registration (unsigned: it
  * exchanges the keys, but its answer is checked against the key it carries), then every request
  * signed with our Ed25519 key and the `faspId` as keyid, every answer checked against the
- * server's key. Through the provider's outbound client: a server's address is checked as any
+ * server's key. Through the provider's outbound client: a server's address is checked like every
  * other that strangers give (its NodeInfo names where its FASP API is).
  */
 export class ServerClient {

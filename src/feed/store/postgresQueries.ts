@@ -40,7 +40,9 @@ const CONNECTION_MESSAGES =
 
 /** Whether `e` says the connection went away (the server may be fine after a wait). */
 export function isConnectionLoss(e: unknown): boolean {
-  const { code, message } = (e ?? {}) as { code?: unknown; message?: unknown };
+  if (typeof e !== 'object' || e === null) return false;
+  const code = 'code' in e ? e.code : undefined;
+  const message = 'message' in e ? e.message : undefined;
   if (typeof code === 'string' && (CONNECTION_CODES.has(code) || code.startsWith('08'))) return true;
   return typeof message === 'string' && CONNECTION_MESSAGES.test(message);
 }
