@@ -19,6 +19,11 @@ export interface Reading {
   readonly node: string;
   /** The node's configuration the decision was made on. */
   readonly config: NodeConfig;
+  /**
+   * The view the reader reads in (`*`, '' or their bare JID), for keys of what was read in it (a
+   * cached page is served only to a reader of the same view).
+   */
+  readonly view: string;
   /** A page of one of the node's feeds (protocol.md 4). */
   read(feed: FeedName, query?: ReadQuery): Promise<ReaderPage>;
   /** Items by id (unknown ids are left out). */
@@ -36,24 +41,47 @@ export interface Reading {
 /** Decides an actor's read of a node (the refusal, or NodeNotFound, is thrown here). */
 export async function openReading(ctx: ServiceContext, actor: Actor, node: string): Promise<Reading> {
   const { config, standing } = await ctx.rights.check(node, actor, 'retrieve');
-  const view = viewOf(actor, standing);
-  const ofNode = (feed: FeedName): FeedName => {
+  return new NodeReading(ctx, actor, node, config, viewOf(actor, standing));
+}
+
+/** A class, not closures: one is made for every read request, cache hits included. */
+class NodeReading implements Reading {
+  constructor(
+    private readonly ctx: ServiceContext,
+    readonly actor: Actor,
+    readonly node: string,
+    readonly config: NodeConfig,
+    readonly view: string,
+  ) {}
+
+  async read(feed: FeedName, query: ReadQuery = {}): Promise<ReaderPage> {
+    return presentPage(feed, await this.ctx.engine.reads.read(this.ofNode(feed), query, this.view));
+  }
+
+  async getItems(feed: FeedName, ids: readonly string[]): Promise<ReaderItem[]> {
+    const items = await this.ctx.engine.reads.getItems(this.ofNode(feed), ids, this.view);
+    return items.map((i) => presentItem(feed, i));
+  }
+
+  async total(feed: FeedName): Promise<number> {
+    return (await this.read(feed, { max: 0 })).total;
+  }
+
+  createdIdAt(position: number, stride: number): Promise<string | undefined> {
+    return this.ctx.engine.positions.createdIdAt(this.node, position, stride);
+  }
+
+  nodeNumber(): Promise<number> {
+    return this.ctx.engine.nodes.nodeNumber(this.node);
+  }
+
+  deliveryIn(change: Change, feed: FeedName): Delivery | undefined {
+    return deliveryIn(this.ctx, change, this.ofNode(feed), this.view);
+  }
+
+  private ofNode(feed: FeedName): FeedName {
     // A binding's mistake, not a client's: the decision was made for another node.
-    if (feed.node !== node) throw new Error(`a read of ${node} cannot read ${feed.node}`);
+    if (feed.node !== this.node) throw new Error(`a read of ${this.node} cannot read ${feed.node}`);
     return feed;
-  };
-  const read = async (feed: FeedName, query: ReadQuery = {}) =>
-    presentPage(feed, await ctx.engine.reads.read(ofNode(feed), query, view));
-  return {
-    actor,
-    node,
-    config,
-    read,
-    getItems: async (feed, ids) =>
-      (await ctx.engine.reads.getItems(ofNode(feed), ids, view)).map((i) => presentItem(feed, i)),
-    total: async (feed) => (await read(feed, { max: 0 })).total,
-    createdIdAt: (position, stride) => ctx.engine.positions.createdIdAt(node, position, stride),
-    nodeNumber: () => ctx.engine.nodes.nodeNumber(node),
-    deliveryIn: (change, feed) => deliveryIn(ctx, change, ofNode(feed), view),
-  };
+  }
 }
