@@ -213,10 +213,12 @@ const HTTP_OPERATIONS: Record<string, Operation> = {
 
 /** Counts the binding's publishes, retracts and reads by the status they were answered with. */
 export function countRequests(app: FastifyInstance, metrics: Metrics): void {
-  app.addHook('onResponse', async (request, reply) => {
+  // A callback, not a promise: it runs after every answer.
+  app.addHook('onResponse', (request, reply, done) => {
     const method = request.method === 'HEAD' ? 'GET' : request.method;
     const operation = HTTP_OPERATIONS[`${method} ${request.routeOptions.url}`];
     if (operation) metrics.request('http', operation, httpOutcome(reply.statusCode));
+    done();
   });
 }
 

@@ -277,24 +277,7 @@ export class HttpBinding {
   }
 
   private exchange(request: FastifyRequest, reply: FastifyReply, params: Record<string, string>): Exchange {
-    const q = request.url.indexOf('?');
-    return {
-      request,
-      params,
-      search: q < 0 ? '' : request.url.slice(q + 1),
-      origin: () => this.originOf(request),
-      caller: (queryToken) =>
-        this.credentials.actor(
-          queryToken === undefined ? request.headers.authorization : `Bearer ${queryToken}`,
-        ),
-      client: (reader) => this.bounds.keys.of(request, reader),
-      onGone: (gone) => {
-        reply.raw.on('close', gone);
-        // A client that left before the listener was on: its 'close' has been emitted already.
-        if (request.raw.socket?.destroyed) gone();
-        return () => reply.raw.off('close', gone);
-      },
-    };
+    return new RequestExchange(this, request, reply, params);
   }
 
   /**
@@ -304,7 +287,9 @@ export class HttpBinding {
    * only while such a signature is checked.
    */
   private admit(request: FastifyRequest): Promise<void> | undefined {
-    if (UNBOUNDED.has(request.routeOptions.url ?? '')) return undefined;
+    // The path as asked, not the route's (`request.routeOptions` is an object made at each call).
+    const q = request.url.indexOf('?');
+    if (UNBOUNDED.has(q < 0 ? request.url : request.url.slice(0, q))) return undefined;
     const grip = this.grip;
     if (
       grip &&
@@ -451,5 +436,42 @@ export class HttpBinding {
   /** Stops publishing to Pushpin, once what is queued is sent. */
   async stopPublishing(): Promise<void> {
     await this.grip?.publisher?.stop();
+  }
+}
+
+/** One request as the handlers see it: a class, not closures, as one is made for every request. */
+class RequestExchange implements Exchange {
+  readonly search: string;
+
+  constructor(
+    private readonly binding: HttpBinding,
+    readonly request: FastifyRequest,
+    private readonly reply: FastifyReply,
+    readonly params: Record<string, string>,
+  ) {
+    const q = request.url.indexOf('?');
+    this.search = q < 0 ? '' : request.url.slice(q + 1);
+  }
+
+  origin(): string {
+    return this.binding.originOf(this.request);
+  }
+
+  caller(queryToken?: string): Actor {
+    return this.binding.credentials.actor(
+      queryToken === undefined ? this.request.headers.authorization : `Bearer ${queryToken}`,
+    );
+  }
+
+  client(reader?: Actor): string {
+    return this.binding.bounds.keys.of(this.request, reader);
+  }
+
+  onGone(gone: () => void): () => void {
+    const res = this.reply.raw;
+    res.on('close', gone);
+    // A client that left before the listener was on: its 'close' has been emitted already.
+    if (this.request.raw.socket?.destroyed) gone();
+    return () => res.off('close', gone);
   }
 }
