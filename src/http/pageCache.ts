@@ -12,8 +12,13 @@ export interface PageCacheOptions {
 
 export const PAGE_CACHE_DEFAULTS: PageCacheOptions = { maxEntries: 512, maxBytes: 32 * 1024 * 1024 };
 
-interface Entry {
+/** A cached answer and the view it was read in (`Reading.view`). */
+export interface CachedPage {
   answer: Answer;
+  view: string;
+}
+
+interface Entry extends CachedPage {
   bytes: number;
 }
 
@@ -37,7 +42,7 @@ function nodeOf(event: FeedEvent): string | undefined {
  * generation, bumped synchronously on every event touching the node: a caller reads the generation
  * before the engine read, so an answer read across a write is stored under a generation that is
  * already past (unreachable, never stale). Rights are not the cache's concern: the caller checks them
- * on every request before asking.
+ * on every request, and serves an answer only to a reader of the view it was read in.
  */
 export class PageCache {
   private readonly entries = new LruMap<string, Entry>();
@@ -73,17 +78,18 @@ export class PageCache {
     return JSON.stringify([node, generation, ...parts.map((p) => (p === undefined ? null : p))]);
   }
 
-  get(key: string): Answer | undefined {
-    return this.entries.use(key)?.answer;
+  get(key: string): CachedPage | undefined {
+    return this.entries.use(key);
   }
 
-  set(key: string, answer: Answer): void {
+  /** Keeps an answer read in `view`. */
+  set(key: string, answer: Answer, view: string): void {
     const body = typeof answer.body === 'string' ? 2 * answer.body.length : answer.body.length;
     const bytes = body + 2 * key.length + 256;
     if (bytes > this.options.maxBytes || this.options.maxEntries < 1) return;
     const old = this.entries.peek(key);
     if (old) this.bytes -= old.bytes;
-    this.entries.set(key, { answer, bytes });
+    this.entries.set(key, { answer, view, bytes });
     this.bytes += bytes;
     while (this.entries.size > this.options.maxEntries || this.bytes > this.options.maxBytes) {
       const oldest = this.entries.shift();

@@ -52,12 +52,24 @@ async function both(path: string, headers: Record<string, string> = {}): Promise
   return a;
 }
 
-const QUERIES = ['', 'max=2', 'max=3&order=modified', 'callback=cb', 'max=1&until=cursor:0_0_0'];
+// Refusals too (an unknown parameter, a token in the query, a bad token): the cache's key is made
+// before the query is parsed, and a refusal must come as it does without the cache, in its order.
+const QUERIES = [
+  '',
+  'max=2',
+  'max=3&order=modified',
+  'callback=cb',
+  'max=1&until=cursor:0_0_0',
+  'bogus=1',
+  'access_token=x',
+];
 const HEADERS: Record<string, string>[] = [
   {},
   { accept: 'application/atom+xml' },
   { authorization: `Bearer ${TOKENS.alice}` },
   { authorization: `Bearer ${TOKENS.admin}`, accept: 'application/atom+xml' },
+  { authorization: 'Bearer not-a-token' },
+  { accept: 'text/html' },
 ];
 
 type Step =
@@ -137,6 +149,72 @@ describe('the page cache', () => {
     expect(closed.body).not.toContain('secret');
   });
 
+  it('serves a cached page only to a reader of the view it was read in', async () => {
+    await cached.feeds.create(admin, 'standing', { accessModel: 'open' });
+    await cached.feeds.publish(admin, 'standing', { id: 'a', entry: entry('for all') });
+    await cached.feeds.publish(admin, 'standing', {
+      id: 'b',
+      entry: entry('for bob'),
+      audience: ['bob@localhost'],
+    });
+    const alice = { authorization: `Bearer ${TOKENS.alice}` };
+    const path = '/feeds/standing?timeout=0';
+    const before = await get(cached.origin, path, alice);
+    expect(before.body).toContain('for all');
+    expect(before.body).not.toContain('for bob');
+    const held = cached.binding.pages?.size;
+    expect((await get(cached.origin, path, alice)).body).toBe(before.body);
+    // The second read was a hit: nothing more was stored.
+    expect(cached.binding.pages?.size).toBe(held);
+    // Made a publisher behind the service's back: no event, the cached page's generation holds.
+    const generation = cached.binding.pages?.generation('standing');
+    await cached.engine.policy().setAffiliations('standing', [['alice@localhost', 'publisher']]);
+    expect(cached.binding.pages?.generation('standing')).toBe(generation);
+    const publisher = await get(cached.origin, path, alice);
+    expect(publisher.status).toBe(200);
+    expect(publisher.body).toContain('for bob');
+    // And back: the page read in her own view again, not the publisher's.
+    await cached.engine.policy().setAffiliations('standing', [['alice@localhost', 'none']]);
+    const again = await get(cached.origin, path, alice);
+    expect(again.body).not.toContain('for bob');
+    expect(again.body).toBe(before.body);
+  });
+
+  it('still refuses a client past its rate of reads when the page cache answers, and serves another', async () => {
+    const clock = { now: 0 };
+    const bounded = await startHttp({ http: { clients: { reads: 2, now: () => clock.now } } });
+    try {
+      await bounded.feeds.publish(admin, 'busy', { id: 'a', entry: entry('busy') });
+      const path = '/feeds/busy?timeout=0';
+      const first = await get(bounded.origin, path);
+      expect(first.status).toBe(200);
+      const held = bounded.binding.pages?.size ?? 0;
+      expect(held).toBeGreaterThan(0);
+      // The bucket holds four seconds' worth: eight reads in all, the first one's included.
+      for (let i = 0; i < 7; i++) expect((await get(bounded.origin, path)).body).toBe(first.body);
+      expect(bounded.binding.pages?.size).toBe(held);
+      const over = await get(bounded.origin, path);
+      expect(over.status).toBe(429);
+      expect(over.headers['retry-after']).toBe('1');
+      // Another client, from another address, is still served from the cache.
+      const other = await new Promise<number>((resolve, reject) => {
+        const req = request(
+          `${bounded.origin}${path}`,
+          { headers: { host: 'feeds.test' }, localAddress: '127.0.0.2' },
+          (res) => {
+            res.resume();
+            resolve(res.statusCode ?? 0);
+          },
+        );
+        req.on('error', reject);
+        req.end();
+      });
+      expect(other).toBe(200);
+    } finally {
+      await bounded.stop();
+    }
+  });
+
   it('answers 404 for a deleted node, and a node made again under its name never shows the old page', async () => {
     await cached.feeds.publish(admin, 'doomed', { id: 'a', entry: entry('old life') });
     expect((await get(cached.origin, '/feeds/doomed?timeout=0')).body).toContain('old life');
@@ -152,17 +230,17 @@ describe('the page cache', () => {
     const answer = (chars: number) => ({ status: 200, type: 'text/plain', body: 'x'.repeat(chars) });
     const pages = new PageCache({ maxEntries: 3, maxBytes: 10_000 });
     const key = (n: number) => pages.key('n', pages.generation('n'), [n]);
-    for (const n of [1, 2, 3]) pages.set(key(n), answer(10));
+    for (const n of [1, 2, 3]) pages.set(key(n), answer(10), '');
     pages.get(key(1));
-    pages.set(key(4), answer(10));
+    pages.set(key(4), answer(10), '');
     expect(pages.size).toBe(3);
     expect(pages.get(key(2))).toBeUndefined();
     expect(pages.get(key(1))).toBeDefined();
-    pages.set(key(5), answer(4_000));
+    pages.set(key(5), answer(4_000), '');
     expect(pages.heldBytes).toBeLessThanOrEqual(10_000);
     expect(pages.get(key(5))).toBeDefined();
     // An answer larger than the whole bound is not kept, and pushes nothing out.
-    pages.set(key(6), answer(6_000));
+    pages.set(key(6), answer(6_000), '');
     expect(pages.get(key(6))).toBeUndefined();
     expect(pages.heldBytes).toBeLessThanOrEqual(10_000);
     // An event on the node makes every key of the old generation unreachable.

@@ -1,7 +1,7 @@
 import { ItemNotFound } from '../../feed/model/errors.ts';
 import { canonicalFeedName, checkItemId } from '../../feed/model/feedName.ts';
 import type { ReaderPage } from '../../feed/model/visible.ts';
-import { describe } from '../../feed/service/actor.ts';
+import { type Actor, describe } from '../../feed/service/actor.ts';
 import type { Reading } from '../../feed/service/reading.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
@@ -17,7 +17,7 @@ import { entryDocument } from '../render/atom.ts';
 import { activityJson } from '../render/json.ts';
 import type { PageView } from '../render/pageView.ts';
 import { MEDIA_TYPES, renderPageOnce } from '../render/representation.ts';
-import { callerOf, streamFeed, wantsStream } from './feedStream.ts';
+import { callerOf, EVENT_STREAM, streamFeed, wantsStream } from './feedStream.ts';
 import { type GripDeps, gripHoldHeaders, gripRequest, gripStream, gripStreamEnd } from './gripFeed.ts';
 
 /** What the Smart Feeds pull views need. */
@@ -144,30 +144,68 @@ async function startRead(
   return { query, reading, grip };
 }
 
+/**
+ * The page cache's key of a request, made from the request as it came (its node, query string,
+ * Accept, origin and caller), so that a hit needs no parse: an answer is stored only for a request
+ * that was parsed, and the same request parses the same. Undefined for what is never stored (a
+ * stream), and when the caller or the origin is refused: the full path refuses those, in its order.
+ */
+function pageKey(pages: PageCache, x: Exchange): { key: string; reader: Actor } | undefined {
+  const accept = x.request.headers.accept;
+  if (accept?.includes(EVENT_STREAM)) return undefined;
+  let reader: Actor;
+  let origin: string;
+  try {
+    reader = x.caller();
+    origin = x.origin();
+  } catch {
+    return undefined;
+  }
+  const node = x.params.node ?? '';
+  // Read before the engine read: an answer read across a write is stored under a past generation.
+  const key = pages.key(node, pages.generation(node), [
+    x.search,
+    accept,
+    origin,
+    reader.kind,
+    describe(reader),
+  ]);
+  return { key, reader };
+}
+
+/**
+ * A cached answer for the request, after the service's decision: the reader may still read the
+ * node (its refusal is thrown here, as the full path would), and reads it in the view the answer
+ * was read in. Undefined otherwise.
+ */
+async function cachedAnswer(
+  deps: FeedViewDeps,
+  x: Exchange,
+  pages: PageCache,
+  key: string,
+  reader: Actor,
+): Promise<Answer | undefined> {
+  const cached = pages.get(key);
+  if (!cached) return undefined;
+  const reading = await deps.feeds.reading(reader, x.params.node ?? '');
+  return reading.view === cached.view ? cached.answer : undefined;
+}
+
 /** `GET /feeds/{node}`: a page in JSON, Atom or JSON-P, held while the feed has nothing new. */
 export function readFeed(deps: FeedViewDeps): RouteHandler {
-  const { feeds } = deps;
+  const { feeds, pages } = deps;
   return async (x) => {
+    const keyed = pages && pageKey(pages, x);
+    if (pages && keyed) {
+      const hit = await cachedAnswer(deps, x, pages, keyed.key, keyed.reader);
+      if (hit) return hit;
+    }
     const started = await startRead(deps, x);
     if ('answer' in started) return started.answer;
     const { query, reading, grip } = started;
     const reader = reading.actor;
     const origin = x.origin();
     const representation = negotiate(x.request.headers.accept, query.callback !== undefined);
-    // Read before the engine read: an answer read across a write is stored under a past generation.
-    const key = deps.pages?.key(query.feed.node, deps.pages.generation(query.feed.node), [
-      query.feed.requested,
-      origin,
-      reader.kind,
-      describe(reader),
-      representation,
-      query.callback,
-      query.since,
-      query.until,
-      query.max,
-    ]);
-    const cached = key === undefined ? undefined : deps.pages?.get(key);
-    if (cached) return cached;
     let page: ReaderPage | undefined = await reading.read(query.feed, readQuery(query));
     const pageItems = Math.min(query.max ?? feeds.limits.defaultPageItems, feeds.limits.maxPageItems);
     // Only a read towards the feed's end can wait for what comes next.
@@ -203,7 +241,9 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
     };
     const answer = { status: 200, type, body, etag, cache, headers };
     // Only a page with items: an empty one may be held or not by parameters the key leaves out.
-    if (key !== undefined && !holdable && page.items.length > 0) deps.pages?.set(key, answer);
+    // Only under the reader the key names (a stream's query token is never one).
+    if (keyed && describe(keyed.reader) === describe(reader) && !holdable && page.items.length > 0)
+      pages?.set(keyed.key, answer, reading.view);
     return answer;
   };
 }
