@@ -21,7 +21,7 @@ import type { NodeRegistry } from './nodes.ts';
 import { itemBytes, itemsWithinBudget } from './pageBudget.ts';
 import { type EngineState, itemView, type NodeMeta, parse, recordStamp } from './state.ts';
 import { PageItem } from './versionMemo.ts';
-import { type Version, VersionCache } from './versions.ts';
+import { type Version, VersionCache, versionKey } from './versions.ts';
 import { ViewReads } from './viewReads.ts';
 
 /** Index entries read at once while resolving a cursor's stamp group (see read). */
@@ -147,9 +147,12 @@ export class Reads {
     feed: FeedName,
     page: readonly Entry[],
   ): Promise<{ found: Version[]; total: number }> {
+    const keys = page.map((e) => versionKey(nid, e.id));
     const found: (Version | undefined)[] =
       feed.order === 'modified'
-        ? page.map((e) => this.versions.get(nid, e.id, stampOfIndexKey(e.key), seqOfIndexKey(e.key)))
+        ? page.map((e, i) =>
+            this.versions.get(nid, e.id, stampOfIndexKey(e.key), seqOfIndexKey(e.key), keys[i]),
+          )
         : new Array(page.length).fill(undefined);
     const missing: number[] = [];
     for (let i = 0; i < found.length; i++) if (!found[i]) missing.push(i);
@@ -167,7 +170,7 @@ export class Reads {
         const buf = bufs[i];
         const id = (page[at] as Entry).id;
         if (!buf) throw new StorageError(`index names item ${JSON.stringify(id)} that has no record`);
-        found[at] = this.versions.decode(nid, id, buf);
+        found[at] = this.versions.decode(nid, id, buf, keys[at]);
       });
     }
     return { found: found as Version[], total: metaBuf ? parse<NodeMeta>(metaBuf).total : 0 };

@@ -42,9 +42,13 @@ export class VersionCache {
   /** `maxBytes`: what the entries may hold, counting two bytes a character and an overhead each. */
   constructor(readonly maxBytes = VERSION_CACHE_BYTES) {}
 
-  /** The version the modified index names (its key's stamp and sequence), when held. */
-  get(nid: number, id: string, stamp: number, seq: number): Version | undefined {
-    return this.held(itemKeyOf(nid, id), stamp, seq);
+  /**
+   * The version the modified index names (its key's stamp and sequence), when held. A page makes
+   * `key` once per item and passes it on to `decode`: one string, whose hash the map computes once
+   * (a key made again at each lookup is hashed again).
+   */
+  get(nid: number, id: string, stamp: number, seq: number, key = versionKey(nid, id)): Version | undefined {
+    return this.held(key, stamp, seq);
   }
 
   private held(key: string, stamp: number, seq: number): Version | undefined {
@@ -55,8 +59,7 @@ export class VersionCache {
   }
 
   /** Decodes a record read from the store, or finds the version already decoded. */
-  decode(nid: number, id: string, buf: Buffer): Version {
-    const key = itemKeyOf(nid, id);
+  decode(nid: number, id: string, buf: Buffer, key = versionKey(nid, id)): Version {
     const at = versionOfRecord(buf);
     if (at) {
       const held = this.held(key, at.m, at.ms);
@@ -79,7 +82,7 @@ export class VersionCache {
   put(nid: number, id: string, rec: ItemRecord, value: Buffer): void {
     const entry = ownBytes(entryBytesOf(value, rec));
     const view = { c: rec.c, m: rec.m, ms: rec.ms, deleted: rec.d === 1, p: rec.p, e: rec.e, entry };
-    this.add(itemKeyOf(nid, id), id, view, entry);
+    this.add(versionKey(nid, id), id, view, entry);
   }
 
   private add(key: string, id: string, rec: RecordView, entry: Buffer): Version {
@@ -143,6 +146,6 @@ interface Held {
 }
 
 /** The node and id of an item; digits and a NUL never run into the id, whatever it holds. */
-function itemKeyOf(nid: number, id: string): string {
+export function versionKey(nid: number, id: string): string {
   return `${nid}\u0000${id}`;
 }
