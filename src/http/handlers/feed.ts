@@ -1,7 +1,7 @@
 import { ItemNotFound } from '../../feed/model/errors.ts';
 import { canonicalFeedName, checkItemId } from '../../feed/model/feedName.ts';
 import type { ReaderPage } from '../../feed/model/visible.ts';
-import { describe } from '../../feed/service/actor.ts';
+import { type Actor, describe } from '../../feed/service/actor.ts';
 import type { Reading } from '../../feed/service/reading.ts';
 import type { FeedService } from '../../feed/service/service.ts';
 import type { Log } from '../../log.ts';
@@ -73,6 +73,30 @@ function readQuery(query: Pick<FeedQuery, 'since' | 'until' | 'max'>) {
 }
 
 /**
+ * The key reads of a request that may be held are shared by: one reader of one feed (filter and
+ * view included) only, since the read checks its right to read and a reader's view is theirs.
+ */
+function pollKey(reader: Actor, query: Pick<FeedQuery, 'feed' | 'since' | 'max'>): string {
+  return `${describe(reader)}\n${canonicalFeedName(query.feed)}\n${query.since ?? ''}\n${query.max ?? ''}`;
+}
+
+/**
+ * The first page of a request that may be held: shared with the polls and requests of the same
+ * reader and query since the feed's last change (LongPolls.read), so that thousands of polls
+ * coming back after one write find the feed's new end with one read.
+ */
+export function pollRead(
+  deps: Pick<FeedViewDeps, 'polls'>,
+  query: Pick<FeedQuery, 'feed' | 'since' | 'max'>,
+  reading: Reading,
+): Promise<ReaderPage> {
+  const { feed } = query;
+  return deps.polls.read(feed.node, feed.order, pollKey(reading.actor, query), () =>
+    reading.read(feed, readQuery(query)),
+  );
+}
+
+/**
  * Holds a read of an empty page until the feed has something for it; undefined when the client
  * left. `reading`, the request's decision, serves the read the hold makes as it starts; each read
  * after a wait decides again, and what it answers is checked against the node's access as it is
@@ -91,9 +115,7 @@ export function holdRead(
   const held = deps.polls.hold({
     node: feed.node,
     order: feed.order,
-    // Shared among polls of one reader of one feed (filter and view included) only: the read
-    // checks its right to read, and a reader's view is theirs.
-    shared: `${describe(reader)}\n${canonicalFeedName(feed)}\n${query.since ?? ''}\n${query.max ?? ''}`,
+    shared: pollKey(reader, query),
     client: x.client(reader),
     read: async () => {
       const current = opening ?? (await deps.feeds.reading(reader, feed.node));
@@ -168,15 +190,15 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
     ]);
     const cached = key === undefined ? undefined : deps.pages?.get(key);
     if (cached) return cached;
-    let page: ReaderPage | undefined = await reading.read(query.feed, readQuery(query));
     const pageItems = Math.min(query.max ?? feeds.limits.defaultPageItems, feeds.limits.maxPageItems);
     // Only a read towards the feed's end can wait for what comes next.
-    const holdable =
-      page.items.length === 0 &&
-      query.until === undefined &&
-      pageItems > 0 &&
-      query.timeout > 0 &&
-      x.request.method === 'GET';
+    const waits =
+      query.until === undefined && pageItems > 0 && query.timeout > 0 && x.request.method === 'GET';
+    let page: ReaderPage | undefined =
+      waits && !grip
+        ? await pollRead(deps, query, reading)
+        : await reading.read(query.feed, readQuery(query));
+    const holdable = waits && page.items.length === 0;
     if (holdable && !grip)
       page = await holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, reading);
     if (!page) return undefined;
