@@ -170,9 +170,13 @@ async function startRead(
 export function readFeed(deps: FeedViewDeps): RouteHandler {
   const { feeds } = deps;
   return async (x) => {
-    const started = await startRead(deps, x);
+    let started: Awaited<ReturnType<typeof startRead>> | undefined = await startRead(deps, x);
     if ('answer' in started) return started.answer;
-    const { query, reading, grip } = started;
+    const { query, grip } = started;
+    // A held poll's frame keeps its variables: the request's decision (spent once the poll waits)
+    // is let go before it waits.
+    let reading: Reading | undefined = started.reading;
+    started = undefined;
     const reader = reading.actor;
     const origin = x.origin();
     const representation = negotiate(x.request.headers.accept, query.callback !== undefined);
@@ -199,8 +203,11 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
         ? await pollRead(deps, query, reading)
         : await reading.read(query.feed, readQuery(query));
     const holdable = waits && page.items.length === 0;
-    if (holdable && !grip)
-      page = await holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, reading);
+    if (holdable && !grip) {
+      const held = holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, reading);
+      reading = undefined;
+      page = await held;
+    }
     if (!page) return undefined;
     const url = feedUrl(origin, query);
     const hub = `${origin}${HUB_PATH}`;
