@@ -52,7 +52,9 @@ function shareRead(feed: FeedWatchers, query: string, read: () => Promise<Reader
  */
 export class Watch {
   private changed = false;
-  private wake: ((outcome: WaitOutcome) => void) | undefined;
+  /** The wait's resolution and its timer, while it waits: fields, not closures (thousands wait). */
+  private resolve: ((outcome: WaitOutcome) => void) | undefined;
+  private timer: NodeJS.Timeout | undefined;
   private ended: WaitOutcome | undefined;
 
   constructor(
@@ -68,12 +70,8 @@ export class Watch {
       return Promise.resolve('changed');
     }
     return new Promise((resolve) => {
-      const timer = setTimeout(() => this.settle('timeout'), ms);
-      this.wake = (outcome) => {
-        clearTimeout(timer);
-        this.wake = undefined;
-        resolve(outcome);
-      };
+      this.resolve = resolve;
+      this.timer = setTimeout(timedOut, ms, this);
     });
   }
 
@@ -87,7 +85,7 @@ export class Watch {
 
   /** Called by the registry: the feed changed. */
   notify(): void {
-    if (this.wake) this.settle('changed');
+    if (this.resolve) this.settle('changed');
     else this.changed = true;
   }
 
@@ -97,14 +95,25 @@ export class Watch {
     this.settle(outcome);
   }
 
-  private settle(outcome: WaitOutcome): void {
+  /** Ends the wait running now, if any, with `outcome`. */
+  settle(outcome: WaitOutcome): void {
     if (outcome === 'changed') this.changed = false;
-    this.wake?.(outcome);
+    const resolve = this.resolve;
+    if (!resolve) return;
+    this.resolve = undefined;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    resolve(outcome);
   }
 
   leave(): void {
     this.leaveFn(this);
   }
+}
+
+/** A wait's timer ran out: one function for every wait, given its watch. */
+function timedOut(watch: Watch): void {
+  watch.settle('timeout');
 }
 
 /** A read to hold until the feed has something for it. */

@@ -125,7 +125,7 @@ export function holdRead(
       await deps.feeds.settings(reader, feed.node);
     },
     timeoutMs: query.timeoutMs,
-    onGone: (gone) => x.onGone(gone),
+    onGone: x.onGone,
   });
   // The hold made its first read as it started (it joins the feed's watchers, then reads at once):
   // every read from here on follows a wait.
