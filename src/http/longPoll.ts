@@ -10,8 +10,8 @@ export type WaitOutcome = 'changed' | 'timeout' | 'gone' | 'closing';
 
 /**
  * Empty pages kept a feed at most between two of its changes: past this, a read is shared while it
- * runs only. A poll's query is kept whole in its key (reader, feed, position, page size, the node's
- * generation), so this bounds what a client that varies them can make the server keep.
+ * runs only. A poll's key holds its whole query (reader, feed with filter and view, position, page
+ * size), so this bounds what a client that varies them can make the server keep.
  */
 export const KEPT_EMPTY_READS = 1024;
 
@@ -191,8 +191,8 @@ export class LongPolls {
    * A read of a request that may be held, shared with the polls and requests of the same query
    * since the feed's last change: when a write wakes thousands of polls, each comes back to wait
    * at the new end, and one read finds it empty for them all. An empty page is kept for the
-   * request that read it to wait with (it joins the watchers next); what a feed nobody waits on
-   * reads is not kept.
+   * request that read it to wait with (it joins the watchers next); a feed's kept reads go when
+   * its last watcher leaves, or a poll is refused its wait with none left.
    */
   read(node: string, order: Order, query: string, read: () => Promise<ReaderPage>): Promise<ReaderPage> {
     const key = LongPolls.key(node, order);
