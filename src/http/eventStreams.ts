@@ -150,6 +150,10 @@ export class EventStreams {
   private closing = false;
   private heartbeats: NodeJS.Timeout | undefined;
   private readonly retry: Buffer;
+  /** Each open stream by its response, for the one listener all of them share. */
+  private readonly byResponse = new Map<ServerResponse, Stream>();
+  /** A response closed (`this` is the response): its stream leaves. One function for every stream. */
+  private readonly closed: (this: ServerResponse) => void;
   /** Events written since start. */
   eventsSent = 0;
   /** Streams closed because their client read too slowly. */
@@ -161,6 +165,11 @@ export class EventStreams {
     private readonly perClient?: HeldPerClient,
   ) {
     this.retry = Buffer.from(`retry: ${options.retryMs}\n\n`);
+    const streams = this;
+    this.closed = function (this: ServerResponse) {
+      const stream = streams.byResponse.get(this);
+      if (stream) streams.leave(stream);
+    };
   }
 
   get open(): number {
@@ -226,7 +235,9 @@ export class EventStreams {
   async run(ticket: StreamTicket, since: string | undefined, res: ServerResponse): Promise<void> {
     const { view } = ticket;
     const stream = new Stream(res, ticket.client, view);
-    res.once('close', () => this.leave(stream));
+    // No closure, nor once() wrapper, per stream: thousands of them are held at once.
+    this.byResponse.set(res, stream);
+    res.on('close', this.closed);
     if (res.destroyed) return this.leave(stream);
     res.write(this.retry);
     let position = since ?? '';
@@ -267,6 +278,8 @@ export class EventStreams {
     if (stream.left) return;
     stream.left = true;
     this.count -= 1;
+    this.byResponse.delete(stream.res);
+    stream.res.off('close', this.closed);
     if (stream.client !== undefined) this.perClient?.release(stream.client);
     const { view, at } = stream;
     if (at) {

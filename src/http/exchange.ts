@@ -39,8 +39,11 @@ export interface Exchange {
   caller(queryToken?: string): Actor;
   /** Who the client is for its bounds (clientKey.ts): `reader`'s JID, else its address. */
   client(reader?: Actor): string;
-  /** Calls `gone` when the client leaves (at once if it has left); returns the unhook. */
-  onGone(gone: () => void): () => void;
+  /**
+   * Calls `gone` when the client leaves (at once if it has left); returns the unhook. A function
+   * of its own (no `this`), handed on as it is by a held poll.
+   */
+  onGone: (gone: () => void) => () => void;
 }
 
 /** A route's handler: an answer, or undefined when the client left before there was one. */

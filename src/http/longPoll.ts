@@ -8,11 +8,42 @@ import { problems } from './errors.ts';
 /** How a wait ended: the feed changed, time ran out, the client went away, or the server stops. */
 export type WaitOutcome = 'changed' | 'timeout' | 'gone' | 'closing';
 
+/**
+ * Empty pages kept a feed at most between two of its changes: past this, a read is shared while it
+ * runs only. A poll's key holds its whole query (reader, feed with filter and view, position, page
+ * size), so this bounds what a client that varies them can make the server keep.
+ */
+export const KEPT_EMPTY_READS = 1024;
+
 /** One feed's held requests, and the reads they share since its last change. */
 interface FeedWatchers {
   watchers: Set<Watch>;
-  /** Reads started since the feed's last change, by query: every read here has seen that change. */
-  reads: Map<string, Promise<unknown>>;
+  /**
+   * Reads started since the feed's last change, by query: every read here has seen that change.
+   * A read that found nothing stays until the next change, for the polls that come to wait.
+   */
+  reads: Map<string, Promise<ReaderPage>>;
+  /** Of those, the ones kept after they ended (empty pages). */
+  kept: number;
+}
+
+/** Runs `read`, or joins the same query's read if one started since the feed's last change. */
+function shareRead(feed: FeedWatchers, query: string, read: () => Promise<ReaderPage>): Promise<ReaderPage> {
+  const { reads } = feed;
+  const running = reads.get(query);
+  if (running) return running;
+  const started = read();
+  reads.set(query, started);
+  const forget = () => {
+    if (reads.get(query) === started) reads.delete(query);
+  };
+  started.then((page) => {
+    // The end of the feed, read once for every poll that comes to wait at it until the next change.
+    if (page.items.length === 0 && feed.kept < KEPT_EMPTY_READS && reads.get(query) === started)
+      feed.kept += 1;
+    else forget();
+  }, forget);
+  return started;
 }
 
 /**
@@ -21,7 +52,9 @@ interface FeedWatchers {
  */
 export class Watch {
   private changed = false;
-  private wake: ((outcome: WaitOutcome) => void) | undefined;
+  /** The wait's resolution and its timer, while it waits: fields, not closures (thousands wait). */
+  private resolve: ((outcome: WaitOutcome) => void) | undefined;
+  private timer: NodeJS.Timeout | undefined;
   private ended: WaitOutcome | undefined;
 
   constructor(
@@ -37,12 +70,8 @@ export class Watch {
       return Promise.resolve('changed');
     }
     return new Promise((resolve) => {
-      const timer = setTimeout(() => this.settle('timeout'), ms);
-      this.wake = (outcome) => {
-        clearTimeout(timer);
-        this.wake = undefined;
-        resolve(outcome);
-      };
+      this.resolve = resolve;
+      this.timer = setTimeout(timedOut, ms, this);
     });
   }
 
@@ -50,22 +79,13 @@ export class Watch {
    * Runs `read`, or joins the same query's read if one started since the feed's last change: a
    * write wakes thousands of polls at the same cursor, and one read answers them all.
    */
-  read<T>(query: string, read: () => Promise<T>): Promise<T> {
-    const { reads } = this.feed;
-    const running = reads.get(query);
-    if (running) return running as Promise<T>;
-    const started = read();
-    reads.set(query, started);
-    const forget = () => {
-      if (reads.get(query) === started) reads.delete(query);
-    };
-    started.then(forget, forget);
-    return started;
+  read(query: string, read: () => Promise<ReaderPage>): Promise<ReaderPage> {
+    return shareRead(this.feed, query, read);
   }
 
   /** Called by the registry: the feed changed. */
   notify(): void {
-    if (this.wake) this.settle('changed');
+    if (this.resolve) this.settle('changed');
     else this.changed = true;
   }
 
@@ -75,14 +95,25 @@ export class Watch {
     this.settle(outcome);
   }
 
-  private settle(outcome: WaitOutcome): void {
+  /** Ends the wait running now, if any, with `outcome`. */
+  settle(outcome: WaitOutcome): void {
     if (outcome === 'changed') this.changed = false;
-    this.wake?.(outcome);
+    const resolve = this.resolve;
+    if (!resolve) return;
+    this.resolve = undefined;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    resolve(outcome);
   }
 
   leave(): void {
     this.leaveFn(this);
   }
+}
+
+/** A wait's timer ran out: one function for every wait, given its watch. */
+function timedOut(watch: Watch): void {
+  watch.settle('timeout');
 }
 
 /** A read to hold until the feed has something for it. */
@@ -131,20 +162,24 @@ export class LongPolls {
    * 429 when `client` holds its own bound's worth (without a client: counted globally only).
    */
   watch(node: string, order: Order, client?: string): Watch {
-    if (this.closing) throw problems.busy('the server is shutting down');
-    if (this.count >= this.maxHeld) throw problems.busy(`${this.maxHeld} ${this.what} already; retry later`);
-    if (client !== undefined) this.perClient?.take(client);
     const key = LongPolls.key(node, order);
-    let feed = this.byFeed.get(key);
-    if (!feed) {
-      feed = { watchers: new Set(), reads: new Map() };
-      this.byFeed.set(key, feed);
+    let entry: FeedWatchers;
+    try {
+      if (this.closing) throw problems.busy('the server is shutting down');
+      if (this.count >= this.maxHeld)
+        throw problems.busy(`${this.maxHeld} ${this.what} already; retry later`);
+      if (client !== undefined) this.perClient?.take(client);
+      entry = this.feed(key);
+    } catch (e) {
+      // The refused poll's read is kept for nobody.
+      if (this.byFeed.get(key)?.watchers.size === 0) this.byFeed.delete(key);
+      throw e;
     }
-    const entry = feed;
     const w = new Watch(entry, (me) => {
       if (!entry.watchers.delete(me)) return;
       this.count -= 1;
       if (client !== undefined) this.perClient?.release(client);
+      // Nobody waits: what was kept for the feed goes too.
       if (entry.watchers.size === 0 && this.byFeed.get(key) === entry) this.byFeed.delete(key);
     });
     entry.watchers.add(w);
@@ -152,9 +187,54 @@ export class LongPolls {
     return w;
   }
 
+  /**
+   * A read of a request that may be held, shared with the polls and requests of the same query
+   * since the feed's last change: when a write wakes thousands of polls, each comes back to wait
+   * at the new end, and one read finds it empty for them all. An empty page is kept for the
+   * request that read it to wait with (it joins the watchers next); a feed's kept reads go when
+   * its last watcher leaves, or a poll is refused its wait with none left.
+   */
+  read(node: string, order: Order, query: string, read: () => Promise<ReaderPage>): Promise<ReaderPage> {
+    const key = LongPolls.key(node, order);
+    const started = shareRead(this.feed(key), query, read);
+    const tidy = () => this.tidy(key);
+    started.then(tidy, tidy);
+    return started;
+  }
+
+  /** The feed's entry, made when missing. */
+  private feed(key: string): FeedWatchers {
+    let feed = this.byFeed.get(key);
+    if (!feed) {
+      feed = { watchers: new Set(), reads: new Map(), kept: 0 };
+      this.byFeed.set(key, feed);
+    }
+    return feed;
+  }
+
+  /** Forgets a feed nobody waits on, unless it keeps a read for a poll about to wait. */
+  private tidy(key: string): void {
+    const feed = this.byFeed.get(key);
+    if (feed && feed.watchers.size === 0 && feed.reads.size === 0) this.byFeed.delete(key);
+  }
+
+  /**
+   * Another change of the node (its settings, affiliations, subscriptions): reads are shared no
+   * more across it, since who may read what, and in which view, may have changed.
+   */
+  onNodeEvent(node: string): void {
+    for (const order of ORDERS) {
+      const feed = this.byFeed.get(LongPolls.key(node, order));
+      if (!feed) continue;
+      feed.reads.clear();
+      feed.kept = 0;
+      this.tidy(LongPolls.key(node, order));
+    }
+  }
+
   /** Whether a request is held on either feed of the node. */
   watching(node: string): boolean {
-    return ORDERS.some((order) => this.byFeed.has(LongPolls.key(node, order)));
+    return ORDERS.some((order) => (this.byFeed.get(LongPolls.key(node, order))?.watchers.size ?? 0) > 0);
   }
 
   /** A committed change wakes the watchers of each feed it reaches (a `created` feed: new items only). */
@@ -171,10 +251,13 @@ export class LongPolls {
   }
 
   private wake(node: string, order: Order): void {
-    const feed = this.byFeed.get(LongPolls.key(node, order));
+    const key = LongPolls.key(node, order);
+    const feed = this.byFeed.get(key);
     if (!feed) return;
     // Reads started before this may have missed it: the woken start new ones.
     feed.reads.clear();
+    feed.kept = 0;
+    this.tidy(key);
     for (const w of feed.watchers) w.notify();
   }
 

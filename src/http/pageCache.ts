@@ -23,7 +23,7 @@ interface Entry extends CachedPage {
 }
 
 /** The node a service event touches, for every event that can change what a page of it holds. */
-function nodeOf(event: FeedEvent): string | undefined {
+export function nodeOf(event: FeedEvent): string | undefined {
   switch (event.type) {
     case 'hub-subscriptions-changed':
       // WebSub subscriptions are in no page.

@@ -19,7 +19,7 @@ import { GRIP_IDLE_RECOVERY_SECONDS, GRIP_STREAM_PARAMETER, type GripOptions, Gr
 import { GripPublisher } from './gripPublisher.ts';
 import type { GripDeps } from './handlers/gripFeed.ts';
 import { LongPolls } from './longPoll.ts';
-import { PAGE_CACHE_DEFAULTS, PageCache, type PageCacheOptions } from './pageCache.ts';
+import { nodeOf, PAGE_CACHE_DEFAULTS, PageCache, type PageCacheOptions } from './pageCache.ts';
 import { routes } from './routes.ts';
 import { etagOf, noneMatch } from './validators.ts';
 import { Hub } from './websub/hub.ts';
@@ -225,6 +225,9 @@ export class HttpBinding {
     } else if (event.type === 'node-deleted') {
       this.polls.onDelete(event.node);
       this.streams.onDelete(event.node);
+    } else {
+      const node = nodeOf(event);
+      if (node !== undefined) this.polls.onNodeEvent(node);
     }
   }
 
@@ -467,11 +470,12 @@ class RequestExchange implements Exchange {
     return this.binding.bounds.keys.of(this.request, reader);
   }
 
-  onGone(gone: () => void): () => void {
+  /** A function of its own (Exchange.onGone), handed on as it is by a held poll. */
+  readonly onGone = (gone: () => void): (() => void) => {
     const res = this.reply.raw;
     res.on('close', gone);
     // A client that left before the listener was on: its 'close' has been emitted already.
     if (this.request.raw.socket?.destroyed) gone();
     return () => res.off('close', gone);
-  }
+  };
 }

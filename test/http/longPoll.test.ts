@@ -1,10 +1,32 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ReaderPage } from '../../src/feed/model/visible.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
-import { LongPolls } from '../../src/http/longPoll.ts';
+import { KEPT_EMPTY_READS, LongPolls } from '../../src/http/longPoll.ts';
 import type { Collection } from '../../src/http/render/json.ts';
+import { seenPage } from '../support/visible.ts';
 import { entry, feedUrl, fill, get, type HttpStack, type Problem, startHttp, TOKENS } from './support.ts';
 
 let s: HttpStack;
+
+/** A page whose `total` tells the reads apart, with `items` items. */
+function pageOf(total: number, items: number): ReaderPage {
+  const item = {
+    id: 'i',
+    cursor: '1_0_0',
+    created: 0,
+    modified: 0,
+    deleted: false,
+    publisher: undefined,
+    entry: '',
+  };
+  return seenPage({
+    items: Array.from({ length: items }, () => item),
+    total,
+    atStart: true,
+    atEnd: true,
+    truncated: false,
+  });
+}
 
 beforeAll(async () => {
   // 1,000 polls from one address: its own bounds are raised to let them in.
@@ -255,18 +277,20 @@ describe('LongPolls (unit)', () => {
       polls.watch('m', 'modified'),
     ];
     let reads = 0;
+    // A page with an item: shared while it is read, not kept once read.
     const read = async () => {
       reads += 1;
-      return reads;
+      return pageOf(reads, 1);
     };
     const first = [a?.read('q', read), b?.read('q', read)];
-    expect(await Promise.all(first)).toEqual([1, 1]);
+    expect((await Promise.all(first)).map((p) => p?.total)).toEqual([1, 1]);
     // Another query, or another feed, reads on its own.
-    expect(await a?.read('other', read)).toBe(2);
-    expect(await c?.read('q', read)).toBe(3);
+    expect((await a?.read('other', read))?.total).toBe(2);
+    expect((await c?.read('q', read))?.total).toBe(3);
+    expect((await a?.read('q', read))?.total).toBe(4);
     // A read that started before a change is not handed to a poll woken by it.
-    let finish: (v: number) => void = () => undefined;
-    const slow = a?.read('q', () => new Promise<number>((r) => (finish = r)));
+    let finish: (v: ReaderPage) => void = () => undefined;
+    const slow = a?.read('q', () => new Promise<ReaderPage>((r) => (finish = r)));
     polls.onChange({
       node: 'n',
       kind: 'create',
@@ -278,9 +302,75 @@ describe('LongPolls (unit)', () => {
         created: { cursor: '', previous: undefined, notify: true },
       },
     });
-    expect(await b?.read('q', read)).toBe(4);
-    finish(99);
-    expect(await slow).toBe(99);
+    expect((await b?.read('q', read))?.total).toBe(5);
+    finish(pageOf(99, 1));
+    expect((await slow)?.total).toBe(99);
+  });
+
+  it('keeps an empty read for the requests that come to wait, until the feed or its node changes', async () => {
+    const polls = new LongPolls(10);
+    let reads = 0;
+    const empty = async () => {
+      reads += 1;
+      return pageOf(reads, 0);
+    };
+    const w = polls.watch('n', 'modified');
+    // Requests that come one after the other, each once the last has its answer, share one read.
+    for (let i = 0; i < 3; i++) expect((await polls.read('n', 'modified', 'q', empty)).total).toBe(1);
+    expect((await w.read('q', empty)).total).toBe(1);
+    // Another reader's (or query's) key reads on its own, and so does the other order.
+    expect((await polls.read('n', 'modified', 'other reader', empty)).total).toBe(2);
+    expect((await polls.read('n', 'created', 'q', empty)).total).toBe(3);
+    // An item written: read again.
+    polls.onChange({
+      node: 'n',
+      kind: 'create',
+      changed: true,
+      item: { id: 'x', created: 0, modified: 0, deleted: false, publisher: undefined, entry: '' },
+      total: 1,
+      feeds: {
+        modified: { cursor: '', previous: undefined, notify: true },
+        created: { cursor: '', previous: undefined, notify: false },
+      },
+    });
+    expect((await polls.read('n', 'modified', 'q', empty)).total).toBe(4);
+    expect((await polls.read('n', 'modified', 'q', empty)).total).toBe(4);
+    // Rights or settings changed (any other event of the node): read again, in the view decided now.
+    polls.onNodeEvent('n');
+    expect((await polls.read('n', 'modified', 'q', empty)).total).toBe(5);
+    // A feed nobody waits on keeps nothing but the read of the poll about to wait.
+    w.leave();
+    expect((await polls.read('n', 'modified', 'q', empty)).total).toBe(6);
+    const next = polls.watch('n', 'modified');
+    expect((await next.read('q', empty)).total).toBe(6);
+    next.leave();
+    expect((await polls.read('n', 'modified', 'q', empty)).total).toBe(7);
+    // A poll refused its wait leaves nothing kept either.
+    const full = new LongPolls(0);
+    await full.read('n', 'modified', 'q', empty);
+    expect(() => full.watch('n', 'modified')).toThrow(/0 long polls/);
+    expect((await full.read('n', 'modified', 'q', empty)).total).toBe(9);
+    expect(polls.watching('n')).toBe(false);
+  });
+
+  it('keeps at most KEPT_EMPTY_READS empty reads a feed, and shares the rest while they run', async () => {
+    const polls = new LongPolls(10);
+    const w = polls.watch('n', 'modified');
+    let reads = 0;
+    const empty = async () => {
+      reads += 1;
+      return pageOf(reads, 0);
+    };
+    for (let i = 0; i < KEPT_EMPTY_READS; i++) await polls.read('n', 'modified', `q${i}`, empty);
+    expect(reads).toBe(KEPT_EMPTY_READS);
+    // Kept: the first key is not read again.
+    await polls.read('n', 'modified', 'q0', empty);
+    expect(reads).toBe(KEPT_EMPTY_READS);
+    // One more key is read, and again each time: past the bound nothing more is kept.
+    await polls.read('n', 'modified', 'past', empty);
+    await polls.read('n', 'modified', 'past', empty);
+    expect(reads).toBe(KEPT_EMPTY_READS + 2);
+    w.leave();
   });
 
   it('ends every wait on release and refuses new watchers', async () => {

@@ -73,6 +73,30 @@ function readQuery(query: Pick<FeedQuery, 'since' | 'until' | 'max'>) {
 }
 
 /**
+ * The key reads of a request that may be held are shared by: one reader of one feed (filter and
+ * view included) only, since the read checks its right to read and a reader's view is theirs.
+ */
+function pollKey(reader: Actor, query: Pick<FeedQuery, 'feed' | 'since' | 'max'>): string {
+  return `${describe(reader)}\n${canonicalFeedName(query.feed)}\n${query.since ?? ''}\n${query.max ?? ''}`;
+}
+
+/**
+ * The first page of a request that may be held: shared with the polls and requests of the same
+ * reader and query since the feed's last change (LongPolls.read), so that thousands of polls
+ * coming back after one write find the feed's new end with one read.
+ */
+export function pollRead(
+  deps: Pick<FeedViewDeps, 'polls'>,
+  query: Pick<FeedQuery, 'feed' | 'since' | 'max'>,
+  reading: Reading,
+): Promise<ReaderPage> {
+  const { feed } = query;
+  return deps.polls.read(feed.node, feed.order, pollKey(reading.actor, query), () =>
+    reading.read(feed, readQuery(query)),
+  );
+}
+
+/**
  * Holds a read of an empty page until the feed has something for it; undefined when the client
  * left. `reading`, the request's decision, serves the read the hold makes as it starts; each read
  * after a wait decides again, and what it answers is checked against the node's access as it is
@@ -91,9 +115,7 @@ export function holdRead(
   const held = deps.polls.hold({
     node: feed.node,
     order: feed.order,
-    // Shared among polls of one reader of one feed (filter and view included) only: the read
-    // checks its right to read, and a reader's view is theirs.
-    shared: `${describe(reader)}\n${canonicalFeedName(feed)}\n${query.since ?? ''}\n${query.max ?? ''}`,
+    shared: pollKey(reader, query),
     client: x.client(reader),
     read: async () => {
       const current = opening ?? (await deps.feeds.reading(reader, feed.node));
@@ -103,7 +125,7 @@ export function holdRead(
       await deps.feeds.settings(reader, feed.node);
     },
     timeoutMs: query.timeoutMs,
-    onGone: (gone) => x.onGone(gone),
+    onGone: x.onGone,
   });
   // The hold made its first read as it started (it joins the feed's watchers, then reads at once):
   // every read from here on follows a wait.
@@ -200,23 +222,32 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
       const hit = await cachedAnswer(deps, x, pages, keyed.key, keyed.reader);
       if (hit) return hit;
     }
-    const started = await startRead(deps, x);
+    let started: Awaited<ReturnType<typeof startRead>> | undefined = await startRead(deps, x);
     if ('answer' in started) return started.answer;
-    const { query, reading, grip } = started;
+    const { query, grip } = started;
+    // A held poll's frame keeps its variables: the request's decision (spent once the poll waits)
+    // is let go before it waits.
+    let reading: Reading | undefined = started.reading;
+    started = undefined;
     const reader = reading.actor;
     const origin = x.origin();
     const representation = negotiate(x.request.headers.accept, query.callback !== undefined);
-    let page: ReaderPage | undefined = await reading.read(query.feed, readQuery(query));
+    // The view the page is read in, for the page cache (the decision itself may be let go).
+    const readView = reading.view;
     const pageItems = Math.min(query.max ?? feeds.limits.defaultPageItems, feeds.limits.maxPageItems);
     // Only a read towards the feed's end can wait for what comes next.
-    const holdable =
-      page.items.length === 0 &&
-      query.until === undefined &&
-      pageItems > 0 &&
-      query.timeout > 0 &&
-      x.request.method === 'GET';
-    if (holdable && !grip)
-      page = await holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, reading);
+    const waits =
+      query.until === undefined && pageItems > 0 && query.timeout > 0 && x.request.method === 'GET';
+    let page: ReaderPage | undefined =
+      waits && !grip
+        ? await pollRead(deps, query, reading)
+        : await reading.read(query.feed, readQuery(query));
+    const holdable = waits && page.items.length === 0;
+    if (holdable && !grip) {
+      const held = holdRead(deps, x, { ...query, timeoutMs: query.timeout * 1000 }, reading);
+      reading = undefined;
+      page = await held;
+    }
     if (!page) return undefined;
     const url = feedUrl(origin, query);
     const hub = `${origin}${HUB_PATH}`;
@@ -243,7 +274,7 @@ export function readFeed(deps: FeedViewDeps): RouteHandler {
     // Only a page with items: an empty one may be held or not by parameters the key leaves out.
     // Only under the reader the key names (a stream's query token is never one).
     if (keyed && describe(keyed.reader) === describe(reader) && !holdable && page.items.length > 0)
-      pages?.set(keyed.key, answer, reading.view);
+      pages?.set(keyed.key, answer, readView);
     return answer;
   };
 }

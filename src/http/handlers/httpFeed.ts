@@ -5,7 +5,7 @@ import { parseHttpFeedQuery } from '../feedQuery.ts';
 import { nodeUrl } from '../paths.ts';
 import { BATCH_TYPE, eventBatch } from '../render/cloudEvents.ts';
 import { etagOf } from '../validators.ts';
-import { type FeedViewDeps, holdRead } from './feed.ts';
+import { type FeedViewDeps, holdRead, pollRead } from './feed.ts';
 
 /** `GET /http-feeds/{node}[?order=created]`: the next batch after `lastEventId`, held up to `timeout`. */
 export function readHttpFeed(deps: FeedViewDeps): RouteHandler {
@@ -18,10 +18,12 @@ export function readHttpFeed(deps: FeedViewDeps): RouteHandler {
     const reading = await feeds.reading(reader, query.feed.node);
     const { eventType } = reading.config;
     const max = feeds.limits.maxPageItems;
+    const waits = query.timeoutMs > 0 && x.request.method === 'GET';
     const read = { ...(query.since !== undefined ? { since: query.since } : {}), max };
-    let page: ReaderPage | undefined = await reading.read(query.feed, read);
-    if (page.items.length === 0 && query.timeoutMs > 0 && x.request.method === 'GET')
-      page = await holdRead(deps, x, { ...query, max }, reading);
+    let page: ReaderPage | undefined = waits
+      ? await pollRead(deps, { ...query, max }, reading)
+      : await reading.read(query.feed, read);
+    if (page.items.length === 0 && waits) page = await holdRead(deps, x, { ...query, max }, reading);
     if (!page) return undefined;
     const params = canonicalParameters(query.feed);
     const source = `${nodeUrl(origin, 'http-feeds', query.feed.node)}${params === '' ? '' : `?${params}`}`;
