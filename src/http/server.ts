@@ -108,6 +108,8 @@ export class HttpBinding {
   /** Who each client is, and its bounds (streams, long polls, rates; WebSub's are the hub's). */
   readonly bounds: ClientBounds;
   private stopping = false;
+  /** The last Host header `originOf` checked, and its origin. */
+  private lastOrigin = { host: '', protocol: '', origin: '' };
   private readonly unlisten: () => void;
 
   constructor(
@@ -398,8 +400,14 @@ export class HttpBinding {
   originOf(request: FastifyRequest): string {
     if (this.options.publicUrl !== undefined) return this.options.publicUrl;
     const host = request.host;
+    const protocol = request.protocol;
+    // Clients of one server mostly name one host: the last one checked is not checked again.
+    const last = this.lastOrigin;
+    if (host && host === last.host && protocol === last.protocol) return last.origin;
     if (host && !HOST.test(host)) throw problems.badRequest('the Host header is not a host name');
-    return host ? `${request.protocol}://${host}` : this.origin;
+    if (!host) return this.origin;
+    this.lastOrigin = { host, protocol, origin: `${protocol}://${host}` };
+    return this.lastOrigin.origin;
   }
 
   /** Listens; resolves with the origin (`http://HOST:PORT`). */
