@@ -20,6 +20,8 @@ export interface CachedPage {
 
 interface Entry extends CachedPage {
   bytes: number;
+  /** When it was last put at the most recent end of the order (`PageCache.placed`). */
+  placed: number;
 }
 
 /** The node a service event touches, for every event that can change what a page of it holds. */
@@ -50,6 +52,8 @@ export class PageCache {
   private readonly generations = new Map<string, number>();
   private counter = 0;
   private bytes = 0;
+  /** Entries put at the most recent end of the order so far, by a set or a move. */
+  private placed = 0;
 
   constructor(readonly options: PageCacheOptions = PAGE_CACHE_DEFAULTS) {}
 
@@ -87,8 +91,19 @@ export class PageCache {
     return key;
   }
 
+  /**
+   * The answer under `key`. A hit moves its entry to the most recent end of the order only when
+   * it is not in the most recent half already: while fewer than half the entries have been placed
+   * after it, at least as many older ones are evicted before it. So the hot page of a busy feed is
+   * not moved (a delete and an insert in the map) on every request.
+   */
   get(key: string): CachedPage | undefined {
-    return this.entries.use(key);
+    const entry = this.entries.peek(key);
+    if (entry && 2 * (this.placed - entry.placed) >= this.entries.size) {
+      this.entries.set(key, entry);
+      entry.placed = ++this.placed;
+    }
+    return entry;
   }
 
   /** Keeps an answer read in `view`. */
@@ -98,7 +113,7 @@ export class PageCache {
     if (bytes > this.options.maxBytes || this.options.maxEntries < 1) return;
     const old = this.entries.peek(key);
     if (old) this.bytes -= old.bytes;
-    this.entries.set(key, { answer, view, bytes });
+    this.entries.set(key, { answer, view, bytes, placed: ++this.placed });
     this.bytes += bytes;
     while (this.entries.size > this.options.maxEntries || this.bytes > this.options.maxBytes) {
       const oldest = this.entries.shift();

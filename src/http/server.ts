@@ -81,6 +81,8 @@ const BODY_TOO_LARGE = 'FST_ERR_CTP_BODY_TOO_LARGE';
 const MAX_PARAM_CHARS = 12 * 1024 + 64;
 const HOST = /^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/;
 const METHODS = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'] as const;
+/** `request.query` of every request: nothing reads it (see the router's options). */
+const NO_QUERY: Readonly<Record<string, never>> = Object.freeze({});
 /** Methods that count as reads in a client's rates; every other one is a write. */
 const READS = new Set(['GET', 'HEAD', 'OPTIONS']);
 /** Health and metrics answer whoever asks as often: probes must not meet a client's bound. */
@@ -106,6 +108,8 @@ export class HttpBinding {
   /** Who each client is, and its bounds (streams, long polls, rates; WebSub's are the hub's). */
   readonly bounds: ClientBounds;
   private stopping = false;
+  /** The last Host header `originOf` checked, and its origin. */
+  private lastOrigin = { host: '', protocol: '', origin: '' };
   private readonly unlisten: () => void;
 
   constructor(
@@ -160,7 +164,9 @@ export class HttpBinding {
       logController: new LogController({ disableRequestLogging: true }),
       // No child logger per request (request lines are off): a held stream or poll keeps no logger of its own.
       childLoggerFactory: (logger) => logger,
-      routerOptions: { maxParamLength: MAX_PARAM_CHARS },
+      // No route reads `request.query`: handlers read the query string they need (`Exchange.search`),
+      // so it is not parsed for every request.
+      routerOptions: { maxParamLength: MAX_PARAM_CHARS, querystringParser: () => NO_QUERY },
       // Malformed URLs (bad percent-encoding) are found before routing: answer them as problems too.
       frameworkErrors: (error, request, reply) => this.fail(request, reply, error),
       // The service's own check counts the canonical entry; a body may carry a declaration and blanks.
@@ -168,8 +174,11 @@ export class HttpBinding {
       forceCloseConnections: 'idle',
     });
     // First of all, before any body is read: each client's rate of requests. A callback, not a
-    // promise, for the requests it admits at once (all but those signed by Pushpin).
-    this.app.addHook('onRequest', (request, _reply, done) => {
+    // promise, for the requests it admits at once (all but those signed by Pushpin). The headers
+    // every answer carries are set here rather than in an onSend hook, which would cost every answer
+    // a hook run: what is answered before this hook (a malformed URL) gets them from `fail`.
+    this.app.addHook('onRequest', (request, reply, done) => {
+      this.common(reply);
       let signed: Promise<void> | undefined;
       try {
         signed = this.admit(request);
@@ -186,12 +195,6 @@ export class HttpBinding {
     this.app.setNotFoundHandler((request, reply) =>
       this.fail(request, reply, problems.notFound(`no resource at ${request.url.split('?')[0]}`)),
     );
-    this.app.addHook('onSend', (_request, reply, payload, done) => {
-      reply.header('x-content-type-options', 'nosniff');
-      // Closing waits for every connection to end: a kept-alive one would hold it for its idle timeout.
-      if (this.stopping) reply.header('connection', 'close');
-      done(null, payload);
-    });
     const added = (options.plugins ?? []).flatMap((plugin) => plugin.mount(this));
     this.mount(
       routes({
@@ -229,6 +232,17 @@ export class HttpBinding {
       const node = nodeOf(event);
       if (node !== undefined) this.polls.onNodeEvent(node);
     }
+  }
+
+  /**
+   * The headers every answer carries: `nosniff`, and while the server stops, `connection: close`
+   * (closing waits for every connection to end: a kept-alive one would hold it for its idle
+   * timeout). Set as a request comes, and again where an answer that was waited for is written
+   * (`run`, `fail`): the server may have begun to stop meanwhile.
+   */
+  private common(reply: FastifyReply): void {
+    reply.header('x-content-type-options', 'nosniff');
+    if (this.stopping) reply.header('connection', 'close');
   }
 
   /** Mounts the routes table, and a 405 naming the allowed methods for every other method. */
@@ -323,8 +337,9 @@ export class HttpBinding {
     const answer = await route.handler(x);
     // The client went away during a long poll: nobody is left to answer.
     if (!answer) return reply.hijack();
+    if (this.stopping) reply.header('connection', 'close');
     reply.code(answer.status);
-    for (const [name, value] of Object.entries(answer.headers ?? {})) reply.header(name, value);
+    if (answer.headers) reply.headers(answer.headers);
     reply.header('cache-control', answer.cache ?? 'no-cache');
     if (answer.stream) return reply.type(answer.type).send(answer.stream);
     if (answer.takeover) {
@@ -363,6 +378,7 @@ export class HttpBinding {
         error: String(error),
         stack: (error as Error).stack,
       });
+    this.common(reply);
     return reply
       .code(problem.status)
       .headers({ ...problem.headers, 'cache-control': 'no-store' })
@@ -387,8 +403,14 @@ export class HttpBinding {
   originOf(request: FastifyRequest): string {
     if (this.options.publicUrl !== undefined) return this.options.publicUrl;
     const host = request.host;
+    const protocol = request.protocol;
+    // Clients of one server mostly name one host: the last one checked is not checked again.
+    const last = this.lastOrigin;
+    if (host && host === last.host && protocol === last.protocol) return last.origin;
     if (host && !HOST.test(host)) throw problems.badRequest('the Host header is not a host name');
-    return host ? `${request.protocol}://${host}` : this.origin;
+    if (!host) return this.origin;
+    this.lastOrigin = { host, protocol, origin: `${protocol}://${host}` };
+    return this.lastOrigin.origin;
   }
 
   /** Listens; resolves with the origin (`http://HOST:PORT`). */

@@ -61,6 +61,11 @@ describe('the service as a FASP', () => {
     expect((await fetch(`${service.origin}/.well-known/webfinger?resource=acct:nobody@${host}`)).status).toBe(
       404,
     );
+    // The resource percent-encoded is the same resource; named twice, it is none of ours.
+    const encoded = encodeURIComponent(`acct:fasp@${host}`);
+    expect((await fetch(`${service.origin}/.well-known/webfinger?resource=${encoded}`)).status).toBe(200);
+    const twice = `resource=${encoded}&resource=${encoded}`;
+    expect((await fetch(`${service.origin}/.well-known/webfinger?${twice}`)).status).toBe(404);
     expect((await fetch(`${base}/outbox`)).status).toBe(200);
   });
 

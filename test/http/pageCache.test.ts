@@ -249,4 +249,23 @@ describe('the page cache', () => {
     expect(key(5)).not.toBe(before);
     expect(pages.get(key(5))).toBeUndefined();
   });
+
+  it('keeps a page read between every two others while the others come and go, in least recently used order', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 2, max: 9 }), fc.integer({ min: 1, max: 60 }), (entries, added) => {
+        const answer = { status: 200, type: 'text/plain', body: 'x' };
+        const pages = new PageCache({ maxEntries: entries, maxBytes: 1_000_000 });
+        const key = (n: number) => pages.key('n', 0, [n]);
+        pages.set(key(0), answer, '');
+        for (let n = 1; n <= added; n++) {
+          pages.set(key(n), answer, '');
+          expect(pages.get(key(0))).toBeDefined();
+        }
+        // The others: the most recent ones are held, the oldest are gone.
+        expect(pages.size).toBe(Math.min(entries, added + 1));
+        expect(pages.get(key(added))).toBeDefined();
+        if (added >= entries) expect(pages.get(key(added - entries + 1))).toBeUndefined();
+      }),
+    );
+  });
 });

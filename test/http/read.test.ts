@@ -454,13 +454,19 @@ describe('hostile requests', () => {
         req.on('error', reject);
         req.end();
       });
+    const linkOf = async (host: string) => {
+      const fine = await ask(host);
+      expect(fine.status).toBe(200);
+      return JSON.parse(fine.body).url;
+    };
+    // Good and bad hosts in turn: each is checked, whichever came before it.
+    expect(await linkOf('feeds.example.org:8443')).toBe('http://feeds.example.org:8443/feeds/rich');
     for (const host of ['evil.example/"><script>', 'a b', 'x@y']) {
       const res = await ask(host);
       expect(res.status, host).toBe(400);
       expect(res.body).not.toContain('<script>');
+      expect(await linkOf('other.example')).toBe('http://other.example/feeds/rich');
     }
-    const fine = await ask('feeds.example.org:8443');
-    expect(fine.status).toBe(200);
-    expect(JSON.parse(fine.body).url).toBe('http://feeds.example.org:8443/feeds/rich');
+    expect(await linkOf('feeds.example.org:8443')).toBe('http://feeds.example.org:8443/feeds/rich');
   });
 });

@@ -1,5 +1,4 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { z } from 'zod';
 import { HttpProblem } from '../../http/errors.ts';
 import type { HttpBinding } from '../../http/server.ts';
 import type { Log } from '../../log.ts';
@@ -22,8 +21,15 @@ const WEBFINGER = '/.well-known/webfinger';
 /** Announcements of up to 1,000 URIs of 2 KB each; everything else is smaller. */
 const BODY_LIMIT = 2.5 * 1024 * 1024;
 const ACTIVITY_JSON = 'application/activity+json; charset=utf-8';
-/** WebFinger's query: a resource named once (a repeated one is no resource of ours). */
-const webfingerQuery = z.object({ resource: z.string() });
+/**
+ * The one `resource` of a WebFinger query (RFC 7033 4.1), from the request's own URL: the server
+ * parses no query string for its routes (src/http/server.ts). None when it is absent or repeated.
+ */
+function webfingerResource(url: string): string | undefined {
+  const q = url.indexOf('?');
+  const given = new URLSearchParams(q < 0 ? '' : url.slice(q + 1)).getAll('resource');
+  return given.length === 1 ? given[0] : undefined;
+}
 
 export interface ProviderRouteDependencies {
   /** Whether the request's bearer token is an administrator's (401 / 403 problems otherwise). */
@@ -171,7 +177,7 @@ function registerActor(scope: FastifyInstance, provider: FaspProvider): void {
 
 function registerWebfinger(app: FastifyInstance, provider: FaspProvider): void {
   const answer = (request: FastifyRequest, reply: FastifyReply): FastifyReply | undefined => {
-    const resource = webfingerQuery.safeParse(request.query).data?.resource;
+    const resource = webfingerResource(request.url);
     if (resource !== actorAcct(provider.names) && resource !== `${provider.names.base}/actor`)
       return undefined;
     return send(reply, 200, webfingerDocument(provider.names), 'application/jrd+json; charset=utf-8');

@@ -195,32 +195,17 @@ function pageKey(pages: PageCache, x: Exchange): { key: string; reader: Actor } 
   return { key, reader };
 }
 
-/**
- * A cached answer for the request, after the service's decision: the reader may still read the
- * node (its refusal is thrown here, as the full path would), and reads it in the view the answer
- * was read in. Undefined otherwise.
- */
-async function cachedAnswer(
-  deps: FeedViewDeps,
-  x: Exchange,
-  pages: PageCache,
-  key: string,
-  reader: Actor,
-): Promise<Answer | undefined> {
-  const cached = pages.get(key);
-  if (!cached) return undefined;
-  const reading = await deps.feeds.reading(reader, x.params.node ?? '');
-  return reading.view === cached.view ? cached.answer : undefined;
-}
-
 /** `GET /feeds/{node}`: a page in JSON, Atom or JSON-P, held while the feed has nothing new. */
 export function readFeed(deps: FeedViewDeps): RouteHandler {
   const { feeds, pages } = deps;
   return async (x) => {
     const keyed = pages && pageKey(pages, x);
-    if (pages && keyed) {
-      const hit = await cachedAnswer(deps, x, pages, keyed.key, keyed.reader);
-      if (hit) return hit;
+    const cached = keyed && pages?.get(keyed.key);
+    if (keyed && cached) {
+      // Served after the service's decision: the reader may still read the node (its refusal is
+      // thrown here, as the full path would), and reads it in the view the answer was read in.
+      const decided = await feeds.reading(keyed.reader, x.params.node ?? '');
+      if (decided.view === cached.view) return cached.answer;
     }
     let started: Awaited<ReturnType<typeof startRead>> | undefined = await startRead(deps, x);
     if ('answer' in started) return started.answer;
