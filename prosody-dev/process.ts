@@ -349,7 +349,45 @@ function installExitHook(): void {
 }
 
 /** A TCP port that was free on 127.0.0.1 a moment ago (bind port 0, read it, close). */
+/**
+ * Ports this process has handed out. A port is free when asked for, and stays free until whoever
+ * asked binds it, which may be seconds later (a test picks its server's port, starts Pushpin with a
+ * route to it, then the server): meanwhile the system may hand the same port to the next caller,
+ * so a port is never handed out twice.
+ */
+const handedOut = new Set<number>();
+
 export async function freePort(): Promise<number> {
+  for (let tries = 0; tries < 50; tries++) {
+    const port = await anyFreePort();
+    if (!handedOut.has(port)) {
+      handedOut.add(port);
+      return port;
+    }
+  }
+  throw new Error('could not find a port not handed out already');
+}
+
+/**
+ * A port held bound until `release`: for a server started after something that must name it first
+ * (Pushpin's route to its origin), so that no other process, nor this one, binds it meanwhile.
+ */
+export async function reservePort(): Promise<{ port: number; release(): Promise<void> }> {
+  const server = net.createServer();
+  server.unref();
+  const port = await new Promise<number>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      if (address && typeof address === 'object') resolve(address.port);
+      else reject(new Error('could not determine a free port'));
+    });
+  });
+  handedOut.add(port);
+  return { port, release: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+}
+
+function anyFreePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = net.createServer();
     server.unref();

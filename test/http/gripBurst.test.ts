@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { descendants, freePort, signal } from '../../prosody-dev/process.ts';
+import { descendants, freePort, reservePort, signal } from '../../prosody-dev/process.ts';
 import { PUSHPIN_OPEN_REQUESTS, type RunningPushpin, startPushpin } from '../../prosody-dev/pushpin.ts';
 import { entry, feedUrl, type HttpStack, startHttp, TOKENS } from './support.ts';
 
@@ -60,7 +60,8 @@ async function taken(): Promise<number> {
 }
 
 beforeAll(async () => {
-  const port = await freePort();
+  // Held while Pushpin starts with its route to it: nothing else binds it meanwhile.
+  const { port, release } = await reservePort();
   const metricsPort = await freePort();
   metricsUrl = `http://127.0.0.1:${metricsPort}/metrics`;
   pushpin = await startPushpin({
@@ -70,6 +71,7 @@ beforeAll(async () => {
     originLater: true,
     settings: { proxy: { prometheus_port: `127.0.0.1:${metricsPort}` } },
   });
+  await release();
   stack = await startHttp({
     http: {
       port,

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { freePort } from '../../prosody-dev/process.ts';
+import { reservePort } from '../../prosody-dev/process.ts';
 import { type RunningPushpin, startPushpin } from '../../prosody-dev/pushpin.ts';
 import { openStream, type SseStream } from './sseClient.ts';
 import { entry, feedUrl, type HttpStack, startHttp, TOKENS } from './support.ts';
@@ -18,8 +18,10 @@ let pushpin: RunningPushpin;
 const open: SseStream[] = [];
 
 beforeAll(async () => {
-  const port = await freePort();
+  // Held while Pushpin starts with its route to it: nothing else binds it meanwhile.
+  const { port, release } = await reservePort();
   pushpin = await startPushpin({ origin: `127.0.0.1:${port}`, sigKey: KEY, originLater: true });
+  await release();
   stack = await startHttp({
     http: { port, grip: { key: KEY, publishUrl: pushpin.publishUrl, idleRecoverySeconds: 1 } },
   });

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { freePort } from '../../prosody-dev/process.ts';
+import { reservePort } from '../../prosody-dev/process.ts';
 import { type RunningPushpin, startPushpin } from '../../prosody-dev/pushpin.ts';
 import type { Collection } from '../../src/http/render/json.ts';
 import { openStream, type SseStream } from './sseClient.ts';
@@ -125,10 +125,13 @@ async function kill(): Promise<void> {
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'smartfeeds-grip-serve-'));
-  port = await freePort();
+  // Held while Pushpin starts with its route to it: nothing else binds it meanwhile.
+  const reserved = await reservePort();
+  port = reserved.port;
   await new Promise<void>((r) => publishProxy.listen(0, '127.0.0.1', () => r()));
   publishVia = `http://127.0.0.1:${(publishProxy.address() as AddressInfo).port}/publish/`;
   pushpin = await startPushpin({ origin: `127.0.0.1:${port}`, sigKey: KEY, originLater: true });
+  await reserved.release();
   await startServe();
   await pushpin.reachesOrigin();
 });
