@@ -359,7 +359,8 @@ const handedOut = new Set<number>();
 
 export async function freePort(): Promise<number> {
   for (let tries = 0; tries < 50; tries++) {
-    const port = await anyFreePort();
+    const { port, release } = await bindAnyPort();
+    await release();
     if (!handedOut.has(port)) {
       handedOut.add(port);
       return port;
@@ -373,31 +374,22 @@ export async function freePort(): Promise<number> {
  * (Pushpin's route to its origin), so that no other process, nor this one, binds it meanwhile.
  */
 export async function reservePort(): Promise<{ port: number; release(): Promise<void> }> {
-  const server = net.createServer();
-  server.unref();
-  const port = await new Promise<number>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      if (address && typeof address === 'object') resolve(address.port);
-      else reject(new Error('could not determine a free port'));
-    });
-  });
-  handedOut.add(port);
-  return { port, release: () => new Promise<void>((resolve) => server.close(() => resolve())) };
+  const reserved = await bindAnyPort();
+  handedOut.add(reserved.port);
+  return reserved;
 }
 
-function anyFreePort(): Promise<number> {
+/** A port the system chooses on 127.0.0.1, bound until `release`. */
+function bindAnyPort(): Promise<{ port: number; release(): Promise<void> }> {
+  const server = net.createServer();
+  server.unref();
+  const release = () => new Promise<void>((resolve) => server.close(() => resolve()));
   return new Promise((resolve, reject) => {
-    const server = net.createServer();
-    server.unref();
     server.once('error', reject);
     server.listen(0, '127.0.0.1', () => {
       const address = server.address();
-      server.close(() => {
-        if (address && typeof address === 'object') resolve(address.port);
-        else reject(new Error('could not determine a free port'));
-      });
+      if (address && typeof address === 'object') resolve({ port: address.port, release });
+      else reject(new Error('could not determine a free port'));
     });
   });
 }
