@@ -223,13 +223,17 @@ export class LongPolls {
    * more across it, since who may read what, and in which view, may have changed.
    */
   onNodeEvent(node: string): void {
-    for (const order of ORDERS) {
-      const feed = this.byFeed.get(LongPolls.key(node, order));
-      if (!feed) continue;
-      feed.reads.clear();
-      feed.kept = 0;
-      this.tidy(LongPolls.key(node, order));
-    }
+    for (const order of ORDERS) this.forgetReads(LongPolls.key(node, order));
+  }
+
+  /** Drops the feed's shared and kept reads (they may have missed a change); its entry, if it held only them. */
+  private forgetReads(key: string): FeedWatchers | undefined {
+    const feed = this.byFeed.get(key);
+    if (!feed) return undefined;
+    feed.reads.clear();
+    feed.kept = 0;
+    this.tidy(key);
+    return feed;
   }
 
   /** Whether a request is held on either feed of the node. */
@@ -251,14 +255,9 @@ export class LongPolls {
   }
 
   private wake(node: string, order: Order): void {
-    const key = LongPolls.key(node, order);
-    const feed = this.byFeed.get(key);
-    if (!feed) return;
     // Reads started before this may have missed it: the woken start new ones.
-    feed.reads.clear();
-    feed.kept = 0;
-    this.tidy(key);
-    for (const w of feed.watchers) w.notify();
+    const feed = this.forgetReads(LongPolls.key(node, order));
+    if (feed) for (const w of feed.watchers) w.notify();
   }
 
   /**

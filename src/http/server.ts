@@ -337,7 +337,7 @@ export class HttpBinding {
     const answer = await route.handler(x);
     // The client went away during a long poll: nobody is left to answer.
     if (!answer) return reply.hijack();
-    if (this.stopping) reply.header('connection', 'close');
+    this.common(reply);
     reply.code(answer.status);
     if (answer.headers) reply.headers(answer.headers);
     reply.header('cache-control', answer.cache ?? 'no-cache');
