@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Change } from '../../src/feed/model/feed.ts';
 import type { ReaderPage } from '../../src/feed/model/visible.ts';
 import { OPERATOR } from '../../src/feed/service/actor.ts';
 import { KEPT_EMPTY_READS, LongPolls } from '../../src/http/longPoll.ts';
@@ -7,6 +8,21 @@ import { seenPage } from '../support/visible.ts';
 import { entry, feedUrl, fill, get, type HttpStack, type Problem, startHttp, TOKENS } from './support.ts';
 
 let s: HttpStack;
+
+/** A new item `x` of node `node`, told to the created order's feed as `notifyCreated` says. */
+function created(node: string, notifyCreated: boolean): Change {
+  return {
+    node,
+    kind: 'create',
+    changed: true,
+    item: { id: 'x', created: 0, modified: 0, deleted: false, publisher: undefined, entry: '' },
+    total: 1,
+    feeds: {
+      modified: { cursor: '', previous: undefined, notify: true },
+      created: { cursor: '', previous: undefined, notify: notifyCreated },
+    },
+  };
+}
 
 /** A page whose `total` tells the reads apart, with `items` items. */
 function pageOf(total: number, items: number): ReaderPage {
@@ -291,17 +307,7 @@ describe('LongPolls (unit)', () => {
     // A read that started before a change is not handed to a poll woken by it.
     let finish: (v: ReaderPage) => void = () => undefined;
     const slow = a?.read('q', () => new Promise<ReaderPage>((r) => (finish = r)));
-    polls.onChange({
-      node: 'n',
-      kind: 'create',
-      changed: true,
-      item: { id: 'x', created: 0, modified: 0, deleted: false, publisher: undefined, entry: '' },
-      total: 1,
-      feeds: {
-        modified: { cursor: '', previous: undefined, notify: true },
-        created: { cursor: '', previous: undefined, notify: true },
-      },
-    });
+    polls.onChange(created('n', true));
     expect((await b?.read('q', read))?.total).toBe(5);
     finish(pageOf(99, 1));
     expect((await slow)?.total).toBe(99);
@@ -322,17 +328,7 @@ describe('LongPolls (unit)', () => {
     expect((await polls.read('n', 'modified', 'other reader', empty)).total).toBe(2);
     expect((await polls.read('n', 'created', 'q', empty)).total).toBe(3);
     // An item written: read again.
-    polls.onChange({
-      node: 'n',
-      kind: 'create',
-      changed: true,
-      item: { id: 'x', created: 0, modified: 0, deleted: false, publisher: undefined, entry: '' },
-      total: 1,
-      feeds: {
-        modified: { cursor: '', previous: undefined, notify: true },
-        created: { cursor: '', previous: undefined, notify: false },
-      },
-    });
+    polls.onChange(created('n', false));
     expect((await polls.read('n', 'modified', 'q', empty)).total).toBe(4);
     expect((await polls.read('n', 'modified', 'q', empty)).total).toBe(4);
     // Rights or settings changed (any other event of the node): read again, in the view decided now.
